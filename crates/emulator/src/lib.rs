@@ -1,0 +1,1 @@
+//! Emulator (to be written).

@@ -1,0 +1,624 @@
+//! Wire types of the fleet API, shaped like the server's JSON.
+//!
+//! Everything here is tolerant by design: unknown fields are ignored, enum
+//! values the server adds later become an `Unknown` variant instead of a parse
+//! failure, and timestamps are accepted as Unix seconds, Unix milliseconds or
+//! ISO-8601. The one thing validated strictly is the session id, because it
+//! later names files and URLs.
+
+use std::fmt;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::secret::Secret;
+
+/// Longest session id accepted from the server. Real ids are ~40 characters.
+pub const MAX_SESSION_ID_LEN: usize = 256;
+
+/// Declares a string enum with a catch-all `Unknown(String)` variant that
+/// round-trips the server's spelling.
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident (default $default:ident) { $($variant:ident => $wire:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($variant,)+
+            /// A value this client does not know; kept verbatim.
+            Unknown(String),
+        }
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => $wire,)+
+                    Self::Unknown(other) => other,
+                }
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::$default
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                match value {
+                    $($wire => Self::$variant,)+
+                    other => Self::Unknown(other.to_owned()),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = Option::<String>::deserialize(d)?.unwrap_or_default();
+                Ok(Self::from(value.as_str()))
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// `spec.kind`: a fresh session or the resumption of a suspended one.
+    SessionKind (default New) { New => "new", Resume => "resume" }
+);
+
+wire_enum!(
+    /// `spec.platform` and an outpost's platform.
+    Platform (default Linux) { Linux => "linux", Macos => "macos", Windows => "windows" }
+);
+
+wire_enum!(
+    /// `status.phase`: whether an acceptor holds the entry.
+    Phase (default Pending) { Pending => "pending", Claimed => "claimed" }
+);
+
+wire_enum!(
+    /// `status.session_status`: where the Devin session itself is. The first
+    /// four are documented; the rest have been observed in the wild.
+    SessionStatus (default Pending) {
+        Pending => "pending",
+        Running => "running",
+        Suspended => "suspended",
+        Terminated => "terminated",
+        New => "new",
+        Claimed => "claimed",
+        Resuming => "resuming",
+        Exit => "exit",
+        Error => "error",
+    }
+);
+
+wire_enum!(
+    /// The `type` of a watch event.
+    EventType (default Modified) { Added => "ADDED", Modified => "MODIFIED", Deleted => "DELETED" }
+);
+
+impl SessionStatus {
+    /// The session is over for good or for now: its remote must not run.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Self::Suspended | Self::Terminated)
+    }
+}
+
+/// An instant on the wire. Accepts Unix seconds (integer or fractional),
+/// Unix milliseconds, numeric strings and ISO-8601 / RFC 3339 strings;
+/// serializes as fractional Unix seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+/// Numbers at or above this are taken as milliseconds: 1e11 seconds is the
+/// year 5138, 1e11 milliseconds is 1973.
+const MILLIS_THRESHOLD: f64 = 1e11;
+
+/// Which encoding to write a timestamp in; the emulator uses this to exercise
+/// all three spellings seen in the wild.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampFormat {
+    #[default]
+    Seconds,
+    Millis,
+    Iso8601,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        Self(Utc::now())
+    }
+
+    pub fn from_unix_millis(ms: i64) -> Option<Self> {
+        Utc.timestamp_millis_opt(ms).single().map(Self)
+    }
+
+    pub fn unix_millis(&self) -> i64 {
+        self.0.timestamp_millis()
+    }
+
+    /// Interprets a bare number as seconds or milliseconds by magnitude.
+    pub fn from_number(n: f64) -> Option<Self> {
+        if !n.is_finite() || n < 0.0 {
+            return None;
+        }
+        let ms = if n >= MILLIS_THRESHOLD { n } else { n * 1000.0 };
+        if ms > i64::MAX as f64 {
+            return None;
+        }
+        Self::from_unix_millis(ms.round() as i64)
+    }
+
+    pub fn parse_str(s: &str) -> Option<Self> {
+        let s = s.trim();
+        if let Ok(n) = s.parse::<f64>() {
+            return Self::from_number(n);
+        }
+        if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
+            return Some(Self(dt.with_timezone(&Utc)));
+        }
+        // ISO-8601 without an offset: taken as UTC.
+        chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+            .ok()
+            .map(|n| Self(n.and_utc()))
+    }
+
+    pub fn to_json(&self, format: TimestampFormat) -> serde_json::Value {
+        match format {
+            TimestampFormat::Seconds => serde_json::json!(self.unix_millis() as f64 / 1000.0),
+            TimestampFormat::Millis => serde_json::json!(self.unix_millis()),
+            TimestampFormat::Iso8601 => {
+                serde_json::json!(self.0.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            }
+        }
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.unix_millis() as f64 / 1000.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        let parsed = match &value {
+            serde_json::Value::Number(n) => n.as_f64().and_then(Timestamp::from_number),
+            serde_json::Value::String(s) => Timestamp::parse_str(s),
+            _ => None,
+        };
+        parsed.ok_or_else(|| de::Error::custom(format!("not a timestamp: {value}")))
+    }
+}
+
+/// Deserializes an optional timestamp, treating an unparseable value as absent
+/// rather than failing the whole entry.
+fn lenient_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// One queued Devin session ("devin" in the API).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    pub metadata: EntryMetadata,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub spec: EntrySpec,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub status: EntryStatus,
+}
+
+impl QueueEntry {
+    pub fn session_id(&self) -> &str {
+        &self.metadata.session_id
+    }
+
+    /// Checks the fields later used to name things; see [`validate_session_id`].
+    pub fn validate(&self) -> Result<(), InvalidEntry> {
+        validate_session_id(&self.metadata.session_id)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntryMetadata {
+    pub session_id: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub outpost_id: String,
+    #[serde(
+        default,
+        deserialize_with = "lenient_timestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub created_at: Option<Timestamp>,
+    #[serde(
+        default,
+        deserialize_with = "lenient_timestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub updated_at: Option<Timestamp>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntrySpec {
+    #[serde(default)]
+    pub kind: SessionKind,
+    #[serde(default)]
+    pub platform: Platform,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_binary_sha: Option<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub network_policy: NetworkPolicy,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntryStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptor_id: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient_timestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub claim_deadline: Option<Timestamp>,
+    #[serde(default)]
+    pub session_status: SessionStatus,
+    /// Present only in a successful claim response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_token: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_url: Option<String>,
+}
+
+/// `spec.network_policy`: with `enabled`, only `allow` may be reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkPolicy {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub allow: Vec<AllowRule>,
+}
+
+/// One entry of an allow list: `{hostname: "*.example.com"}`,
+/// `{ipv4: "10.0.0.0/8"}` or `{ipv6: "..."}`. Any other shape is kept as
+/// `Unknown` so a policy from a newer server never fails to parse; enforcers
+/// must treat `Unknown` as "allows nothing".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllowRule {
+    Hostname(String),
+    Ipv4(String),
+    Ipv6(String),
+    Unknown(serde_json::Value),
+}
+
+impl Serialize for AllowRule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let value = match self {
+            Self::Hostname(h) => serde_json::json!({ "hostname": h }),
+            Self::Ipv4(a) => serde_json::json!({ "ipv4": a }),
+            Self::Ipv6(a) => serde_json::json!({ "ipv6": a }),
+            Self::Unknown(v) => v.clone(),
+        };
+        value.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for AllowRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        let field = |name: &str| value.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+        Ok(if let Some(h) = field("hostname") {
+            Self::Hostname(h)
+        } else if let Some(a) = field("ipv4") {
+            Self::Ipv4(a)
+        } else if let Some(a) = field("ipv6") {
+            Self::Ipv6(a)
+        } else {
+            Self::Unknown(value)
+        })
+    }
+}
+
+/// A page of `GET /devins`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListPage {
+    pub items: Vec<QueueEntry>,
+    pub cursor: Option<String>,
+    pub has_next_page: bool,
+    pub total: Option<u64>,
+    /// Items dropped because they failed validation (logged by the client).
+    pub skipped: usize,
+}
+
+/// One server-sent event of a watch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchEvent {
+    pub event_type: EventType,
+    pub object: QueueEntry,
+    pub cursor: Option<String>,
+}
+
+/// An outpost: a named queue of sessions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outpost {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub metadata: OutpostMetadata,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub spec: OutpostSpec,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub status: OutpostStatus,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutpostMetadata {
+    #[serde(default, alias = "id")]
+    pub outpost_id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(
+        default,
+        deserialize_with = "lenient_timestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub created_at: Option<Timestamp>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutpostSpec {
+    #[serde(default)]
+    pub platform: Platform,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutpostStatus {
+    #[serde(default)]
+    pub queue_depth: u64,
+    #[serde(default)]
+    pub active_claims: u64,
+}
+
+/// Body of `POST /outposts`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CreateOutpost {
+    pub name: String,
+    pub platform: Platform,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Body of claim and release.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AcceptorBody {
+    pub acceptor_id: String,
+}
+
+/// Response of `POST /outposts/connection-token`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionToken {
+    pub outpost_id: String,
+    #[serde(default)]
+    pub account_id: String,
+    #[serde(default)]
+    pub outpost_name: String,
+    #[serde(default)]
+    pub service_user_id: String,
+    pub api_base_url: String,
+    pub access_token: Secret,
+    #[serde(default)]
+    pub token_type: String,
+}
+
+/// Why a server value was refused at the boundary.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidEntry {
+    #[error("session id is empty")]
+    EmptySessionId,
+    #[error("session id is {0} bytes long (limit {MAX_SESSION_ID_LEN})")]
+    SessionIdTooLong(usize),
+    #[error("session id contains a control character")]
+    SessionIdControlChar,
+}
+
+/// Accepts any id the server may reasonably send (ids are percent-encoded in
+/// URLs and hashed before they name a file), but refuses empty, oversized and
+/// control-character ids that could only be an attack or a bug.
+pub fn validate_session_id(id: &str) -> Result<(), InvalidEntry> {
+    if id.is_empty() {
+        return Err(InvalidEntry::EmptySessionId);
+    }
+    if id.len() > MAX_SESSION_ID_LEN {
+        return Err(InvalidEntry::SessionIdTooLong(id.len()));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(InvalidEntry::SessionIdControlChar);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(status: serde_json::Value) -> QueueEntry {
+        serde_json::from_value(json!({
+            "metadata": {"session_id": "devin-1", "outpost_id": "outpost_env-1"},
+            "spec": {"kind": "new", "platform": "linux"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn deadline_in_all_three_formats_is_the_same_instant() {
+        let secs = entry(json!({"claim_deadline": 1_700_000_000}));
+        let frac = entry(json!({"claim_deadline": 1_700_000_000.0}));
+        let millis = entry(json!({"claim_deadline": 1_700_000_000_000u64}));
+        let iso = entry(json!({"claim_deadline": "2023-11-14T22:13:20Z"}));
+        let iso_offset = entry(json!({"claim_deadline": "2023-11-14T23:13:20+01:00"}));
+        let iso_naive = entry(json!({"claim_deadline": "2023-11-14T22:13:20"}));
+        let want = Timestamp::from_unix_millis(1_700_000_000_000);
+        for e in [secs, frac, millis, iso, iso_offset, iso_naive] {
+            assert_eq!(e.status.claim_deadline, want);
+        }
+    }
+
+    #[test]
+    fn fractional_seconds_keep_millisecond_precision() {
+        let e = entry(json!({"claim_deadline": 1_700_000_000.25}));
+        assert_eq!(
+            e.status.claim_deadline.unwrap().unix_millis(),
+            1_700_000_000_250
+        );
+    }
+
+    #[test]
+    fn timestamp_json_round_trips_in_each_format() {
+        let t = Timestamp::from_unix_millis(1_700_000_000_500).unwrap();
+        for format in [
+            TimestampFormat::Seconds,
+            TimestampFormat::Millis,
+            TimestampFormat::Iso8601,
+        ] {
+            let back: Timestamp = serde_json::from_value(t.to_json(format)).unwrap();
+            assert_eq!(back, t, "{format:?}");
+        }
+    }
+
+    #[test]
+    fn garbage_deadline_is_absent_not_an_error() {
+        let e = entry(json!({"claim_deadline": "soon"}));
+        assert_eq!(e.status.claim_deadline, None);
+        let e = entry(json!({"claim_deadline": -5}));
+        assert_eq!(e.status.claim_deadline, None);
+    }
+
+    #[test]
+    fn unknown_enum_values_are_kept_not_rejected() {
+        let e: QueueEntry = serde_json::from_value(json!({
+            "metadata": {"session_id": "devin-1", "outpost_id": "o", "future_field": 1},
+            "spec": {"kind": "fork", "platform": "plan9"},
+            "status": {"phase": "frozen", "session_status": "hibernating"},
+            "extra": {"anything": true},
+        }))
+        .unwrap();
+        assert_eq!(e.spec.kind, SessionKind::Unknown("fork".into()));
+        assert_eq!(e.spec.platform, Platform::Unknown("plan9".into()));
+        assert_eq!(e.status.phase, Phase::Unknown("frozen".into()));
+        assert_eq!(
+            e.status.session_status,
+            SessionStatus::Unknown("hibernating".into())
+        );
+        assert_eq!(
+            serde_json::to_value(&e.status.session_status).unwrap(),
+            json!("hibernating")
+        );
+    }
+
+    #[test]
+    fn observed_statuses_are_known() {
+        for s in ["new", "claimed", "resuming", "exit", "error"] {
+            assert!(
+                !matches!(SessionStatus::from(s), SessionStatus::Unknown(_)),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn nulls_and_missing_blocks_take_defaults() {
+        let e: QueueEntry = serde_json::from_value(json!({
+            "metadata": {"session_id": "devin-1", "outpost_id": null},
+            "spec": {"remote_binary_sha": null, "network_policy": null, "kind": null},
+            "status": null,
+        }))
+        .unwrap();
+        assert_eq!(e.spec.kind, SessionKind::Unknown(String::new()));
+        assert_eq!(e.spec.network_policy, NetworkPolicy::default());
+        assert_eq!(e.status.phase, Phase::Pending);
+    }
+
+    #[test]
+    fn network_policy_rules_parse_and_unknown_shapes_survive() {
+        let p: NetworkPolicy = serde_json::from_value(json!({
+            "enabled": true,
+            "allow": [
+                {"hostname": "*.github.com"},
+                {"ipv4": "10.0.0.0/8"},
+                {"ipv6": "fd00::/8"},
+                {"port": 22},
+            ],
+        }))
+        .unwrap();
+        assert!(p.enabled);
+        assert_eq!(p.allow[0], AllowRule::Hostname("*.github.com".into()));
+        assert_eq!(p.allow[1], AllowRule::Ipv4("10.0.0.0/8".into()));
+        assert_eq!(p.allow[2], AllowRule::Ipv6("fd00::/8".into()));
+        assert_eq!(p.allow[3], AllowRule::Unknown(json!({"port": 22})));
+        let back: NetworkPolicy =
+            serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn connect_token_is_redacted_in_debug() {
+        let e = entry(json!({"connect_token": "ct_secret_value", "gateway_url": "wss://g"}));
+        assert!(!format!("{e:?}").contains("ct_secret_value"));
+        assert_eq!(e.status.connect_token.unwrap().expose(), "ct_secret_value");
+    }
+
+    #[test]
+    fn outpost_accepts_id_alias() {
+        let o: Outpost = serde_json::from_value(json!({
+            "metadata": {"id": "outpost_env-9", "name": "lab"},
+            "status": {"queue_depth": 3, "active_claims": 1}
+        }))
+        .unwrap();
+        assert_eq!(o.metadata.outpost_id, "outpost_env-9");
+        assert_eq!(o.status.queue_depth, 3);
+    }
+
+    #[test]
+    fn session_id_validation() {
+        assert!(validate_session_id("devin-abc").is_ok());
+        assert!(
+            validate_session_id("../../etc").is_ok(),
+            "hashed before use, so allowed here"
+        );
+        assert_eq!(validate_session_id(""), Err(InvalidEntry::EmptySessionId));
+        assert!(matches!(
+            validate_session_id(&"a".repeat(10_000)),
+            Err(InvalidEntry::SessionIdTooLong(10_000))
+        ));
+        assert_eq!(
+            validate_session_id("a\nb"),
+            Err(InvalidEntry::SessionIdControlChar)
+        );
+    }
+}

@@ -1,1 +1,271 @@
-//! sandbox
+//! Sandboxes: the one trait every backend implements, the shared
+//! conformance suite, and the backends themselves.
+//!
+//! A backend knows nothing about Devin. The orchestrator asks it for an
+//! isolated machine ([`Sandbox::create`]), puts files in, spawns a detached
+//! process, watches it, snapshots the machine's filesystem and destroys it.
+//! Everything a backend hands back ([`Handle`], [`ProcessRef`],
+//! [`SnapshotRef`]) is plain serializable data, so the orchestrator can write
+//! it to its state store and pick up the same sandbox after a restart.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub mod conformance;
+pub mod host;
+pub mod names;
+pub mod shim;
+
+pub use names::SandboxName;
+
+/// Label keys every backend stores with a sandbox, so `list` can map a
+/// leftover sandbox back to its session.
+pub const LABEL_SESSION_ID: &str = "garrison.session_id";
+pub const LABEL_OUTPOST_ID: &str = "garrison.outpost_id";
+
+/// Labels for a session's sandbox.
+pub fn session_labels(session_id: &str, outpost_id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_SESSION_ID.to_owned(), session_id.to_owned()),
+        (LABEL_OUTPOST_ID.to_owned(), outpost_id.to_owned()),
+    ])
+}
+
+/// Compute and disk given to one sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+}
+
+impl Default for Resources {
+    /// The seeds' defaults: 2 vCPU, 8 GiB memory, 10 GiB disk.
+    fn default() -> Self {
+        Self {
+            cpus: 2.0,
+            memory_mb: 8192,
+            disk_mb: 10240,
+        }
+    }
+}
+
+/// What the sandbox's network may reach. Backends that cannot enforce a
+/// policy must say so in their documentation; `gateway` is always allowed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkSpec {
+    pub policy: fleet::NetworkPolicy,
+    /// The gateway URL the remote must reach (host and port are allowed
+    /// whatever the policy says).
+    pub gateway_url: Option<String>,
+}
+
+/// Everything needed to create one sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub name: SandboxName,
+    pub labels: BTreeMap<String, String>,
+    /// Backend-specific image reference; `None` is the backend's default.
+    pub image: Option<String>,
+    /// Start from this snapshot's filesystem instead of a fresh one.
+    pub restore_from: Option<SnapshotRef>,
+    pub resources: Resources,
+    pub network: NetworkSpec,
+}
+
+/// A created sandbox, as stored by the orchestrator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handle {
+    pub backend: String,
+    /// The backend's own id for the sandbox.
+    pub id: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The directory, as seen by processes in the sandbox, that holds the
+    /// session's repositories: the remote's working directory.
+    pub workdir: String,
+    /// A private per-session directory for `DEVIN_REMOTE_STATE_DIR`.
+    pub state_dir: String,
+    /// Where binaries put in by the orchestrator go.
+    pub bin_dir: String,
+    /// The image the sandbox was started from, if the backend has images.
+    pub image: Option<String>,
+}
+
+/// How to start a process inside a sandbox.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSpec {
+    pub argv: Vec<String>,
+    /// The complete environment: nothing else is inherited.
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+}
+
+impl fmt::Debug for ProcessSpec {
+    /// The environment carries the connect token, so only its keys print.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessSpec")
+            .field("argv", &self.argv)
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .finish()
+    }
+}
+
+/// A detached process, as stored by the orchestrator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRef {
+    pub id: String,
+}
+
+/// What became of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "code")]
+pub enum ProcessStatus {
+    Running,
+    /// Exited with this code (128 + N for death by signal N).
+    Exited(i32),
+    /// No longer running and its exit code cannot be known (its supervisor
+    /// died with it, the sandbox was lost).
+    Lost,
+}
+
+/// A saved sandbox filesystem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRef {
+    pub backend: String,
+    pub id: String,
+    pub size_bytes: u64,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+    /// The image the snapshot sits on, for backends whose snapshots are
+    /// layers over an image.
+    pub base_image: Option<String>,
+}
+
+/// A chunk of a process's combined output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub data: Vec<u8>,
+    /// Offset to pass to the next read.
+    pub next_offset: u64,
+}
+
+/// What a backend can do beyond the common ground.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// `suspend`/`resume` keep memory as well as disk.
+    pub suspend_keeps_memory: bool,
+    /// Network policies are enforced, not just accepted.
+    pub enforces_network_policy: bool,
+    /// A process can be started again after the sandbox restarts (restore).
+    pub snapshots: bool,
+}
+
+/// Errors every backend maps its failures onto, so the orchestrator can
+/// decide without knowing the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The sandbox, process or snapshot no longer exists.
+    #[error("gone: {0}")]
+    Gone(String),
+    /// Worth retrying later: a timeout, a rate limit, a busy backend.
+    #[error("transient: {0:#}")]
+    Transient(anyhow::Error),
+    /// Retrying will not help: a bad spec, a missing prerequisite.
+    #[error("{0:#}")]
+    Fatal(anyhow::Error),
+    #[error("{0} is not supported by this backend")]
+    Unsupported(&'static str),
+}
+
+impl SandboxError {
+    pub fn is_gone(&self) -> bool {
+        matches!(self, Self::Gone(_))
+    }
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient(_))
+    }
+}
+
+pub type Result<T, E = SandboxError> = std::result::Result<T, E>;
+
+/// One sandbox backend. Every method is idempotent where the name suggests
+/// it (`destroy` of a gone sandbox succeeds) and safe to call again after an
+/// orchestrator restart with the stored [`Handle`] and [`ProcessRef`].
+#[async_trait]
+pub trait Sandbox: Send + Sync + 'static {
+    /// Short backend name: `host`, `local`, `tensorlake`, `modal`.
+    fn kind(&self) -> &'static str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Creates and starts a sandbox, restored from `spec.restore_from` when
+    /// given. Creating a sandbox whose name exists already is an error.
+    async fn create(&self, spec: &SandboxSpec) -> Result<Handle>;
+
+    /// Writes a file inside the sandbox (parents created).
+    async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()>;
+
+    /// Starts a detached process: it keeps running if the orchestrator
+    /// exits, and [`Sandbox::status`] still reports its exit code afterwards.
+    async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef>;
+
+    async fn status(&self, handle: &Handle, process: &ProcessRef) -> Result<ProcessStatus>;
+
+    /// Sends SIGTERM, waits up to `grace`, then SIGKILL. A process that is
+    /// already gone is not an error.
+    async fn kill(&self, handle: &Handle, process: &ProcessRef, grace: Duration) -> Result<()>;
+
+    /// Reads the process's combined stdout and stderr from `offset`.
+    async fn read_output(
+        &self,
+        handle: &Handle,
+        process: &ProcessRef,
+        offset: u64,
+        max: usize,
+    ) -> Result<OutputChunk>;
+
+    /// Saves the sandbox's filesystem (workspace and state). The sandbox
+    /// keeps running; the caller destroys it afterwards if it wants to.
+    async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef>;
+
+    async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool>;
+
+    async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()>;
+
+    /// Stops every process and removes the sandbox. Gone is success.
+    async fn destroy(&self, handle: &Handle) -> Result<()>;
+
+    /// Every sandbox this backend made and has not destroyed, with labels,
+    /// so leftovers of a crash can be found and cleaned.
+    async fn list(&self) -> Result<Vec<Handle>>;
+
+    /// Pauses the sandbox keeping its memory (see [`Capabilities`]).
+    async fn suspend(&self, _handle: &Handle) -> Result<()> {
+        Err(SandboxError::Unsupported("suspend"))
+    }
+
+    async fn resume(&self, _handle: &Handle) -> Result<()> {
+        Err(SandboxError::Unsupported("resume"))
+    }
+}
+
+/// Polls [`Sandbox::status`] until the process is no longer running.
+pub async fn wait_exit(
+    sandbox: &dyn Sandbox,
+    handle: &Handle,
+    process: &ProcessRef,
+    poll: Duration,
+) -> Result<ProcessStatus> {
+    loop {
+        match sandbox.status(handle, process).await? {
+            ProcessStatus::Running => tokio::time::sleep(poll).await,
+            done => return Ok(done),
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The `host` backend: a directory and a process group per session, no
+//! isolation.
+//!
+//! Meant for a trusted single-user machine, the way `devin worker start`
+//! runs a worker: the agent can read everything the Garrison user can. Each
+//! sandbox is a directory:
+//!
+//! ```text
+//! <root>/sandboxes/<name>/
+//!     handle.json        the Handle, so `list` finds leftovers
+//!     fs/workspace/      the remote's working directory (repositories)
+//!     fs/state/          DEVIN_REMOTE_STATE_DIR
+//!     fs/bin/            binaries put in by the orchestrator
+//!     proc/<id>/         one per process: shim.pid, child.pid, output.log, exit
+//! ```
+//!
+//! A snapshot is a zstd-compressed tar of `fs/`, kept in the snapshot
+//! directory (which several Garrison processes may share).
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
+use crate::{
+    Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
+    SandboxError, SandboxName, SandboxSpec, SnapshotRef,
+};
+
+const HANDLE_FILE: &str = "handle.json";
+const SHIM_PID_FILE: &str = "shim.pid";
+/// How long a shim may take to report that it started the process.
+const SHIM_START_TIMEOUT: Duration = Duration::from_secs(30);
+const ZSTD_LEVEL: i32 = 3;
+
+/// Where the host backend keeps things and how it starts processes.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Holds `sandboxes/`.
+    pub root: PathBuf,
+    /// Holds snapshots; may be shared between Garrison processes.
+    pub snapshot_dir: PathBuf,
+    /// A binary that becomes the shim when given [`shim::SHIM_ARG`]: the
+    /// `garrison` binary itself in production.
+    pub shim_exe: PathBuf,
+}
+
+pub struct HostBackend {
+    config: HostConfig,
+}
+
+impl HostBackend {
+    pub fn new(config: HostConfig) -> anyhow::Result<Self> {
+        for dir in [config.root.join("sandboxes"), config.snapshot_dir.clone()] {
+            fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("restricting {}", dir.display()))?;
+        }
+        Ok(Self { config })
+    }
+
+    fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
+        // Names come back from the store; only our own shape may name a path.
+        let name = SandboxName::parse(name)
+            .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
+        Ok(self.config.root.join("sandboxes").join(name.as_str()))
+    }
+
+    fn existing_dir(&self, handle: &Handle) -> Result<PathBuf> {
+        let dir = self.sandbox_dir(&handle.name)?;
+        if dir.join(HANDLE_FILE).exists() {
+            Ok(dir)
+        } else {
+            Err(SandboxError::Gone(format!("sandbox {}", handle.name)))
+        }
+    }
+
+    fn process_dir(&self, handle: &Handle, process: &ProcessRef) -> Result<PathBuf> {
+        if !is_plain_id(&process.id) {
+            return Err(SandboxError::Fatal(anyhow!(
+                "invalid process id {:?}",
+                process.id
+            )));
+        }
+        let dir = self.existing_dir(handle)?.join("proc").join(&process.id);
+        if dir.exists() {
+            Ok(dir)
+        } else {
+            Err(SandboxError::Gone(format!("process {}", process.id)))
+        }
+    }
+
+    fn snapshot_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
+        if !is_plain_id(&snapshot.id) {
+            return Err(SandboxError::Fatal(anyhow!(
+                "invalid snapshot id {:?}",
+                snapshot.id
+            )));
+        }
+        Ok(self
+            .config
+            .snapshot_dir
+            .join(format!("{}.tar.zst", snapshot.id)))
+    }
+
+    /// Maps a path as the sandbox sees it to the host, refusing anything that
+    /// would land outside the sandbox's filesystem.
+    fn resolve_inside(&self, handle: &Handle, path: &str) -> Result<PathBuf> {
+        let fs_root = self.existing_dir(handle)?.join("fs");
+        let path = Path::new(path);
+        let relative = path.strip_prefix(&fs_root).map_err(|_| {
+            SandboxError::Fatal(anyhow!(
+                "{} is outside sandbox {}",
+                path.display(),
+                handle.name
+            ))
+        })?;
+        if relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+        {
+            return Err(SandboxError::Fatal(anyhow!(
+                "{} escapes the sandbox",
+                path.display()
+            )));
+        }
+        Ok(fs_root.join(relative))
+    }
+
+    fn process_status(&self, dir: &Path) -> ProcessStatus {
+        if let Ok(code) = fs::read_to_string(dir.join(EXIT_FILE)) {
+            return ProcessStatus::Exited(code.trim().parse().unwrap_or(255));
+        }
+        let alive =
+            |file: &str| fs::read_to_string(dir.join(file)).is_ok_and(|r| shim::is_alive(&r));
+        if alive(SHIM_PID_FILE) || alive(CHILD_PID_FILE) {
+            return ProcessStatus::Running;
+        }
+        // The shim may have written the exit file between the two reads.
+        match fs::read_to_string(dir.join(EXIT_FILE)) {
+            Ok(code) => ProcessStatus::Exited(code.trim().parse().unwrap_or(255)),
+            Err(_) => ProcessStatus::Lost,
+        }
+    }
+
+    fn signal_group(dir: &Path, signal: Signal) {
+        if let Ok(record) = fs::read_to_string(dir.join(CHILD_PID_FILE))
+            && shim::is_alive(&record)
+            && let Some(pid) = record
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<i32>().ok())
+        {
+            let _ = killpg(Pid::from_raw(pid), signal);
+        }
+    }
+
+    fn process_dirs(sandbox_dir: &Path) -> Vec<PathBuf> {
+        fs::read_dir(sandbox_dir.join("proc"))
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Ids we generate ourselves: letters, digits, `-` and `_` only.
+fn is_plain_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn unique_suffix() -> String {
+    format!(
+        "{}-{:08x}",
+        chrono::Utc::now().timestamp_millis(),
+        rand::random::<u32>()
+    )
+}
+
+fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
+    SandboxError::Fatal(e.into())
+}
+
+fn io_fatal(context: String) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |e| SandboxError::Fatal(anyhow::Error::new(e).context(context))
+}
+
+fn mkdir_private(path: &Path) -> Result<()> {
+    fs::create_dir_all(path).map_err(io_fatal(format!("creating {}", path.display())))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+        .map_err(io_fatal(format!("restricting {}", path.display())))
+}
+
+#[async_trait]
+impl Sandbox for HostBackend {
+    fn kind(&self) -> &'static str {
+        "host"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            suspend_keeps_memory: false,
+            enforces_network_policy: false,
+            snapshots: true,
+        }
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
+        let dir = self.sandbox_dir(spec.name.as_str())?;
+        if dir.exists() {
+            return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
+        }
+        let fs_root = dir.join("fs");
+        for sub in ["workspace", "state", "bin"] {
+            mkdir_private(&fs_root.join(sub))?;
+        }
+        mkdir_private(&dir.join("proc"))?;
+        if let Some(snapshot) = &spec.restore_from {
+            let archive = self.snapshot_path(snapshot)?;
+            let target = fs_root.clone();
+            let unpacked = tokio::task::spawn_blocking(move || unpack(&archive, &target))
+                .await
+                .map_err(fatal)?;
+            if let Err(e) = unpacked {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        }
+        let path = |sub: &str| fs_root.join(sub).to_string_lossy().into_owned();
+        let handle = Handle {
+            backend: self.kind().to_owned(),
+            id: spec.name.to_string(),
+            name: spec.name.to_string(),
+            labels: spec.labels.clone(),
+            workdir: path("workspace"),
+            state_dir: path("state"),
+            bin_dir: path("bin"),
+            image: None,
+        };
+        let json = serde_json::to_vec_pretty(&handle).map_err(fatal)?;
+        shim::write_atomically(&dir.join(HANDLE_FILE), &json)
+            .map_err(io_fatal(format!("writing {}", dir.display())))?;
+        Ok(handle)
+    }
+
+    async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
+        let target = self.resolve_inside(handle, path)?;
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)
+                .map_err(io_fatal(format!("creating {}", parent.display())))?;
+        }
+        let tmp = target.with_extension("garrison-tmp");
+        let _ = fs::remove_file(&tmp);
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io_fatal(format!("creating {}", tmp.display())))?;
+        std::io::Write::write_all(&mut file, bytes)
+            .map_err(io_fatal(format!("writing {}", tmp.display())))?;
+        file.sync_all()
+            .map_err(io_fatal(format!("syncing {}", tmp.display())))?;
+        drop(file);
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+            .map_err(io_fatal(format!("chmod {}", tmp.display())))?;
+        fs::rename(&tmp, &target).map_err(io_fatal(format!("renaming to {}", target.display())))
+    }
+
+    async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef> {
+        let cwd = self.resolve_inside(handle, &process.cwd)?;
+        let id = format!("p-{}", unique_suffix());
+        let dir = self.existing_dir(handle)?.join("proc").join(&id);
+        mkdir_private(&dir)?;
+        let request = ShimRequest {
+            argv: process.argv.clone(),
+            env: process
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            cwd,
+            dir: dir.clone(),
+        };
+        let request = serde_json::to_vec(&request).map_err(fatal)?;
+
+        let mut child = tokio::process::Command::new(&self.config.shim_exe)
+            .arg(shim::SHIM_ARG)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                fatal(
+                    anyhow::Error::new(e)
+                        .context(format!("starting shim {}", self.config.shim_exe.display())),
+                )
+            })?;
+        let shim_pid = child
+            .id()
+            .ok_or_else(|| fatal(anyhow!("shim exited at once")))?;
+        let record = format!(
+            "{shim_pid} {}",
+            shim::proc_start_time(shim_pid).unwrap_or(0)
+        );
+        shim::write_atomically(&dir.join(SHIM_PID_FILE), record.as_bytes())
+            .map_err(io_fatal(format!("writing {}", dir.display())))?;
+
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| fatal(anyhow!("shim stdin")))?;
+        stdin.write_all(&request).await.map_err(fatal)?;
+        drop(stdin);
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| fatal(anyhow!("shim stdout")))?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            SHIM_START_TIMEOUT,
+            BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .map_err(|_| {
+            SandboxError::Transient(anyhow!("shim did not report within {SHIM_START_TIMEOUT:?}"))
+        })?
+        .map_err(fatal)?;
+        // The child handle is dropped without killing: the shim lives on, and
+        // tokio reaps it if it exits while we run.
+        drop(child);
+        match line.trim_end().split_once(' ') {
+            Some(("ok", _pid)) => Ok(ProcessRef { id }),
+            Some(("err", message)) => Err(fatal(anyhow!("{message}"))),
+            _ => Err(fatal(anyhow!("shim said {line:?}"))),
+        }
+    }
+
+    async fn status(&self, handle: &Handle, process: &ProcessRef) -> Result<ProcessStatus> {
+        let dir = self.process_dir(handle, process)?;
+        Ok(self.process_status(&dir))
+    }
+
+    async fn kill(&self, handle: &Handle, process: &ProcessRef, grace: Duration) -> Result<()> {
+        let dir = match self.process_dir(handle, process) {
+            Ok(dir) => dir,
+            Err(e) if e.is_gone() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        Self::signal_group(&dir, Signal::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.process_status(&dir) == ProcessStatus::Running
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self::signal_group(&dir, Signal::SIGKILL);
+        Ok(())
+    }
+
+    async fn read_output(
+        &self,
+        handle: &Handle,
+        process: &ProcessRef,
+        offset: u64,
+        max: usize,
+    ) -> Result<OutputChunk> {
+        let path = self.process_dir(handle, process)?.join(OUTPUT_FILE);
+        let mut file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(OutputChunk {
+                    data: Vec::new(),
+                    next_offset: offset,
+                });
+            }
+            Err(e) => return Err(io_fatal(format!("opening {}", path.display()))(e)),
+        };
+        file.seek(SeekFrom::Start(offset))
+            .map_err(io_fatal(format!("seeking {}", path.display())))?;
+        let mut data = Vec::new();
+        file.take(max as u64)
+            .read_to_end(&mut data)
+            .map_err(io_fatal(format!("reading {}", path.display())))?;
+        let next_offset = offset + data.len() as u64;
+        Ok(OutputChunk { data, next_offset })
+    }
+
+    async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef> {
+        let fs_root = self.existing_dir(handle)?.join("fs");
+        let id = format!("{}-{}", handle.name, unique_suffix());
+        let snapshot = SnapshotRef {
+            backend: self.kind().to_owned(),
+            id,
+            size_bytes: 0,
+            created_at_ms: chrono::Utc::now().timestamp_millis(),
+            base_image: handle.image.clone(),
+        };
+        let archive = self.snapshot_path(&snapshot)?;
+        let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
+            .await
+            .map_err(fatal)??;
+        Ok(SnapshotRef {
+            size_bytes: size,
+            ..snapshot
+        })
+    }
+
+    async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
+        Ok(self.snapshot_path(snapshot)?.exists())
+    }
+
+    async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
+        match fs::remove_file(self.snapshot_path(snapshot)?) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_fatal(format!("deleting snapshot {}", snapshot.id))(e)),
+        }
+    }
+
+    async fn destroy(&self, handle: &Handle) -> Result<()> {
+        let dir = self.sandbox_dir(&handle.name)?;
+        if !dir.exists() {
+            return Ok(());
+        }
+        let procs = Self::process_dirs(&dir);
+        for proc_dir in &procs {
+            Self::signal_group(proc_dir, Signal::SIGKILL);
+        }
+        // Wait for the shims to record the deaths, so nothing writes into
+        // the directory while it is removed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while procs
+            .iter()
+            .any(|p| self.process_status(p) == ProcessStatus::Running)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Remove the handle first: a crash halfway leaves a directory that
+        // `list` no longer reports but that the next destroy still removes.
+        let _ = fs::remove_file(dir.join(HANDLE_FILE));
+        let dir_for_removal = dir.clone();
+        tokio::task::spawn_blocking(move || fs::remove_dir_all(&dir_for_removal))
+            .await
+            .map_err(fatal)?
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(io_fatal(format!("removing {}", dir.display())))
+    }
+
+    async fn list(&self) -> Result<Vec<Handle>> {
+        let mut handles = Vec::new();
+        let entries = fs::read_dir(self.config.root.join("sandboxes"))
+            .map_err(io_fatal("listing sandboxes".to_owned()))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if SandboxName::parse(&name).is_none() {
+                continue;
+            }
+            if let Ok(bytes) = fs::read(entry.path().join(HANDLE_FILE))
+                && let Ok(handle) = serde_json::from_slice::<Handle>(&bytes)
+            {
+                handles.push(handle);
+            }
+        }
+        handles.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(handles)
+    }
+}
+
+fn pack(fs_root: &Path, archive: &Path) -> Result<u64> {
+    let tmp = archive.with_extension("partial");
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_fatal(format!("creating {}", tmp.display())))?;
+    let encoder = zstd::Encoder::new(file, ZSTD_LEVEL).map_err(fatal)?;
+    let mut builder = tar::Builder::new(encoder);
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", fs_root)
+        .map_err(io_fatal(format!("archiving {}", fs_root.display())))?;
+    let encoder = builder.into_inner().map_err(fatal)?;
+    let file = encoder.finish().map_err(fatal)?;
+    file.sync_all().map_err(fatal)?;
+    let size = file.metadata().map_err(fatal)?.len();
+    fs::rename(&tmp, archive).map_err(io_fatal(format!("renaming {}", archive.display())))?;
+    Ok(size)
+}
+
+fn unpack(archive: &Path, target: &Path) -> Result<()> {
+    let file = match fs::File::open(archive) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SandboxError::Gone(format!(
+                "snapshot {}",
+                archive.display()
+            )));
+        }
+        Err(e) => return Err(io_fatal(format!("opening {}", archive.display()))(e)),
+    };
+    let decoder = zstd::Decoder::new(file).map_err(fatal)?;
+    let mut tar = tar::Archive::new(decoder);
+    tar.set_preserve_permissions(true);
+    tar.set_preserve_mtime(true);
+    // tar::Archive::unpack refuses entries that would land outside target.
+    tar.unpack(target)
+        .map_err(io_fatal(format!("restoring into {}", target.display())))
+}

@@ -1,0 +1,191 @@
+//! The per-process shim of the host backend.
+//!
+//! A process started by Garrison must outlive Garrison (a restart re-adopts
+//! it) and its exit code must still be known afterwards. A process whose
+//! parent died is reparented to init, and nobody else can `waitpid` it, so
+//! Garrison starts a tiny shim instead: the shim leaves Garrison's session,
+//! starts the real process, records its pid, waits for it, and writes its exit
+//! code to a file. It uses only the standard library (no async runtime), so
+//! it costs little memory per session.
+//!
+//! The request arrives on stdin as JSON, never in argv, because it carries
+//! the process's environment and with it the session's connect token.
+//! The shim answers one line on stdout: `ok <pid>` or `err <message>`.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+/// The hidden argument that turns a binary carrying the shim into the shim.
+pub const SHIM_ARG: &str = "__garrison_shim";
+
+/// Largest request accepted on stdin.
+const MAX_REQUEST_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Files the shim writes in the process directory.
+pub const OUTPUT_FILE: &str = "output.log";
+pub const CHILD_PID_FILE: &str = "child.pid";
+pub const EXIT_FILE: &str = "exit";
+
+#[derive(Serialize, Deserialize)]
+pub struct ShimRequest {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    /// Where the shim writes `output.log`, `child.pid` and `exit`.
+    pub dir: PathBuf,
+}
+
+/// Runs the shim and returns the shim's own exit code.
+pub fn run() -> i32 {
+    let mut stdout = std::io::stdout();
+    let request = match read_request() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(stdout, "err {e}");
+            return 2;
+        }
+    };
+    // Leave Garrison's session and process group: a Ctrl-C or SIGHUP aimed
+    // at Garrison must not reach the session's process.
+    let _ = nix::unistd::setsid();
+
+    let child = match start(&request) {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = writeln!(stdout, "err {e}");
+            return 1;
+        }
+    };
+    let pid = child.id();
+    let _ = writeln!(stdout, "ok {pid}");
+    let _ = stdout.flush();
+    // Nobody reads further: a closed pipe must not kill the shim later.
+    redirect_stdio_to_null();
+
+    let code = wait_code(child);
+    let _ = write_atomically(&request.dir.join(EXIT_FILE), code.to_string().as_bytes());
+    0
+}
+
+fn read_request() -> Result<ShimRequest, String> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .take(MAX_REQUEST_BYTES)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("reading request: {e}"))?;
+    serde_json::from_slice(&buf).map_err(|e| format!("parsing request: {e}"))
+}
+
+fn start(request: &ShimRequest) -> Result<std::process::Child, String> {
+    let (program, args) = request.argv.split_first().ok_or("empty argv")?;
+    let output = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(request.dir.join(OUTPUT_FILE))
+        .map_err(|e| format!("opening output log: {e}"))?;
+    let output_err = output
+        .try_clone()
+        .map_err(|e| format!("duplicating output log: {e}"))?;
+    let child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(request.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&request.cwd)
+        .stdin(Stdio::null())
+        .stdout(output)
+        .stderr(output_err)
+        // Its own process group, so a kill reaches everything it started
+        // and not the shim.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting {program:?}: {e}"))?;
+    let record = format!(
+        "{} {}",
+        child.id(),
+        proc_start_time(child.id()).unwrap_or(0)
+    );
+    write_atomically(&request.dir.join(CHILD_PID_FILE), record.as_bytes())
+        .map_err(|e| format!("recording pid: {e}"))?;
+    Ok(child)
+}
+
+fn wait_code(mut child: std::process::Child) -> i32 {
+    match child.wait() {
+        Ok(status) => status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        Err(_) => 255,
+    }
+}
+
+fn redirect_stdio_to_null() {
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors of this single-threaded
+        // process; `null` stays open for the duration of the calls.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half
+/// a file even if the writer dies.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, bytes)?;
+    fs::rename(tmp, path)
+}
+
+/// The start time of a process (clock ticks since boot), read from
+/// `/proc/PID/stat`. Paired with the pid it identifies a process for good:
+/// a reused pid has a different start time.
+pub fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces; fields
+    // after it are space-separated, start time being the 20th of those.
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_comm.split(' ').collect();
+    // A zombie has exited: it counts as gone.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether the process recorded as `pid start_time` is still alive.
+pub fn is_alive(record: &str) -> bool {
+    let mut parts = record.split_whitespace();
+    let (Some(pid), Some(start)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    match (pid.parse::<u32>(), start.parse::<u64>()) {
+        (Ok(pid), Ok(start)) => proc_start_time(pid) == Some(start),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_start_time_is_readable_and_alive() {
+        let pid = std::process::id();
+        let start = proc_start_time(pid).expect("own stat");
+        assert!(is_alive(&format!("{pid} {start}")));
+        assert!(!is_alive(&format!("{pid} {}", start + 1)));
+        assert!(!is_alive("garbage"));
+    }
+}

@@ -28,6 +28,8 @@ pub struct Harness {
     pub reopen: Box<dyn Fn() -> Arc<dyn Sandbox> + Send + Sync>,
     /// Passed as the image of every sandbox the suite creates.
     pub image: Option<String>,
+    /// The backend implements [`Sandbox::snapshots_for`].
+    pub finds_snapshots_by_name: bool,
 }
 
 /// Bounds a hung check; never an assertion about speed.
@@ -63,6 +65,7 @@ impl Harness {
 
     async fn sh(&self, handle: &Handle, script: &str) -> anyhow::Result<ProcessRef> {
         let spec = ProcessSpec {
+            name: format!("sh-{:08x}", rand::random::<u32>()),
             argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
             env: BTreeMap::from([("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())]),
             cwd: handle.workdir.clone(),
@@ -122,6 +125,7 @@ pub async fn runs_a_process_and_reports_its_exit_code(h: &Harness) -> anyhow::Re
 pub async fn process_sees_exactly_the_given_environment(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("env").await?;
     let spec = ProcessSpec {
+        name: "env".into(),
         argv: vec!["/usr/bin/env".into()],
         env: BTreeMap::from([
             ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
@@ -362,6 +366,33 @@ pub async fn processes_survive_a_restart_of_the_orchestrator(h: &Harness) -> any
     Ok(())
 }
 
+pub async fn process_names_are_unique(h: &Harness) -> anyhow::Result<()> {
+    let sandbox = h.create("names").await?;
+    let spec = ProcessSpec {
+        name: "remote-1".into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), "sleep 1000".into()],
+        env: BTreeMap::new(),
+        cwd: sandbox.workdir.clone(),
+    };
+    let first = h.backend.spawn(&sandbox, &spec).await?;
+    ensure!(
+        h.backend.spawn(&sandbox, &spec).await.is_err(),
+        "a second process took the same name"
+    );
+    let unknown = ProcessRef {
+        id: "never-spawned".into(),
+    };
+    ensure!(
+        matches!(h.backend.status(&sandbox, &unknown).await, Err(e) if e.is_gone()),
+        "status of a name never spawned must be gone"
+    );
+    h.backend
+        .kill(&sandbox, &first, Duration::from_secs(5))
+        .await?;
+    h.backend.destroy(&sandbox).await?;
+    Ok(())
+}
+
 /// Instantiates every conformance check as a `#[tokio::test]`, given an
 /// expression that evaluates (inside an async context) to a [`Harness`].
 #[macro_export]
@@ -378,6 +409,7 @@ macro_rules! conformance_tests {
             restore_from_a_missing_snapshot_is_gone,
             list_finds_sandboxes_with_labels_and_destroy_is_idempotent,
             destroy_stops_processes_and_status_is_gone,
+            process_names_are_unique,
             processes_survive_a_restart_of_the_orchestrator,
         );
     };

@@ -112,6 +112,13 @@ impl HostBackend {
             .join(format!("{}.tar.zst", snapshot.id)))
     }
 
+    fn manifest_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
+        Ok(self
+            .snapshot_path(snapshot)?
+            .with_extension("")
+            .with_extension("json"))
+    }
+
     /// Maps a path as the sandbox sees it to the host, refusing anything that
     /// would land outside the sandbox's filesystem.
     fn resolve_inside(&self, handle: &Handle, path: &str) -> Result<PathBuf> {
@@ -280,9 +287,17 @@ impl Sandbox for HostBackend {
 
     async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef> {
         let cwd = self.resolve_inside(handle, &process.cwd)?;
-        let id = format!("p-{}", unique_suffix());
+        if !is_plain_id(&process.name) {
+            return Err(fatal(anyhow!("invalid process name {:?}", process.name)));
+        }
+        let id = process.name.clone();
         let dir = self.existing_dir(handle)?.join("proc").join(&id);
-        mkdir_private(&dir)?;
+        fs::create_dir(&dir).map_err(io_fatal(format!(
+            "creating process directory {}",
+            dir.display()
+        )))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .map_err(io_fatal(format!("restricting {}", dir.display())))?;
         let request = ShimRequest {
             argv: process.argv.clone(),
             env: process
@@ -423,11 +438,34 @@ impl Sandbox for HostBackend {
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
+        let _ = fs::remove_file(self.manifest_path(snapshot)?);
         match fs::remove_file(self.snapshot_path(snapshot)?) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_fatal(format!("deleting snapshot {}", snapshot.id))(e)),
         }
+    }
+
+    async fn snapshots_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
+        let prefix = format!("{name}-");
+        let mut found = Vec::new();
+        let entries = fs::read_dir(&self.config.snapshot_dir)
+            .map_err(io_fatal("listing snapshots".to_owned()))?;
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if !(file.starts_with(&prefix) && file.ends_with(".json")) {
+                continue;
+            }
+            if let Ok(bytes) = fs::read(entry.path())
+                && let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
+                && is_plain_id(&snapshot.id)
+                && self.snapshot_path(&snapshot)?.exists()
+            {
+                found.push(snapshot);
+            }
+        }
+        found.sort_by_key(|s| s.created_at_ms);
+        Ok(found)
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {

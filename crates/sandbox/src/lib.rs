@@ -99,6 +99,12 @@ pub struct Handle {
 /// How to start a process inside a sandbox.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessSpec {
+    /// The process's id within the sandbox, chosen by the caller before it
+    /// spawns (letters, digits, `-`, `_`). Because the caller writes it down
+    /// first, a crash between spawning and recording cannot leave an
+    /// unknown process: after a restart, `status` of that name tells.
+    /// Spawning a name that exists is an error.
+    pub name: String,
     pub argv: Vec<String>,
     /// The complete environment: nothing else is inherited.
     pub env: BTreeMap<String, String>,
@@ -109,6 +115,7 @@ impl fmt::Debug for ProcessSpec {
     /// The environment carries the connect token, so only its keys print.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProcessSpec")
+            .field("name", &self.name)
             .field("argv", &self.argv)
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
             .field("cwd", &self.cwd)
@@ -237,6 +244,13 @@ pub trait Sandbox: Send + Sync + 'static {
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool>;
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()>;
+
+    /// Snapshots of the sandbox called `name` that the backend can find
+    /// without the state store (for example in a snapshot directory shared
+    /// by several Garrison processes), newest last.
+    async fn snapshots_for(&self, _name: &SandboxName) -> Result<Vec<SnapshotRef>> {
+        Ok(Vec::new())
+    }
 
     /// Stops every process and removes the sandbox. Gone is success.
     async fn destroy(&self, handle: &Handle) -> Result<()>;

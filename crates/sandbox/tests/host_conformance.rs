@@ -19,6 +19,7 @@ fn harness() -> Harness {
         backend: Arc::new(HostBackend::new(config).unwrap()),
         reopen: Box::new(move || Arc::new(HostBackend::new(reopen_config.clone()).unwrap())),
         image: None,
+        finds_snapshots_by_name: true,
     }
 }
 

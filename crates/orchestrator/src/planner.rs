@@ -1,0 +1,387 @@
+//! The pure planner: what to do next, decided from observed state alone.
+//!
+//! Nothing here performs I/O or reads a clock; `now` is passed in. Two
+//! decisions are made:
+//!
+//! - [`plan_claims`]: which queue entries to claim or adopt, given capacity.
+//! - [`plan_session`]: the next step for one session this orchestrator
+//!   holds, from its recorded stage, the remote's status and the entry's
+//!   `session_status`.
+//!
+//! The executor performs the step, records the outcome, observes again and
+//! asks again; every step is idempotent, so asking again after a crash
+//! finishes a half-done step instead of repeating it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// Where a held session is in its life, as recorded in the state store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "stage", content = "finish")]
+pub enum Stage {
+    /// The claim is held; no sandbox exists yet.
+    Claimed,
+    /// A sandbox is being created and the remote started.
+    Starting,
+    /// The remote has been started at least once.
+    Running,
+    /// The session is being wound down this way (snapshot, destroy,
+    /// release); resumed after a crash.
+    Finishing(Finish),
+    /// Nothing left to do.
+    Done(Finish),
+}
+
+impl Stage {
+    pub fn is_done(&self) -> bool {
+        matches!(self, Self::Done(_))
+    }
+
+    /// A sandbox may exist in this stage.
+    pub fn may_have_sandbox(&self) -> bool {
+        matches!(self, Self::Starting | Self::Running | Self::Finishing(_))
+    }
+}
+
+/// How a session's time with this orchestrator ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// Devin put the session to sleep: snapshot kept for the resume.
+    Suspended,
+    /// The session is over: snapshots deleted.
+    Terminated,
+    /// The entry left the queue while the session ran: not ours to run now.
+    /// The workspace is snapshotted (never deleted because an entry is
+    /// missing) and nothing is released.
+    Vanished,
+    /// The final state could not be established, or the remote kept
+    /// crashing: a recovery snapshot is kept and the session is reported.
+    Failed,
+    /// The claim was given back before a sandbox started (shutdown, deadline
+    /// that could not be met, start failures).
+    Released,
+}
+
+/// The remote process as last observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteObs {
+    NotStarted,
+    Running,
+    Exited(i32),
+    /// Stopped with no known exit code (its sandbox or supervisor was lost).
+    Lost,
+}
+
+/// The session's queue entry as last observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryObs {
+    /// Not seen since this orchestrator started.
+    Unknown,
+    /// Removed from the queue (a `DELETED` event or a 404).
+    Gone,
+    Present(SessionStatus),
+}
+
+/// Timing and limits of the session lifecycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Renew the claim when its deadline is this close (observed margin: 60 s).
+    pub renew_margin_ms: Millis,
+    /// A `suspended` status read while the remote runs is acted on only
+    /// after it persisted this long (it is seen briefly on live sessions).
+    pub suspended_persist_ms: Millis,
+    /// Restarts of a remote that exited non-zero before giving up.
+    pub max_restarts: u32,
+    /// First restart delay; doubles per restart.
+    pub restart_backoff_ms: Millis,
+    pub restart_backoff_max_ms: Millis,
+    /// Re-reads of the entry after a clean exit before the final state is
+    /// declared unknown (the status lags the exit by seconds).
+    pub confirm_attempts: u32,
+    pub confirm_interval_ms: Millis,
+    /// Failed attempts to start a sandbox before the claim is released.
+    pub max_start_failures: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            renew_margin_ms: 60_000,
+            suspended_persist_ms: 10_000,
+            max_restarts: 3,
+            restart_backoff_ms: 1_000,
+            restart_backoff_max_ms: 30_000,
+            confirm_attempts: 10,
+            confirm_interval_ms: 1_000,
+            max_start_failures: 3,
+        }
+    }
+}
+
+impl Policy {
+    pub fn restart_delay_ms(&self, restarts: u32) -> Millis {
+        let factor = 1i64.checked_shl(restarts.min(20)).unwrap_or(i64::MAX);
+        self.restart_backoff_ms
+            .saturating_mul(factor)
+            .min(self.restart_backoff_max_ms)
+    }
+}
+
+/// Everything [`plan_session`] looks at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionObs {
+    pub now: Millis,
+    pub stage: Stage,
+    pub claim_deadline: Option<Millis>,
+    /// The connect token from the claim is in memory (it is never stored, so
+    /// after a restart the claim must be renewed to get a fresh one).
+    pub has_connect_token: bool,
+    pub entry: EntryObs,
+    pub remote: RemoteObs,
+    /// When the current remote was seen to have stopped.
+    pub remote_stopped_at: Option<Millis>,
+    /// Since when `suspended` has been read continuously while the remote
+    /// ran (see [`track_suspended`]).
+    pub suspended_since: Option<Millis>,
+    pub restarts: u32,
+    pub start_failures: u32,
+    pub confirm_attempts: u32,
+    pub last_confirm_at: Option<Millis>,
+    /// The orchestrator is shutting down and must not start new sandboxes.
+    pub stopping: bool,
+}
+
+/// The next step for one session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionAction {
+    /// Nothing to do until something changes.
+    Wait,
+    /// Claim again with the same acceptor id: a later deadline and a fresh
+    /// connect token.
+    Renew,
+    /// Create the sandbox (restored from a snapshot when there is one), put
+    /// the remote in and start it.
+    Start,
+    /// Start the remote again in the existing sandbox.
+    RestartRemote,
+    /// Stop the running remote: the session is over or asleep.
+    KillRemote,
+    /// Re-read the entry to learn the final `session_status`.
+    ConfirmEnd,
+    /// Wind the session down this way.
+    Finish(Finish),
+}
+
+/// Decides the next step for a held session.
+pub fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
+    use SessionAction as A;
+    match obs.stage {
+        Stage::Done(_) => A::Wait,
+        Stage::Finishing(finish) => A::Finish(finish),
+        Stage::Claimed | Stage::Starting => plan_before_running(obs, policy),
+        Stage::Running => plan_running(obs, policy),
+    }
+}
+
+fn plan_before_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
+    use SessionAction as A;
+    match &obs.entry {
+        // Ended before it started here: nothing to keep.
+        EntryObs::Present(SessionStatus::Terminated) => return A::Finish(Finish::Terminated),
+        EntryObs::Gone => return A::Finish(Finish::Released),
+        _ => {}
+    }
+    if obs.stopping && obs.stage == Stage::Claimed {
+        return A::Finish(Finish::Released);
+    }
+    if obs.start_failures >= policy.max_start_failures {
+        return A::Finish(Finish::Released);
+    }
+    if needs_renewal(obs, policy) {
+        return A::Renew;
+    }
+    A::Start
+}
+
+fn plan_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
+    use SessionAction as A;
+    let remote_running = obs.remote == RemoteObs::Running;
+    match &obs.entry {
+        EntryObs::Gone if remote_running => return A::KillRemote,
+        EntryObs::Gone => return A::Finish(Finish::Vanished),
+        EntryObs::Present(SessionStatus::Terminated) if remote_running => return A::KillRemote,
+        EntryObs::Present(SessionStatus::Terminated) => return A::Finish(Finish::Terminated),
+        _ => {}
+    }
+    let suspended = obs.entry == EntryObs::Present(SessionStatus::Suspended);
+    match obs.remote {
+        RemoteObs::Running => {
+            let persisted = obs
+                .suspended_since
+                .is_some_and(|since| obs.now - since >= policy.suspended_persist_ms);
+            if suspended && persisted {
+                A::KillRemote
+            } else if needs_renewal(obs, policy) {
+                A::Renew
+            } else {
+                A::Wait
+            }
+        }
+        // After the remote stopped, `suspended` is believed at once.
+        _ if suspended => A::Finish(Finish::Suspended),
+        RemoteObs::Exited(0) => plan_confirm(obs, policy),
+        RemoteObs::NotStarted => {
+            if needs_renewal(obs, policy) {
+                A::Renew
+            } else {
+                A::RestartRemote
+            }
+        }
+        RemoteObs::Exited(_) | RemoteObs::Lost => {
+            if obs.restarts >= policy.max_restarts {
+                return A::Finish(Finish::Failed);
+            }
+            if needs_renewal(obs, policy) {
+                return A::Renew;
+            }
+            let stopped_at = obs.remote_stopped_at.unwrap_or(obs.now);
+            if obs.now - stopped_at >= policy.restart_delay_ms(obs.restarts) {
+                A::RestartRemote
+            } else {
+                A::Wait
+            }
+        }
+    }
+}
+
+/// A clean exit: the status lags, so re-read it a bounded number of times.
+fn plan_confirm(obs: &SessionObs, policy: &Policy) -> SessionAction {
+    use SessionAction as A;
+    if obs.confirm_attempts >= policy.confirm_attempts {
+        return A::Finish(Finish::Failed);
+    }
+    if needs_renewal(obs, policy) {
+        return A::Renew;
+    }
+    let due = obs
+        .last_confirm_at
+        .is_none_or(|at| obs.now - at >= policy.confirm_interval_ms);
+    if due { A::ConfirmEnd } else { A::Wait }
+}
+
+fn needs_renewal(obs: &SessionObs, policy: &Policy) -> bool {
+    !obs.has_connect_token
+        || obs
+            .claim_deadline
+            .is_none_or(|deadline| deadline - obs.now <= policy.renew_margin_ms)
+}
+
+/// Updates "suspended since" from a new reading: set on the first
+/// `suspended`, kept while it stays, cleared by anything else.
+pub fn track_suspended(since: Option<Millis>, entry: &EntryObs, now: Millis) -> Option<Millis> {
+    match entry {
+        EntryObs::Present(SessionStatus::Suspended) => Some(since.unwrap_or(now)),
+        _ => None,
+    }
+}
+
+/// Everything [`plan_claims`] looks at.
+pub struct ClaimObs<'a> {
+    pub now: Millis,
+    pub acceptor_id: &'a str,
+    pub platform: &'a Platform,
+    /// Sessions the orchestrator may still take on.
+    pub capacity: usize,
+    pub stopping: bool,
+    pub entries: &'a BTreeMap<String, QueueEntry>,
+    /// Sessions this orchestrator holds (any stage but done).
+    pub held: &'a BTreeSet<String>,
+    /// Sessions whose claim we lost, with the entry's `updated_at` then: not
+    /// tried again until the entry changes.
+    pub lost: &'a BTreeMap<String, Option<Timestamp>>,
+}
+
+/// What to do about one queue entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimAction {
+    Claim(String),
+    /// The server says we hold it but the state store does not know it (a
+    /// crash between claim and record): take it back into our care.
+    Adopt(String),
+}
+
+/// Decides which entries to claim or adopt, oldest first, within capacity.
+pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
+    if obs.stopping {
+        return Vec::new();
+    }
+    let mut candidates: Vec<(&QueueEntry, ClaimAction)> = obs
+        .entries
+        .values()
+        .filter(|e| !obs.held.contains(e.session_id()))
+        .filter(|e| &e.spec.platform == obs.platform)
+        .filter_map(|e| claim_action(obs, e).map(|a| (e, a)))
+        .collect();
+    // Adoptions first (they are already ours), then oldest first.
+    candidates.sort_by_key(|(e, a)| {
+        (
+            !matches!(a, ClaimAction::Adopt(_)),
+            e.metadata
+                .created_at
+                .map(|t| t.unix_millis())
+                .unwrap_or(i64::MAX),
+            e.session_id().to_owned(),
+        )
+    });
+    candidates
+        .into_iter()
+        .take(obs.capacity)
+        .map(|(_, a)| a)
+        .collect()
+}
+
+fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
+    let id = entry.session_id().to_owned();
+    let status = &entry.status;
+    // Released suspended/terminated sessions linger as pending rows: claiming
+    // them would flap forever.
+    if matches!(
+        status.session_status,
+        SessionStatus::Suspended | SessionStatus::Terminated
+    ) {
+        return None;
+    }
+    let ours = status.acceptor_id.as_deref() == Some(obs.acceptor_id);
+    match status.phase {
+        Phase::Claimed if ours => Some(ClaimAction::Adopt(id)),
+        Phase::Pending => claimable_unless_lost(obs, entry).then_some(ClaimAction::Claim(id)),
+        // Someone else's claim that expired returns to the queue, unless the
+        // session runs (it stays with its worker).
+        Phase::Claimed => {
+            let expired = status
+                .claim_deadline
+                .is_some_and(|d| d.unix_millis() <= obs.now);
+            (expired
+                && status.session_status != SessionStatus::Running
+                && claimable_unless_lost(obs, entry))
+            .then_some(ClaimAction::Claim(id))
+        }
+        Phase::Unknown(_) => None,
+    }
+}
+
+fn claimable_unless_lost(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
+    match obs.lost.get(entry.session_id()) {
+        Some(updated_at) => *updated_at != entry.metadata.updated_at,
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,95 @@
+//! Exponential backoff with full jitter.
+//!
+//! Full jitter (a uniform delay in `[0, min(max, base * 2^n)]`) spreads the
+//! retries of many orchestrators that failed at the same instant, which is
+//! exactly what happens when the fleet API blips.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// Delays between attempts: `base * 2^attempt`, capped at `max`, jittered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    pub const fn new(base: Duration, max: Duration) -> Self {
+        Self { base, max }
+    }
+
+    /// The uncapped-by-jitter ceiling for the `attempt`-th retry (0-based).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        // 2^20 * base is already far beyond any sensible max; the shift cap
+        // keeps the multiplication from overflowing.
+        let factor = 1u32 << attempt.min(20);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+
+    /// A random delay in `[0, ceiling(attempt)]`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let ceiling = self.ceiling(attempt);
+        if ceiling.is_zero() {
+            return ceiling;
+        }
+        let nanos = rand::rng().random_range(0..=ceiling.as_nanos().min(u64::MAX as u128) as u64);
+        Duration::from_nanos(nanos)
+    }
+}
+
+/// How idempotent GETs are retried on transport errors, timeouts, 5xx and 429.
+/// POSTs and DELETEs are never retried by the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts including the first; 1 disables retries.
+    pub attempts: u32,
+    pub backoff: Backoff,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: each GET is tried once.
+    pub const fn none() -> Self {
+        Self {
+            attempts: 1,
+            backoff: Backoff::new(Duration::ZERO, Duration::ZERO),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceiling_doubles_and_caps() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        assert_eq!(b.ceiling(0), Duration::from_millis(100));
+        assert_eq!(b.ceiling(1), Duration::from_millis(200));
+        assert_eq!(b.ceiling(3), Duration::from_millis(800));
+        assert_eq!(b.ceiling(4), Duration::from_secs(1));
+        assert_eq!(b.ceiling(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn delay_stays_within_the_ceiling() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        for attempt in 0..40 {
+            assert!(b.delay(attempt) <= b.ceiling(attempt));
+        }
+        assert_eq!(
+            Backoff::new(Duration::ZERO, Duration::ZERO).delay(3),
+            Duration::ZERO
+        );
+    }
+}

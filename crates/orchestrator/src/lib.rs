@@ -6,3 +6,5 @@
 //! before and after it happens.
 
 pub mod planner;
+pub mod store;
+pub mod config;

@@ -1,0 +1,87 @@
+//! The resolved configuration of `garrison serve`.
+//!
+//! How flags, environment and the TOML file are merged into these types is
+//! in [`crate::settings`]; everything downstream sees only validated values.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fleet::{Platform, Secret};
+use sandbox::Resources;
+
+use crate::planner::Policy;
+
+/// Where `devin-remote` is published.
+pub const DEFAULT_STATIC_BASE_URL: &str = "https://static.devin.ai/devin-rs/remote/";
+pub const DEFAULT_API_URL: &str = "https://api.devin.ai";
+pub const DEFAULT_MAX_CONCURRENT: usize = 5;
+pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(30);
+pub const DEFAULT_SNAPSHOT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Which sandbox backend serves an outpost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    Host,
+    Local,
+    Tensorlake,
+    Modal,
+}
+
+impl BackendKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Local => "local",
+            Self::Tensorlake => "tensorlake",
+            Self::Modal => "modal",
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "host" => Ok(Self::Host),
+            "local" => Ok(Self::Local),
+            "tensorlake" => Ok(Self::Tensorlake),
+            "modal" => Ok(Self::Modal),
+            other => Err(format!("unknown backend {other:?} (expected host, local, tensorlake or modal)")),
+        }
+    }
+}
+
+/// One outpost served by this process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutpostConfig {
+    pub outpost_id: String,
+    pub backend: BackendKind,
+    pub max_concurrent: usize,
+    pub resources: Resources,
+    /// Backend-specific image; `None` is the backend's default.
+    pub image: Option<String>,
+    /// The platform whose sessions are claimed.
+    pub platform: Platform,
+}
+
+/// Everything `garrison serve` needs, validated.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// API base without `/opbeta`.
+    pub api_url: String,
+    pub token: Secret,
+    /// Overrides the acceptor id stored in the state directory.
+    pub acceptor_id: Option<String>,
+    pub static_base_url: String,
+    /// `$GARRISON_HOME`: database, sessions, cache.
+    pub state_dir: PathBuf,
+    /// Where snapshots are kept; may be shared by several Garrison processes.
+    pub snapshot_dir: PathBuf,
+    /// `None` keeps snapshots forever.
+    pub snapshot_retention: Option<Duration>,
+    pub relist_interval: Duration,
+    /// On SIGTERM, wait for running sessions to end instead of leaving them.
+    pub drain: bool,
+    pub policy: Policy,
+    pub outposts: Vec<OutpostConfig>,
+}

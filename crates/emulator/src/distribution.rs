@@ -1,0 +1,172 @@
+//! The static `devin-remote` distribution, laid out like
+//! `static.devin.ai/devin-rs/remote/`: `latest_linux_x64`, the binary
+//! `devin-remote_<SHA>_linux_x64` and its `.sha256`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Path as UrlPath;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use crate::server::{ApiError, Shared, SharedState, lock};
+
+const SUFFIX: &str = "_linux_x64";
+const PREFIX: &str = "devin-remote_";
+
+/// Served when a corrupt build is asked for but no real binary is loaded.
+const PLACEHOLDER: &[u8] = b"#!/bin/sh\necho 'not a devin-remote'\nexit 1\n";
+
+#[derive(Clone, Debug)]
+struct Build {
+    bytes: Bytes,
+    /// What the `.sha256` file says, which for a corrupt build is not the
+    /// digest of `bytes`.
+    sha256_hex: String,
+}
+
+/// The builds on offer, by the 40-hex SHA that names them.
+#[derive(Debug, Default)]
+pub(crate) struct Distribution {
+    latest: Option<String>,
+    builds: HashMap<String, Build>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl Distribution {
+    pub fn load(path: &Path) -> std::io::Result<Self> {
+        Ok(Self::from_bytes(std::fs::read(path)?))
+    }
+
+    /// Serves `bytes` as latest, named by the first 40 hex of its SHA-256
+    /// (the real service names builds by a 40-hex commit SHA).
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        let digest = sha256_hex(&bytes);
+        let sha = digest[..40].to_owned();
+        let mut builds = HashMap::new();
+        builds.insert(
+            sha.clone(),
+            Build {
+                bytes: Bytes::from(bytes),
+                sha256_hex: digest,
+            },
+        );
+        Self {
+            latest: Some(sha),
+            builds,
+        }
+    }
+
+    pub fn latest(&self) -> Option<String> {
+        self.latest.clone()
+    }
+
+    /// Registers a build whose bytes have one byte flipped while its
+    /// `.sha256` keeps the genuine digest, so verification must fail.
+    pub fn add_corrupt(&mut self) -> String {
+        let genuine = self
+            .latest
+            .as_ref()
+            .and_then(|sha| self.builds.get(sha))
+            .map(|b| b.bytes.to_vec())
+            .unwrap_or_else(|| PLACEHOLDER.to_vec());
+        let mut bytes = genuine.clone();
+        let at = rand::random_range(0..bytes.len());
+        bytes[at] ^= 0xff;
+        let sha = sha256_hex(&bytes)[..40].to_owned();
+        self.builds.insert(
+            sha.clone(),
+            Build {
+                bytes: Bytes::from(bytes),
+                sha256_hex: sha256_hex(&genuine),
+            },
+        );
+        sha
+    }
+
+    /// The body served for a file name under the distribution root.
+    fn file(&self, name: &str) -> Option<(Bytes, &'static str)> {
+        if name == format!("latest{SUFFIX}") {
+            let sha = self.latest.as_ref()?;
+            return Some((Bytes::from(format!("{sha}\n")), "text/plain"));
+        }
+        let rest = name.strip_prefix(PREFIX)?;
+        if let Some(sha) = rest.strip_suffix(&format!("{SUFFIX}.sha256")) {
+            let build = self.builds.get(sha)?;
+            let line = format!("{}  {PREFIX}{sha}{SUFFIX}\n", build.sha256_hex);
+            return Some((Bytes::from(line), "text/plain"));
+        }
+        let sha = rest.strip_suffix(SUFFIX)?;
+        let build = self.builds.get(sha)?;
+        Some((build.bytes.clone(), "application/octet-stream"))
+    }
+}
+
+pub(crate) fn routes() -> Router<Arc<Shared>> {
+    Router::new().route("/static/devin-rs/remote/{file}", get(serve))
+}
+
+async fn serve(
+    axum::extract::State(shared): SharedState,
+    UrlPath(file): UrlPath<String>,
+) -> Response {
+    let found = lock(&shared.dist).file(&file);
+    match found {
+        Some((body, content_type)) => {
+            let mut resp = body.into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            resp
+        }
+        None => ApiError::not_found("file").into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_latest_binary_and_checksum() {
+        let d = Distribution::from_bytes(b"binary".to_vec());
+        let sha = d.latest().unwrap();
+        assert_eq!(sha.len(), 40);
+        let (latest, _) = d.file("latest_linux_x64").unwrap();
+        assert_eq!(latest.as_ref(), format!("{sha}\n").as_bytes());
+        let (bin, _) = d.file(&format!("devin-remote_{sha}_linux_x64")).unwrap();
+        assert_eq!(bin.as_ref(), b"binary");
+        let (sum, _) = d
+            .file(&format!("devin-remote_{sha}_linux_x64.sha256"))
+            .unwrap();
+        let sum = String::from_utf8(sum.to_vec()).unwrap();
+        assert!(sum.starts_with(&sha256_hex(b"binary")));
+        assert!(d.file("devin-remote_nope_linux_x64").is_none());
+    }
+
+    #[test]
+    fn corrupt_build_does_not_match_its_checksum() {
+        let mut d = Distribution::from_bytes(b"binary".to_vec());
+        let bad = d.add_corrupt();
+        let (bin, _) = d.file(&format!("devin-remote_{bad}_linux_x64")).unwrap();
+        let (sum, _) = d
+            .file(&format!("devin-remote_{bad}_linux_x64.sha256"))
+            .unwrap();
+        let sum = String::from_utf8(sum.to_vec()).unwrap();
+        assert!(!sum.starts_with(&sha256_hex(&bin)));
+        assert_ne!(Some(bad), d.latest());
+    }
+
+    #[test]
+    fn empty_distribution_serves_nothing() {
+        let d = Distribution::default();
+        assert!(d.file("latest_linux_x64").is_none());
+    }
+}

@@ -1,0 +1,39 @@
+//! Fault injection for the fleet API: latency, 500/503 answers (before any
+//! state change, so a retry is always safe), and the dice the stream and
+//! read paths use for their own faults.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::server::{ApiError, SharedState};
+
+/// True with probability `rate`.
+pub(crate) fn roll(rate: f64) -> bool {
+    rate > 0.0 && rand::random::<f64>() < rate
+}
+
+pub(crate) async fn middleware(
+    axum::extract::State(shared): SharedState,
+    req: Request,
+    next: Next,
+) -> Response {
+    let faults = shared.faults();
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    if roll(faults.error_rate) {
+        let n = shared.fault_counter.fetch_add(1, Ordering::Relaxed);
+        let status = if n % 2 == 0 {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        return ApiError::new(status, "server_error", "injected fault").into_response();
+    }
+    next.run(req).await
+}

@@ -279,6 +279,7 @@ impl FleetClient {
             match parse_entry(item) {
                 Ok(entry) => items.push(entry),
                 Err(reason) => {
+                    let reason = self.scrub(&reason);
                     warn!(route = route::LIST, %reason, "skipping a queue entry that does not parse");
                     skipped += 1;
                 }
@@ -376,7 +377,7 @@ impl FleetClient {
                     .map(Some)
                     .map_err(|message| FleetError::Decode {
                         route: route::GET,
-                        message,
+                        message: self.scrub(&message),
                     })
             }
             _ => Err(self.status_error(route::GET, SCOPE_MACHINE, &raw)),
@@ -411,7 +412,7 @@ impl FleetClient {
                 parse_entry(value).map_err(|message| {
                     ClaimError::Fleet(FleetError::Decode {
                         route: route::CLAIM,
-                        message,
+                        message: self.scrub(&message),
                     })
                 })
             }
@@ -547,6 +548,12 @@ impl FleetClient {
         }
     }
 
+    /// Server-influenced text made safe for errors and logs: the token
+    /// replaced, control characters flattened, length bounded.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        snippet(text.as_bytes(), &[&self.inner.token])
+    }
+
     /// Parses JSON, scrubbing the token from the message in case the server
     /// echoed it into a value serde quotes.
     pub(crate) fn decode<T: DeserializeOwned>(
@@ -556,7 +563,7 @@ impl FleetClient {
     ) -> Result<T, FleetError> {
         serde_json::from_slice(body).map_err(|e| FleetError::Decode {
             route,
-            message: snippet(e.to_string().as_bytes(), &[&self.inner.token]),
+            message: self.scrub(&e.to_string()),
         })
     }
 }

@@ -33,6 +33,9 @@ pub mod stats;
 pub mod watch;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 pub use client::{ClientOptions, FleetClient, ListQuery, ReleaseOutcome};
 pub use error::{ClaimError, FleetError};
 pub use pkce::{ConnectError, Pkce};

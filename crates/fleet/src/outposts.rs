@@ -61,6 +61,7 @@ impl FleetClient {
                 match serde_json::from_value::<Outpost>(item) {
                     Ok(o) => outposts.push(o),
                     Err(error) => {
+                        let error = self.scrub(&error.to_string());
                         warn!(route = route::LIST_OUTPOSTS, %error, "skipping an outpost that does not parse");
                         skipped += 1;
                     }

@@ -276,6 +276,7 @@ impl Open {
         match decode_event(&data) {
             Ok(event) => ConnItem::Event(Box::new(event)),
             Err((reason, cursor)) => {
+                let reason = self.client.scrub(&reason);
                 warn!(route = route::WATCH, %reason, "skipping a watch event that does not parse");
                 stats.skipped(route::WATCH, 1);
                 ConnItem::Skipped { cursor }

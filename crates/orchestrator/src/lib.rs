@@ -8,3 +8,6 @@
 pub mod planner;
 pub mod store;
 pub mod config;
+pub mod contract;
+pub mod redact;
+pub mod remote;

@@ -438,6 +438,7 @@ mod tests {
             workdir: "/w".into(),
             state_dir: "/s".into(),
             bin_dir: "/b".into(),
+            home: "/h".into(),
             image: None,
         });
         rec.process = Some(ProcessRef { id: "remote-1".into() });

@@ -11,6 +11,7 @@
 //!     fs/workspace/      the remote's working directory (repositories)
 //!     fs/state/          DEVIN_REMOTE_STATE_DIR
 //!     fs/bin/            binaries put in by the orchestrator
+//!     fs/home/           HOME
 //!     proc/<id>/         one per process: shim.pid, child.pid, output.log, exit
 //! ```
 //!
@@ -229,7 +230,7 @@ impl Sandbox for HostBackend {
             return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
         }
         let fs_root = dir.join("fs");
-        for sub in ["workspace", "state", "bin"] {
+        for sub in ["workspace", "state", "bin", "home"] {
             mkdir_private(&fs_root.join(sub))?;
         }
         mkdir_private(&dir.join("proc"))?;
@@ -253,6 +254,7 @@ impl Sandbox for HostBackend {
             workdir: path("workspace"),
             state_dir: path("state"),
             bin_dir: path("bin"),
+            home: path("home"),
             image: None,
         };
         let json = serde_json::to_vec_pretty(&handle).map_err(fatal)?;

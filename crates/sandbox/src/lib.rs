@@ -92,6 +92,8 @@ pub struct Handle {
     pub state_dir: String,
     /// Where binaries put in by the orchestrator go.
     pub bin_dir: String,
+    /// `HOME` for processes in the sandbox.
+    pub home: String,
     /// The image the sandbox was started from, if the backend has images.
     pub image: Option<String>,
 }

@@ -540,6 +540,9 @@ impl FleetClient {
                 route,
                 body: body(),
             },
+            410 if route == route::LIST || route == route::WATCH => {
+                FleetError::CursorExpired { route }
+            }
             code => FleetError::Status {
                 route,
                 code,

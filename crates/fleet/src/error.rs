@@ -37,6 +37,12 @@ pub enum FleetError {
     #[error("{route}: conflict (409): {body}")]
     Conflict { route: &'static str, body: String },
 
+    /// 410 on a list or watch: the server no longer keeps events after the
+    /// cursor (or never issued it, e.g. after a server restart). Changes were
+    /// missed: list again and watch from the new list's cursor.
+    #[error("{route}: cursor expired (410): list again")]
+    CursorExpired { route: &'static str },
+
     /// Any other non-success status, with a bounded, token-scrubbed body.
     #[error("{route}: HTTP {code}: {body}")]
     Status {
@@ -95,6 +101,7 @@ impl FleetError {
             Self::Forbidden { .. } => "forbidden",
             Self::NotFound { .. } => "not_found",
             Self::Conflict { .. } => "conflict",
+            Self::CursorExpired { .. } => "cursor_expired",
             Self::Status { .. } => "status",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::Timeout { .. } => "timeout",
@@ -122,6 +129,7 @@ impl FleetError {
             Self::Forbidden { .. } => Some(403),
             Self::NotFound { .. } => Some(404),
             Self::Conflict { .. } => Some(409),
+            Self::CursorExpired { .. } => Some(410),
             Self::Status { code, .. } => Some(*code),
             _ => None,
         }

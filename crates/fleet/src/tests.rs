@@ -1081,3 +1081,52 @@ async fn the_token_never_appears_in_errors_or_logs() {
     assert!(!logs.is_empty(), "the capture saw no logs at all");
     assert_clean("logs", logs);
 }
+
+#[tokio::test]
+async fn an_expired_cursor_is_typed_and_watch_forever_starts_over() {
+    let base = serve(Router::new().route(
+        "/opbeta/outposts/devins",
+        get(|RawQuery(q): RawQuery| async move {
+            match query_param(&q, "cursor").as_deref() {
+                Some("old") => (StatusCode::GONE, "expired_cursor").into_response(),
+                None => sse(vec![EV1]),
+                Some(other) => panic!("unexpected cursor {other}"),
+            }
+        }),
+    ))
+    .await;
+    let c = client(&base, fast());
+    let items: Vec<_> = c.watch("o", Some("old")).collect().await;
+    assert!(
+        matches!(&items[..], [Err(FleetError::CursorExpired { .. })]),
+        "{items:?}"
+    );
+    let mut watch = c.watch_forever("o", Some("old".into()));
+    let first = tokio::time::timeout(HANG, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            first,
+            WatchItem::Disconnected {
+                error: Some(FleetError::CursorExpired { .. }),
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    let second = tokio::time::timeout(HANG, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(second, WatchItem::Reconnected { cursor: None, .. }),
+        "{second:?}"
+    );
+    let third = tokio::time::timeout(HANG, watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(third, WatchItem::Event(_)), "{third:?}");
+}

@@ -44,16 +44,19 @@ pub enum WatchItem {
     Event(WatchEvent),
     /// A connection ended. `error` is `None` when the server closed the
     /// stream normally (it does so at least every five minutes). The next
-    /// attempt starts after `retry_in`. Errors such as
+    /// attempt starts after `retry_in`. After
+    /// [`FleetError::CursorExpired`] the next connection starts from the
+    /// beginning of what the server keeps, since the cursor is useless; events
+    /// were missed, so the caller should re-list. Errors such as
     /// [`FleetError::Unauthorized`] repeat forever; the caller decides when
     /// to give up by dropping the stream.
     Disconnected {
         error: Option<FleetError>,
         retry_in: Duration,
     },
-    /// A new connection is open after a previous one ended. `reconnects`
-    /// counts them (1 for the first reconnect); `cursor` is where it resumed.
-    /// The first connection is not announced.
+    /// A connection opened after a [`WatchItem::Disconnected`]. `reconnects`
+    /// counts them (1 for the first); `cursor` is where it resumed. The very
+    /// first connection is not announced.
     Reconnected {
         reconnects: u64,
         cursor: Option<String>,
@@ -101,7 +104,8 @@ impl FleetClient {
             cursor: start_cursor,
             conn: None,
             sleep: None,
-            connections: 0,
+            disconnected_once: false,
+            reconnects: 0,
             failures: 0,
             opened_at: None,
             progressed: false,
@@ -317,8 +321,10 @@ struct Forever {
     conn: Option<ConnStream>,
     /// Wait before the next connection.
     sleep: Option<Duration>,
-    /// Connections opened so far.
-    connections: u64,
+    /// Whether any connection (or attempt) ended yet.
+    disconnected_once: bool,
+    /// Connections opened after the first disconnect.
+    reconnects: u64,
     /// Unhealthy connections in a row; drives the backoff.
     failures: u32,
     opened_at: Option<Instant>,
@@ -346,10 +352,10 @@ impl Forever {
             match conn.next().await {
                 Some(Ok(ConnItem::Connected)) => {
                     self.opened_at = Some(Instant::now());
-                    self.connections += 1;
-                    if self.connections > 1 {
+                    if self.disconnected_once {
+                        self.reconnects += 1;
                         return WatchItem::Reconnected {
-                            reconnects: self.connections - 1,
+                            reconnects: self.reconnects,
                             cursor: self.cursor.clone(),
                         };
                     }
@@ -375,6 +381,11 @@ impl Forever {
 
     fn disconnected(&mut self, error: Option<FleetError>) -> WatchItem {
         self.conn = None;
+        self.disconnected_once = true;
+        if matches!(error, Some(FleetError::CursorExpired { .. })) {
+            // Retrying the same cursor would be refused forever.
+            self.cursor = None;
+        }
         let healthy = self.progressed
             || self
                 .opened_at

@@ -12,7 +12,16 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_devin-remote-sim");
+/// The simulator under test: the one cargo just built for this test run,
+/// or the static release build when `scripts/test` points
+/// `GARRISON_REMOTE_SIM` at it, so the binary that ships into sandboxes is
+/// the one tested.
+pub fn bin() -> String {
+    std::env::var("GARRISON_REMOTE_SIM")
+        .ok()
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_devin-remote-sim").to_string())
+}
 
 /// Generous: only there so a hung simulator fails the test instead of
 /// hanging the suite. Nothing asserts on how long anything takes.
@@ -76,7 +85,7 @@ impl Sim {
         let workdir = scratch.path().join("work");
         let state_dir = scratch.path().join("state");
         std::fs::create_dir_all(&workdir).unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.arg("serve")
             .current_dir(&workdir)
             .env_clear()
@@ -124,7 +133,7 @@ impl Sim {
 pub async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let output = patiently(
         "the simulator to exit",
-        Command::new(BIN)
+        Command::new(bin())
             .args(args)
             .env_clear()
             .envs(env.iter().copied())

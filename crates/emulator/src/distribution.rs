@@ -3,8 +3,9 @@
 //! `devin-remote_<SHA>_linux_x64` and its `.sha256`.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use axum::Router;
 use axum::extract::Path as UrlPath;
@@ -42,8 +43,31 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl Distribution {
+    /// Loads the binary at `path`. Reading and hashing a ~20 MB debug build
+    /// takes a noticeable fraction of a second, and test suites start many
+    /// emulators, so the result is shared per process while the file's size
+    /// and modification time stay the same.
     pub fn load(path: &Path) -> std::io::Result<Self> {
-        Ok(Self::from_bytes(std::fs::read(path)?))
+        type Key = (PathBuf, u64, Option<SystemTime>);
+        static CACHE: OnceLock<Mutex<HashMap<Key, (String, Build)>>> = OnceLock::new();
+        let meta = std::fs::metadata(path)?;
+        let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+        let cache = CACHE.get_or_init(Mutex::default);
+        let cached = lock(cache).get(&key).cloned();
+        let (sha, build) = match cached {
+            Some(hit) => hit,
+            None => {
+                let fresh = Self::from_bytes(std::fs::read(path)?);
+                let sha = fresh.latest.clone().expect("from_bytes sets latest");
+                let build = fresh.builds[&sha].clone();
+                lock(cache).insert(key, (sha.clone(), build.clone()));
+                (sha, build)
+            }
+        };
+        Ok(Self {
+            latest: Some(sha.clone()),
+            builds: HashMap::from([(sha, build)]),
+        })
     }
 
     /// Serves `bytes` as latest, named by the first 40 hex of its SHA-256

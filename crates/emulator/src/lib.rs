@@ -127,7 +127,12 @@ impl Emulator {
             .await
             .with_context(|| format!("binding {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(config, addr));
+        // Reading and hashing the binary is blocking work.
+        let for_load = config.clone();
+        let dist = tokio::task::spawn_blocking(move || server::load_distribution(&for_load))
+            .await
+            .context("loading the remote binary")?;
+        let shared = Arc::new(Shared::new(config, addr, dist));
         let app = server::router(shared.clone());
         let mut stop = shared.shutdown.subscribe();
         let server = tokio::spawn(async move {

@@ -61,7 +61,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Shared {
-    pub fn new(config: EmulatorConfig, addr: SocketAddr) -> Self {
+    pub fn new(config: EmulatorConfig, addr: SocketAddr, dist: Distribution) -> Self {
         let host = if addr.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], addr.port()))
         } else {
@@ -80,13 +80,6 @@ impl Shared {
             crate::state::SCOPE_MACHINE,
             crate::state::SCOPE_ORCHESTRATOR,
         ]);
-        let dist = match config.remote_binary.clone().or_else(crate::locate_remote_sim) {
-            Some(path) => Distribution::load(&path).unwrap_or_else(|err| {
-                tracing::warn!(path = %path.display(), %err, "remote binary unreadable; distribution disabled");
-                Distribution::default()
-            }),
-            None => Distribution::default(),
-        };
         Self {
             faults: Mutex::new(config.faults.clone()),
             config,
@@ -146,6 +139,18 @@ impl Shared {
                 format!("token lacks scope {}", scopes.join(" or ")),
             ),
         })
+    }
+}
+
+/// Loads the configured (or located) simulator binary; without one the
+/// distribution is empty and answers 404.
+pub(crate) fn load_distribution(config: &EmulatorConfig) -> Distribution {
+    match config.remote_binary.clone().or_else(crate::locate_remote_sim) {
+        Some(path) => Distribution::load(&path).unwrap_or_else(|err| {
+            tracing::warn!(path = %path.display(), %err, "remote binary unreadable; distribution disabled");
+            Distribution::default()
+        }),
+        None => Distribution::default(),
     }
 }
 

@@ -5,9 +5,14 @@
 //! through a [`sandbox::Sandbox`], and the [`store`] records every step
 //! before and after it happens.
 
-pub mod planner;
-pub mod store;
 pub mod config;
 pub mod contract;
+pub mod metrics;
+pub mod planner;
+pub mod queue;
 pub mod redact;
 pub mod remote;
+pub mod serve;
+pub mod session;
+pub mod session_log;
+pub mod store;

@@ -1,0 +1,423 @@
+//! `garrison serve`: one loop per outpost that claims what the planner
+//! picks, one runner per held session, and the clean-up around them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use fleet::{ClaimError, ClientOptions, FleetClient, Timestamp};
+use sandbox::Sandbox;
+use sandbox::host::{HostBackend, HostConfig};
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{BackendKind, OutpostConfig, ServeConfig};
+use crate::metrics::Metrics;
+use crate::planner::{ClaimAction, ClaimObs, plan_claims};
+use crate::queue::{self, QueueView};
+use crate::redact::Redactor;
+use crate::remote::RemoteResolver;
+use crate::session::{Deps, SessionRunner, now_ms};
+use crate::session_log::SessionLogs;
+use crate::store::{SessionRecord, Store};
+
+/// How often the claim loop looks at the queue when nothing wakes it.
+const CLAIM_TICK: Duration = Duration::from_secs(1);
+const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
+
+/// What a running `serve` shares with the admin listener and commands.
+pub struct Serving {
+    pub acceptor_id: String,
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    pub client: FleetClient,
+    pub views: Vec<Arc<QueueView>>,
+}
+
+/// Where the per-process pieces live under the state directory.
+pub fn db_path(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("garrison.db")
+}
+
+fn generate_acceptor_id() -> String {
+    let host = nix_hostname().unwrap_or_else(|| "host".to_owned());
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(40)
+        .collect();
+    format!("garrison-{host}-{:08x}", rand::random::<u32>())
+}
+
+fn nix_hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Builds the backend an outpost is configured for.
+pub fn make_backend(
+    kind: BackendKind,
+    state_dir: &std::path::Path,
+    snapshot_dir: &std::path::Path,
+    shim_exe: &std::path::Path,
+) -> anyhow::Result<Arc<dyn Sandbox>> {
+    match kind {
+        BackendKind::Host => Ok(Arc::new(HostBackend::new(HostConfig {
+            root: state_dir.join("host"),
+            snapshot_dir: snapshot_dir.join("host"),
+            shim_exe: shim_exe.to_owned(),
+        })?)),
+        other => anyhow::bail!(
+            "the {} backend is not available in this build yet; use --backend host",
+            other.as_str()
+        ),
+    }
+}
+
+/// Serves every configured outpost until `stop` is cancelled; then stops
+/// claiming, releases claims whose sandbox never started, leaves running
+/// sessions alone (or, with `drain`, waits for them to end) and returns.
+pub async fn serve(
+    config: ServeConfig,
+    shim_exe: PathBuf,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let serving = prepare(&config)?;
+    run_prepared(config, serving, shim_exe, stop).await
+}
+
+/// Opens the state store and the client (fails fast on a bad setting).
+pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
+    std::fs::create_dir_all(&config.state_dir).with_context(|| {
+        format!(
+            "creating the state directory {}",
+            config.state_dir.display()
+        )
+    })?;
+    let store = Arc::new(Store::open(&db_path(&config.state_dir))?);
+    let acceptor_id = match &config.acceptor_id {
+        Some(id) => id.clone(),
+        None => store.acceptor_id(generate_acceptor_id)?,
+    };
+    let client = FleetClient::new(
+        &config.api_url,
+        config.token.clone(),
+        ClientOptions::default(),
+    )
+    .context("building the fleet API client")?;
+    let views = config
+        .outposts
+        .iter()
+        .map(|o| QueueView::new(&o.outpost_id))
+        .collect();
+    Ok(Arc::new(Serving {
+        acceptor_id,
+        store,
+        metrics: Arc::new(Metrics::default()),
+        client,
+        views,
+    }))
+}
+
+pub async fn run_prepared(
+    config: ServeConfig,
+    serving: Arc<Serving>,
+    shim_exe: PathBuf,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let redactor = Arc::new(Redactor::default());
+    redactor.add(config.token.expose());
+    let logs = SessionLogs::new(config.state_dir.join("sessions"), redactor)?;
+    let resolver = Arc::new(RemoteResolver::new(
+        &config.static_base_url,
+        config.state_dir.join("cache").join("remote"),
+    )?);
+    info!(acceptor_id = %serving.acceptor_id, outposts = config.outposts.len(), "garrison serving");
+
+    let mut outposts = JoinSet::new();
+    let queue_stop = CancellationToken::new();
+    for (outpost, view) in config.outposts.iter().zip(&serving.views) {
+        let backend = make_backend(
+            outpost.backend,
+            &config.state_dir,
+            &config.snapshot_dir,
+            &shim_exe,
+        )?;
+        let deps = Arc::new(Deps {
+            client: serving.client.clone(),
+            backend,
+            store: serving.store.clone(),
+            resolver: resolver.clone(),
+            view: view.clone(),
+            logs: logs.clone(),
+            metrics: serving.metrics.clone(),
+            acceptor_id: serving.acceptor_id.clone(),
+            outpost: outpost.clone(),
+            policy: config.policy.clone(),
+            stopping: stop.clone(),
+            drain: config.drain,
+        });
+        outposts.spawn(queue::run(
+            serving.client.clone(),
+            view.clone(),
+            serving.store.clone(),
+            config.relist_interval,
+            queue_stop.clone(),
+        ));
+        outposts.spawn(outpost_loop(deps, config.snapshot_retention));
+    }
+    // The queue tasks end only when told; the outpost loops end after stop.
+    let mut loops_left = config.outposts.len();
+    while loops_left > 0 {
+        match outposts.join_next().await {
+            Some(Ok(())) => loops_left -= 1,
+            Some(Err(e)) => {
+                error!(error = %e, "an outpost task panicked");
+                loops_left -= 1;
+            }
+            None => break,
+        }
+    }
+    queue_stop.cancel();
+    while outposts.join_next().await.is_some() {}
+    info!("garrison stopped");
+    Ok(())
+}
+
+/// Claims for one outpost and keeps a runner per held session.
+async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
+    let outpost_id = deps.outpost.outpost_id.clone();
+    let mut runners: JoinSet<String> = JoinSet::new();
+    let mut held: BTreeSet<String> = BTreeSet::new();
+    let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
+
+    // Re-adopt what the last run of this Garrison left.
+    match deps.store.active_sessions(&outpost_id) {
+        Ok(records) => {
+            for rec in records {
+                info!(session_id = rec.session_id, stage = ?rec.stage, "re-adopting session");
+                held.insert(rec.session_id.clone());
+                let runner = SessionRunner::adopted(deps.clone(), rec.clone());
+                runners.spawn(async move {
+                    runner.run().await;
+                    rec.session_id
+                });
+            }
+        }
+        Err(e) => error!(error = %e, "reading the state store failed"),
+    }
+    clean_orphans(&deps).await;
+
+    let mut changes = deps.view.subscribe();
+    let mut sweep = tokio::time::interval(RETENTION_SWEEP);
+    loop {
+        while let Some(done) = runners.try_join_next() {
+            match done {
+                Ok(session_id) => {
+                    held.remove(&session_id);
+                }
+                Err(e) => error!(error = %e, "a session runner panicked"),
+            }
+        }
+        if deps.stopping.is_cancelled() {
+            break;
+        }
+        if deps.view.is_synced() {
+            claim_round(&deps, &mut runners, &mut held, &mut lost).await;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(CLAIM_TICK) => {}
+            _ = deps.stopping.cancelled() => {}
+            _ = sweep.tick() => sweep_snapshots(&deps, retention).await,
+            Some(done) = runners.join_next(), if !runners.is_empty() => {
+                if let Ok(session_id) = done {
+                    held.remove(&session_id);
+                }
+            }
+        }
+    }
+    info!(
+        outpost_id,
+        sessions = runners.len(),
+        drain = deps.drain,
+        "stopped claiming; waiting for runners"
+    );
+    while runners.join_next().await.is_some() {}
+}
+
+async fn claim_round(
+    deps: &Arc<Deps>,
+    runners: &mut JoinSet<String>,
+    held: &mut BTreeSet<String>,
+    lost: &mut BTreeMap<String, Option<Timestamp>>,
+) {
+    let entries = deps.view.snapshot();
+    lost.retain(|id, _| entries.contains_key(id));
+    let actions = plan_claims(&ClaimObs {
+        now: now_ms(),
+        acceptor_id: &deps.acceptor_id,
+        platform: &deps.outpost.platform,
+        capacity: deps.outpost.max_concurrent.saturating_sub(held.len()),
+        stopping: deps.stopping.is_cancelled(),
+        entries: &entries,
+        held,
+        lost,
+    });
+    for action in actions {
+        match action {
+            ClaimAction::Claim(session_id) => {
+                let Some(seen) = entries.get(&session_id) else {
+                    continue;
+                };
+                match deps.client.claim(&session_id, &deps.acceptor_id).await {
+                    Ok(entry) => {
+                        Metrics::inc(&deps.metrics.claims_won);
+                        let mut rec = SessionRecord::new(
+                            &session_id,
+                            &deps.outpost.outpost_id,
+                            entry.spec.kind.as_str(),
+                            deps.backend.kind(),
+                            now_ms(),
+                        );
+                        rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                        if let Err(e) = deps.store.put_session(&rec) {
+                            // Unrecorded, the claim would be adopted after a
+                            // restart; still, do not run what we cannot record.
+                            error!(session_id, error = %e, "recording the claim failed; releasing it");
+                            let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
+                            continue;
+                        }
+                        info!(session_id, kind = rec.kind, "claimed");
+                        let _ = deps.store.add_event(
+                            &session_id,
+                            now_ms(),
+                            "claimed",
+                            &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
+                        );
+                        let _ = deps.logs.event(
+                            &session_id,
+                            now_ms(),
+                            "claimed",
+                            &json!({ "acceptor_id": deps.acceptor_id }),
+                        );
+                        deps.view.upsert(entry.clone());
+                        held.insert(session_id.clone());
+                        let runner = SessionRunner::claimed(deps.clone(), rec, entry);
+                        runners.spawn(async move {
+                            runner.run().await;
+                            session_id
+                        });
+                    }
+                    Err(ClaimError::Conflict) => {
+                        Metrics::inc(&deps.metrics.claims_lost);
+                        lost.insert(session_id, seen.metadata.updated_at);
+                    }
+                    Err(ClaimError::Fleet(e)) => {
+                        warn!(session_id, error = %e, "claim failed");
+                    }
+                }
+            }
+            ClaimAction::Adopt(session_id) => {
+                let Some(entry) = entries.get(&session_id) else {
+                    continue;
+                };
+                let mut rec = SessionRecord::new(
+                    &session_id,
+                    &deps.outpost.outpost_id,
+                    entry.spec.kind.as_str(),
+                    deps.backend.kind(),
+                    now_ms(),
+                );
+                rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                if deps.store.put_session(&rec).is_err() {
+                    continue;
+                }
+                info!(session_id, "adopting a claim the state store did not know");
+                held.insert(session_id.clone());
+                let runner = SessionRunner::adopted(deps.clone(), rec);
+                runners.spawn(async move {
+                    runner.run().await;
+                    session_id
+                });
+            }
+        }
+    }
+}
+
+/// Destroys sandboxes of this outpost that no recorded session owns (left
+/// by a crash before their session was recorded). Snapshots are kept.
+async fn clean_orphans(deps: &Arc<Deps>) {
+    let sandboxes = match deps.backend.list().await {
+        Ok(list) => list,
+        Err(e) => {
+            warn!(error = %e, "listing sandboxes for clean-up failed");
+            return;
+        }
+    };
+    for handle in sandboxes {
+        if handle.labels.get(sandbox::LABEL_OUTPOST_ID) != Some(&deps.outpost.outpost_id) {
+            continue;
+        }
+        let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
+            continue;
+        };
+        let owned = deps
+            .store
+            .session(session_id)
+            .ok()
+            .flatten()
+            .is_some_and(|s| !s.stage.is_done());
+        if !owned {
+            warn!(
+                session_id,
+                sandbox = handle.name,
+                "destroying an orphaned sandbox"
+            );
+            if let Err(e) = deps.backend.destroy(&handle).await {
+                warn!(sandbox = handle.name, error = %e, "destroying an orphan failed");
+            }
+        }
+    }
+}
+
+/// Deletes snapshots older than the retention period.
+async fn sweep_snapshots(deps: &Arc<Deps>, retention: Option<Duration>) {
+    let Some(retention) = retention else { return };
+    let cutoff = now_ms() - retention.as_millis() as i64;
+    let Ok(old) = deps.store.snapshots_older_than(cutoff) else {
+        return;
+    };
+    for stored in old {
+        if stored.snapshot.backend != deps.backend.kind() {
+            continue;
+        }
+        match deps.backend.delete_snapshot(&stored.snapshot).await {
+            Ok(()) => {
+                info!(
+                    session_id = stored.session_id,
+                    snapshot = stored.snapshot.id,
+                    "snapshot expired"
+                );
+                let _ = deps.store.remove_snapshot(&stored.snapshot.id);
+            }
+            Err(e) => {
+                warn!(snapshot = stored.snapshot.id, error = %e, "deleting an expired snapshot failed")
+            }
+        }
+    }
+}
+
+/// For tests and tools: a fresh config-independent metrics handle.
+pub fn outpost_ids(config: &ServeConfig) -> Vec<String> {
+    config
+        .outposts
+        .iter()
+        .map(|o: &OutpostConfig| o.outpost_id.clone())
+        .collect()
+}

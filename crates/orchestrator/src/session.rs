@@ -1,0 +1,798 @@
+//! The executor for one held session.
+//!
+//! A [`SessionRunner`] observes (the queue view, the remote's status, the
+//! remote's output), asks [`plan_session`] what to do, does it, writes the
+//! outcome down, and repeats until the session is done or Garrison stops.
+//! Each step is recorded before it starts, so a runner created from the
+//! state store after a crash continues where the last one stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use fleet::{ClaimError, FleetClient, QueueEntry, ReleaseOutcome, Secret};
+use sandbox::{
+    Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox, SandboxName, SandboxSpec, SnapshotRef,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::OutpostConfig;
+use crate::contract::{self, RemoteLaunch};
+use crate::metrics::Metrics;
+use crate::planner::{
+    EntryObs, Finish, Millis, Policy, RemoteObs, SessionAction, SessionObs, Stage, plan_session,
+    track_suspended,
+};
+use crate::queue::QueueView;
+use crate::remote::RemoteResolver;
+use crate::session_log::SessionLogs;
+use crate::store::{SessionRecord, SnapshotReason, Store, StoredSnapshot};
+
+/// How often a running session is looked at when nothing wakes it.
+const POLL: Duration = Duration::from_millis(100);
+/// A slow step is not begun with less claim time left than this.
+const MIN_STEP_BUDGET_MS: Millis = 10_000;
+const KILL_GRACE: Duration = Duration::from_secs(10);
+/// Output copied per read.
+const OUTPUT_CHUNK: usize = 256 * 1024;
+/// Attempts of a release or a snapshot before giving up on it.
+const FINISH_ATTEMPTS: u32 = 5;
+
+/// Everything a runner needs, shared by all runners of an outpost.
+pub struct Deps {
+    pub client: FleetClient,
+    pub backend: Arc<dyn Sandbox>,
+    pub store: Arc<Store>,
+    pub resolver: Arc<RemoteResolver>,
+    pub view: Arc<QueueView>,
+    pub logs: SessionLogs,
+    pub metrics: Arc<Metrics>,
+    pub acceptor_id: String,
+    pub outpost: OutpostConfig,
+    pub policy: Policy,
+    /// Set when Garrison is shutting down.
+    pub stopping: CancellationToken,
+    /// With `stopping`: keep serving running sessions until they end.
+    pub drain: bool,
+}
+
+pub fn now_ms() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The claim-time state of a session, kept in memory only.
+#[derive(Default)]
+struct Claim {
+    connect_token: Option<Secret>,
+    gateway_url: Option<String>,
+}
+
+pub struct SessionRunner {
+    deps: Arc<Deps>,
+    rec: SessionRecord,
+    claim: Claim,
+    entry: Option<QueueEntry>,
+    entry_obs: EntryObs,
+    remote: RemoteObs,
+    remote_stopped_at: Option<Millis>,
+    suspended_since: Option<Millis>,
+    confirm_attempts: u32,
+    last_confirm_at: Option<Millis>,
+}
+
+impl SessionRunner {
+    /// A runner for a fresh claim: `entry` is the claim response.
+    pub fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
+        let claim = Claim {
+            connect_token: entry.status.connect_token.clone(),
+            gateway_url: entry.status.gateway_url.clone(),
+        };
+        if let Some(token) = &claim.connect_token {
+            deps.logs.redactor().add(token.expose());
+        }
+        let mut runner = Self::adopted(deps, rec);
+        runner.claim = claim;
+        runner.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+        runner.entry = Some(entry);
+        runner
+    }
+
+    /// A runner for a session found in the state store (or adopted from the
+    /// server's word that we hold it): no connect token in memory.
+    pub fn adopted(deps: Arc<Deps>, rec: SessionRecord) -> Self {
+        Self {
+            deps,
+            rec,
+            claim: Claim::default(),
+            entry: None,
+            entry_obs: EntryObs::Unknown,
+            remote: RemoteObs::NotStarted,
+            remote_stopped_at: None,
+            suspended_since: None,
+            confirm_attempts: 0,
+            last_confirm_at: None,
+        }
+    }
+
+    fn id(&self) -> &str {
+        &self.rec.session_id
+    }
+
+    /// Drives the session until it is done, or until Garrison stops and the
+    /// session may be left running.
+    pub async fn run(mut self) {
+        let mut changes = self.deps.view.subscribe();
+        loop {
+            self.observe().await;
+            let now = now_ms();
+            let action = plan_session(&self.observation(now), &self.deps.policy);
+            if self.rec.stage.is_done() {
+                return;
+            }
+            let leave_running = self.deps.stopping.is_cancelled() && !self.deps.drain;
+            if leave_running && matches!(self.rec.stage, Stage::Running) {
+                info!(
+                    session_id = self.id(),
+                    "leaving the running session to the next Garrison"
+                );
+                return;
+            }
+            match action {
+                SessionAction::Wait => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(POLL) => {}
+                        _ = changes.changed() => {}
+                        _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
+                    }
+                }
+                SessionAction::Renew => self.renew().await,
+                SessionAction::Start => self.start().await,
+                SessionAction::RestartRemote => self.restart_remote().await,
+                SessionAction::KillRemote => self.kill_remote().await,
+                SessionAction::ConfirmEnd => self.confirm_end().await,
+                SessionAction::Finish(finish) => self.finish(finish).await,
+            }
+        }
+    }
+
+    fn observation(&self, now: Millis) -> SessionObs {
+        SessionObs {
+            now,
+            stage: self.rec.stage,
+            claim_deadline: self.rec.claim_deadline,
+            has_connect_token: self.claim.connect_token.is_some(),
+            entry: self.entry_obs.clone(),
+            remote: self.remote,
+            remote_stopped_at: self.remote_stopped_at,
+            suspended_since: self.suspended_since,
+            restarts: self.rec.restarts,
+            start_failures: self.rec.start_failures,
+            confirm_attempts: self.confirm_attempts,
+            last_confirm_at: self.last_confirm_at,
+            stopping: self.deps.stopping.is_cancelled(),
+        }
+    }
+
+    async fn observe(&mut self) {
+        let now = now_ms();
+        match self.deps.view.get(self.id()) {
+            Some(entry) => {
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.entry = Some(entry);
+            }
+            // Absent from a synced view: the entry left the queue. Before the
+            // first list, absence means nothing yet.
+            None if self.deps.view.is_synced() && self.entry_obs != EntryObs::Unknown => {
+                self.entry_obs = EntryObs::Gone;
+            }
+            None if self.deps.view.is_synced() && self.rec.stage == Stage::Running => {
+                self.entry_obs = EntryObs::Gone;
+            }
+            None => {}
+        }
+        self.suspended_since = track_suspended(self.suspended_since, &self.entry_obs, now);
+
+        if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
+            let status = match self.deps.backend.status(&handle, &process).await {
+                Ok(ProcessStatus::Running) => RemoteObs::Running,
+                Ok(ProcessStatus::Exited(code)) => RemoteObs::Exited(code),
+                Ok(ProcessStatus::Lost) => RemoteObs::Lost,
+                Err(e) if e.is_gone() => RemoteObs::Lost,
+                Err(e) => {
+                    warn!(session_id = self.id(), error = %e, "reading the remote's status failed");
+                    self.remote
+                }
+            };
+            if self.remote == RemoteObs::Running || self.remote == RemoteObs::NotStarted {
+                if status != RemoteObs::Running && status != RemoteObs::NotStarted {
+                    self.remote_stopped_at = Some(now);
+                    self.event("remote_exited", json!({ "status": format!("{status:?}") }));
+                }
+            }
+            self.remote = status;
+            self.copy_output(&handle, &process).await;
+        } else {
+            self.remote = RemoteObs::NotStarted;
+        }
+    }
+
+    async fn copy_output(&mut self, handle: &Handle, process: &ProcessRef) {
+        loop {
+            let chunk = match self
+                .deps
+                .backend
+                .read_output(handle, process, self.rec.output_offset, OUTPUT_CHUNK)
+                .await
+            {
+                Ok(chunk) => chunk,
+                Err(_) => return,
+            };
+            if chunk.data.is_empty() {
+                return;
+            }
+            if let Err(e) = self.deps.logs.remote_output(self.id(), &chunk.data) {
+                warn!(session_id = self.id(), error = %e, "writing the session log failed");
+                return;
+            }
+            self.rec.output_offset = chunk.next_offset;
+            self.save();
+        }
+    }
+
+    fn save(&mut self) {
+        self.rec.updated_at = now_ms();
+        if let Err(e) = self.deps.store.put_session(&self.rec) {
+            error!(session_id = self.id(), error = %e, "recording the session failed");
+        }
+    }
+
+    fn set_stage(&mut self, stage: Stage) {
+        self.rec.stage = stage;
+        self.save();
+    }
+
+    fn event(&self, kind: &str, detail: serde_json::Value) {
+        let at = now_ms();
+        if let Err(e) = self.deps.store.add_event(self.id(), at, kind, &detail) {
+            warn!(session_id = self.id(), error = %e, "recording an event failed");
+        }
+        let _ = self.deps.logs.event(self.id(), at, kind, &detail);
+    }
+
+    /// Time left on the claim; `None` when no deadline is known.
+    fn claim_time_left(&self) -> Option<Millis> {
+        self.rec.claim_deadline.map(|d| d - now_ms())
+    }
+
+    fn has_budget(&self) -> bool {
+        self.claim_time_left()
+            .is_none_or(|left| left >= MIN_STEP_BUDGET_MS)
+    }
+
+    async fn renew(&mut self) {
+        match self
+            .deps
+            .client
+            .claim(self.id(), &self.deps.acceptor_id)
+            .await
+        {
+            Ok(entry) => {
+                Metrics::inc(&self.deps.metrics.claim_renewals);
+                self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                if let Some(token) = &entry.status.connect_token {
+                    self.deps.logs.redactor().add(token.expose());
+                    self.claim.connect_token = Some(token.clone());
+                }
+                if entry.status.gateway_url.is_some() {
+                    self.claim.gateway_url = entry.status.gateway_url.clone();
+                }
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.deps.view.upsert(entry.clone());
+                self.entry = Some(entry);
+                self.save();
+                self.event(
+                    "claim_renewed",
+                    json!({ "claim_deadline": self.rec.claim_deadline }),
+                );
+            }
+            Err(ClaimError::Conflict) => {
+                // Someone else holds the session now: our remote must not run
+                // beside theirs. Keep the work, give nothing back.
+                warn!(
+                    session_id = self.id(),
+                    "the claim was lost to another acceptor"
+                );
+                self.event("claim_lost", json!({}));
+                let finish = if self.rec.stage.may_have_sandbox() {
+                    Finish::Vanished
+                } else {
+                    Finish::Released
+                };
+                self.set_stage(Stage::Finishing(finish));
+                if let (Some(handle), Some(process)) =
+                    (self.rec.handle.clone(), self.rec.process.clone())
+                {
+                    let _ = self.deps.backend.kill(&handle, &process, KILL_GRACE).await;
+                }
+            }
+            Err(ClaimError::Fleet(e)) => {
+                warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
+                self.pause(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    async fn pause(&self, duration: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
+        }
+    }
+
+    /// The entry as claimed (for its pinned SHA and network policy).
+    async fn current_entry(&mut self) -> anyhow::Result<QueueEntry> {
+        if let Some(entry) = &self.entry {
+            return Ok(entry.clone());
+        }
+        let entry = self
+            .deps
+            .client
+            .get(self.id())
+            .await?
+            .context("the entry is gone")?;
+        self.entry = Some(entry.clone());
+        Ok(entry)
+    }
+
+    async fn start(&mut self) {
+        let started = std::time::Instant::now();
+        match self.try_start().await {
+            Ok(()) => {
+                self.deps
+                    .metrics
+                    .record_sandbox_start(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            Err(StartError::Refused(reason)) => {
+                error!(
+                    session_id = self.id(),
+                    reason, "refusing to start the session"
+                );
+                self.rec.error = Some(reason.clone());
+                self.event("start_refused", json!({ "reason": reason }));
+                self.set_stage(Stage::Finishing(Finish::Released));
+            }
+            Err(StartError::Deadline) => {
+                // The planner renews next; nothing failed.
+            }
+            Err(StartError::Failed(e)) => {
+                self.rec.start_failures += 1;
+                let message = self.deps.logs.redactor().scrub(&format!("{e:#}"));
+                warn!(session_id = self.id(), attempt = self.rec.start_failures, error = %message, "starting the session failed");
+                self.rec.error = Some(message.clone());
+                self.event(
+                    "start_failed",
+                    json!({ "error": message, "attempt": self.rec.start_failures }),
+                );
+                self.save();
+                self.pause(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    async fn try_start(&mut self) -> Result<(), StartError> {
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+        let entry = self.current_entry().await.map_err(StartError::Failed)?;
+        let pinned = entry.spec.remote_binary_sha.clone();
+        let remote = match self.deps.resolver.resolve(pinned.as_deref()).await {
+            Ok(remote) => remote,
+            Err(e) if e.is_checksum_mismatch() => {
+                Metrics::inc(&self.deps.metrics.checksum_refusals);
+                return Err(StartError::Refused(e.to_string()));
+            }
+            Err(e) => return Err(StartError::Failed(e.into())),
+        };
+        self.rec.remote_sha = Some(remote.sha.clone());
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+
+        if self.rec.stage == Stage::Claimed {
+            self.set_stage(Stage::Starting);
+            self.event(
+                "starting",
+                json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
+            );
+        }
+        let name = SandboxName::for_session(self.id());
+        // A sandbox left by an interrupted start never ran a remote (the
+        // process is recorded before it is spawned): start over cleanly.
+        if let Some(leftover) = self.find_sandbox(&name).await.map_err(StartError::Failed)? {
+            self.deps
+                .backend
+                .destroy(&leftover)
+                .await
+                .map_err(|e| StartError::Failed(e.into()))?;
+        }
+        let restore = self.latest_snapshot(&name).await;
+        let mut spec = SandboxSpec {
+            name: name.clone(),
+            labels: sandbox::session_labels(self.id(), &self.rec.outpost_id),
+            image: self.deps.outpost.image.clone(),
+            restore_from: restore.clone(),
+            resources: self.deps.outpost.resources,
+            network: sandbox::NetworkSpec {
+                policy: entry.spec.network_policy.clone(),
+                gateway_url: self.claim.gateway_url.clone(),
+            },
+        };
+        let handle = match self.deps.backend.create(&spec).await {
+            Err(e) if e.is_gone() && restore.is_some() => {
+                warn!(
+                    session_id = self.id(),
+                    "the snapshot to resume from is gone; starting a fresh sandbox"
+                );
+                self.event("snapshot_missing", json!({}));
+                spec.restore_from = None;
+                self.deps.backend.create(&spec).await
+            }
+            other => other,
+        }
+        .map_err(|e| StartError::Failed(e.into()))?;
+        if let Some(snapshot) = &spec.restore_from {
+            self.event(
+                "restored",
+                json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes }),
+            );
+        }
+        self.rec.handle = Some(handle.clone());
+        self.save();
+        self.event("sandbox_created", json!({ "sandbox": handle.name }));
+
+        let bytes = self
+            .deps
+            .resolver
+            .verified_bytes(&remote)
+            .await
+            .map_err(|e| {
+                if e.is_checksum_mismatch() {
+                    StartError::Refused(e.to_string())
+                } else {
+                    StartError::Failed(e.into())
+                }
+            })?;
+        let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
+        self.deps
+            .backend
+            .put_file(&handle, &path, &bytes, 0o755)
+            .await
+            .map_err(|e| StartError::Failed(e.into()))?;
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+        self.spawn_remote().await.map_err(StartError::Failed)
+    }
+
+    async fn find_sandbox(&self, name: &SandboxName) -> anyhow::Result<Option<Handle>> {
+        if let Some(handle) = &self.rec.handle {
+            return Ok(Some(handle.clone()));
+        }
+        Ok(self
+            .deps
+            .backend
+            .list()
+            .await?
+            .into_iter()
+            .find(|h| h.name == name.as_str()))
+    }
+
+    /// The newest snapshot of the session, from the state store or, for a
+    /// session another Garrison suspended, from the backend's shared store.
+    async fn latest_snapshot(&self, name: &SandboxName) -> Option<SnapshotRef> {
+        let mut candidates: Vec<SnapshotRef> = self
+            .deps
+            .store
+            .snapshots(self.id())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.snapshot)
+            .collect();
+        candidates.extend(
+            self.deps
+                .backend
+                .snapshots_for(name)
+                .await
+                .unwrap_or_default(),
+        );
+        candidates.sort_by_key(|s| s.created_at_ms);
+        for snapshot in candidates.into_iter().rev() {
+            if self
+                .deps
+                .backend
+                .snapshot_exists(&snapshot)
+                .await
+                .unwrap_or(false)
+            {
+                return Some(snapshot);
+            }
+        }
+        if self.rec.kind == "resume" {
+            warn!(
+                session_id = self.id(),
+                "no snapshot to resume from; starting a fresh sandbox"
+            );
+            self.event("snapshot_missing", json!({}));
+        }
+        None
+    }
+
+    /// Starts a remote in the existing sandbox, recording its name first.
+    async fn spawn_remote(&mut self) -> anyhow::Result<()> {
+        let handle = self
+            .rec
+            .handle
+            .clone()
+            .context("no sandbox to start the remote in")?;
+        let token = self
+            .claim
+            .connect_token
+            .clone()
+            .context("no connect token")?;
+        let gateway_url = self
+            .claim
+            .gateway_url
+            .clone()
+            .context("the claim gave no gateway URL")?;
+        let name = format!("remote-{}", now_ms());
+        let env = contract::remote_env(&RemoteLaunch {
+            gateway_url: &gateway_url,
+            connect_token: &token,
+            session_id: self.id(),
+            state_dir: &handle.state_dir,
+            home: &handle.home,
+            user: &current_user(),
+            chrome_path: None,
+            desktop: false,
+        });
+        let spec = ProcessSpec {
+            name: name.clone(),
+            argv: contract::remote_argv(&handle.bin_dir),
+            env,
+            cwd: handle.workdir.clone(),
+        };
+        self.rec.process = Some(ProcessRef { id: name.clone() });
+        self.rec.output_offset = 0;
+        self.set_stage(Stage::Running);
+        self.deps
+            .backend
+            .spawn(&handle, &spec)
+            .await
+            .map_err(|e| anyhow!(e))?;
+        self.remote = RemoteObs::Running;
+        self.remote_stopped_at = None;
+        Metrics::inc(&self.deps.metrics.remotes_started);
+        if self.rec.running_at.is_none() {
+            self.rec.running_at = Some(now_ms());
+            if let Some(created) = self.entry.as_ref().and_then(|e| e.metadata.created_at) {
+                let latency = (now_ms() - created.unix_millis()).max(0) as f64;
+                self.deps.metrics.record_queue_to_running(latency);
+            }
+        }
+        self.save();
+        info!(session_id = self.id(), process = name, "remote started");
+        self.event(
+            "remote_started",
+            json!({ "process": name, "remote_sha": self.rec.remote_sha }),
+        );
+        Ok(())
+    }
+
+    async fn restart_remote(&mut self) {
+        if matches!(self.remote, RemoteObs::Exited(_) | RemoteObs::Lost) {
+            self.rec.restarts += 1;
+            Metrics::inc(&self.deps.metrics.remote_restarts);
+            self.event(
+                "remote_restart",
+                json!({ "restart": self.rec.restarts, "previous": format!("{:?}", self.remote) }),
+            );
+        }
+        if let Err(e) = self.spawn_remote().await {
+            warn!(session_id = self.id(), error = %e, "restarting the remote failed");
+            self.remote = RemoteObs::Lost;
+            self.remote_stopped_at = Some(now_ms());
+            self.pause(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn kill_remote(&mut self) {
+        if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
+            self.event(
+                "remote_kill",
+                json!({ "entry": format!("{:?}", self.entry_obs) }),
+            );
+            if let Err(e) = self.deps.backend.kill(&handle, &process, KILL_GRACE).await {
+                warn!(session_id = self.id(), error = %e, "stopping the remote failed");
+                self.pause(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    async fn confirm_end(&mut self) {
+        self.confirm_attempts += 1;
+        self.last_confirm_at = Some(now_ms());
+        match self.deps.client.get(self.id()).await {
+            Ok(Some(entry)) => {
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.deps.view.upsert(entry.clone());
+                self.entry = Some(entry);
+            }
+            Ok(None) => self.entry_obs = EntryObs::Gone,
+            Err(e) => warn!(session_id = self.id(), error = %e, "reading the final status failed"),
+        }
+    }
+
+    async fn finish(&mut self, finish: Finish) {
+        if self.rec.stage != Stage::Finishing(finish) {
+            self.set_stage(Stage::Finishing(finish));
+            self.event("finishing", json!({ "finish": finish }));
+        }
+        if let Err(e) = self.wind_down(finish).await {
+            let message = format!("{e:#}");
+            error!(session_id = self.id(), finish = ?finish, error = %message, "finishing the session failed; retrying");
+            self.event("finish_failed", json!({ "error": message }));
+            self.pause(Duration::from_secs(2)).await;
+            return;
+        }
+        let done = match finish {
+            Finish::Failed => {
+                error!(session_id = self.id(), error = ?self.rec.error, "session failed; a recovery snapshot was kept where possible");
+                Finish::Failed
+            }
+            other => other,
+        };
+        Metrics::inc(&self.deps.metrics.sessions_finished);
+        self.set_stage(Stage::Done(done));
+        info!(session_id = self.id(), finish = ?done, "session done");
+        self.event("done", json!({ "finish": done }));
+    }
+
+    async fn wind_down(&mut self, finish: Finish) -> anyhow::Result<()> {
+        let backend = self.deps.backend.clone();
+        if let Some(handle) = self.rec.handle.clone() {
+            if let Some(process) = self.rec.process.clone() {
+                backend
+                    .kill(&handle, &process, KILL_GRACE)
+                    .await
+                    .map_err(|e| anyhow!(e))?;
+                self.copy_output(&handle, &process).await;
+            }
+            let keep = match finish {
+                Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
+                Finish::Failed => Some(SnapshotReason::Recovery),
+                Finish::Terminated | Finish::Released => None,
+            };
+            if let Some(reason) = keep {
+                self.snapshot(&handle, reason).await?;
+            }
+            backend.destroy(&handle).await.map_err(|e| anyhow!(e))?;
+            self.rec.handle = None;
+            self.rec.process = None;
+            self.save();
+            self.event("sandbox_destroyed", json!({}));
+        }
+        if finish == Finish::Terminated {
+            self.delete_snapshots().await;
+        }
+        if finish != Finish::Vanished {
+            self.release().await;
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, handle: &Handle, reason: SnapshotReason) -> anyhow::Result<()> {
+        let mut last_error = None;
+        for attempt in 1..=FINISH_ATTEMPTS {
+            let started = std::time::Instant::now();
+            match self.deps.backend.snapshot(handle).await {
+                Ok(snapshot) => {
+                    self.deps.metrics.record_snapshot(
+                        started.elapsed().as_secs_f64() * 1000.0,
+                        snapshot.size_bytes,
+                    );
+                    self.deps.store.add_snapshot(&StoredSnapshot {
+                        session_id: self.id().to_owned(),
+                        reason,
+                        snapshot: snapshot.clone(),
+                    })?;
+                    self.event("snapshot", json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes, "reason": reason }));
+                    return Ok(());
+                }
+                Err(e) if e.is_transient() => {
+                    warn!(session_id = self.id(), attempt, error = %e, "snapshot failed; retrying");
+                    last_error = Some(anyhow!(e));
+                    self.pause(Duration::from_secs(attempt as u64)).await;
+                }
+                // Without a snapshot the sandbox must not be destroyed: the
+                // error keeps the session in `finishing` for the operator.
+                Err(e) => return Err(anyhow!(e).context("snapshot")),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow!("snapshot failed")))
+    }
+
+    async fn delete_snapshots(&self) {
+        let name = SandboxName::for_session(self.id());
+        let mut snapshots: Vec<SnapshotRef> = self
+            .deps
+            .store
+            .snapshots(self.id())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.snapshot)
+            .collect();
+        snapshots.extend(
+            self.deps
+                .backend
+                .snapshots_for(&name)
+                .await
+                .unwrap_or_default(),
+        );
+        for snapshot in snapshots {
+            match self.deps.backend.delete_snapshot(&snapshot).await {
+                Ok(()) => {
+                    let _ = self.deps.store.remove_snapshot(&snapshot.id);
+                }
+                Err(e) => {
+                    warn!(session_id = self.id(), snapshot = snapshot.id, error = %e, "deleting a snapshot failed")
+                }
+            }
+        }
+    }
+
+    async fn release(&self) {
+        for attempt in 1..=FINISH_ATTEMPTS {
+            match self
+                .deps
+                .client
+                .release(self.id(), &self.deps.acceptor_id)
+                .await
+            {
+                Ok(outcome) => {
+                    let outcome = match outcome {
+                        ReleaseOutcome::Released => "released",
+                        ReleaseOutcome::NotHolder => "not_holder",
+                        ReleaseOutcome::Gone => "gone",
+                    };
+                    self.event("released", json!({ "outcome": outcome }));
+                    return;
+                }
+                Err(e) => {
+                    warn!(session_id = self.id(), attempt, error = %e, "releasing the claim failed");
+                    tokio::time::sleep(Duration::from_millis(500 * attempt as u64)).await;
+                }
+            }
+        }
+        // The claim expires by itself; the session is not lost.
+        self.event("release_failed", json!({}));
+    }
+}
+
+enum StartError {
+    /// The session must not be started at all (the binary failed
+    /// verification): release the claim.
+    Refused(String),
+    /// Too little claim time left for the next slow step.
+    Deadline,
+    Failed(anyhow::Error),
+}
+
+fn current_user() -> String {
+    nix_user().unwrap_or_else(|| "root".to_owned())
+}
+
+fn nix_user() -> Option<String> {
+    std::env::var("USER").ok().filter(|u| !u.is_empty())
+}

@@ -874,3 +874,59 @@ async fn wait_then_admin_suspend_and_resume_continue_the_session() {
     let exec = recv(&mut remote).await;
     assert_eq!(exec["command"], "true");
 }
+
+#[tokio::test]
+async fn faults_flap_running_sessions_withhold_events_and_cut_streams() {
+    let (emu, outpost) = start().await;
+    let id = session(
+        &emu,
+        &outpost,
+        "devin-flap",
+        Script {
+            steps: vec![],
+            then: Then::Wait,
+        },
+    );
+    let (_, claimed) = claim(&emu, &id, "a").await;
+    let token = claimed["status"]["connect_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut remote = dial(&emu, &token, &id).await.unwrap();
+    hello(&mut remote, &id).await;
+    eventually("running", || {
+        emu.session(&id).unwrap().session_status == SessionStatus::Running
+    })
+    .await;
+
+    emu.set_faults(Faults {
+        transient_suspended_rate: 1.0,
+        withhold_events: true,
+        ..Faults::default()
+    });
+    let (_, entry) = get_json(&emu, &format!("/devins/{id}")).await;
+    assert_eq!(entry["status"]["session_status"], "suspended");
+    let (_, page) = get_json(&emu, &format!("/devins?outpost={outpost}")).await;
+    assert_eq!(page["items"][0]["status"]["session_status"], "suspended");
+    assert_eq!(
+        emu.session(&id).unwrap().session_status,
+        SessionStatus::Running,
+        "only reads flap"
+    );
+
+    // A withholding stream sends keepalives, never the events it has.
+    let resp = watch(&emu, &outpost, None).await;
+    let (events, keepalives) = read_watch(resp, |_, ka| ka >= 3).await;
+    assert!(events.is_empty());
+    assert!(keepalives >= 3);
+
+    emu.set_faults(Faults {
+        cut_watch_every_secs: Some(1),
+        ..Faults::default()
+    });
+    let mut resp = watch(&emu, &outpost, None).await;
+    let drained = async { while resp.chunk().await.unwrap().is_some() {} };
+    tokio::time::timeout(PATIENCE, drained)
+        .await
+        .expect("cut stream ends");
+}

@@ -65,27 +65,15 @@ pub async fn serve(config: Config) -> Outcome {
         return Outcome::Lost;
     }
 
+    // A message that arrived while a command ran, handled next.
+    let mut early: Option<String> = None;
     loop {
-        let text = match socket.next().await {
-            Some(Ok(Message::Text(text))) => text,
-            // Pings are answered by tungstenite itself; nothing else is part
-            // of the protocol.
-            Some(Ok(
-                Message::Ping(_) | Message::Pong(_) | Message::Binary(_) | Message::Frame(_),
-            )) => {
-                continue;
-            }
-            Some(Ok(Message::Close(_))) | None => {
-                eprintln!(
-                    "devin-remote-sim: the gateway closed the connection before the session slept or ended"
-                );
-                finish_close(&mut socket).await;
-                return Outcome::Lost;
-            }
-            Some(Err(err)) => {
-                eprintln!("devin-remote-sim: connection lost: {err}");
-                return Outcome::Lost;
-            }
+        let text = match early.take() {
+            Some(text) => text,
+            None => match next_text(&mut socket).await {
+                Ok(text) => text,
+                Err(outcome) => return outcome,
+            },
         };
         let message: GatewayMessage = match serde_json::from_str(&text) {
             Ok(message) => message,
@@ -98,7 +86,13 @@ pub async fn serve(config: Config) -> Outcome {
         };
         match message {
             GatewayMessage::Exec { id, command } => {
-                let result = steps::exec(&command).await;
+                let result = match exec_watching(&mut socket, &command).await {
+                    Ok((result, next)) => {
+                        early = next;
+                        result
+                    }
+                    Err(outcome) => return outcome,
+                };
                 record(
                     &mut state,
                     json!({"step": "exec", "id": id, "command": command,
@@ -137,6 +131,50 @@ pub async fn serve(config: Config) -> Outcome {
                 finish_close(&mut socket).await;
                 return Outcome::Clean;
             }
+        }
+    }
+}
+
+/// The next protocol message. Pings are answered by tungstenite while we
+/// read; nothing else but text is part of the protocol. A closed or broken
+/// connection ends the session as [`Outcome::Lost`].
+async fn next_text(socket: &mut Socket) -> Result<String, Outcome> {
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Text(text))) => return Ok(text.to_string()),
+            Some(Ok(
+                Message::Ping(_) | Message::Pong(_) | Message::Binary(_) | Message::Frame(_),
+            )) => continue,
+            Some(Ok(Message::Close(_))) | None => {
+                eprintln!(
+                    "devin-remote-sim: the gateway closed the connection before the session slept or ended"
+                );
+                finish_close(socket).await;
+                return Err(Outcome::Lost);
+            }
+            Some(Err(err)) => {
+                eprintln!("devin-remote-sim: connection lost: {err}");
+                return Err(Outcome::Lost);
+            }
+        }
+    }
+}
+
+/// Runs a command while still reading the socket, so pings are answered
+/// during long commands and a lost connection ends the session at once
+/// (dropping the step kills its shell) instead of after the command. A
+/// message that arrives meanwhile is kept for the main loop.
+async fn exec_watching(
+    socket: &mut Socket,
+    command: &str,
+) -> Result<(StepResult, Option<String>), Outcome> {
+    let step = steps::exec(command);
+    tokio::pin!(step);
+    let mut early = None;
+    loop {
+        tokio::select! {
+            result = &mut step => return Ok((result, early)),
+            text = next_text(socket), if early.is_none() => early = Some(text?),
         }
     }
 }

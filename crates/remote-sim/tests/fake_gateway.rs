@@ -389,3 +389,20 @@ async fn exits_4_when_the_gateway_is_unreachable() {
     let (code, stderr) = sim.finish().await;
     assert_eq!(code, 4, "{stderr}");
 }
+
+#[tokio::test]
+async fn a_lost_connection_ends_a_running_command() {
+    let gateway = FakeGateway::bind().await;
+    let mut sim = gateway.start_sim();
+    let mut conn = gateway.accept().await;
+    // Never finishes by itself: the simulator must notice the lost
+    // connection while the command runs, or this test times out.
+    conn.send(GatewayMessage::Exec {
+        id: 1,
+        command: "sleep 3600".into(),
+    })
+    .await;
+    drop(conn);
+    let (code, stderr) = sim.finish().await;
+    assert_eq!(code, 1, "{stderr}");
+}

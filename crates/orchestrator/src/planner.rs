@@ -139,6 +139,10 @@ pub struct SessionObs {
     pub now: Millis,
     pub stage: Stage,
     pub claim_deadline: Option<Millis>,
+    /// How long the last claim or renewal was granted for; renewal starts at
+    /// half of it when that is sooner than the policy's margin, so short
+    /// claims are renewed in time without renewing on every look.
+    pub claim_lifetime_ms: Option<Millis>,
     /// The connect token from the claim is in memory (it is never stored, so
     /// after a restart the claim must be renewed to get a fresh one).
     pub has_connect_token: bool,
@@ -276,10 +280,14 @@ fn plan_confirm(obs: &SessionObs, policy: &Policy) -> SessionAction {
 }
 
 fn needs_renewal(obs: &SessionObs, policy: &Policy) -> bool {
+    let margin = match obs.claim_lifetime_ms {
+        Some(lifetime) if lifetime > 0 => policy.renew_margin_ms.min(lifetime / 2),
+        _ => policy.renew_margin_ms,
+    };
     !obs.has_connect_token
         || obs
             .claim_deadline
-            .is_none_or(|deadline| deadline - obs.now <= policy.renew_margin_ms)
+            .is_none_or(|deadline| deadline - obs.now <= margin)
 }
 
 /// Updates "suspended since" from a new reading: set on the first
@@ -305,6 +313,9 @@ pub struct ClaimObs<'a> {
     /// Sessions whose claim we lost, with the entry's `updated_at` then: not
     /// tried again until the entry changes.
     pub lost: &'a BTreeMap<String, Option<Timestamp>>,
+    /// Sessions this orchestrator gave back (a refused binary, start
+    /// failures) and must not claim again before the given time.
+    pub cooldown: &'a BTreeMap<String, Millis>,
 }
 
 /// What to do about one queue entry.
@@ -377,6 +388,13 @@ fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
 }
 
 fn claimable_unless_lost(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
+    if obs
+        .cooldown
+        .get(entry.session_id())
+        .is_some_and(|until| obs.now < *until)
+    {
+        return false;
+    }
     match obs.lost.get(entry.session_id()) {
         Some(updated_at) => *updated_at != entry.metadata.updated_at,
         None => true,

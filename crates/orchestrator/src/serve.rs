@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{BackendKind, OutpostConfig, ServeConfig};
 use crate::metrics::Metrics;
-use crate::planner::{ClaimAction, ClaimObs, plan_claims};
+use crate::planner::{ClaimAction, ClaimObs, Finish, Stage, plan_claims};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
@@ -28,6 +28,8 @@ use crate::store::{SessionRecord, Store};
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
+/// How long a session this Garrison gave back is left to others.
+const RELEASE_COOLDOWN_MS: i64 = 30_000;
 
 /// What a running `serve` shares with the admin listener and commands.
 pub struct Serving {
@@ -192,9 +194,10 @@ pub async fn run_prepared(
 /// Claims for one outpost and keeps a runner per held session.
 async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let outpost_id = deps.outpost.outpost_id.clone();
-    let mut runners: JoinSet<String> = JoinSet::new();
+    let mut runners: JoinSet<(String, Stage)> = JoinSet::new();
     let mut held: BTreeSet<String> = BTreeSet::new();
     let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
+    let mut cooldown: BTreeMap<String, i64> = BTreeMap::new();
 
     // Re-adopt what the last run of this Garrison left.
     match deps.store.active_sessions(&outpost_id) {
@@ -203,10 +206,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
                 info!(session_id = rec.session_id, stage = ?rec.stage, "re-adopting session");
                 held.insert(rec.session_id.clone());
                 let runner = SessionRunner::adopted(deps.clone(), rec.clone());
-                runners.spawn(async move {
-                    runner.run().await;
-                    rec.session_id
-                });
+                runners.spawn(async move { (rec.session_id, runner.run().await) });
             }
         }
         Err(e) => error!(error = %e, "reading the state store failed"),
@@ -217,18 +217,13 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let mut sweep = tokio::time::interval(RETENTION_SWEEP);
     loop {
         while let Some(done) = runners.try_join_next() {
-            match done {
-                Ok(session_id) => {
-                    held.remove(&session_id);
-                }
-                Err(e) => error!(error = %e, "a session runner panicked"),
-            }
+            runner_done(done, &mut held, &mut cooldown);
         }
         if deps.stopping.is_cancelled() {
             break;
         }
         if deps.view.is_synced() {
-            claim_round(&deps, &mut runners, &mut held, &mut lost).await;
+            claim_round(&deps, &mut runners, &mut held, &mut lost, &mut cooldown).await;
         }
         tokio::select! {
             _ = changes.changed() => {}
@@ -236,9 +231,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
             _ = deps.stopping.cancelled() => {}
             _ = sweep.tick() => sweep_snapshots(&deps, retention).await,
             Some(done) = runners.join_next(), if !runners.is_empty() => {
-                if let Ok(session_id) = done {
-                    held.remove(&session_id);
-                }
+                runner_done(done, &mut held, &mut cooldown);
             }
         }
     }
@@ -251,14 +244,33 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     while runners.join_next().await.is_some() {}
 }
 
+fn runner_done(
+    done: Result<(String, Stage), tokio::task::JoinError>,
+    held: &mut BTreeSet<String>,
+    cooldown: &mut BTreeMap<String, i64>,
+) {
+    match done {
+        Ok((session_id, stage)) => {
+            if matches!(stage, Stage::Done(Finish::Released | Finish::Failed)) {
+                cooldown.insert(session_id.clone(), now_ms() + RELEASE_COOLDOWN_MS);
+            }
+            held.remove(&session_id);
+        }
+        Err(e) => error!(error = %e, "a session runner panicked"),
+    }
+}
+
 async fn claim_round(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<String>,
+    runners: &mut JoinSet<(String, Stage)>,
     held: &mut BTreeSet<String>,
     lost: &mut BTreeMap<String, Option<Timestamp>>,
+    cooldown: &mut BTreeMap<String, i64>,
 ) {
     let entries = deps.view.snapshot();
     lost.retain(|id, _| entries.contains_key(id));
+    let now = now_ms();
+    cooldown.retain(|_, until| *until > now);
     let actions = plan_claims(&ClaimObs {
         now: now_ms(),
         acceptor_id: &deps.acceptor_id,
@@ -268,6 +280,7 @@ async fn claim_round(
         entries: &entries,
         held,
         lost,
+        cooldown,
     });
     for action in actions {
         match action {
@@ -309,10 +322,7 @@ async fn claim_round(
                         deps.view.upsert(entry.clone());
                         held.insert(session_id.clone());
                         let runner = SessionRunner::claimed(deps.clone(), rec, entry);
-                        runners.spawn(async move {
-                            runner.run().await;
-                            session_id
-                        });
+                        runners.spawn(async move { (session_id, runner.run().await) });
                     }
                     Err(ClaimError::Conflict) => {
                         Metrics::inc(&deps.metrics.claims_lost);
@@ -341,10 +351,7 @@ async fn claim_round(
                 info!(session_id, "adopting a claim the state store did not know");
                 held.insert(session_id.clone());
                 let runner = SessionRunner::adopted(deps.clone(), rec);
-                runners.spawn(async move {
-                    runner.run().await;
-                    session_id
-                });
+                runners.spawn(async move { (session_id, runner.run().await) });
             }
         }
     }

@@ -67,6 +67,14 @@ pub fn now_ms() -> Millis {
 struct Claim {
     connect_token: Option<Secret>,
     gateway_url: Option<String>,
+    lifetime_ms: Option<Millis>,
+}
+
+fn lifetime_of(entry: &QueueEntry) -> Option<Millis> {
+    entry
+        .status
+        .claim_deadline
+        .map(|d| d.unix_millis() - now_ms())
 }
 
 pub struct SessionRunner {
@@ -88,6 +96,7 @@ impl SessionRunner {
         let claim = Claim {
             connect_token: entry.status.connect_token.clone(),
             gateway_url: entry.status.gateway_url.clone(),
+            lifetime_ms: lifetime_of(&entry),
         };
         if let Some(token) = &claim.connect_token {
             deps.logs.redactor().add(token.expose());
@@ -122,14 +131,14 @@ impl SessionRunner {
 
     /// Drives the session until it is done, or until Garrison stops and the
     /// session may be left running.
-    pub async fn run(mut self) {
+    pub async fn run(mut self) -> Stage {
         let mut changes = self.deps.view.subscribe();
         loop {
             self.observe().await;
             let now = now_ms();
             let action = plan_session(&self.observation(now), &self.deps.policy);
             if self.rec.stage.is_done() {
-                return;
+                return self.rec.stage;
             }
             let leave_running = self.deps.stopping.is_cancelled() && !self.deps.drain;
             if leave_running && matches!(self.rec.stage, Stage::Running) {
@@ -137,7 +146,7 @@ impl SessionRunner {
                     session_id = self.id(),
                     "leaving the running session to the next Garrison"
                 );
-                return;
+                return self.rec.stage;
             }
             match action {
                 SessionAction::Wait => {
@@ -162,6 +171,7 @@ impl SessionRunner {
             now,
             stage: self.rec.stage,
             claim_deadline: self.rec.claim_deadline,
+            claim_lifetime_ms: self.claim.lifetime_ms,
             has_connect_token: self.claim.connect_token.is_some(),
             entry: self.entry_obs.clone(),
             remote: self.remote,
@@ -281,6 +291,7 @@ impl SessionRunner {
             Ok(entry) => {
                 Metrics::inc(&self.deps.metrics.claim_renewals);
                 self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                self.claim.lifetime_ms = lifetime_of(&entry);
                 if let Some(token) = &entry.status.connect_token {
                     self.deps.logs.redactor().add(token.expose());
                     self.claim.connect_token = Some(token.clone());

@@ -14,6 +14,7 @@ fn running() -> SessionObs {
         now: NOW,
         stage: Stage::Running,
         claim_deadline: Some(NOW + 300_000),
+        claim_lifetime_ms: Some(300_000),
         has_connect_token: true,
         entry: EntryObs::Present(SessionStatus::Running),
         remote: RemoteObs::Running,
@@ -421,6 +422,7 @@ struct ClaimCase {
     entries: BTreeMap<String, QueueEntry>,
     held: BTreeSet<String>,
     lost: BTreeMap<String, Option<Timestamp>>,
+    cooldown: BTreeMap<String, Millis>,
     capacity: usize,
     stopping: bool,
 }
@@ -431,6 +433,7 @@ impl ClaimCase {
             entries: entries(list),
             held: BTreeSet::new(),
             lost: BTreeMap::new(),
+            cooldown: BTreeMap::new(),
             capacity: 10,
             stopping: false,
         }
@@ -446,6 +449,7 @@ impl ClaimCase {
             entries: &self.entries,
             held: &self.held,
             lost: &self.lost,
+            cooldown: &self.cooldown,
         })
     }
 }
@@ -545,4 +549,34 @@ fn stopping_claims_nothing() {
     let mut case = ClaimCase::new(vec![entry("a", 1, Phase::Pending, SessionStatus::Pending)]);
     case.stopping = true;
     assert!(case.plan().is_empty());
+}
+
+#[test]
+fn short_claims_renew_at_half_their_lifetime() {
+    let short = SessionObs {
+        claim_lifetime_ms: Some(4_000),
+        claim_deadline: Some(NOW + 2_001),
+        ..running()
+    };
+    assert_eq!(plan_session(&short, &policy()), A::Wait);
+    let due = SessionObs {
+        claim_deadline: Some(NOW + 2_000),
+        ..short
+    };
+    assert_eq!(plan_session(&due, &policy()), A::Renew);
+    let unknown_lifetime = SessionObs {
+        claim_lifetime_ms: None,
+        claim_deadline: Some(NOW + 60_000),
+        ..running()
+    };
+    assert_eq!(plan_session(&unknown_lifetime, &policy()), A::Renew);
+}
+
+#[test]
+fn a_released_session_cools_down_before_it_is_claimed_again() {
+    let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
+    case.cooldown.insert("x".into(), NOW + 1);
+    assert!(case.plan().is_empty());
+    case.cooldown.insert("x".into(), NOW);
+    assert_eq!(case.plan(), vec![claim("x")]);
 }

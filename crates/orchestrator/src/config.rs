@@ -46,7 +46,9 @@ impl std::str::FromStr for BackendKind {
             "local" => Ok(Self::Local),
             "tensorlake" => Ok(Self::Tensorlake),
             "modal" => Ok(Self::Modal),
-            other => Err(format!("unknown backend {other:?} (expected host, local, tensorlake or modal)")),
+            other => Err(format!(
+                "unknown backend {other:?} (expected host, local, tensorlake or modal)"
+            )),
         }
     }
 }

@@ -82,7 +82,16 @@ mod tests {
         assert_eq!(
             keys,
             [
-                CONNECT_TOKEN, GATEWAY_URL, SESSION_ID, STATE_DIR, "HOME", "LANG", "LOGNAME", "PATH", "TMPDIR", "TZ",
+                CONNECT_TOKEN,
+                GATEWAY_URL,
+                SESSION_ID,
+                STATE_DIR,
+                "HOME",
+                "LANG",
+                "LOGNAME",
+                "PATH",
+                "TMPDIR",
+                "TZ",
                 "USER"
             ]
         );

@@ -37,7 +37,11 @@ pub struct ResolvedRemote {
 pub enum ResolveError {
     /// The binary does not match its published checksum: refused.
     #[error("devin-remote {sha} failed verification: expected sha256 {expected}, got {actual}")]
-    ChecksumMismatch { sha: String, expected: String, actual: String },
+    ChecksumMismatch {
+        sha: String,
+        expected: String,
+        actual: String,
+    },
     #[error("devin-remote {0} is not published")]
     NotFound(String),
     #[error("invalid devin-remote reference: {0}")]
@@ -77,7 +81,13 @@ pub fn platform_suffix() -> &'static str {
 /// must be plain hex.
 pub fn validate_sha(sha: &str) -> Result<(), ResolveError> {
     let ok = (7..=64).contains(&sha.len()) && sha.bytes().all(|b| b.is_ascii_hexdigit());
-    if ok { Ok(()) } else { Err(ResolveError::Invalid(format!("{sha:?} is not a hex commit SHA"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(ResolveError::Invalid(format!(
+            "{sha:?} is not a hex commit SHA"
+        )))
+    }
 }
 
 /// Reads the first 64-hex-digit token of a `.sha256` file.
@@ -122,26 +132,39 @@ impl RemoteResolver {
             None => self.latest_sha().await?,
         };
         validate_sha(&sha)?;
-        if let Some(hit) = self.verified.lock().unwrap_or_else(|p| p.into_inner()).get(&sha) {
+        if let Some(hit) = self
+            .verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sha)
+        {
             return Ok(hit.clone());
         }
         let resolved = match self.from_cache(&sha).await {
             Some(hit) => hit,
             None => self.download(&sha).await?,
         };
-        self.verified.lock().unwrap_or_else(|p| p.into_inner()).insert(sha, resolved.clone());
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(sha, resolved.clone());
         Ok(resolved)
     }
 
     /// The binary's bytes, verified again against the digest recorded at
     /// download, for copying into a sandbox.
     pub async fn verified_bytes(&self, remote: &ResolvedRemote) -> Result<Vec<u8>, ResolveError> {
-        let bytes = tokio::fs::read(&remote.path)
-            .await
-            .map_err(|e| ResolveError::Cache(anyhow::Error::new(e).context(format!("reading {}", remote.path.display()))))?;
+        let bytes = tokio::fs::read(&remote.path).await.map_err(|e| {
+            ResolveError::Cache(
+                anyhow::Error::new(e).context(format!("reading {}", remote.path.display())),
+            )
+        })?;
         let actual = hex_sha256(&bytes);
         if actual != remote.sha256 {
-            self.verified.lock().unwrap_or_else(|p| p.into_inner()).remove(&remote.sha);
+            self.verified
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&remote.sha);
             let _ = std::fs::remove_file(&remote.path);
             return Err(ResolveError::ChecksumMismatch {
                 sha: remote.sha.clone(),
@@ -157,7 +180,9 @@ impl RemoteResolver {
     }
 
     fn url(&self, file: &str) -> Result<Url, ResolveError> {
-        self.base.join(file).map_err(|e| ResolveError::Invalid(e.to_string()))
+        self.base
+            .join(file)
+            .map_err(|e| ResolveError::Invalid(e.to_string()))
     }
 
     async fn latest_sha(&self) -> Result<String, ResolveError> {
@@ -169,7 +194,8 @@ impl RemoteResolver {
         let text = self.get_text(&format!("latest_{}", self.suffix)).await?;
         let sha = text.trim().to_ascii_lowercase();
         validate_sha(&sha)?;
-        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some((sha.clone(), Instant::now()));
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((sha.clone(), Instant::now()));
         Ok(sha)
     }
 
@@ -191,17 +217,24 @@ impl RemoteResolver {
             return Err(ResolveError::NotFound(file.to_owned()));
         }
         if !status.is_success() {
-            return Err(ResolveError::Transient(anyhow::anyhow!("GET {file}: HTTP {status}")));
+            return Err(ResolveError::Transient(anyhow::anyhow!(
+                "GET {file}: HTTP {status}"
+            )));
         }
         if response.content_length().is_some_and(|len| len > limit) {
-            return Err(ResolveError::Invalid(format!("{file} is larger than {limit} bytes")));
+            return Err(ResolveError::Invalid(format!(
+                "{file} is larger than {limit} bytes"
+            )));
         }
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ResolveError::Transient(anyhow::anyhow!("reading {file}: {e}")))?;
+            let chunk = chunk
+                .map_err(|e| ResolveError::Transient(anyhow::anyhow!("reading {file}: {e}")))?;
             if body.len() as u64 + chunk.len() as u64 > limit {
-                return Err(ResolveError::Invalid(format!("{file} is larger than {limit} bytes")));
+                return Err(ResolveError::Invalid(format!(
+                    "{file} is larger than {limit} bytes"
+                )));
             }
             body.extend_from_slice(&chunk);
         }
@@ -224,32 +257,59 @@ impl RemoteResolver {
             tracing::warn!(sha, "cached devin-remote is corrupt; downloading it again");
             return None;
         }
-        Some(ResolvedRemote { sha: sha.to_owned(), path: binary, sha256: expected })
+        Some(ResolvedRemote {
+            sha: sha.to_owned(),
+            path: binary,
+            sha256: expected,
+        })
     }
 
     async fn download(&self, sha: &str) -> Result<ResolvedRemote, ResolveError> {
         let file = self.file_name(sha);
         let published = self.get_text(&format!("{file}.sha256")).await?;
-        let expected = parse_sha256_file(&published)
-            .ok_or_else(|| ResolveError::Invalid(format!("{file}.sha256 holds no SHA-256 digest")))?;
+        let expected = parse_sha256_file(&published).ok_or_else(|| {
+            ResolveError::Invalid(format!("{file}.sha256 holds no SHA-256 digest"))
+        })?;
         let bytes = self.get_bytes(&file, MAX_BINARY_BYTES).await?;
         let actual = hex_sha256(&bytes);
         if actual != expected {
-            return Err(ResolveError::ChecksumMismatch { sha: sha.to_owned(), expected, actual });
+            return Err(ResolveError::ChecksumMismatch {
+                sha: sha.to_owned(),
+                expected,
+                actual,
+            });
         }
         let (binary, digest_file) = self.cache_paths(sha);
         let cache_error = |e: std::io::Error| ResolveError::Cache(anyhow::Error::new(e));
         write_private(&binary, &bytes, 0o700).map_err(cache_error)?;
-        write_private(&digest_file, format!("{expected}  {file}\n").as_bytes(), 0o600).map_err(cache_error)?;
-        tracing::info!(sha, bytes = bytes.len(), "downloaded and verified devin-remote");
-        Ok(ResolvedRemote { sha: sha.to_owned(), path: binary, sha256: expected })
+        write_private(
+            &digest_file,
+            format!("{expected}  {file}\n").as_bytes(),
+            0o600,
+        )
+        .map_err(cache_error)?;
+        tracing::info!(
+            sha,
+            bytes = bytes.len(),
+            "downloaded and verified devin-remote"
+        );
+        Ok(ResolvedRemote {
+            sha: sha.to_owned(),
+            path: binary,
+            sha256: expected,
+        })
     }
 }
 
 fn write_private(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     {
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
         std::io::Write::write_all(&mut file, bytes)?;
         file.sync_all()?;
     }
@@ -263,8 +323,14 @@ mod tests {
     #[test]
     fn sha256_file_parsing_takes_the_first_digest() {
         let d = "a".repeat(64);
-        assert_eq!(parse_sha256_file(&format!("{d}  devin-remote_x_linux_x64\n")), Some(d.clone()));
-        assert_eq!(parse_sha256_file(&format!("sha256:{}", d.to_uppercase())), Some(d));
+        assert_eq!(
+            parse_sha256_file(&format!("{d}  devin-remote_x_linux_x64\n")),
+            Some(d.clone())
+        );
+        assert_eq!(
+            parse_sha256_file(&format!("sha256:{}", d.to_uppercase())),
+            Some(d)
+        );
         assert_eq!(parse_sha256_file("abc"), None);
     }
 

@@ -146,7 +146,9 @@ fn opt_json<T: Serialize>(value: &Option<T>) -> Result<Option<String>> {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
-    serde_json::from_str(text).map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+    serde_json::from_str(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 fn parse_opt<T: for<'de> Deserialize<'de>>(text: Option<String>) -> rusqlite::Result<Option<T>> {
@@ -181,9 +183,11 @@ impl Store {
     /// Opens (creating) the database at `path`, mode 0600.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
-        let conn = Connection::open(path).with_context(|| format!("opening state store {}", path.display()))?;
+        let conn = Connection::open(path)
+            .with_context(|| format!("opening state store {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("restricting {}", path.display()))?;
         Self::init(conn)
@@ -199,12 +203,18 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        conn.execute_batch(SCHEMA).context("creating the state schema")?;
-        Ok(Self { conn: Mutex::new(conn) })
+        conn.execute_batch(SCHEMA)
+            .context("creating the state schema")?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&conn).context("state store")
     }
 
@@ -212,13 +222,20 @@ impl Store {
     pub fn acceptor_id(&self, generate: impl FnOnce() -> String) -> Result<String> {
         self.with(|c| {
             if let Some(id) = c
-                .query_row("SELECT value FROM meta WHERE key = 'acceptor_id'", [], |r| r.get(0))
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'acceptor_id'",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()?
             {
                 return Ok(id);
             }
             let id = generate();
-            c.execute("INSERT INTO meta (key, value) VALUES ('acceptor_id', ?1)", [&id])?;
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES ('acceptor_id', ?1)",
+                [&id],
+            )?;
             Ok(id)
         })
     }
@@ -234,7 +251,10 @@ impl Store {
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        self.with(|c| c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional())
+        self.with(|c| {
+            c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()
+        })
     }
 
     pub fn save_cursor(&self, outpost_id: &str, cursor: &str) -> Result<()> {
@@ -249,7 +269,14 @@ impl Store {
     }
 
     pub fn cursor(&self, outpost_id: &str) -> Result<Option<String>> {
-        self.with(|c| c.query_row("SELECT cursor FROM cursors WHERE outpost_id = ?1", [outpost_id], |r| r.get(0)).optional())
+        self.with(|c| {
+            c.query_row(
+                "SELECT cursor FROM cursors WHERE outpost_id = ?1",
+                [outpost_id],
+                |r| r.get(0),
+            )
+            .optional()
+        })
     }
 
     /// Inserts or replaces a session record.
@@ -285,15 +312,21 @@ impl Store {
 
     pub fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         self.with(|c| {
-            c.query_row(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"), [session_id], session_from_row)
-                .optional()
+            c.query_row(
+                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"),
+                [session_id],
+                session_from_row,
+            )
+            .optional()
         })
     }
 
     /// Every recorded session, newest claim first.
     pub fn sessions(&self) -> Result<Vec<SessionRecord>> {
         self.with(|c| {
-            let mut stmt = c.prepare(&format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY claimed_at DESC"))?;
+            let mut stmt = c.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY claimed_at DESC"
+            ))?;
             stmt.query_map([], session_from_row)?.collect()
         })
     }
@@ -319,7 +352,11 @@ impl Store {
         })
     }
 
-    fn query_snapshots(&self, sql: &str, param: &dyn rusqlite::ToSql) -> Result<Vec<StoredSnapshot>> {
+    fn query_snapshots(
+        &self,
+        sql: &str,
+        param: &dyn rusqlite::ToSql,
+    ) -> Result<Vec<StoredSnapshot>> {
         self.with(|c| {
             let mut stmt = c.prepare(sql)?;
             stmt.query_map([param], |row| {
@@ -350,10 +387,19 @@ impl Store {
     }
 
     pub fn remove_snapshot(&self, snapshot_id: &str) -> Result<()> {
-        self.with(|c| c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id]).map(drop))
+        self.with(|c| {
+            c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id])
+                .map(drop)
+        })
     }
 
-    pub fn add_event(&self, session_id: &str, at: Millis, kind: &str, detail: &serde_json::Value) -> Result<i64> {
+    pub fn add_event(
+        &self,
+        session_id: &str,
+        at: Millis,
+        kind: &str,
+        detail: &serde_json::Value,
+    ) -> Result<i64> {
         let detail = json(detail)?;
         self.with(|c| {
             c.execute(
@@ -416,8 +462,14 @@ mod tests {
     fn acceptor_id_is_generated_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("garrison.db");
-        let first = Store::open(&path).unwrap().acceptor_id(|| "a-1".into()).unwrap();
-        let again = Store::open(&path).unwrap().acceptor_id(|| "a-2".into()).unwrap();
+        let first = Store::open(&path)
+            .unwrap()
+            .acceptor_id(|| "a-1".into())
+            .unwrap();
+        let again = Store::open(&path)
+            .unwrap()
+            .acceptor_id(|| "a-2".into())
+            .unwrap();
         assert_eq!(first, "a-1");
         assert_eq!(again, "a-1");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -441,14 +493,19 @@ mod tests {
             home: "/h".into(),
             image: None,
         });
-        rec.process = Some(ProcessRef { id: "remote-1".into() });
+        rec.process = Some(ProcessRef {
+            id: "remote-1".into(),
+        });
         store.put_session(&rec).unwrap();
         assert_eq!(store.session("devin-1").unwrap(), Some(rec.clone()));
         assert_eq!(store.active_sessions("o").unwrap().len(), 1);
         rec.stage = Stage::Done(Finish::Terminated);
         store.put_session(&rec).unwrap();
         assert!(store.active_sessions("o").unwrap().is_empty());
-        assert_eq!(store.count_by_stage().unwrap(), vec![("terminated".to_owned(), 1)]);
+        assert_eq!(
+            store.count_by_stage().unwrap(),
+            vec![("terminated".to_owned(), 1)]
+        );
     }
 
     #[test]
@@ -472,8 +529,12 @@ mod tests {
         store.remove_snapshot("old").unwrap();
         assert_eq!(store.snapshots("s").unwrap(), vec![snap("new", 5)]);
 
-        let first = store.add_event("s", 1, "claimed", &serde_json::json!({"a": 1})).unwrap();
-        store.add_event("s", 2, "started", &serde_json::json!({})).unwrap();
+        let first = store
+            .add_event("s", 1, "claimed", &serde_json::json!({"a": 1}))
+            .unwrap();
+        store
+            .add_event("s", 2, "started", &serde_json::json!({}))
+            .unwrap();
         let after = store.events("s", first).unwrap();
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].kind, "started");

@@ -1,6 +1,6 @@
 //! The typed fleet client: queue calls (list, get, claim, release) and the
 //! request machinery (timeouts, capped bodies, GET retries, counters) that
-//! [`crate::watch`] and [`crate::outposts`] build on.
+//! [`crate::watch`] and the outposts calls build on.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -149,7 +149,7 @@ pub(crate) struct Inner {
     pub(crate) token: Secret,
     pub(crate) options: ClientOptions,
     pub(crate) stats: Stats,
-    /// Which outposts URL spelling works, see [`crate::outposts`].
+    /// Which outposts URL spelling works (see `outposts.rs`).
     pub(crate) outposts_spelling: AtomicU8,
 }
 

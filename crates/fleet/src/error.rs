@@ -3,7 +3,7 @@
 //! Every variant names the route template (`"GET /devins/{session_id}"`), never
 //! the full URL with a session id in it, so error text is stable enough to be a
 //! metrics label. No variant can hold the bearer token: body snippets are
-//! scrubbed of it before they are stored (see [`snippet`]).
+//! scrubbed of it before they are stored.
 
 use std::time::Duration;
 

@@ -16,3 +16,4 @@ pub mod serve;
 pub mod session;
 pub mod session_log;
 pub mod store;
+pub mod settings;

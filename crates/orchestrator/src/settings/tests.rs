@@ -1,0 +1,1144 @@
+use super::*;
+
+const TOKEN: &str = "cog_test_token_do_not_print_0123456789";
+const FILE: &str = "/etc/garrison/garrison.toml";
+
+fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// An ordinary user with a home directory and nothing else set.
+fn host() -> HostEnv {
+    HostEnv::new(1000, vars(&[("HOME", "/home/ada")]))
+}
+
+/// The environment layer for these variables plus a token and an outpost,
+/// which nearly every test needs and none is about.
+fn env(pairs: &[(&str, &str)]) -> RawSettings {
+    let mut all = vars(&[(TOKEN_ENV, TOKEN), ("OUTPOST_ID", "op-1")]);
+    all.extend(vars(pairs));
+    RawSettings::from_env(&HostEnv::new(1000, all))
+}
+
+/// The environment layer for exactly these variables.
+fn bare_env(pairs: &[(&str, &str)]) -> RawSettings {
+    RawSettings::from_env(&HostEnv::new(1000, vars(pairs)))
+}
+
+fn file(text: &str) -> RawSettings {
+    parse_file(Path::new(FILE), text).expect("the test file parses")
+}
+
+fn file_err(text: &str) -> String {
+    parse_file(Path::new(FILE), text)
+        .expect_err("the test file is refused")
+        .to_string()
+}
+
+/// The flag layer as `garrison serve` builds it: one flag set.
+fn flag(names: Names, value: &str) -> RawSettings {
+    let text = Some(Sourced::new(value.to_owned(), Origin::Flag(names.flag)));
+    let path = Some(Sourced::new(PathBuf::from(value), Origin::Flag(names.flag)));
+    let mut raw = RawSettings::default();
+    match names.key {
+        "outpost" => {
+            raw.outposts = Some(Sourced::new(
+                vec![value.to_owned()],
+                Origin::Flag(names.flag),
+            ))
+        }
+        "api_url" => raw.api_url = text,
+        "acceptor_id" => raw.acceptor_id = text,
+        "static_base_url" => raw.static_base_url = text,
+        "backend" => raw.backend = text,
+        "max_concurrent" => raw.max_concurrent = text,
+        "state_dir" => raw.state_dir = path,
+        "snapshot_dir" => raw.snapshot_dir = path,
+        "snapshot_retention" => raw.snapshot_retention = text,
+        "relist_interval_secs" => raw.relist_interval_secs = text,
+        "cpus" => raw.cpus = text,
+        "memory_mb" => raw.memory_mb = text,
+        "disk_mb" => raw.disk_mb = text,
+        "image" => raw.image = text,
+        "max_restarts" => raw.max_restarts = text,
+        other => panic!("no flag layer field for {other}"),
+    }
+    raw
+}
+
+fn ok(raw: RawSettings) -> ServeConfig {
+    resolve(raw, None, &host()).unwrap_or_else(|e| panic!("resolve failed: {e}"))
+}
+
+fn err(raw: RawSettings) -> String {
+    let error = resolve(raw, None, &host()).expect_err("resolve must fail");
+    let message = error.to_string();
+    assert!(!message.contains(TOKEN), "token in error: {message}");
+    assert!(
+        !format!("{error:?}").contains(TOKEN),
+        "token in error Debug: {error:?}"
+    );
+    message
+}
+
+fn creds(api_url: &str, outpost_id: Option<&str>, token: &str) -> Credentials {
+    Credentials {
+        api_url: api_url.to_owned(),
+        outpost_id: outpost_id.map(str::to_owned),
+        token: Secret::new(token),
+    }
+}
+
+const CREDS_PATH: &str = "/home/ada/.config/garrison/credentials.json";
+
+fn with_creds(raw: RawSettings, c: &Credentials) -> Result<ServeConfig, SettingsError> {
+    resolve(raw, Some((Path::new(CREDS_PATH), c)), &host())
+}
+
+// ---------------------------------------------------------------------------
+// Defaults and precedence
+// ---------------------------------------------------------------------------
+
+#[test]
+fn defaults_fill_everything_not_given() {
+    let config = ok(env(&[]));
+    assert_eq!(config.api_url, "https://api.devin.ai");
+    assert_eq!(config.token.expose(), TOKEN);
+    assert_eq!(config.acceptor_id, None);
+    assert_eq!(config.static_base_url, DEFAULT_STATIC_BASE_URL);
+    assert_eq!(
+        config.state_dir,
+        PathBuf::from("/home/ada/.local/share/garrison")
+    );
+    assert_eq!(
+        config.snapshot_dir,
+        PathBuf::from("/home/ada/.local/share/garrison/snapshots")
+    );
+    assert_eq!(
+        config.snapshot_retention,
+        Some(Duration::from_secs(30 * 24 * 3600))
+    );
+    assert_eq!(config.relist_interval, Duration::from_secs(30));
+    assert!(!config.drain);
+    assert_eq!(
+        config.policy,
+        Policy {
+            max_restarts: 3,
+            ..Policy::default()
+        }
+    );
+    assert_eq!(
+        config.outposts,
+        vec![OutpostConfig {
+            outpost_id: "op-1".into(),
+            backend: BackendKind::Host,
+            max_concurrent: 5,
+            resources: Resources {
+                cpus: 2.0,
+                memory_mb: 8192,
+                disk_mb: 10240
+            },
+            image: None,
+            platform: Platform::Linux,
+        }]
+    );
+}
+
+/// One setting's values in each layer, and how to read it back.
+struct Case {
+    names: Names,
+    /// Flag, environment, file (as a TOML literal) values.
+    flag: &'static str,
+    env: &'static str,
+    file: &'static str,
+    /// The resolved value from each layer, then the default.
+    expect: [&'static str; 4],
+    get: fn(&ServeConfig) -> String,
+}
+
+fn first(c: &ServeConfig) -> &OutpostConfig {
+    &c.outposts[0]
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            names: names::MAX_CONCURRENT,
+            flag: "7",
+            env: "6",
+            file: "4",
+            expect: ["7", "6", "4", "5"],
+            get: |c| first(c).max_concurrent.to_string(),
+        },
+        Case {
+            names: names::CPUS,
+            flag: "4",
+            env: "3",
+            file: "1.5",
+            expect: ["4", "3", "1.5", "2"],
+            get: |c| first(c).resources.cpus.to_string(),
+        },
+        Case {
+            names: names::MEMORY_MB,
+            flag: "4096",
+            env: "2048",
+            file: "1024",
+            expect: ["4096", "2048", "1024", "8192"],
+            get: |c| first(c).resources.memory_mb.to_string(),
+        },
+        Case {
+            names: names::DISK_MB,
+            flag: "4096",
+            env: "2048",
+            file: "1024",
+            expect: ["4096", "2048", "1024", "10240"],
+            get: |c| first(c).resources.disk_mb.to_string(),
+        },
+        Case {
+            names: names::BACKEND,
+            flag: "modal",
+            env: "tensorlake",
+            file: "\"local\"",
+            expect: ["modal", "tensorlake", "local", "host"],
+            get: |c| first(c).backend.as_str().to_owned(),
+        },
+        Case {
+            names: names::IMAGE,
+            flag: "img-flag",
+            env: "img-env",
+            file: "\"img-file\"",
+            expect: ["img-flag", "img-env", "img-file", ""],
+            get: |c| first(c).image.clone().unwrap_or_default(),
+        },
+        Case {
+            names: names::API_URL,
+            flag: "http://flag.test/",
+            env: "http://env.test",
+            file: "\"https://file.test/api/\"",
+            expect: [
+                "http://flag.test",
+                "http://env.test",
+                "https://file.test/api",
+                "https://api.devin.ai",
+            ],
+            get: |c| c.api_url.clone(),
+        },
+        Case {
+            names: names::STATIC_BASE_URL,
+            flag: "http://flag.test/r",
+            env: "http://env.test/r/",
+            file: "\"https://file.test\"",
+            expect: [
+                "http://flag.test/r/",
+                "http://env.test/r/",
+                "https://file.test/",
+                DEFAULT_STATIC_BASE_URL,
+            ],
+            get: |c| c.static_base_url.clone(),
+        },
+        Case {
+            names: names::ACCEPTOR_ID,
+            flag: "acc-flag",
+            env: "acc-env",
+            file: "\"acc-file\"",
+            expect: ["acc-flag", "acc-env", "acc-file", ""],
+            get: |c| c.acceptor_id.clone().unwrap_or_default(),
+        },
+        Case {
+            names: names::STATE_DIR,
+            flag: "/flag",
+            env: "/env",
+            file: "\"/file\"",
+            expect: ["/flag", "/env", "/file", "/home/ada/.local/share/garrison"],
+            get: |c| c.state_dir.display().to_string(),
+        },
+        Case {
+            names: names::SNAPSHOT_DIR,
+            flag: "/flag",
+            env: "/env",
+            file: "\"/file\"",
+            expect: [
+                "/flag",
+                "/env",
+                "/file",
+                "/home/ada/.local/share/garrison/snapshots",
+            ],
+            get: |c| c.snapshot_dir.display().to_string(),
+        },
+        Case {
+            names: names::SNAPSHOT_RETENTION,
+            flag: "90m",
+            env: "12h",
+            file: "\"unlimited\"",
+            expect: ["Some(5400s)", "Some(43200s)", "None", "Some(2592000s)"],
+            get: |c| format!("{:?}", c.snapshot_retention),
+        },
+        Case {
+            names: names::RELIST_INTERVAL_SECS,
+            flag: "7",
+            env: "",
+            file: "4",
+            expect: ["7s", "", "4s", "30s"],
+            get: |c| format!("{:?}", c.relist_interval),
+        },
+        Case {
+            names: names::MAX_RESTARTS,
+            flag: "7",
+            env: "",
+            file: "0",
+            expect: ["7", "", "0", "3"],
+            get: |c| c.policy.max_restarts.to_string(),
+        },
+    ]
+}
+
+#[test]
+fn flags_beat_environment_beat_file_beat_defaults() {
+    for case in cases() {
+        let key = case.names.key;
+        let flags = flag(case.names, case.flag);
+        let environment = match case.names.env {
+            Some(var) => env(&[(var, case.env)]),
+            None => env(&[]),
+        };
+        let file = file(&format!("{key} = {}", case.file));
+        let [from_flag, from_env, from_file, default] = case.expect;
+
+        let all = flags.clone().or(environment.clone()).or(file.clone());
+        assert_eq!((case.get)(&ok(all)), from_flag, "{key}: the flag wins");
+        if case.names.env.is_some() {
+            let no_flag = RawSettings::default().or(environment).or(file.clone());
+            assert_eq!(
+                (case.get)(&ok(no_flag)),
+                from_env,
+                "{key}: the environment beats the file"
+            );
+        }
+        let file_only = RawSettings::default().or(env(&[])).or(file);
+        assert_eq!(
+            (case.get)(&ok(file_only)),
+            from_file,
+            "{key}: the file beats the default"
+        );
+        assert_eq!((case.get)(&ok(env(&[]))), default, "{key}: the default");
+    }
+}
+
+#[test]
+fn every_environment_variable_is_read() {
+    for names in names::ALL {
+        let Some(var) = names.env else { continue };
+        if names.key == "config" {
+            // The file's path is read by the caller, before any layer exists.
+            continue;
+        }
+        let raw = bare_env(&[(var, "x")]);
+        assert_ne!(raw, RawSettings::default(), "{var} is not read");
+    }
+}
+
+#[test]
+fn empty_environment_variables_count_as_unset() {
+    let raw = bare_env(&[("OUTPOST_ID", ""), ("SANDBOX_CPUS", ""), (TOKEN_ENV, "")]);
+    assert_eq!(raw, RawSettings::default());
+}
+
+#[test]
+fn drain_is_off_unless_the_flag_is_given() {
+    assert!(!ok(env(&[])).drain);
+    let flags = RawSettings {
+        drain: Some(Sourced::new(true, Origin::Flag("--drain"))),
+        ..RawSettings::default()
+    };
+    assert!(ok(flags.or(env(&[]))).drain);
+}
+
+#[test]
+fn max_restarts_goes_into_the_policy_and_leaves_the_rest() {
+    let config = ok(flag(names::MAX_RESTARTS, "0").or(env(&[])));
+    assert_eq!(
+        config.policy,
+        Policy {
+            max_restarts: 0,
+            ..Policy::default()
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Token and credentials as defaults
+// ---------------------------------------------------------------------------
+
+#[test]
+fn the_environment_token_beats_the_credentials_file() {
+    let c = creds("https://api.devin.ai", None, "from-file");
+    let config = with_creds(env(&[]), &c).expect("resolves");
+    assert_eq!(config.token.expose(), TOKEN);
+}
+
+#[test]
+fn the_credentials_file_supplies_token_api_url_and_outpost() {
+    let c = creds("https://api.example.test/", Some("op-saved"), "from-file");
+    let config = with_creds(RawSettings::default(), &c).expect("resolves");
+    assert_eq!(config.token.expose(), "from-file");
+    assert_eq!(config.api_url, "https://api.example.test");
+    assert_eq!(config.outposts.len(), 1);
+    assert_eq!(config.outposts[0].outpost_id, "op-saved");
+}
+
+#[test]
+fn any_layer_beats_the_credentials_file_for_api_url_and_outpost() {
+    let c = creds("https://saved.test", Some("op-saved"), "from-file");
+    let raw = bare_env(&[
+        ("DEVIN_API_URL", "https://env.test"),
+        ("OUTPOST_ID", "op-env"),
+    ]);
+    let config = with_creds(raw, &c).expect("resolves");
+    assert_eq!(config.api_url, "https://env.test");
+    assert_eq!(config.outposts[0].outpost_id, "op-env");
+
+    let tables = file("[[outpost]]\nid = \"op-table\"");
+    let config = with_creds(tables, &c).expect("resolves");
+    assert_eq!(config.outposts[0].outpost_id, "op-table");
+}
+
+#[test]
+fn an_empty_environment_token_falls_back_to_the_credentials_file() {
+    let c = creds("https://api.devin.ai", Some("op"), "from-file");
+    let raw = bare_env(&[(TOKEN_ENV, "")]);
+    assert_eq!(
+        with_creds(raw, &c).expect("resolves").token.expose(),
+        "from-file"
+    );
+}
+
+#[test]
+fn no_token_anywhere_is_an_error_naming_both_ways_to_give_one() {
+    assert_eq!(
+        err(bare_env(&[("OUTPOST_ID", "op")])),
+        "no Devin token: set DEVIN_OUTPOSTS_TOKEN or run `garrison connect`"
+    );
+    let c = creds("https://api.devin.ai", Some("op"), "");
+    let e = with_creds(RawSettings::default(), &c).expect_err("empty token");
+    assert!(matches!(e, SettingsError::NoToken), "{e}");
+}
+
+#[test]
+fn a_token_with_whitespace_is_refused_without_being_shown() {
+    let raw = bare_env(&[(TOKEN_ENV, "cog_abc\n"), ("OUTPOST_ID", "op")]);
+    let message = err(raw);
+    assert_eq!(
+        message,
+        "invalid DEVIN_OUTPOSTS_TOKEN (environment): contains whitespace or control characters (value not shown)"
+    );
+    assert!(!message.contains("cog_abc"));
+
+    let c = creds("https://api.devin.ai", Some("op"), "cog abc");
+    let message = with_creds(RawSettings::default(), &c)
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        message,
+        format!(
+            "invalid token in {CREDS_PATH}: contains whitespace or control characters (value not shown)"
+        )
+    );
+}
+
+#[test]
+fn a_bad_api_url_in_the_credentials_file_names_the_file() {
+    let c = creds("ftp://x", Some("op"), "t");
+    let message = with_creds(RawSettings::default(), &c)
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        message,
+        format!("invalid api_url in {CREDS_PATH}: \"ftp://x\" must be an http:// or https:// URL")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Outposts
+// ---------------------------------------------------------------------------
+
+fn ids(config: &ServeConfig) -> Vec<&str> {
+    config
+        .outposts
+        .iter()
+        .map(|o| o.outpost_id.as_str())
+        .collect()
+}
+
+#[test]
+fn outposts_may_be_repeated_and_comma_separated() {
+    let flags = RawSettings {
+        outposts: Some(Sourced::new(
+            vec!["a,b".into(), "c".into()],
+            Origin::Flag("--outpost"),
+        )),
+        ..RawSettings::default()
+    };
+    assert_eq!(ids(&ok(flags.or(env(&[])))), ["a", "b", "c"]);
+
+    let raw = bare_env(&[(TOKEN_ENV, TOKEN), ("OUTPOST_ID", "a, b,")]);
+    assert_eq!(ids(&ok(raw)), ["a", "b"]);
+}
+
+#[test]
+fn outposts_from_flags_beat_the_environment() {
+    let config = ok(flag(names::OUTPOST, "op-flag").or(env(&[("OUTPOST_ID", "op-env")])));
+    assert_eq!(ids(&config), ["op-flag"]);
+}
+
+#[test]
+fn outpost_tables_fall_back_to_the_merged_top_level_values() {
+    let text = r#"
+        cpus = 3
+        image = "file-image"
+
+        [[outpost]]
+        id = "small"
+
+        [[outpost]]
+        id = "big"
+        backend = "modal"
+        max_concurrent = 2
+        cpus = 16
+        memory_mb = 65536
+        disk_mb = 100000
+        image = "big-image"
+        platform = "windows"
+    "#;
+    // The top-level values come from three layers: flag, environment, file.
+    let raw = flag(names::MEMORY_MB, "4096")
+        .or(bare_env(&[
+            (TOKEN_ENV, TOKEN),
+            ("MAX_CONCURRENT_SESSIONS", "9"),
+        ]))
+        .or(file(text));
+    let config = ok(raw);
+    assert_eq!(
+        config.outposts,
+        vec![
+            OutpostConfig {
+                outpost_id: "small".into(),
+                backend: BackendKind::Host,
+                max_concurrent: 9,
+                resources: Resources {
+                    cpus: 3.0,
+                    memory_mb: 4096,
+                    disk_mb: 10240
+                },
+                image: Some("file-image".into()),
+                platform: Platform::Linux,
+            },
+            OutpostConfig {
+                outpost_id: "big".into(),
+                backend: BackendKind::Modal,
+                max_concurrent: 2,
+                resources: Resources {
+                    cpus: 16.0,
+                    memory_mb: 65536,
+                    disk_mb: 100000
+                },
+                image: Some("big-image".into()),
+                platform: Platform::Windows,
+            },
+        ]
+    );
+}
+
+#[test]
+fn listed_outposts_take_their_tables_overrides_and_only_listed_ones_are_served() {
+    let text = r#"
+        [[outpost]]
+        id = "a"
+        cpus = 8
+
+        [[outpost]]
+        id = "unlisted"
+    "#;
+    let raw = flag(names::OUTPOST, "b,a")
+        .or(flag(names::CPUS, "1"))
+        .or(env(&[]))
+        .or(file(text));
+    let config = ok(raw);
+    assert_eq!(ids(&config), ["b", "a"]);
+    assert_eq!(
+        config.outposts[0].resources.cpus, 1.0,
+        "b has no table: the flag"
+    );
+    assert_eq!(
+        config.outposts[1].resources.cpus, 8.0,
+        "a's table beats the flag"
+    );
+}
+
+#[test]
+fn no_outpost_anywhere_is_an_error_listing_the_ways_to_give_one() {
+    assert_eq!(
+        err(bare_env(&[(TOKEN_ENV, TOKEN)])),
+        "no outpost to serve: pass --outpost, set OUTPOST_ID, add an [[outpost]] table, or run `garrison connect`"
+    );
+    let c = creds("https://api.devin.ai", None, "t");
+    let e = with_creds(RawSettings::default(), &c).expect_err("no outpost");
+    assert!(matches!(e, SettingsError::NoOutpost), "{e}");
+}
+
+#[test]
+fn duplicate_outpost_ids_are_errors() {
+    assert_eq!(
+        err(flag(names::OUTPOST, "a,b,a").or(env(&[]))),
+        "invalid --outpost: outpost \"a\" is listed twice"
+    );
+    assert_eq!(
+        err(bare_env(&[(TOKEN_ENV, TOKEN), ("OUTPOST_ID", "a,a")])),
+        "invalid OUTPOST_ID (environment): outpost \"a\" is listed twice"
+    );
+    let text = "[[outpost]]\nid = \"a\"\n[[outpost]]\nid = \"a\"\n";
+    assert_eq!(
+        err(bare_env(&[(TOKEN_ENV, TOKEN)]).or(file(text))),
+        format!(
+            "invalid id of [[outpost]] \"a\" in {FILE}: outpost \"a\" has two [[outpost]] tables"
+        )
+    );
+    // Also when --outpost chooses among the tables.
+    assert!(
+        err(flag(names::OUTPOST, "a").or(env(&[])).or(file(text)))
+            .contains("two [[outpost]] tables")
+    );
+}
+
+#[test]
+fn outpost_lists_without_ids_are_errors() {
+    assert_eq!(
+        err(flag(names::OUTPOST, " , ").or(env(&[]))),
+        "invalid --outpost: no outpost id given"
+    );
+    assert_eq!(
+        err(flag(names::OUTPOST, "a b").or(env(&[]))),
+        "invalid --outpost: outpost id \"a b\" contains whitespace, a control character or a comma"
+    );
+    assert_eq!(
+        err(bare_env(&[(TOKEN_ENV, TOKEN)]).or(file("[[outpost]]\nid = \"\""))),
+        format!("invalid id of [[outpost]] \"\" in {FILE}: the outpost id is empty")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The file
+// ---------------------------------------------------------------------------
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key() {
+    let message = file_err("max_concurent = 3");
+    assert!(
+        message.starts_with(&format!(
+            "invalid {FILE}: line 1, column 1: unknown field `max_concurent`"
+        )),
+        "{message}"
+    );
+
+    let message = file_err("[[outpost]]\nid = \"a\"\ncpu = 3\n");
+    assert!(
+        message.starts_with(&format!(
+            "invalid {FILE}: line 3, column 1: unknown field `cpu`"
+        )),
+        "{message}"
+    );
+
+    let message = file_err("[outposts]\n");
+    assert!(message.contains("unknown field `outposts`"), "{message}");
+}
+
+#[test]
+fn a_token_in_the_file_is_refused_without_being_shown() {
+    let message = file_err(&format!("token = \"{TOKEN}\"\n"));
+    assert!(!message.contains(TOKEN), "{message}");
+    assert!(message.contains("unknown field `token`"), "{message}");
+    assert!(message.contains("never from this file"), "{message}");
+}
+
+#[test]
+fn wrong_types_in_the_file_are_errors_with_a_position() {
+    let message = file_err("cpus = 2\nmax_concurrent = \"five\"\n");
+    assert!(
+        message.starts_with(&format!("invalid {FILE}: line 2, column 18:")),
+        "{message}"
+    );
+    assert!(file_err("[[outpost]]\ncpus = 2\n").contains("missing field `id`"));
+    assert!(file_err("cpus = ").starts_with(&format!("invalid {FILE}: line 1")));
+}
+
+#[test]
+fn an_empty_file_is_an_empty_layer() {
+    assert_eq!(file(""), RawSettings::default());
+}
+
+#[test]
+fn load_file_reads_and_tolerates_a_missing_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("garrison.toml");
+    assert_eq!(load_file(&path).expect("missing is fine"), None);
+    fs::write(&path, "max_concurrent = 2\n").expect("write");
+    let raw = load_file(&path).expect("reads").expect("exists");
+    assert_eq!(
+        raw.max_concurrent,
+        Some(Sourced::new(
+            "2".to_owned(),
+            Origin::file(&path, "max_concurrent", None)
+        ))
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Validation: every message names the setting and its origin
+// ---------------------------------------------------------------------------
+
+fn file_with_outpost(text: &str) -> RawSettings {
+    bare_env(&[(TOKEN_ENV, TOKEN)]).or(file(text))
+}
+
+#[test]
+fn validation_errors_name_the_setting_and_its_origin() {
+    let cases: Vec<(RawSettings, String)> = vec![
+        (
+            env(&[("SANDBOX_CPUS", "abc")]),
+            "invalid SANDBOX_CPUS (environment): \"abc\" is not a number".into(),
+        ),
+        (
+            flag(names::CPUS, "0").or(env(&[])),
+            "invalid --cpus: 0 is out of range: more than 0 and at most 256".into(),
+        ),
+        (
+            flag(names::CPUS, "257").or(env(&[])),
+            "invalid --cpus: 257 is out of range: more than 0 and at most 256".into(),
+        ),
+        (
+            flag(names::CPUS, "NaN").or(env(&[])),
+            "invalid --cpus: NaN is out of range: more than 0 and at most 256".into(),
+        ),
+        (
+            env(&[]).or(file("max_concurrent = 0")),
+            format!("invalid max_concurrent in {FILE}: 0 is out of range 1..=1000"),
+        ),
+        (
+            env(&[("MAX_CONCURRENT_SESSIONS", "1001")]),
+            "invalid MAX_CONCURRENT_SESSIONS (environment): 1001 is out of range 1..=1000".into(),
+        ),
+        (
+            flag(names::MAX_CONCURRENT, "2.5").or(env(&[])),
+            "invalid --max-concurrent: \"2.5\" is not a whole number".into(),
+        ),
+        (
+            flag(names::MAX_CONCURRENT, "99999999999999999999").or(env(&[])),
+            "invalid --max-concurrent: 99999999999999999999 is out of range 1..=1000".into(),
+        ),
+        (
+            env(&[("SANDBOX_MEMORY_MB", "64")]),
+            "invalid SANDBOX_MEMORY_MB (environment): 64 is out of range (the minimum is 128)".into(),
+        ),
+        (
+            env(&[("SANDBOX_DISK_MB", "-1")]),
+            "invalid SANDBOX_DISK_MB (environment): -1 is out of range (the minimum is 256)".into(),
+        ),
+        (
+            flag(names::RELIST_INTERVAL_SECS, "0").or(env(&[])),
+            "invalid --relist-interval-secs: 0 is out of range 1..=3600".into(),
+        ),
+        (
+            env(&[]).or(file("relist_interval_secs = 3601")),
+            format!("invalid relist_interval_secs in {FILE}: 3601 is out of range 1..=3600"),
+        ),
+        (
+            flag(names::MAX_RESTARTS, "101").or(env(&[])),
+            "invalid --max-restarts: 101 is out of range 0..=100".into(),
+        ),
+        (
+            flag(names::API_URL, "ftp://api.devin.ai").or(env(&[])),
+            "invalid --api-url: \"ftp://api.devin.ai\" must be an http:// or https:// URL".into(),
+        ),
+        (
+            flag(names::API_URL, "api.devin.ai").or(env(&[])),
+            "invalid --api-url: \"api.devin.ai\" is not a URL: relative URL without a base".into(),
+        ),
+        (
+            env(&[("DEVIN_API_URL", "https://api.devin.ai/?x=1")]),
+            "invalid DEVIN_API_URL (environment): \"https://api.devin.ai/?x=1\" must not have a query (?...)".into(),
+        ),
+        (
+            flag(names::API_URL, "https://api.devin.ai/opbeta/").or(env(&[])),
+            "invalid --api-url: \"https://api.devin.ai/opbeta/\" ends in /opbeta: give the API base without it, e.g. https://api.devin.ai".into(),
+        ),
+        (
+            flag(names::API_URL, "https://me:hunter2@api.devin.ai").or(env(&[])),
+            "invalid --api-url: the URL must not contain a user name or password".into(),
+        ),
+        (
+            env(&[("DEVIN_WORKER_STATIC_BASE_URL", "file:///srv/remote")]),
+            "invalid DEVIN_WORKER_STATIC_BASE_URL (environment): \"file:///srv/remote\" must be an http:// or https:// URL".into(),
+        ),
+        (
+            flag(names::ACCEPTOR_ID, "host/1").or(env(&[])),
+            "invalid --acceptor-id: \"host/1\" contains '/': only letters, digits, '.', '_' and '-' are allowed".into(),
+        ),
+        (
+            env(&[]).or(file(&format!("acceptor_id = \"{}\"", "a".repeat(129)))),
+            format!("invalid acceptor_id in {FILE}: {:?} must be 1 to 128 characters long", "a".repeat(129)),
+        ),
+        (
+            env(&[("GARRISON_BACKEND", "docker")]),
+            "invalid GARRISON_BACKEND (environment): unknown backend \"docker\" (expected host, local, tensorlake or modal)".into(),
+        ),
+        (
+            flag(names::IMAGE, " ").or(env(&[])),
+            "invalid --image: the image name is empty".into(),
+        ),
+        (
+            flag(names::STATE_DIR, "").or(env(&[])),
+            "invalid --state-dir: the path is empty".into(),
+        ),
+        (
+            env(&[("SNAPSHOT_RETENTION", "30")]),
+            "invalid SNAPSHOT_RETENTION (environment): \"30\" has no unit: e.g. \"30d\", \"12h\", \"90m\", \"3600s\" or \"unlimited\"".into(),
+        ),
+        (
+            file_with_outpost("[[outpost]]\nid = \"gpu\"\ncpus = 0\n"),
+            format!("invalid cpus of [[outpost]] \"gpu\" in {FILE}: 0 is out of range: more than 0 and at most 256"),
+        ),
+        (
+            file_with_outpost("[[outpost]]\nid = \"gpu\"\nplatform = \"beos\"\n"),
+            format!("invalid platform of [[outpost]] \"gpu\" in {FILE}: unknown platform \"beos\" (expected linux, macos or windows)"),
+        ),
+        (
+            file_with_outpost("[[outpost]]\nid = \"gpu\"\nbackend = \"k8s\"\n"),
+            format!("invalid backend of [[outpost]] \"gpu\" in {FILE}: unknown backend \"k8s\" (expected host, local, tensorlake or modal)"),
+        ),
+        (
+            file_with_outpost("[[outpost]]\nid = \"gpu\"\nmax_concurrent = 0\n"),
+            format!("invalid max_concurrent of [[outpost]] \"gpu\" in {FILE}: 0 is out of range 1..=1000"),
+        ),
+    ];
+    for (raw, expected) in cases {
+        assert_eq!(err(raw), expected);
+    }
+}
+
+#[test]
+fn an_overridden_bad_value_is_not_an_error() {
+    // Only the value that wins the merge is read.
+    let raw = flag(names::CPUS, "4").or(env(&[("SANDBOX_CPUS", "abc")]));
+    assert_eq!(ok(raw).outposts[0].resources.cpus, 4.0);
+}
+
+#[test]
+fn a_bad_top_level_value_is_an_error_even_if_every_table_overrides_it() {
+    let raw = file_with_outpost("cpus = 0\n[[outpost]]\nid = \"a\"\ncpus = 2\n");
+    assert_eq!(
+        err(raw),
+        format!("invalid cpus in {FILE}: 0 is out of range: more than 0 and at most 256")
+    );
+}
+
+#[test]
+fn snapshot_retention_accepts_units_and_unlimited() {
+    let day = 24 * 3600;
+    for (text, expected) in [
+        ("30d", Some(30 * day)),
+        ("12h", Some(12 * 3600)),
+        ("90m", Some(90 * 60)),
+        ("3600s", Some(3600)),
+        (" 1d ", Some(day)),
+        ("unlimited", None),
+        ("UNLIMITED", None),
+    ] {
+        assert_eq!(
+            parse_retention(text),
+            Ok(expected.map(Duration::from_secs)),
+            "{text:?}"
+        );
+    }
+    for bad in [
+        "",
+        "30",
+        "d",
+        "1w",
+        "1.5d",
+        "-1d",
+        "1d2h",
+        "forever",
+        "0s",
+        "99999999999999999999d",
+    ] {
+        assert!(parse_retention(bad).is_err(), "{bad:?} must be refused");
+    }
+    assert!(parse_retention("0d").unwrap_err().contains("unlimited"));
+}
+
+// ---------------------------------------------------------------------------
+// Default directories
+// ---------------------------------------------------------------------------
+
+#[test]
+fn root_uses_the_system_directories() {
+    let root = HostEnv::new(0, vars(&[("HOME", "/root"), ("XDG_DATA_HOME", "/x")]));
+    assert_eq!(
+        root.default_state_dir().unwrap(),
+        PathBuf::from("/var/lib/garrison")
+    );
+    assert_eq!(root.config_dir().unwrap(), PathBuf::from("/etc/garrison"));
+    assert_eq!(
+        root.credentials_path().unwrap(),
+        PathBuf::from("/etc/garrison/credentials.json")
+    );
+    assert_eq!(
+        root.config_file_path().unwrap(),
+        PathBuf::from("/etc/garrison/garrison.toml")
+    );
+}
+
+#[test]
+fn users_use_xdg_directories_or_their_home() {
+    let user = host();
+    assert_eq!(
+        user.default_state_dir().unwrap(),
+        PathBuf::from("/home/ada/.local/share/garrison")
+    );
+    assert_eq!(
+        user.config_dir().unwrap(),
+        PathBuf::from("/home/ada/.config/garrison")
+    );
+
+    let xdg = HostEnv::new(
+        1000,
+        vars(&[
+            ("HOME", "/home/ada"),
+            ("XDG_DATA_HOME", "/data"),
+            ("XDG_CONFIG_HOME", "/cfg"),
+        ]),
+    );
+    assert_eq!(
+        xdg.default_state_dir().unwrap(),
+        PathBuf::from("/data/garrison")
+    );
+    assert_eq!(xdg.config_dir().unwrap(), PathBuf::from("/cfg/garrison"));
+
+    // The XDG spec: relative values are ignored.
+    let relative = HostEnv::new(
+        1000,
+        vars(&[("HOME", "/home/ada"), ("XDG_DATA_HOME", "data")]),
+    );
+    assert_eq!(
+        relative.default_state_dir().unwrap(),
+        PathBuf::from("/home/ada/.local/share/garrison")
+    );
+}
+
+#[test]
+fn garrison_config_overrides_the_configuration_directory() {
+    let h = HostEnv::new(0, vars(&[("GARRISON_CONFIG", "/srv/garrison")]));
+    assert_eq!(
+        h.credentials_path().unwrap(),
+        PathBuf::from("/srv/garrison/credentials.json")
+    );
+}
+
+#[test]
+fn without_home_the_error_says_what_to_set() {
+    let h = HostEnv::new(1000, BTreeMap::new());
+    assert_eq!(
+        h.default_state_dir().unwrap_err().to_string(),
+        "cannot choose the state directory: HOME is not set; pass --state-dir or set GARRISON_HOME"
+    );
+    assert_eq!(
+        h.config_dir().unwrap_err().to_string(),
+        "cannot choose the configuration directory: HOME is not set; set GARRISON_CONFIG"
+    );
+    // An explicit state directory needs no HOME.
+    let raw = flag(names::STATE_DIR, "/srv/g").or(env(&[]));
+    assert_eq!(
+        resolve(raw, None, &h).expect("resolves").state_dir,
+        PathBuf::from("/srv/g")
+    );
+}
+
+#[test]
+fn the_current_host_has_a_plausible_euid() {
+    // Not 0 and not a real user at once: just that /proc was read or the
+    // documented fallback applied.
+    let h = HostEnv::current();
+    assert!(h.euid == u32::MAX || h.euid < 1 << 31, "{}", h.euid);
+}
+
+// ---------------------------------------------------------------------------
+// The credentials file
+// ---------------------------------------------------------------------------
+
+fn write_mode(path: &Path, text: &str, mode: u32) {
+    fs::write(path, text).expect("write");
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn mode_of(path: &Path) -> u32 {
+    fs::metadata(path).expect("stat").permissions().mode() & 0o7777
+}
+
+#[test]
+fn credentials_readable_by_others_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("credentials.json");
+    let json =
+        format!(r#"{{"api_url": "https://api.devin.ai", "outpost_id": "op", "token": "{TOKEN}"}}"#);
+    for mode in [0o644, 0o640, 0o604, 0o660, 0o601] {
+        write_mode(&path, &json, mode);
+        let error = load_credentials(&path).expect_err("refused");
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("run `chmod 600 {}`", path.display())),
+            "{message}"
+        );
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(!message.contains(TOKEN));
+    }
+    assert_eq!(
+        load_credentials(&path).expect_err("refused").to_string(),
+        format!(
+            "refusing to read {p}: its mode 0601 lets other users read or change it; run `chmod 600 {p}`",
+            p = path.display()
+        )
+    );
+}
+
+#[test]
+fn credentials_with_mode_0600_are_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("credentials.json");
+    let json =
+        format!(r#"{{"api_url": "https://api.devin.ai", "outpost_id": "op", "token": "{TOKEN}"}}"#);
+    write_mode(&path, &json, 0o600);
+    let c = load_credentials(&path).expect("accepted").expect("present");
+    assert_eq!(c, creds("https://api.devin.ai", Some("op"), TOKEN));
+
+    // outpost_id is optional.
+    write_mode(
+        &path,
+        r#"{"api_url": "https://api.devin.ai", "token": "t"}"#,
+        0o400,
+    );
+    assert_eq!(
+        load_credentials(&path)
+            .expect("accepted")
+            .expect("present")
+            .outpost_id,
+        None
+    );
+}
+
+#[test]
+fn missing_credentials_are_not_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_eq!(
+        load_credentials(&dir.path().join("credentials.json")).expect("ok"),
+        None
+    );
+}
+
+#[test]
+fn malformed_credentials_never_echo_the_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("credentials.json");
+    for json in [
+        format!(r#"{{"api_url": "https://api.devin.ai", "token": "{TOKEN}""#),
+        format!(r#"{{"api_url": "https://api.devin.ai", "token": ["{TOKEN}"]}}"#),
+        format!(r#"{{"api_url": {{"{TOKEN}": 1}}, "token": "x"}}"#),
+        r#"{"api_url": "https://api.devin.ai", "token": 12345678901234}"#.to_owned(),
+    ] {
+        write_mode(&path, &json, 0o600);
+        let message = load_credentials(&path).expect_err("malformed").to_string();
+        assert!(
+            message.starts_with(&format!("invalid {}: ", path.display())),
+            "{message}"
+        );
+        assert!(
+            !message.contains(TOKEN) && !message.contains("12345678901234"),
+            "{message}"
+        );
+    }
+    write_mode(&path, r#"{"api_url": "https://api.devin.ai"}"#, 0o600);
+    let message = load_credentials(&path).expect_err("no token").to_string();
+    assert!(message.contains("missing field `token`"), "{message}");
+}
+
+#[test]
+fn save_credentials_writes_0600_in_a_0700_directory_and_round_trips() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_dir = dir.path().join("config/garrison");
+    let path = config_dir.join("credentials.json");
+    let c = creds("https://api.devin.ai", Some("op"), TOKEN);
+
+    save_credentials(&path, &c).expect("saved");
+    assert_eq!(mode_of(&path), 0o600);
+    assert_eq!(mode_of(&config_dir), 0o700);
+    assert_eq!(load_credentials(&path).expect("read").expect("present"), c);
+    let text = fs::read_to_string(&path).expect("read");
+    assert!(
+        text.contains(&format!("\"token\": \"{TOKEN}\"")),
+        "the token is stored in clear: {text}"
+    );
+
+    // Replacing a file that was too open leaves a 0600 one, and no
+    // temporary file behind.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let c2 = creds("https://api.devin.ai", None, "other");
+    save_credentials(&path, &c2).expect("saved again");
+    assert_eq!(mode_of(&path), 0o600);
+    assert_eq!(load_credentials(&path).expect("read").expect("present"), c2);
+    let entries: Vec<_> = fs::read_dir(&config_dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(entries, ["credentials.json"]);
+}
+
+#[test]
+fn save_credentials_reports_the_path_it_could_not_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let blocker = dir.path().join("file");
+    fs::write(&blocker, "").expect("write");
+    let path = blocker.join("credentials.json");
+    let message = save_credentials(&path, &creds("https://a.test", None, TOKEN))
+        .expect_err("cannot write under a file")
+        .to_string();
+    assert!(
+        message.starts_with(&format!("cannot write {}", path.display())),
+        "{message}"
+    );
+    assert!(!message.contains(TOKEN));
+}
+
+// ---------------------------------------------------------------------------
+// The token never shows
+// ---------------------------------------------------------------------------
+
+#[test]
+fn debug_output_never_shows_the_token() {
+    let config = ok(env(&[]));
+    assert!(!format!("{config:?}").contains(TOKEN));
+    assert!(!format!("{config:#?}").contains(TOKEN));
+
+    let c = creds("https://api.devin.ai", Some("op"), TOKEN);
+    assert!(!format!("{c:?}").contains(TOKEN));
+
+    let raw = env(&[]);
+    assert!(!format!("{raw:?}").contains(TOKEN));
+
+    let h = HostEnv::new(1000, vars(&[(TOKEN_ENV, TOKEN)]));
+    let shown = format!("{h:?}");
+    assert!(
+        !shown.contains(TOKEN) && shown.contains(TOKEN_ENV),
+        "{shown}"
+    );
+}

@@ -1,0 +1,394 @@
+//! The command line of `garrison serve`, and how it becomes a
+//! [`ServeConfig`].
+//!
+//! clap reads each flag and, when the flag is absent, its environment
+//! variable (so `--help` lists both). Numbers stay text here: they are
+//! checked in [`orchestrator::settings`], where an error can say which flag,
+//! variable or file key held the bad value.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use orchestrator::config::ServeConfig;
+use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced, names};
+
+const AFTER_HELP: &str = "\
+Examples:
+  # Serve the outpost saved by `garrison connect`, with the defaults:
+  garrison serve
+
+  # Two outposts, up to 8 sessions each, bigger sandboxes:
+  garrison serve --outpost op-a --outpost op-b --max-concurrent 8 --cpus 4 --memory-mb 16384
+
+  # Everything from a file, waiting for running sessions on SIGTERM:
+  garrison serve --config /etc/garrison/garrison.toml --drain
+
+Token:
+  Never a flag (the command line is visible to every user). It is read from
+  DEVIN_OUTPOSTS_TOKEN, else from the credentials file that `garrison connect`
+  writes: $GARRISON_CONFIG/credentials.json, mode 0600 ($GARRISON_CONFIG is
+  /etc/garrison as root, else ~/.config/garrison).
+
+Precedence:
+  flags, then environment variables, then the TOML file (--config, else
+  $GARRISON_CONFIG/garrison.toml if it exists), then the defaults. In the file,
+  settings are snake_case keys (max_concurrent = 5, cpus = 4, ...), and
+  [[outpost]] tables (id, backend, max_concurrent, cpus, memory_mb, disk_mb,
+  image, platform) override them per outpost.";
+
+/// Serve Devin sessions of one or more outposts.
+#[derive(Args, Clone, Debug, PartialEq)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeArgs {
+    /// Outpost to serve; repeat or separate with commas for several
+    /// [default: the file's [[outpost]] tables, else the one `garrison connect` saved]
+    #[arg(long = "outpost", env = "OUTPOST_ID", value_name = "ID")]
+    pub outposts: Vec<String>,
+
+    /// Devin API base, without /opbeta [default: https://api.devin.ai]
+    #[arg(long, env = "DEVIN_API_URL", value_name = "URL")]
+    pub api_url: Option<String>,
+
+    /// This worker's identity when claiming sessions, 1-128 of [A-Za-z0-9._-]
+    /// [default: generated once and kept in the state directory]
+    #[arg(long, env = "DEVIN_WORKER_ACCEPTOR_ID", value_name = "ID")]
+    pub acceptor_id: Option<String>,
+
+    /// Where devin-remote is downloaded from
+    /// [default: https://static.devin.ai/devin-rs/remote/]
+    #[arg(long, env = "DEVIN_WORKER_STATIC_BASE_URL", value_name = "URL")]
+    pub static_base_url: Option<String>,
+
+    /// Sandbox backend: host, local, tensorlake or modal [default: host]
+    #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
+    pub backend: Option<String>,
+
+    /// Sessions run at once, per outpost, 1-1000 [default: 5]
+    #[arg(long, env = "MAX_CONCURRENT_SESSIONS", value_name = "N")]
+    pub max_concurrent: Option<String>,
+
+    /// Database, session logs and caches
+    /// [default: /var/lib/garrison as root, else ~/.local/share/garrison]
+    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Where snapshots are kept; may be shared by several Garrisons
+    /// [default: <state-dir>/snapshots]
+    #[arg(long, env = "GARRISON_SNAPSHOT_DIR", value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+
+    /// How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited [default: 30d]
+    #[arg(long, env = "SNAPSHOT_RETENTION", value_name = "DURATION")]
+    pub snapshot_retention: Option<String>,
+
+    /// Seconds between full re-lists of the queue, 1-3600 [default: 30]
+    #[arg(long, value_name = "SECS")]
+    pub relist_interval_secs: Option<String>,
+
+    /// On SIGTERM, wait for running sessions to end instead of leaving them
+    #[arg(long)]
+    pub drain: bool,
+
+    /// vCPUs per session sandbox, more than 0 and at most 256 [default: 2]
+    #[arg(long, env = "SANDBOX_CPUS", value_name = "N")]
+    pub cpus: Option<String>,
+
+    /// Memory per session sandbox in MiB, at least 128 [default: 8192]
+    #[arg(long, env = "SANDBOX_MEMORY_MB", value_name = "MIB")]
+    pub memory_mb: Option<String>,
+
+    /// Disk per session sandbox in MiB, at least 256 [default: 10240]
+    #[arg(long, env = "SANDBOX_DISK_MB", value_name = "MIB")]
+    pub disk_mb: Option<String>,
+
+    /// Sandbox image [default: the backend's]
+    #[arg(long, env = "SANDBOX_IMAGE", value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Restarts of a crashing remote before the session is given up, 0-100 [default: 3]
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<String>,
+
+    /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
+    #[arg(long, env = "GARRISON_CONFIG_FILE", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Log line format
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    pub log_format: LogFormat,
+
+    /// Address of the admin listener (health, metrics)
+    #[arg(long, default_value = "127.0.0.1:9180", value_name = "ADDR")]
+    pub listen: SocketAddr,
+}
+
+/// How log lines are written.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ServeArgs {
+    /// The flag layer and the environment layer, merged (flags first).
+    pub fn to_raw(&self, host: &HostEnv) -> RawSettings {
+        self.flag_layer(host).or(RawSettings::from_env(host))
+    }
+
+    /// The values given as flags.
+    ///
+    /// clap fills an absent flag from its environment variable, so a value
+    /// equal to the variable's is left to [`RawSettings::from_env`]: an error
+    /// then names `SANDBOX_CPUS (environment)` rather than `--cpus`. (Had
+    /// both been given the same value, either name would be right.)
+    pub fn flag_layer(&self, host: &HostEnv) -> RawSettings {
+        let text = |value: &Option<String>, names: Names| {
+            let value = value.as_ref()?;
+            (!from_env(host, names, value)).then(|| flag(value.clone(), names))
+        };
+        let path = |value: &Option<PathBuf>, names: Names| {
+            let value = value.as_ref()?;
+            let same = value.to_str().is_some_and(|v| from_env(host, names, v));
+            (!same).then(|| flag(value.clone(), names))
+        };
+        let outposts = match self.outposts.as_slice() {
+            [] => None,
+            [one] if from_env(host, names::OUTPOST, one) => None,
+            list => Some(flag(list.to_vec(), names::OUTPOST)),
+        };
+        RawSettings {
+            outposts,
+            api_url: text(&self.api_url, names::API_URL),
+            acceptor_id: text(&self.acceptor_id, names::ACCEPTOR_ID),
+            static_base_url: text(&self.static_base_url, names::STATIC_BASE_URL),
+            backend: text(&self.backend, names::BACKEND),
+            max_concurrent: text(&self.max_concurrent, names::MAX_CONCURRENT),
+            state_dir: path(&self.state_dir, names::STATE_DIR),
+            snapshot_dir: path(&self.snapshot_dir, names::SNAPSHOT_DIR),
+            snapshot_retention: text(&self.snapshot_retention, names::SNAPSHOT_RETENTION),
+            relist_interval_secs: text(&self.relist_interval_secs, names::RELIST_INTERVAL_SECS),
+            drain: self.drain.then(|| flag(true, names::DRAIN)),
+            cpus: text(&self.cpus, names::CPUS),
+            memory_mb: text(&self.memory_mb, names::MEMORY_MB),
+            disk_mb: text(&self.disk_mb, names::DISK_MB),
+            image: text(&self.image, names::IMAGE),
+            max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
+            // Never from the command line: see AFTER_HELP.
+            token: None,
+            outpost_tables: Vec::new(),
+        }
+    }
+}
+
+fn flag<T>(value: T, names: Names) -> Sourced<T> {
+    Sourced::new(value, Origin::Flag(names.flag))
+}
+
+/// The setting's environment variable is set to exactly `value`.
+fn from_env(host: &HostEnv, names: Names, value: &str) -> bool {
+    names
+        .env
+        .and_then(|var| host.vars.get(var))
+        .is_some_and(|v| v == value)
+}
+
+/// Everything `garrison serve` runs with: the command line and environment,
+/// the TOML file and the credentials file, validated.
+pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    let host = HostEnv::current();
+    // Without a configuration directory (no HOME), there is simply no
+    // default file and no credentials file; what is then missing is
+    // reported by `settings::resolve`.
+    let config_dir = host.config_dir().ok();
+
+    let file = match &args.config {
+        Some(path) => settings::load_file(path)?.with_context(|| {
+            format!(
+                "--config / GARRISON_CONFIG_FILE: {} does not exist",
+                path.display()
+            )
+        })?,
+        None => match &config_dir {
+            Some(dir) => {
+                settings::load_file(&dir.join(settings::CONFIG_FILE_NAME))?.unwrap_or_default()
+            }
+            None => RawSettings::default(),
+        },
+    };
+
+    let credentials_path = config_dir.map(|dir| dir.join(settings::CREDENTIALS_FILE_NAME));
+    let credentials = match &credentials_path {
+        Some(path) => settings::load_credentials(path)?,
+        None => None,
+    };
+    let stored = credentials_path.as_deref().zip(credentials.as_ref());
+
+    Ok(settings::resolve(
+        args.to_raw(&host).or(file),
+        stored,
+        &host,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Command {
+        Serve(ServeArgs),
+    }
+
+    /// Parses `garrison serve <args>`. clap also reads the process
+    /// environment; the tests use values no real environment would hold.
+    fn parse(args: &[&str]) -> ServeArgs {
+        let argv = ["garrison", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Serve(args) => args,
+        }
+    }
+
+    fn host(pairs: &[(&str, &str)]) -> HostEnv {
+        let vars: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        HostEnv::new(1000, vars)
+    }
+
+    #[test]
+    fn every_setting_has_its_flag_and_environment_variable() {
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        for names in names::ALL {
+            let long = names.flag.trim_start_matches("--");
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap_or_else(|| panic!("no flag {}", names.flag));
+            let env = arg.get_env().and_then(|e| e.to_str());
+            assert_eq!(env, names.env, "environment variable of {}", names.flag);
+        }
+        // And nothing takes the token.
+        assert!(cmd.get_arguments().all(|a| {
+            a.get_env().and_then(|e| e.to_str()) != Some(settings::TOKEN_ENV)
+                && a.get_long().is_none_or(|l| !l.contains("token"))
+        }));
+    }
+
+    #[test]
+    fn help_lists_environment_variables_examples_and_the_token_source() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .expect("serve")
+            .render_long_help()
+            .to_string();
+        for needle in [
+            "--max-concurrent",
+            "MAX_CONCURRENT_SESSIONS",
+            "SANDBOX_CPUS",
+            "Examples:",
+            "garrison serve --outpost op-a",
+            "DEVIN_OUTPOSTS_TOKEN",
+            "credentials.json",
+        ] {
+            assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+        }
+    }
+
+    #[test]
+    fn flags_are_parsed_as_given() {
+        let args = parse(&[
+            "--outpost",
+            "a,b",
+            "--outpost",
+            "c",
+            "--cpus",
+            "4",
+            "--drain",
+            "--log-format",
+            "json",
+            "--listen",
+            "0.0.0.0:9999",
+        ]);
+        assert_eq!(args.outposts, ["a,b", "c"]);
+        assert_eq!(args.cpus.as_deref(), Some("4"));
+        assert!(args.drain);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.listen, "0.0.0.0:9999".parse().expect("addr"));
+    }
+
+    #[test]
+    fn log_format_and_listen_have_defaults() {
+        let args = parse(&[]);
+        assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.listen, "127.0.0.1:9180".parse().expect("addr"));
+        assert!(Cli::try_parse_from(["garrison", "serve", "--listen", "nowhere"]).is_err());
+    }
+
+    #[test]
+    fn values_are_attributed_to_the_flag_or_the_variable() {
+        // As clap leaves it when SANDBOX_CPUS=abc and --cpus is absent.
+        let args = parse(&["--cpus", "abc", "--memory-mb", "4096", "--outpost", "op"]);
+        let h = host(&[("SANDBOX_CPUS", "abc"), ("OUTPOST_ID", "op")]);
+        let flags = args.flag_layer(&h);
+        assert_eq!(flags.cpus, None);
+        assert_eq!(flags.outposts, None);
+        assert_eq!(
+            flags.memory_mb,
+            Some(Sourced::new("4096".to_owned(), Origin::Flag("--memory-mb")))
+        );
+        let raw = args.to_raw(&h);
+        assert_eq!(
+            raw.cpus.map(|c| c.origin),
+            Some(Origin::Env("SANDBOX_CPUS"))
+        );
+        assert_eq!(
+            raw.outposts.map(|c| c.origin),
+            Some(Origin::Env("OUTPOST_ID"))
+        );
+    }
+
+    #[test]
+    fn a_flag_beats_its_variable() {
+        let args = parse(&["--cpus", "4", "--state-dir", "/flag"]);
+        let h = host(&[("SANDBOX_CPUS", "3"), ("GARRISON_HOME", "/env")]);
+        let raw = args.to_raw(&h);
+        assert_eq!(
+            raw.cpus,
+            Some(Sourced::new("4".to_owned(), Origin::Flag("--cpus")))
+        );
+        assert_eq!(
+            raw.state_dir,
+            Some(Sourced::new(
+                PathBuf::from("/flag"),
+                Origin::Flag("--state-dir")
+            ))
+        );
+    }
+
+    #[test]
+    fn the_token_is_taken_from_the_environment_only() {
+        let h = host(&[(settings::TOKEN_ENV, "cog_x")]);
+        let raw = parse(&[]).to_raw(&h);
+        assert_eq!(
+            raw.token.map(|t| t.origin),
+            Some(Origin::Env(settings::TOKEN_ENV))
+        );
+        assert!(Cli::try_parse_from(["garrison", "serve", "--token", "cog_x"]).is_err());
+    }
+}

@@ -1,6 +1,11 @@
 //! `garrison`: serves Devin Outposts sessions in isolated sandboxes.
 
+mod logging;
+mod serve_args;
+mod signals;
+
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(
@@ -16,17 +21,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Watch one or more outposts and serve their sessions until stopped.
+    Serve(Box<serve_args::ServeArgs>),
     /// Run a local emulator of Devin's control plane (fleet API, gateway,
     /// scripted sessions) for tests and demos.
     Emulate(emulator::cli::EmulateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
+    // The host backend starts each session process through this binary: the
+    // shim must not parse arguments, start a runtime or log anything.
+    if std::env::args().nth(1).as_deref() == Some(sandbox::shim::SHIM_ARG) {
+        std::process::exit(sandbox::shim::run());
+    }
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Serve(args) => serve(args).await,
             Command::Emulate(args) => emulator::cli::run(args).await,
         }
     })
+}
+
+async fn serve(args: Box<serve_args::ServeArgs>) -> anyhow::Result<()> {
+    logging::init(args.log_format);
+    let config = serve_args::resolve(&args)?;
+    let shim_exe = std::env::current_exe()?;
+    let stop = CancellationToken::new();
+    signals::on_stop_signal(stop.clone())?;
+    orchestrator::serve::serve(config, shim_exe, stop).await
 }

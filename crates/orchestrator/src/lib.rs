@@ -15,5 +15,5 @@ pub mod remote;
 pub mod serve;
 pub mod session;
 pub mod session_log;
-pub mod store;
 pub mod settings;
+pub mod store;

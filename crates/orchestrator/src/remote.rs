@@ -140,7 +140,7 @@ impl RemoteResolver {
         {
             return Ok(hit.clone());
         }
-        let resolved = match self.from_cache(&sha).await {
+        let resolved = match self.cached(&sha).await {
             Some(hit) => hit,
             None => self.download(&sha).await?,
         };
@@ -249,7 +249,7 @@ impl RemoteResolver {
 
     /// A cached binary whose bytes still match the digest recorded when it
     /// was downloaded and verified.
-    async fn from_cache(&self, sha: &str) -> Option<ResolvedRemote> {
+    async fn cached(&self, sha: &str) -> Option<ResolvedRemote> {
         let (binary, digest_file) = self.cache_paths(sha);
         let expected = parse_sha256_file(&tokio::fs::read_to_string(&digest_file).await.ok()?)?;
         let bytes = tokio::fs::read(&binary).await.ok()?;

@@ -337,6 +337,12 @@ async fn claim_round(
                 let Some(entry) = entries.get(&session_id) else {
                     continue;
                 };
+                // A recorded session that is not held has finished here: the
+                // view still shows our claim only until the release echoes
+                // back (or, if the release failed, until the claim expires).
+                if !matches!(deps.store.session(&session_id), Ok(None)) {
+                    continue;
+                }
                 let mut rec = SessionRecord::new(
                     &session_id,
                     &deps.outpost.outpost_id,

@@ -215,11 +215,11 @@ impl SessionRunner {
                     self.remote
                 }
             };
-            if self.remote == RemoteObs::Running || self.remote == RemoteObs::NotStarted {
-                if status != RemoteObs::Running && status != RemoteObs::NotStarted {
-                    self.remote_stopped_at = Some(now);
-                    self.event("remote_exited", json!({ "status": format!("{status:?}") }));
-                }
+            let was_live = matches!(self.remote, RemoteObs::Running | RemoteObs::NotStarted);
+            let is_live = matches!(status, RemoteObs::Running | RemoteObs::NotStarted);
+            if was_live && !is_live {
+                self.remote_stopped_at = Some(now);
+                self.event("remote_exited", json!({ "status": format!("{status:?}") }));
             }
             self.remote = status;
             self.copy_output(&handle, &process).await;

@@ -1,0 +1,17 @@
+//! Process-wide structured logging.
+
+use tracing_subscriber::EnvFilter;
+
+pub use crate::serve_args::LogFormat;
+
+/// Installs the subscriber: `RUST_LOG` when set, else `info`.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}

@@ -1,0 +1,236 @@
+//! Shared harness for end-to-end tests: the emulator in-process, the real
+//! `garrison` binary as a child process, polling helpers with generous
+//! timeouts that only stop a hung test.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Step, Then};
+use fleet::{Platform, SessionStatus};
+
+/// Bounds every wait; a healthy run takes a small fraction of it.
+pub const HANG_GUARD: Duration = Duration::from_secs(120);
+
+pub fn garrison_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_garrison")
+}
+
+/// An emulator with short lags so tests move quickly.
+pub async fn emulator() -> Emulator {
+    emulator_with(|_| {}).await
+}
+
+pub async fn emulator_with(tweak: impl FnOnce(&mut EmulatorConfig)) -> Emulator {
+    let mut config = EmulatorConfig {
+        status_lag: Duration::from_millis(200),
+        linger: Duration::from_secs(2),
+        ..Default::default()
+    };
+    tweak(&mut config);
+    Emulator::start(config).await.expect("emulator starts")
+}
+
+/// A running `garrison serve`, killed on drop.
+pub struct Garrison {
+    pub child: Child,
+    pub state_dir: PathBuf,
+    pub log_path: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+pub struct GarrisonOptions<'a> {
+    pub outpost: &'a str,
+    pub state_dir: &'a Path,
+    pub extra_args: Vec<String>,
+}
+
+impl Garrison {
+    pub fn start(emu: &Emulator, opts: GarrisonOptions<'_>) -> Garrison {
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--outpost".into(),
+            opts.outpost.into(),
+            "--api-url".into(),
+            emu.base_url(),
+            "--static-base-url".into(),
+            emu.static_base_url(),
+            "--state-dir".into(),
+            opts.state_dir.display().to_string(),
+            "--backend".into(),
+            "host".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        args.extend(opts.extra_args);
+        let env = vec![
+            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+            ("HOME".to_owned(), opts.state_dir.display().to_string()),
+            ("USER".to_owned(), "garrison-test".to_owned()),
+            ("DEVIN_OUTPOSTS_TOKEN".to_owned(), emu.account_token()),
+            // No credentials file: everything comes from flags and env.
+            (
+                "GARRISON_CONFIG".to_owned(),
+                opts.state_dir.join("no-config").display().to_string(),
+            ),
+            ("RUST_LOG".to_owned(), "info,orchestrator=debug".to_owned()),
+        ];
+        let log_path = opts.state_dir.with_extension("log");
+        let child = spawn(&args, &env, &log_path);
+        Garrison {
+            child,
+            state_dir: opts.state_dir.to_owned(),
+            log_path,
+            args,
+            env,
+        }
+    }
+
+    /// `kill -9`, then a new process with the same arguments and state.
+    pub fn crash_and_restart(&mut self) {
+        self.kill9();
+        self.child = spawn(&self.args, &self.env, &self.log_path);
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn store(&self) -> orchestrator::store::Store {
+        orchestrator::store::Store::open(&self.state_dir.join("garrison.db")).expect("state store")
+    }
+}
+
+fn spawn(args: &[String], env: &[(String, String)], log_path: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .expect("log file");
+    Command::new(garrison_bin())
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("garrison starts")
+}
+
+impl Drop for Garrison {
+    fn drop(&mut self) {
+        self.kill9();
+        kill_sandbox_processes(&self.state_dir);
+    }
+}
+
+/// Kills what the host backend started under `state_dir` (remotes outlive
+/// Garrison by design, so a test cleans them up itself).
+pub fn kill_sandbox_processes(state_dir: &Path) {
+    let Ok(sandboxes) = std::fs::read_dir(state_dir.join("host").join("sandboxes")) else {
+        return;
+    };
+    for sandbox in sandboxes.flatten() {
+        let Ok(procs) = std::fs::read_dir(sandbox.path().join("proc")) else {
+            continue;
+        };
+        for proc_dir in procs.flatten() {
+            if let Ok(record) = std::fs::read_to_string(proc_dir.path().join("child.pid"))
+                && let Some(pid) = record
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse::<i32>().ok())
+            {
+                // SAFETY: kill(2) on a process group we started.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+pub fn outpost(emu: &Emulator) -> String {
+    emu.create_outpost(
+        &format!("test-{:08x}", rand::random::<u32>()),
+        Platform::Linux,
+    )
+}
+
+pub fn run(command: &str) -> Step {
+    Step::Run {
+        command: command.into(),
+    }
+}
+
+pub fn write(path: &str, content: &str) -> Step {
+    Step::Write {
+        path: path.into(),
+        content: content.into(),
+    }
+}
+
+pub fn session(emu: &Emulator, outpost_id: &str, steps: Vec<Step>, then: Then) -> String {
+    emu.create_session(NewSession {
+        outpost_id: outpost_id.into(),
+        script: Script { steps, then },
+        ..Default::default()
+    })
+    .expect("session created")
+}
+
+/// Polls until `check` holds, panicking with `what` and the Garrison log
+/// after [`HANG_GUARD`].
+pub async fn wait_until(what: &str, garrison: Option<&Garrison>, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while !check() {
+        if tokio::time::Instant::now() > deadline {
+            let log = garrison.map(Garrison::log).unwrap_or_default();
+            panic!("timed out waiting for {what}\n--- garrison log ---\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn view(emu: &Emulator, id: &str) -> SessionView {
+    emu.session(id).expect("session exists")
+}
+
+pub fn status_is(emu: &Emulator, id: &str, status: SessionStatus) -> bool {
+    view(emu, id).session_status == status
+}
+
+/// Released by its holder: the last claim was followed by a release.
+pub fn released(emu: &Emulator, id: &str) -> bool {
+    let v = view(emu, id);
+    v.events("released").count() >= v.events("claimed").count() && v.events("claimed").count() > 0
+}
+
+/// The outputs of the session's steps, in order.
+pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
+    view(emu, id)
+        .events("step")
+        .map(|e| {
+            e.detail
+                .get("output")
+                .and_then(|o| o.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+pub fn sandbox_dirs(state_dir: &Path) -> usize {
+    std::fs::read_dir(state_dir.join("host").join("sandboxes"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}

@@ -1,0 +1,382 @@
+//! `garrison serve` end to end: the real binary, the emulator, the remote
+//! simulator and the host backend. Every check reads the emulator's
+//! transcript, which is what Devin would see.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use emulator::{Faults, NewSession, Script, Step, Then};
+use fleet::SessionStatus;
+use orchestrator::planner::{Finish, Stage};
+
+fn opts<'a>(outpost: &'a str, state: &'a std::path::Path) -> GarrisonOptions<'a> {
+    GarrisonOptions {
+        outpost,
+        state_dir: state,
+        extra_args: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(&emu, opts(&outpost, &state));
+
+    let id = session(
+        &emu,
+        &outpost,
+        vec![run("echo built > out.txt && cat out.txt"), run("pwd")],
+        Then::End,
+    );
+    wait_until("terminated and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+
+    let v = view(&emu, &id);
+    assert_eq!(v.connections, 1, "exactly one remote connected");
+    assert_eq!(v.events("duplicate_connection").count(), 0);
+    let outputs = step_outputs(&emu, &id);
+    assert_eq!(outputs[0].trim(), "built");
+    wait_until("sandbox directory removed", Some(&g), || {
+        sandbox_dirs(&state) == 0
+    })
+    .await;
+    let rec = g.store().session(&id).unwrap().expect("recorded");
+    assert_eq!(rec.stage, Stage::Done(Finish::Terminated));
+    // The remote's output and Garrison's events are in the session log.
+    let events = std::fs::read_to_string(
+        state
+            .join("sessions")
+            .join(sandbox::names::hashed_id(&id))
+            .join("events.log"),
+    )
+    .unwrap();
+    assert!(
+        events.contains("remote_started") && events.contains("\"done\""),
+        "{events}"
+    );
+    assert!(
+        !g.log().contains(&emu.account_token()),
+        "the account token leaked into the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_session_resumes_with_its_files() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(&emu, opts(&outpost, &state));
+
+    let id = session(
+        &emu,
+        &outpost,
+        vec![
+            write("notes/plan.md", "step one"),
+            run("mkdir -p repo && echo v1 > repo/code.txt && rm -f notes/gone"),
+        ],
+        Then::Sleep,
+    );
+    wait_until("suspended and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    wait_until("sandbox destroyed after snapshot", Some(&g), || {
+        sandbox_dirs(&state) == 0
+    })
+    .await;
+    assert_eq!(
+        g.store().snapshots(&id).unwrap().len(),
+        1,
+        "one suspend snapshot recorded"
+    );
+
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run("cat notes/plan.md repo/code.txt")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    wait_until("resumed session terminated", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    let outputs = step_outputs(&emu, &id);
+    assert_eq!(
+        outputs.last().unwrap(),
+        "step onev1\n",
+        "files restored: {outputs:?}"
+    );
+    assert_eq!(view(&emu, &id).connections, 2, "one remote per claim");
+    // Terminated: the snapshots are deleted.
+    wait_until("snapshots deleted", Some(&g), || {
+        g.store().snapshots(&id).unwrap().is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_garrisons_serve_twenty_sessions_exactly_once() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let (state_a, state_b) = (dir.path().join("a"), dir.path().join("b"));
+    let a = Garrison::start(&emu, opts(&outpost, &state_a));
+    let b = Garrison::start(&emu, opts(&outpost, &state_b));
+
+    let ids: Vec<String> = (0..20)
+        .map(|i| {
+            session(
+                &emu,
+                &outpost,
+                vec![run(&format!("echo session-{i}"))],
+                Then::End,
+            )
+        })
+        .collect();
+    wait_until("all twenty terminated and released", Some(&a), || {
+        ids.iter()
+            .all(|id| status_is(&emu, id, SessionStatus::Terminated) && released(&emu, id))
+    })
+    .await;
+    for (i, id) in ids.iter().enumerate() {
+        let v = view(&emu, id);
+        assert_eq!(v.connections, 1, "{id} connected {} times", v.connections);
+        assert_eq!(v.events("duplicate_connection").count(), 0);
+        assert_eq!(v.events("step").count(), 1);
+        assert_eq!(step_outputs(&emu, id)[0].trim(), format!("session-{i}"));
+    }
+    // Both served, and each session is recorded as served by exactly one.
+    let served = |g: &Garrison| {
+        g.store()
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.stage == Stage::Done(Finish::Terminated))
+            .map(|s| s.session_id)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let (sa, sb) = (served(&a), served(&b));
+    assert_eq!(sa.len() + sb.len(), 20, "a={} b={}", sa.len(), sb.len());
+    assert!(sa.is_disjoint(&sb));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checksum_mismatch_is_refused_and_the_claim_released() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(&emu, opts(&outpost, &state));
+
+    let bad_sha = emu.add_corrupt_remote();
+    let id = emu
+        .create_session(NewSession {
+            outpost_id: outpost.clone(),
+            remote_binary_sha: Some(bad_sha.clone()),
+            script: Script {
+                steps: vec![run("echo never")],
+                then: Then::End,
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    wait_until("claimed then released", Some(&g), || released(&emu, &id)).await;
+    wait_until("refusal recorded", Some(&g), || {
+        g.store()
+            .session(&id)
+            .unwrap()
+            .is_some_and(|s| s.stage == Stage::Done(Finish::Released))
+    })
+    .await;
+    assert_eq!(
+        view(&emu, &id).connections,
+        0,
+        "the corrupt binary never ran"
+    );
+    let rec = g.store().session(&id).unwrap().unwrap();
+    assert!(
+        rec.error
+            .unwrap_or_default()
+            .contains("failed verification")
+    );
+    assert!(
+        g.log().contains("failed verification"),
+        "the refusal is logged"
+    );
+    assert_eq!(sandbox_dirs(&state), 0, "no sandbox was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_remote_is_restarted_then_given_up_on() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec!["--max-restarts".into(), "2".into()],
+        },
+    );
+
+    let id = session(
+        &emu,
+        &outpost,
+        vec![Step::Crash {
+            code: 3,
+            times: 1000,
+        }],
+        Then::End,
+    );
+    wait_until("given up", Some(&g), || {
+        g.store()
+            .session(&id)
+            .unwrap()
+            .is_some_and(|s| s.stage == Stage::Done(Finish::Failed))
+    })
+    .await;
+    let rec = g.store().session(&id).unwrap().unwrap();
+    assert_eq!(rec.restarts, 2);
+    assert_eq!(
+        view(&emu, &id).connections,
+        3,
+        "first start and two restarts"
+    );
+    let snapshots = g.store().snapshots(&id).unwrap();
+    assert_eq!(snapshots.len(), 1, "a recovery snapshot is kept");
+    assert_eq!(
+        snapshots[0].reason,
+        orchestrator::store::SnapshotReason::Recovery
+    );
+    wait_until("claim released", Some(&g), || released(&emu, &id)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_is_served_under_the_fault_profile() {
+    let emu = emulator_with(|c| {
+        c.faults = Faults {
+            error_rate: 0.1,
+            latency_ms: 20,
+            cut_watch_every_secs: Some(1),
+            withhold_events: false,
+            transient_suspended_rate: 0.2,
+        };
+    })
+    .await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec!["--relist-interval-secs".into(), "1".into()],
+        },
+    );
+    let ids: Vec<String> = (0..6)
+        .map(|i| session(&emu, &outpost, vec![run(&format!("echo f{i}"))], Then::End))
+        .collect();
+    wait_until("all served under faults", Some(&g), || {
+        ids.iter().all(|id| {
+            let v = view(&emu, id);
+            v.events("step").count() == 1 && v.session_status == SessionStatus::Terminated
+        })
+    })
+    .await;
+    // Withheld events: only the periodic re-list can find new work now.
+    emu.set_faults(Faults {
+        withhold_events: true,
+        ..emu.faults()
+    });
+    let late = session(&emu, &outpost, vec![run("echo late")], Then::End);
+    wait_until("served with a silent watch", Some(&g), || {
+        view(&emu, &late).events("step").count() == 1
+    })
+    .await;
+    for id in ids.iter().chain([&late]) {
+        assert_eq!(view(&emu, id).connections, 1, "{id} served more than once");
+    }
+}
+
+/// `kill -9` of Garrison at several points of a session's life; after a
+/// restart the session is still served exactly once with its files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_any_point_still_serves_exactly_once() {
+    let emu = emulator_with(|c| c.status_lag = Duration::from_millis(1500)).await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut g = Garrison::start(&emu, opts(&outpost, &state));
+
+    // The session waits for a file it is given later, so kills land while
+    // it runs.
+    let id = session(
+        &emu,
+        &outpost,
+        vec![
+            write("work/a.txt", "alpha"),
+            run("for i in $(seq 1 400); do [ -e go ] && break; sleep 0.05; done; cat work/a.txt"),
+            run("echo beta >> work/a.txt && cat work/a.txt"),
+        ],
+        Then::End,
+    );
+
+    // 1. Right after the claim.
+    wait_until("claimed", Some(&g), || {
+        view(&emu, &id).events("claimed").count() == 1
+    })
+    .await;
+    g.crash_and_restart();
+    // 2. While the remote runs.
+    wait_until("connected", Some(&g), || view(&emu, &id).connected).await;
+    g.crash_and_restart();
+    wait_until("first step done", Some(&g), || {
+        view(&emu, &id).steps_done >= 1
+    })
+    .await;
+    g.crash_and_restart();
+    let workdir = find_workdir(&state);
+    std::fs::write(workdir.join("go"), "").unwrap();
+    // 3. After the remote exited, while the final status lags.
+    wait_until("remote disconnected", Some(&g), || {
+        let v = view(&emu, &id);
+        v.steps_done == 3 && !v.connected
+    })
+    .await;
+    g.crash_and_restart();
+
+    wait_until("terminated and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    let v = view(&emu, &id);
+    assert_eq!(v.connections, 1, "a second remote ran: {:?}", v.transcript);
+    assert_eq!(
+        step_outputs(&emu, &id)[1..],
+        ["alpha".to_owned(), "alphabeta\n".to_owned()]
+    );
+    wait_until("cleaned up", Some(&g), || sandbox_dirs(&state) == 0).await;
+}
+
+fn find_workdir(state: &std::path::Path) -> std::path::PathBuf {
+    let sandboxes: Vec<_> = std::fs::read_dir(state.join("host").join("sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(sandboxes.len(), 1, "one sandbox");
+    sandboxes[0].join("fs").join("workspace")
+}

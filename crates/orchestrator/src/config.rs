@@ -53,6 +53,19 @@ impl std::str::FromStr for BackendKind {
     }
 }
 
+/// How the queue view learns about new entries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueMode {
+    /// List once, then follow the watch stream, with the periodic re-list
+    /// behind it: what `garrison serve` always does.
+    #[default]
+    Watch,
+    /// List every interval and never open a watch: how polling orchestrators
+    /// discover work. Only for measuring Garrison against them
+    /// (`garrison bench queue`); never a production setting.
+    Poll(Duration),
+}
+
 /// One outpost served by this process.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutpostConfig {
@@ -82,6 +95,8 @@ pub struct ServeConfig {
     /// `None` keeps snapshots forever.
     pub snapshot_retention: Option<Duration>,
     pub relist_interval: Duration,
+    /// Watch (always, outside benchmarks) or poll the queue.
+    pub queue_mode: QueueMode,
     /// On SIGTERM, wait for running sessions to end instead of leaving them.
     pub drain: bool,
     pub policy: Policy,

@@ -4,6 +4,10 @@
 //! The watch is the fast path (a new entry reaches the planner within one
 //! event); the re-list is the safety net for a stream that stays open but
 //! withholds events, so a silent stream costs latency, never a session.
+//!
+//! [`QueueMode::Poll`] replaces both with a list every interval, the way
+//! polling orchestrators discover work; it exists so `garrison bench queue`
+//! can measure the difference with the same executor behind it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::QueueMode;
 use crate::store::Store;
 
 /// The latest known entry per session of one outpost.
@@ -123,14 +128,19 @@ impl QueueView {
     }
 }
 
-/// Keeps `view` current until `stop` is cancelled.
+/// Keeps `view` current until `stop` is cancelled: by list-then-watch, or
+/// by polling when `mode` says so.
 pub async fn run(
     client: FleetClient,
     view: Arc<QueueView>,
     store: Arc<Store>,
     relist_every: Duration,
+    mode: QueueMode,
     stop: CancellationToken,
 ) {
+    if let QueueMode::Poll(every) = mode {
+        return poll(client, view, every, stop).await;
+    }
     let outpost = view.outpost_id().to_owned();
     let cursor = loop {
         match relist(&client, &view).await {
@@ -185,6 +195,30 @@ pub async fn run(
                 Some(WatchItem::Disconnected { error: None, .. }) => {}
                 None => return,
             },
+        }
+    }
+}
+
+/// Lists the queue every `every` and never watches: a new entry waits for
+/// the next list, on average half an interval.
+async fn poll(client: FleetClient, view: Arc<QueueView>, every: Duration, stop: CancellationToken) {
+    let outpost = view.outpost_id().to_owned();
+    info!(
+        outpost,
+        every_ms = every.as_millis() as u64,
+        "polling the queue (no watch)"
+    );
+    let mut timer = tokio::time::interval(every);
+    // A slow list must not be followed by a burst of catch-up lists.
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = timer.tick() => {
+                if let Err(e) = relist(&client, &view).await {
+                    warn!(outpost, error = %e, "polling the queue failed");
+                }
+            }
         }
     }
 }

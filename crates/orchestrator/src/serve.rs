@@ -169,6 +169,7 @@ pub async fn run_prepared(
             view.clone(),
             serving.store.clone(),
             config.relist_interval,
+            config.queue_mode,
             queue_stop.clone(),
         ));
         outposts.spawn(outpost_loop(deps, config.snapshot_retention));

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{
     BackendKind, DEFAULT_API_URL, DEFAULT_MAX_CONCURRENT, DEFAULT_RELIST_INTERVAL,
-    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, OutpostConfig, ServeConfig,
+    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, OutpostConfig, QueueMode, ServeConfig,
 };
 use crate::planner::Policy;
 
@@ -829,6 +829,8 @@ pub fn resolve(
         snapshot_dir,
         snapshot_retention,
         relist_interval,
+        // Polling exists only for benchmarks; no setting selects it.
+        queue_mode: QueueMode::Watch,
         drain: raw.drain.is_some_and(|d| d.value),
         policy: Policy {
             max_restarts,

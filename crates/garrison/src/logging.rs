@@ -6,7 +6,12 @@ pub use crate::serve_args::LogFormat;
 
 /// Installs the subscriber: `RUST_LOG` when set, else `info`.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_default(format, "info");
+}
+
+/// Installs the subscriber: `RUST_LOG` when set, else `default`.
+pub fn init_with_default(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

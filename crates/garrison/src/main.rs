@@ -1,5 +1,6 @@
 //! `garrison`: serves Devin Outposts sessions in isolated sandboxes.
 
+mod bench;
 mod logging;
 mod serve_args;
 mod signals;
@@ -26,6 +27,8 @@ enum Command {
     /// Run a local emulator of Devin's control plane (fleet API, gateway,
     /// scripted sessions) for tests and demos.
     Emulate(emulator::cli::EmulateArgs),
+    /// Benchmarks that print figures against their targets (not tests).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Emulate(args) => emulator::cli::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }

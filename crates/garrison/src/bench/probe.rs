@@ -1,0 +1,87 @@
+//! Where "sandbox created -> remote started" goes: the three steps the
+//! session runner takes between them, timed one by one outside the loop
+//! with the same resolver and host backend.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use emulator::Emulator;
+use orchestrator::remote::RemoteResolver;
+use sandbox::host::{HostBackend, HostConfig};
+use sandbox::{ProcessSpec, Sandbox, SandboxName, SandboxSpec};
+
+use super::report::{StartSteps, Summary};
+
+/// Rounds of each step; enough for a stable p50 in a second or two.
+const ROUNDS: usize = 20;
+
+/// Times reading and re-verifying the binary, writing it into a fresh
+/// sandbox, and spawning a process through the shim (`/bin/true`, so the
+/// figure is the shim's cost, not a remote's).
+pub async fn start_steps(
+    emu: &Emulator,
+    root: &Path,
+    shim_exe: &Path,
+) -> anyhow::Result<StartSteps> {
+    let resolver = RemoteResolver::new(&emu.static_base_url(), root.join("cache"))?;
+    let remote = resolver.resolve(None).await?;
+    let backend = HostBackend::new(HostConfig {
+        root: root.join("host"),
+        snapshot_dir: root.join("snapshots"),
+        shim_exe: shim_exe.to_owned(),
+    })?;
+    let mut verify = Vec::with_capacity(ROUNDS);
+    let mut copy = Vec::with_capacity(ROUNDS);
+    let mut spawn = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let handle = backend
+            .create(&SandboxSpec {
+                name: SandboxName::for_session(&format!("devin-probe{round}")),
+                labels: Default::default(),
+                image: None,
+                restore_from: None,
+                resources: Default::default(),
+                network: Default::default(),
+            })
+            .await?;
+        let started = Instant::now();
+        let bytes = resolver.verified_bytes(&remote).await?;
+        verify.push(ms(started.elapsed()));
+
+        let started = Instant::now();
+        let path = format!("{}/devin-remote", handle.bin_dir);
+        backend.put_file(&handle, &path, &bytes, 0o755).await?;
+        copy.push(ms(started.elapsed()));
+
+        let started = Instant::now();
+        backend
+            .spawn(
+                &handle,
+                &ProcessSpec {
+                    name: "probe".to_owned(),
+                    argv: vec!["/bin/true".to_owned()],
+                    env: Default::default(),
+                    cwd: handle.workdir.clone(),
+                },
+            )
+            .await?;
+        spawn.push(ms(started.elapsed()));
+        // Let the shim see its child exit before the sandbox goes.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        backend.destroy(&handle).await?;
+    }
+    Ok(StartSteps {
+        binary_bytes: remote_size(&remote.path),
+        verify: Summary::of(&verify),
+        copy: Summary::of(&copy),
+        spawn: Summary::of(&spawn),
+    })
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn remote_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}

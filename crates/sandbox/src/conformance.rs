@@ -238,6 +238,14 @@ pub async fn snapshot_restores_the_workspace(h: &Harness) -> anyhow::Result<()> 
         h.backend.snapshot_exists(&snapshot).await?,
         "snapshot missing"
     );
+    if h.finds_snapshots_by_name {
+        let name = SandboxName::parse(&sandbox.name).context("sandbox name")?;
+        let found = (h.reopen)().snapshots_for(&name).await?;
+        ensure!(
+            found.last() == Some(&snapshot),
+            "snapshots_for found {found:?}"
+        );
+    }
     h.backend.destroy(&sandbox).await?;
 
     let mut spec = h.spec("restored");

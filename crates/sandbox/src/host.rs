@@ -429,10 +429,16 @@ impl Sandbox for HostBackend {
         let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
             .await
             .map_err(fatal)??;
-        Ok(SnapshotRef {
+        let snapshot = SnapshotRef {
             size_bytes: size,
             ..snapshot
-        })
+        };
+        // The manifest lets another Garrison sharing this directory find the
+        // snapshot by sandbox name.
+        let manifest = serde_json::to_vec(&snapshot).map_err(fatal)?;
+        shim::write_atomically(&self.manifest_path(&snapshot)?, &manifest)
+            .map_err(io_fatal(format!("writing the manifest of {}", snapshot.id)))?;
+        Ok(snapshot)
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {

@@ -91,7 +91,8 @@ fn start(request: &ShimRequest) -> Result<std::process::Child, String> {
     let output_err = output
         .try_clone()
         .map_err(|e| format!("duplicating output log: {e}"))?;
-    let child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env_clear()
         .envs(request.env.iter().map(|(k, v)| (k, v)))
@@ -101,9 +102,9 @@ fn start(request: &ShimRequest) -> Result<std::process::Child, String> {
         .stderr(output_err)
         // Its own process group, so a kill reaches everything it started
         // and not the shim.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("starting {program:?}: {e}"))?;
+        .process_group(0);
+    let child =
+        spawn_retrying_busy_text(&mut command).map_err(|e| format!("starting {program:?}: {e}"))?;
     let record = format!(
         "{} {}",
         child.id(),
@@ -112,6 +113,24 @@ fn start(request: &ShimRequest) -> Result<std::process::Child, String> {
     write_atomically(&request.dir.join(CHILD_PID_FILE), record.as_bytes())
         .map_err(|e| format!("recording pid: {e}"))?;
     Ok(child)
+}
+
+/// Spawns, retrying while the executable is "busy". A binary that was just
+/// written can still be open for writing in a sibling process that Garrison
+/// forked meanwhile (the descriptor lives until that child's exec closes it),
+/// and exec of a file open for writing fails with ETXTBSY for that moment.
+fn spawn_retrying_busy_text(command: &mut Command) -> std::io::Result<std::process::Child> {
+    const ATTEMPTS: u32 = 100;
+    let mut attempt = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn wait_code(mut child: std::process::Child) -> i32 {

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{BackendKind, OutpostConfig, ServeConfig};
+use crate::config::{BackendKind, ServeConfig};
 use crate::metrics::Metrics;
 use crate::planner::{ClaimAction, ClaimObs, Finish, Stage, plan_claims};
 use crate::queue::{self, QueueView};
@@ -402,36 +402,102 @@ async fn clean_orphans(deps: &Arc<Deps>) {
 
 /// Deletes snapshots older than the retention period.
 async fn sweep_snapshots(deps: &Arc<Deps>, retention: Option<Duration>) {
-    let Some(retention) = retention else { return };
-    let cutoff = now_ms() - retention.as_millis() as i64;
-    let Ok(old) = deps.store.snapshots_older_than(cutoff) else {
-        return;
+    if let Some(retention) = retention {
+        expire_snapshots(&deps.store, deps.backend.as_ref(), retention, now_ms()).await;
+    }
+}
+
+/// Deletes this backend's snapshots recorded before `now - retention`, from
+/// the backend and the store; returns how many went. Snapshots are never
+/// deleted because an entry left the queue, only by age or termination.
+pub async fn expire_snapshots(
+    store: &Store,
+    backend: &dyn Sandbox,
+    retention: Duration,
+    now: i64,
+) -> usize {
+    let cutoff = now - retention.as_millis() as i64;
+    let Ok(old) = store.snapshots_older_than(cutoff) else {
+        return 0;
     };
-    for stored in old {
-        if stored.snapshot.backend != deps.backend.kind() {
-            continue;
-        }
-        match deps.backend.delete_snapshot(&stored.snapshot).await {
+    let mut expired = 0;
+    for stored in old
+        .into_iter()
+        .filter(|s| s.snapshot.backend == backend.kind())
+    {
+        match backend.delete_snapshot(&stored.snapshot).await {
             Ok(()) => {
                 info!(
                     session_id = stored.session_id,
                     snapshot = stored.snapshot.id,
                     "snapshot expired"
                 );
-                let _ = deps.store.remove_snapshot(&stored.snapshot.id);
+                let _ = store.remove_snapshot(&stored.snapshot.id);
+                expired += 1;
             }
             Err(e) => {
                 warn!(snapshot = stored.snapshot.id, error = %e, "deleting an expired snapshot failed")
             }
         }
     }
+    expired
 }
 
-/// For tests and tools: a fresh config-independent metrics handle.
-pub fn outpost_ids(config: &ServeConfig) -> Vec<String> {
-    config
-        .outposts
-        .iter()
-        .map(|o: &OutpostConfig| o.outpost_id.clone())
-        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SnapshotReason, StoredSnapshot};
+
+    #[tokio::test]
+    async fn snapshots_expire_by_age_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = HostBackend::new(HostConfig {
+            root: dir.path().join("host"),
+            snapshot_dir: dir.path().join("snapshots"),
+            shim_exe: "/nonexistent".into(),
+        })
+        .unwrap();
+        let store = Store::in_memory().unwrap();
+        let mut kept = Vec::new();
+        for session in ["old", "new"] {
+            let spec = sandbox::SandboxSpec {
+                name: sandbox::SandboxName::for_session(session),
+                labels: sandbox::session_labels(session, "o"),
+                image: None,
+                restore_from: None,
+                resources: Default::default(),
+                network: Default::default(),
+            };
+            let handle = backend.create(&spec).await.unwrap();
+            let snapshot = backend.snapshot(&handle).await.unwrap();
+            backend.destroy(&handle).await.unwrap();
+            store
+                .add_snapshot(&StoredSnapshot {
+                    session_id: session.into(),
+                    reason: SnapshotReason::Suspend,
+                    snapshot: snapshot.clone(),
+                })
+                .unwrap();
+            kept.push(snapshot);
+        }
+        let day = Duration::from_secs(86_400);
+        // "now" is 31 days after the old one and 29 days after the new one.
+        let now = kept[0].created_at_ms + 31 * 86_400_000;
+        let mut newer = kept[1].clone();
+        newer.created_at_ms = now - 29 * 86_400_000;
+        store.remove_snapshot(&kept[1].id).unwrap();
+        store
+            .add_snapshot(&StoredSnapshot {
+                session_id: "new".into(),
+                reason: SnapshotReason::Suspend,
+                snapshot: newer.clone(),
+            })
+            .unwrap();
+
+        assert_eq!(expire_snapshots(&store, &backend, 30 * day, now).await, 1);
+        assert!(!backend.snapshot_exists(&kept[0]).await.unwrap());
+        assert!(store.snapshots("old").unwrap().is_empty());
+        assert!(backend.snapshot_exists(&newer).await.unwrap());
+        assert_eq!(store.snapshots("new").unwrap().len(), 1);
+    }
 }

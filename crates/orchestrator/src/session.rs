@@ -276,6 +276,18 @@ impl SessionRunner {
         self.rec.claim_deadline.map(|d| d - now_ms())
     }
 
+    /// How long until the claim must be renewed (see the planner's margin).
+    fn renewal_due_in(&self) -> Duration {
+        let Some(deadline) = self.rec.claim_deadline else {
+            return Duration::from_secs(1);
+        };
+        let margin = match self.claim.lifetime_ms {
+            Some(lifetime) if lifetime > 0 => self.deps.policy.renew_margin_ms.min(lifetime / 2),
+            _ => self.deps.policy.renew_margin_ms,
+        };
+        Duration::from_millis((deadline - margin - now_ms()).max(0) as u64)
+    }
+
     fn has_budget(&self) -> bool {
         self.claim_time_left()
             .is_none_or(|left| left >= MIN_STEP_BUDGET_MS)
@@ -707,7 +719,18 @@ impl SessionRunner {
         let mut last_error = None;
         for attempt in 1..=FINISH_ATTEMPTS {
             let started = std::time::Instant::now();
-            match self.deps.backend.snapshot(handle).await {
+            let backend = self.deps.backend.clone();
+            let taken = handle.clone();
+            let step = async move { backend.snapshot(&taken).await };
+            // A large workspace can take longer than the claim lasts.
+            let result = keep_claim_alive(
+                self,
+                step,
+                SessionRunner::renewal_due_in,
+                async |runner: &mut SessionRunner| runner.renew().await,
+            )
+            .await;
+            match result {
                 Ok(snapshot) => {
                     self.deps.metrics.record_snapshot(
                         started.elapsed().as_secs_f64() * 1000.0,
@@ -791,6 +814,26 @@ impl SessionRunner {
     }
 }
 
+/// Drives a slow `step` to completion while keeping the claim alive: `renew`
+/// runs whenever `due_in` says the claim is due.
+pub(crate) async fn keep_claim_alive<S, T>(
+    state: &mut S,
+    step: impl Future<Output = T>,
+    due_in: impl Fn(&S) -> Duration,
+    mut renew: impl AsyncFnMut(&mut S),
+) -> T {
+    // Never spin: a renewal that failed leaves the claim due at once.
+    const MIN_GAP: Duration = Duration::from_millis(200);
+    let mut step = std::pin::pin!(step);
+    loop {
+        let wait = due_in(state).max(MIN_GAP);
+        tokio::select! {
+            out = &mut step => return out,
+            _ = tokio::time::sleep(wait) => renew(state).await,
+        }
+    }
+}
+
 enum StartError {
     /// The session must not be started at all (the binary failed
     /// verification): release the claim.
@@ -806,4 +849,63 @@ fn current_user() -> String {
 
 fn nix_user() -> Option<String> {
     std::env::var("USER").ok().filter(|u| !u.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct FakeClaim {
+        deadline: tokio::time::Instant,
+        renewals: u32,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_step_keeps_the_claim_alive() {
+        let lifetime = Duration::from_secs(2);
+        let mut claim = FakeClaim {
+            deadline: tokio::time::Instant::now() + lifetime,
+            renewals: 0,
+        };
+        let out = keep_claim_alive(
+            &mut claim,
+            async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                42
+            },
+            |c: &FakeClaim| {
+                c.deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    / 2
+            },
+            async |c: &mut FakeClaim| {
+                assert!(
+                    tokio::time::Instant::now() < c.deadline,
+                    "the claim expired during the step"
+                );
+                c.deadline = tokio::time::Instant::now() + lifetime;
+                c.renewals += 1;
+            },
+        )
+        .await;
+        assert_eq!(out, 42);
+        assert!(
+            claim.renewals >= 9,
+            "renewed {} times over 10 s of 2 s claims",
+            claim.renewals
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_step_does_not_renew() {
+        let mut renewals = 0u32;
+        let out = keep_claim_alive(
+            &mut renewals,
+            async { 7 },
+            |_: &u32| Duration::from_secs(60),
+            async |n: &mut u32| *n += 1,
+        )
+        .await;
+        assert_eq!((out, renewals), (7, 0));
+    }
 }

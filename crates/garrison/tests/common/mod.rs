@@ -66,6 +66,16 @@ impl Garrison {
             "127.0.0.1:0".into(),
         ];
         args.extend(opts.extra_args);
+        Self::start_with_args(emu, opts.state_dir, args)
+    }
+
+    /// `garrison` with exactly these arguments (and the test environment).
+    pub fn start_with_args(emu: &Emulator, state_dir: &Path, args: Vec<String>) -> Garrison {
+        let opts = GarrisonOptions {
+            outpost: "",
+            state_dir,
+            extra_args: vec![],
+        };
         let env = vec![
             ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
             ("HOME".to_owned(), opts.state_dir.display().to_string()),

@@ -1,0 +1,117 @@
+//! The admin JSON API's types, shared by the listener in `garrison serve`
+//! and the commands that read it (`garrison status`, `sessions`, `logs`,
+//! `terminate`), which fall back to reading the state store directly when
+//! the daemon is down.
+//!
+//! Routes (all on the admin listener, loopback by default):
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `GET /api/status` | [`StatusView`] |
+//! | `GET /api/sessions` | `Vec<`[`SessionSummary`]`>`, newest claim first |
+//! | `GET /api/sessions/{id}` | [`SessionDetail`] (404 unknown) |
+//! | `GET /api/sessions/{id}/events?after=N` | `Vec<`[`crate::store::Event`]`>` |
+//! | `GET /api/sessions/{id}/log?offset=N` | [`LogChunk`] of `remote.log` |
+//! | `GET /api/sessions/{id}/stream` | SSE: `event: log` (data: text), `event: event` (data: Event JSON), `event: stage` (data: stage label) |
+//! | `POST /api/sessions/{id}/terminate` | body [`TerminateRequest`]; 202, 404 unknown, 409 not active |
+//!
+//! Session ids in paths are percent-encoded.
+
+use serde::{Deserialize, Serialize};
+
+use crate::planner::Millis;
+use crate::store::{SessionRecord, stage_label};
+
+/// The orchestrator's health and what it serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusView {
+    pub acceptor_id: String,
+    pub version: String,
+    pub started_at_ms: Millis,
+    /// Fleet API reachable and every queue view fresh.
+    pub ready: bool,
+    pub outposts: Vec<OutpostView>,
+    /// Sessions by [`stage_label`].
+    pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutpostView {
+    pub outpost_id: String,
+    pub backend: String,
+    pub max_concurrent: usize,
+    /// When the queue view was last confirmed by the server (0: never).
+    pub queue_synced_at_ms: Millis,
+    pub watch_reconnects: u64,
+    /// Pending entries of the served platform in the queue view.
+    pub pending: u64,
+    /// Sessions this Garrison holds now.
+    pub held: u64,
+}
+
+/// One row of `garrison sessions` and the dashboard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub outpost_id: String,
+    pub kind: String,
+    pub backend: String,
+    /// [`stage_label`] of the stage.
+    pub stage: String,
+    pub claimed_at_ms: Millis,
+    pub running_at_ms: Option<Millis>,
+    pub updated_at_ms: Millis,
+    pub restarts: u32,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    pub disk_mb: Option<u64>,
+    /// Size of the newest snapshot, if any.
+    pub snapshot_bytes: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl SessionSummary {
+    /// A row from the state store; sizing and snapshot come from the caller,
+    /// which knows the outpost's configuration and the snapshots table.
+    pub fn from_record(rec: &SessionRecord) -> Self {
+        Self {
+            session_id: rec.session_id.clone(),
+            outpost_id: rec.outpost_id.clone(),
+            kind: rec.kind.clone(),
+            backend: rec.backend.clone(),
+            stage: stage_label(&rec.stage).to_owned(),
+            claimed_at_ms: rec.claimed_at,
+            running_at_ms: rec.running_at,
+            updated_at_ms: rec.updated_at,
+            restarts: rec.restarts,
+            cpus: None,
+            memory_mb: None,
+            disk_mb: None,
+            snapshot_bytes: None,
+            error: rec.error.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionDetail {
+    #[serde(flatten)]
+    pub summary: SessionSummary,
+    pub events: Vec<crate::store::Event>,
+    /// Bytes in `remote.log` so far.
+    pub log_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    pub text: String,
+    pub next_offset: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateRequest {
+    /// Keep the workspace snapshot (taken before the sandbox is destroyed)
+    /// instead of dropping every snapshot of the session.
+    #[serde(default)]
+    pub keep_snapshot: bool,
+}

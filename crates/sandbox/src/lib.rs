@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod conformance;
 pub mod host;
+pub mod local;
 pub mod names;
 pub mod shim;
 

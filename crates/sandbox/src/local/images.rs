@@ -1,0 +1,1 @@
+//! Read-only, content-addressed root filesystems shared by all sessions.

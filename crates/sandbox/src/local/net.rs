@@ -1,0 +1,1 @@
+//! Per-sandbox network namespaces: pasta for egress, nftables for the rules.

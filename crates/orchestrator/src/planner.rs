@@ -66,6 +66,17 @@ pub enum Finish {
     /// The claim was given back before a sandbox started (shutdown, deadline
     /// that could not be met, start failures).
     Released,
+    /// The operator asked to terminate the session here (`garrison
+    /// terminate`): the sandbox is destroyed and the claim released; the
+    /// workspace is snapshotted when `keep_snapshot`, else every snapshot of
+    /// the session is deleted.
+    Stopped { keep_snapshot: bool },
+}
+
+/// An operator's request to stop a session (`garrison terminate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorStop {
+    pub keep_snapshot: bool,
 }
 
 /// The remote process as last observed.
@@ -159,6 +170,8 @@ pub struct SessionObs {
     pub last_confirm_at: Option<Millis>,
     /// The orchestrator is shutting down and must not start new sandboxes.
     pub stopping: bool,
+    /// The operator asked to terminate the session.
+    pub operator_stop: Option<OperatorStop>,
 }
 
 /// The next step for one session.
@@ -187,9 +200,27 @@ pub fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
     use SessionAction as A;
     match obs.stage {
         Stage::Done(_) => A::Wait,
+        // A wind-down under way is completed as begun, whatever was asked
+        // since (the snapshot it takes or keeps is already decided).
         Stage::Finishing(finish) => A::Finish(finish),
+        Stage::Claimed | Stage::Starting | Stage::Running if obs.operator_stop.is_some() => {
+            plan_operator_stop(obs)
+        }
         Stage::Claimed | Stage::Starting => plan_before_running(obs, policy),
         Stage::Running => plan_running(obs, policy),
+    }
+}
+
+/// The operator's word wins over the entry's status, renewals and restarts:
+/// stop a running remote, then wind down.
+fn plan_operator_stop(obs: &SessionObs) -> SessionAction {
+    let Some(OperatorStop { keep_snapshot }) = obs.operator_stop else {
+        return SessionAction::Wait;
+    };
+    if obs.remote == RemoteObs::Running {
+        SessionAction::KillRemote
+    } else {
+        SessionAction::Finish(Finish::Stopped { keep_snapshot })
     }
 }
 

@@ -17,11 +17,11 @@ use tracing::{error, info, warn};
 
 use crate::config::{BackendKind, ServeConfig};
 use crate::metrics::Metrics;
-use crate::planner::{ClaimAction, ClaimObs, Finish, Stage, plan_claims};
+use crate::planner::{ClaimAction, ClaimObs, Finish, OperatorStop, Stage, plan_claims};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
-use crate::session::{Deps, SessionRunner, now_ms};
+use crate::session::{Deps, OperatorStops, SessionRunner, now_ms};
 use crate::session_log::SessionLogs;
 use crate::store::{SessionRecord, Store};
 
@@ -30,6 +30,9 @@ const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 /// How long a session this Garrison gave back is left to others.
 const RELEASE_COOLDOWN_MS: i64 = 30_000;
+/// How long a session the operator terminated here is not claimed again by
+/// this process (its entry returns to the queue, still running for Devin).
+const OPERATOR_STOP_COOLDOWN_MS: i64 = 600_000;
 
 /// What a running `serve` shares with the admin listener and commands.
 pub struct Serving {
@@ -38,6 +41,57 @@ pub struct Serving {
     pub metrics: Arc<Metrics>,
     pub client: FleetClient,
     pub views: Vec<Arc<QueueView>>,
+    /// The runners of held sessions, for operator requests.
+    pub operator_stops: Arc<OperatorStops>,
+}
+
+/// Why [`Serving::request_terminate`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TerminateError {
+    /// No such session in the state store.
+    NotFound,
+    /// Known, but not held and running here now (done, already winding
+    /// down, or left to the next Garrison).
+    NotActive,
+}
+
+impl std::fmt::Display for TerminateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NotFound => "no such session",
+            Self::NotActive => "the session is not active here",
+        })
+    }
+}
+
+impl std::error::Error for TerminateError {}
+
+impl Serving {
+    /// Asks the session's runner to stop the sandbox, keep or drop the
+    /// snapshot as asked, and release the claim (`garrison terminate`). The
+    /// runner does it at its next step; the request itself returns at once.
+    pub fn request_terminate(
+        &self,
+        session_id: &str,
+        keep_snapshot: bool,
+    ) -> Result<(), TerminateError> {
+        match self.store.session(session_id) {
+            Ok(None) => return Err(TerminateError::NotFound),
+            Ok(Some(rec)) if matches!(rec.stage, Stage::Done(_) | Stage::Finishing(_)) => {
+                return Err(TerminateError::NotActive);
+            }
+            Ok(Some(_)) => {}
+            Err(e) => warn!(session_id, error = %e, "reading the state store failed"),
+        }
+        if self
+            .operator_stops
+            .request(session_id, OperatorStop { keep_snapshot })
+        {
+            Ok(())
+        } else {
+            Err(TerminateError::NotActive)
+        }
+    }
 }
 
 /// Where the per-process pieces live under the state directory.
@@ -123,6 +177,7 @@ pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
         metrics: Arc::new(Metrics::default()),
         client,
         views,
+        operator_stops: Arc::new(OperatorStops::default()),
     }))
 }
 
@@ -163,6 +218,7 @@ pub async fn run_prepared(
             policy: config.policy.clone(),
             stopping: stop.clone(),
             drain: config.drain,
+            operator_stops: serving.operator_stops.clone(),
         });
         outposts.spawn(queue::run(
             serving.client.clone(),
@@ -254,6 +310,9 @@ fn runner_done(
         Ok((session_id, stage)) => {
             if matches!(stage, Stage::Done(Finish::Released | Finish::Failed)) {
                 cooldown.insert(session_id.clone(), now_ms() + RELEASE_COOLDOWN_MS);
+            }
+            if matches!(stage, Stage::Done(Finish::Stopped { .. })) {
+                cooldown.insert(session_id.clone(), now_ms() + OPERATOR_STOP_COOLDOWN_MS);
             }
             held.remove(&session_id);
         }

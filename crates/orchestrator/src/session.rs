@@ -6,7 +6,8 @@
 //! Each step is recorded before it starts, so a runner created from the
 //! state store after a crash continues where the last one stopped.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -22,8 +23,8 @@ use crate::config::OutpostConfig;
 use crate::contract::{self, RemoteLaunch};
 use crate::metrics::Metrics;
 use crate::planner::{
-    EntryObs, Finish, Millis, Policy, RemoteObs, SessionAction, SessionObs, Stage, plan_session,
-    track_suspended,
+    EntryObs, Finish, Millis, OperatorStop, Policy, RemoteObs, SessionAction, SessionObs, Stage,
+    plan_session, track_suspended,
 };
 use crate::queue::QueueView;
 use crate::remote::RemoteResolver;
@@ -56,6 +57,77 @@ pub struct Deps {
     pub stopping: CancellationToken,
     /// With `stopping`: keep serving running sessions until they end.
     pub drain: bool,
+    /// Where operator requests reach the runners (shared by all outposts).
+    pub operator_stops: Arc<OperatorStops>,
+}
+
+/// A registered runner: its generation and where its requests go.
+type RunnerSlot = (u64, tokio::sync::watch::Sender<Option<OperatorStop>>);
+
+/// The runners that are running now, by session id, and a way to hand each
+/// an operator's request (`garrison terminate`). A runner registers itself
+/// for as long as [`SessionRunner::run`] runs.
+#[derive(Default)]
+pub struct OperatorStops {
+    runners: Mutex<BTreeMap<String, RunnerSlot>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl OperatorStops {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunnerSlot>> {
+        self.runners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn register(self: &Arc<Self>, session_id: &str) -> Registration {
+        let generation = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        self.lock().insert(session_id.to_owned(), (generation, tx));
+        Registration {
+            stops: self.clone(),
+            session_id: session_id.to_owned(),
+            generation,
+            rx,
+        }
+    }
+
+    /// Hands the request to the session's runner; `false` when no runner
+    /// runs for it.
+    pub fn request(&self, session_id: &str, stop: OperatorStop) -> bool {
+        match self.lock().get(session_id) {
+            Some((_, tx)) => {
+                tx.send_replace(Some(stop));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a runner runs for the session now.
+    pub fn is_running(&self, session_id: &str) -> bool {
+        self.lock().contains_key(session_id)
+    }
+}
+
+/// A runner's entry in [`OperatorStops`], removed when dropped.
+struct Registration {
+    stops: Arc<OperatorStops>,
+    session_id: String,
+    generation: u64,
+    rx: tokio::sync::watch::Receiver<Option<OperatorStop>>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut runners = self.stops.lock();
+        if runners
+            .get(&self.session_id)
+            .is_some_and(|(generation, _)| *generation == self.generation)
+        {
+            runners.remove(&self.session_id);
+        }
+    }
 }
 
 pub fn now_ms() -> Millis {
@@ -88,6 +160,7 @@ pub struct SessionRunner {
     suspended_since: Option<Millis>,
     confirm_attempts: u32,
     last_confirm_at: Option<Millis>,
+    operator_stop: Option<OperatorStop>,
 }
 
 impl SessionRunner {
@@ -122,6 +195,7 @@ impl SessionRunner {
             suspended_since: None,
             confirm_attempts: 0,
             last_confirm_at: None,
+            operator_stop: None,
         }
     }
 
@@ -133,8 +207,10 @@ impl SessionRunner {
     /// session may be left running.
     pub async fn run(mut self) -> Stage {
         let mut changes = self.deps.view.subscribe();
+        let mut registration = self.deps.operator_stops.register(self.id());
         loop {
             self.observe().await;
+            self.observe_operator(&mut registration.rx);
             let now = now_ms();
             let action = plan_session(&self.observation(now), &self.deps.policy);
             if self.rec.stage.is_done() {
@@ -153,6 +229,7 @@ impl SessionRunner {
                     tokio::select! {
                         _ = tokio::time::sleep(POLL) => {}
                         _ = changes.changed() => {}
+                        _ = registration.rx.changed() => {}
                         _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
                     }
                 }
@@ -182,6 +259,27 @@ impl SessionRunner {
             confirm_attempts: self.confirm_attempts,
             last_confirm_at: self.last_confirm_at,
             stopping: self.deps.stopping.is_cancelled(),
+            operator_stop: self.operator_stop,
+        }
+    }
+
+    /// Takes in an operator's request (the first one counts).
+    fn observe_operator(&mut self, rx: &mut tokio::sync::watch::Receiver<Option<OperatorStop>>) {
+        if self.operator_stop.is_some() {
+            return;
+        }
+        let requested = *rx.borrow_and_update();
+        if let Some(stop) = requested {
+            info!(
+                session_id = self.id(),
+                keep_snapshot = stop.keep_snapshot,
+                "the operator asked to terminate the session"
+            );
+            self.operator_stop = Some(stop);
+            self.event(
+                "operator_terminate",
+                json!({ "keep_snapshot": stop.keep_snapshot, "stage": crate::store::stage_label(&self.rec.stage) }),
+            );
         }
     }
 
@@ -695,7 +793,12 @@ impl SessionRunner {
             let keep = match finish {
                 Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
                 Finish::Failed => Some(SnapshotReason::Recovery),
-                Finish::Terminated | Finish::Released => None,
+                // Only a sandbox a remote ran in holds work worth keeping (a
+                // half-made one would shadow the snapshot it came from).
+                Finish::Stopped {
+                    keep_snapshot: true,
+                } if self.rec.process.is_some() => Some(SnapshotReason::Operator),
+                Finish::Terminated | Finish::Released | Finish::Stopped { .. } => None,
             };
             if let Some(reason) = keep {
                 self.snapshot(&handle, reason).await?;
@@ -706,7 +809,13 @@ impl SessionRunner {
             self.save();
             self.event("sandbox_destroyed", json!({}));
         }
-        if finish == Finish::Terminated {
+        if matches!(
+            finish,
+            Finish::Terminated
+                | Finish::Stopped {
+                    keep_snapshot: false
+                }
+        ) {
             self.delete_snapshots().await;
         }
         if finish != Finish::Vanished {
@@ -894,6 +1003,29 @@ mod tests {
             "renewed {} times over 10 s of 2 s claims",
             claim.renewals
         );
+    }
+
+    #[test]
+    fn operator_requests_reach_only_a_registered_runner() {
+        let stops = Arc::new(OperatorStops::default());
+        let stop = OperatorStop {
+            keep_snapshot: true,
+        };
+        assert!(!stops.request("s", stop));
+        let first = stops.register("s");
+        assert!(stops.is_running("s"));
+        assert!(stops.request("s", stop));
+        assert_eq!(*first.rx.borrow(), Some(stop));
+        // A later runner of the same session replaces the entry; the earlier
+        // one going away does not remove it.
+        let second = stops.register("s");
+        drop(first);
+        assert!(stops.is_running("s"));
+        assert!(stops.request("s", stop));
+        assert_eq!(*second.rx.borrow(), Some(stop));
+        drop(second);
+        assert!(!stops.is_running("s"));
+        assert!(!stops.request("s", stop));
     }
 
     #[tokio::test(start_paused = true)]

@@ -115,6 +115,8 @@ impl SessionRecord {
 pub enum SnapshotReason {
     Suspend,
     Recovery,
+    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
+    Operator,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -451,6 +453,7 @@ pub fn stage_label(stage: &Stage) -> &'static str {
         Stage::Done(Finish::Vanished) => "vanished",
         Stage::Done(Finish::Failed) => "failed",
         Stage::Done(Finish::Released) => "released",
+        Stage::Done(Finish::Stopped { .. }) => "stopped",
     }
 }
 

@@ -25,6 +25,7 @@ fn running() -> SessionObs {
         confirm_attempts: 0,
         last_confirm_at: None,
         stopping: false,
+        operator_stop: None,
     }
 }
 
@@ -353,6 +354,12 @@ fn finishing_resumes_and_done_waits() {
         Finish::Vanished,
         Finish::Failed,
         Finish::Released,
+        Finish::Stopped {
+            keep_snapshot: true,
+        },
+        Finish::Stopped {
+            keep_snapshot: false,
+        },
     ] {
         let obs = SessionObs {
             stage: Stage::Finishing(f),
@@ -365,6 +372,180 @@ fn finishing_resumes_and_done_waits() {
         };
         assert_eq!(plan_session(&done, &policy()), A::Wait);
     }
+}
+
+// ---- operator stop (`garrison terminate`) ----
+
+const KEEP: OperatorStop = OperatorStop {
+    keep_snapshot: true,
+};
+const DROP: OperatorStop = OperatorStop {
+    keep_snapshot: false,
+};
+
+fn stopped(stop: OperatorStop) -> A {
+    A::Finish(Finish::Stopped {
+        keep_snapshot: stop.keep_snapshot,
+    })
+}
+
+#[test]
+fn operator_stop_before_start_winds_down_without_starting() {
+    for stop in [KEEP, DROP] {
+        for stage in [Stage::Claimed, Stage::Starting] {
+            for entry in [
+                status(SessionStatus::Pending),
+                status(SessionStatus::Running),
+                status(SessionStatus::Terminated),
+                EntryObs::Unknown,
+                EntryObs::Gone,
+            ] {
+                for (stopping, start_failures, has_connect_token) in
+                    [(false, 0, true), (true, 0, true), (false, 9, false)]
+                {
+                    let obs = SessionObs {
+                        stage,
+                        entry: entry.clone(),
+                        stopping,
+                        start_failures,
+                        has_connect_token,
+                        operator_stop: Some(stop),
+                        ..claimed()
+                    };
+                    assert_eq!(
+                        plan_session(&obs, &policy()),
+                        stopped(stop),
+                        "{stage:?} {entry:?} stopping={stopping}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn operator_stop_kills_a_running_remote_first_whatever_the_entry_says() {
+    for stop in [KEEP, DROP] {
+        for entry in [
+            status(SessionStatus::Running),
+            status(SessionStatus::Suspended),
+            status(SessionStatus::Terminated),
+            EntryObs::Unknown,
+            EntryObs::Gone,
+        ] {
+            for (claim_deadline, has_connect_token) in [
+                (Some(NOW + 300_000), true),
+                (Some(NOW - 1), false),
+                (None, true),
+            ] {
+                let obs = SessionObs {
+                    entry: entry.clone(),
+                    claim_deadline,
+                    has_connect_token,
+                    suspended_since: Some(NOW - 1),
+                    operator_stop: Some(stop),
+                    ..running()
+                };
+                assert_eq!(
+                    plan_session(&obs, &policy()),
+                    A::KillRemote,
+                    "{entry:?} {claim_deadline:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn operator_stop_after_the_remote_stopped_finishes_instead_of_restarting_or_confirming() {
+    let p = policy();
+    for stop in [KEEP, DROP] {
+        for remote in [
+            RemoteObs::NotStarted,
+            RemoteObs::Exited(0),
+            RemoteObs::Exited(1),
+            RemoteObs::Exited(137),
+            RemoteObs::Lost,
+        ] {
+            for entry in [
+                status(SessionStatus::Running),
+                status(SessionStatus::Suspended),
+                status(SessionStatus::Terminated),
+                EntryObs::Gone,
+            ] {
+                for (restarts, confirm_attempts) in [(0, 0), (p.max_restarts, p.confirm_attempts)] {
+                    let obs = SessionObs {
+                        remote,
+                        remote_stopped_at: Some(NOW),
+                        entry: entry.clone(),
+                        restarts,
+                        confirm_attempts,
+                        stopping: true,
+                        operator_stop: Some(stop),
+                        ..running()
+                    };
+                    assert_eq!(
+                        plan_session(&obs, &p),
+                        stopped(stop),
+                        "{remote:?} {entry:?} restarts={restarts}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn operator_stop_does_not_change_a_wind_down_under_way_or_a_done_session() {
+    for stop in [KEEP, DROP] {
+        for f in [
+            Finish::Suspended,
+            Finish::Terminated,
+            Finish::Vanished,
+            Finish::Failed,
+            Finish::Released,
+            Finish::Stopped {
+                keep_snapshot: !stop.keep_snapshot,
+            },
+        ] {
+            for remote in [RemoteObs::Running, RemoteObs::Exited(0)] {
+                let finishing = SessionObs {
+                    stage: Stage::Finishing(f),
+                    remote,
+                    operator_stop: Some(stop),
+                    ..running()
+                };
+                assert_eq!(plan_session(&finishing, &policy()), A::Finish(f));
+                let done = SessionObs {
+                    stage: Stage::Done(f),
+                    ..finishing
+                };
+                assert_eq!(plan_session(&done, &policy()), A::Wait);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stopped_finish_resumes_after_a_crash_without_the_request() {
+    // The request lives in memory; the stage recorded before the wind-down
+    // carries it across a restart.
+    for keep_snapshot in [true, false] {
+        let f = Finish::Stopped { keep_snapshot };
+        let obs = SessionObs {
+            stage: Stage::Finishing(f),
+            remote: RemoteObs::Running,
+            has_connect_token: false,
+            ..running()
+        };
+        assert_eq!(plan_session(&obs, &policy()), A::Finish(f));
+    }
+}
+
+#[test]
+fn without_an_operator_stop_nothing_changes() {
+    assert_eq!(plan_session(&running(), &policy()), A::Wait);
+    assert_eq!(plan_session(&claimed(), &policy()), A::Start);
 }
 
 #[test]

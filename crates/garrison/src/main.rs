@@ -1,7 +1,9 @@
 //! `garrison`: serves Devin Outposts sessions in isolated sandboxes.
 
 mod bench;
+mod connect;
 mod logging;
+mod outposts_cmd;
 mod serve_args;
 mod signals;
 
@@ -29,13 +31,18 @@ enum Command {
     Emulate(emulator::cli::EmulateArgs),
     /// Benchmarks that print figures against their targets (not tests).
     Bench(bench::BenchArgs),
+    /// Connect this machine to Devin (browser or --manual) and save the token.
+    Connect(connect::ConnectArgs),
+    /// List, create and delete outposts.
+    Outposts(outposts_cmd::OutpostsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     // The host backend starts each session process through this binary: the
     // shim must not parse arguments, start a runtime or log anything.
-    if std::env::args().nth(1).as_deref() == Some(sandbox::shim::SHIM_ARG) {
-        std::process::exit(sandbox::shim::run());
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(code) = sandbox::shim::dispatch(&args) {
+        std::process::exit(code);
     }
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
@@ -44,6 +51,8 @@ fn main() -> anyhow::Result<()> {
             Command::Serve(args) => serve(args).await,
             Command::Emulate(args) => emulator::cli::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Connect(args) => connect::run(args).await,
+            Command::Outposts(args) => outposts_cmd::run(args).await,
         }
     })
 }

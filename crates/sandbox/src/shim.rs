@@ -40,6 +40,61 @@ pub struct ShimRequest {
     pub dir: PathBuf,
 }
 
+/// Inside a container: read the request from `<dir>/request.json` (written
+/// by the backend through the container's root filesystem, deleted here at
+/// once so the environment it carries does not outlive the start) and
+/// report a failure to start in `<dir>/error`.
+pub const SHIM_FILE_ARG: &str = "__garrison_shim_file";
+/// Inside a container: do nothing, forever (the container's keep-alive
+/// process under tini).
+pub const IDLE_ARG: &str = "__garrison_idle";
+
+pub const REQUEST_FILE: &str = "request.json";
+pub const ERROR_FILE: &str = "error";
+
+/// Dispatches the hidden arguments of a binary that carries the shim;
+/// `None` when `args` is none of them.
+pub fn dispatch(args: &[String]) -> Option<i32> {
+    match args.get(1).map(String::as_str) {
+        Some(SHIM_ARG) => Some(run()),
+        Some(SHIM_FILE_ARG) => Some(run_from_dir(Path::new(args.get(2)?))),
+        Some(IDLE_ARG) => loop {
+            // SAFETY: pause(2) has no preconditions.
+            unsafe {
+                libc::pause();
+            }
+        },
+        _ => None,
+    }
+}
+
+/// The shim inside a container (see [`SHIM_FILE_ARG`]).
+pub fn run_from_dir(dir: &Path) -> i32 {
+    let fail = |message: String| {
+        let _ = write_atomically(&dir.join(ERROR_FILE), message.as_bytes());
+        1
+    };
+    let path = dir.join(REQUEST_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(format!("reading request: {e}")),
+    };
+    let _ = fs::remove_file(&path);
+    let request: ShimRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("parsing request: {e}")),
+    };
+    let _ = nix::unistd::setsid();
+    redirect_stdio_to_null();
+    let child = match start(&request) {
+        Ok(child) => child,
+        Err(e) => return fail(e),
+    };
+    let code = wait_code(child);
+    let _ = write_atomically(&request.dir.join(EXIT_FILE), code.to_string().as_bytes());
+    0
+}
+
 /// Runs the shim and returns the shim's own exit code.
 pub fn run() -> i32 {
     let mut stdout = std::io::stdout();

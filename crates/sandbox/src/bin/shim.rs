@@ -1,11 +1,14 @@
-//! Standalone shim for tests of the host backend; `garrison` carries the
-//! same shim behind a hidden argument.
+//! The shim as a binary of its own: for the host backend's tests, and
+//! (linked statically) as the process supervisor inside `local` containers.
+//! `garrison` carries the same shim behind the same hidden arguments.
 
 fn main() {
-    let is_shim = std::env::args().nth(1).as_deref() == Some(sandbox::shim::SHIM_ARG);
-    if !is_shim {
-        eprintln!("garrison-shim is started by the host backend, not by hand");
-        std::process::exit(2);
+    let args: Vec<String> = std::env::args().collect();
+    match sandbox::shim::dispatch(&args) {
+        Some(code) => std::process::exit(code),
+        None => {
+            eprintln!("garrison-shim is started by Garrison's sandbox backends, not by hand");
+            std::process::exit(2);
+        }
     }
-    std::process::exit(sandbox::shim::run());
 }

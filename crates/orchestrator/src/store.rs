@@ -195,6 +195,24 @@ impl Store {
         Self::init(conn)
     }
 
+    /// Opens an existing database for reading beside a running daemon (the
+    /// `garrison status`-like commands): never creates the file, never
+    /// changes its mode or schema.
+    pub fn open_existing(path: &Path) -> Result<Self> {
+        use rusqlite::OpenFlags;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .with_context(|| format!("opening state store {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
     pub fn in_memory() -> Result<Self> {
         Self::init(Connection::open_in_memory()?)
     }
@@ -541,6 +559,20 @@ mod tests {
         let after = store.events("s", first).unwrap();
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].kind, "started");
+    }
+
+    #[test]
+    fn an_existing_store_opens_for_reading_and_a_missing_one_is_not_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garrison.db");
+        assert!(Store::open_existing(&path).is_err());
+        assert!(!path.exists());
+        let store = Store::open(&path).unwrap();
+        store
+            .put_session(&SessionRecord::new("s", "o", "new", "host", 1))
+            .unwrap();
+        let reader = Store::open_existing(&path).unwrap();
+        assert_eq!(reader.sessions().unwrap().len(), 1);
     }
 
     #[test]

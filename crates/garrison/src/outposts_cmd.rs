@@ -219,10 +219,7 @@ mod tests {
         o.status.queue_depth = 3;
         let t = table(&[o]);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(
-            lines[0],
-            "ID             NAME       PLATFORM  QUEUE  CLAIMS"
-        );
-        assert_eq!(lines[1], "outpost_env-1  lab?[31m   linux     3      0");
+        assert_eq!(lines[0], "ID             NAME      PLATFORM  QUEUE  CLAIMS");
+        assert_eq!(lines[1], "outpost_env-1  lab?[31m  linux     3      0");
     }
 }

@@ -1,0 +1,253 @@
+//! Image recipes: a small TOML description of a Debian root filesystem.
+//!
+//! ```toml
+//! suite = "bookworm"                      # Debian suite (default bookworm)
+//! mirror = "http://deb.debian.org/debian" # optional; mmdebstrap's default otherwise
+//! packages = ["python3", "make"]          # on top of the base packages
+//! steps = ["useradd -m dev"]              # shell, run as root in the image
+//! chromium = true                         # Debian's chromium; sets DEVIN_CHROME_PATH
+//! ffmpeg = false                          # Debian's ffmpeg
+//! ```
+//!
+//! [`BASE_PACKAGES`] are always installed, whatever the recipe lists:
+//! without them `devin-remote` cannot work (it needs `git` on `PATH` and
+//! certificates for HTTPS).
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Installed in every image: what `devin-remote` itself needs.
+pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "git"];
+
+/// The extra packages of [`Recipe::default_recipe`]: the tools a session
+/// expects on any Linux box.
+const DEFAULT_PACKAGES: &[&str] = &[
+    "bash",
+    "coreutils",
+    "curl",
+    "less",
+    "openssh-client",
+    "procps",
+    "xz-utils",
+];
+
+/// Where Debian's Chromium puts its binary.
+pub const CHROMIUM_PATH: &str = "/usr/bin/chromium";
+
+const DEFAULT_SUITE: &str = "bookworm";
+
+/// Bumped when the meaning of a recipe changes (new base packages, another
+/// bootstrap), so old and new builds never share an id.
+const RECIPE_FORMAT: &str = "garrison-recipe-v1";
+
+/// What to build. See the module documentation for the file format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    #[serde(default = "default_suite")]
+    pub suite: String,
+    #[serde(default)]
+    pub mirror: Option<String>,
+    /// Debian packages on top of [`BASE_PACKAGES`].
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Shell snippets run in order with `/bin/sh -e` as root inside the
+    /// image, after the packages are installed.
+    #[serde(default)]
+    pub steps: Vec<String>,
+    #[serde(default)]
+    pub chromium: bool,
+    #[serde(default)]
+    pub ffmpeg: bool,
+}
+
+fn default_suite() -> String {
+    DEFAULT_SUITE.to_owned()
+}
+
+impl Recipe {
+    /// The recipe of `garrison image build NAME` without `--recipe`.
+    pub fn default_recipe() -> Self {
+        Self {
+            suite: default_suite(),
+            mirror: None,
+            packages: DEFAULT_PACKAGES.iter().map(|p| (*p).to_owned()).collect(),
+            steps: Vec::new(),
+            chromium: false,
+            ffmpeg: false,
+        }
+    }
+
+    /// Parses and checks a recipe. Unknown keys are errors (a typo must not
+    /// silently build something else); the message names the key.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let recipe: Self = toml::from_str(text).map_err(|err| anyhow::anyhow!("{err}"))?;
+        recipe.validate()?;
+        Ok(recipe)
+    }
+
+    /// Reads and parses a recipe file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading recipe {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("recipe {}", path.display()))
+    }
+
+    /// Checks every value that ends up on mmdebstrap's command line, so a
+    /// value can never be read as an option or split into two.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.suite.is_empty()
+            || !self
+                .suite
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            bail!(
+                "suite = {:?}: expected a Debian suite such as \"bookworm\"",
+                self.suite
+            );
+        }
+        if let Some(mirror) = &self.mirror {
+            let scheme_ok = ["http://", "https://", "file:/"]
+                .iter()
+                .any(|s| mirror.starts_with(s));
+            if !scheme_ok || mirror.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!("mirror = {mirror:?}: expected an http://, https:// or file:/ URL");
+            }
+        }
+        for package in &self.packages {
+            let ok = package
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && package.bytes().all(|b| {
+                    b.is_ascii_lowercase()
+                        || b.is_ascii_digit()
+                        || matches!(b, b'+' | b'-' | b'.' | b':' | b'=' | b'~' | b'/')
+                });
+            if !ok {
+                bail!("packages: {package:?} is not a Debian package name");
+            }
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if step.trim().is_empty() || step.contains('\0') {
+                bail!("steps[{i}]: empty, or contains a NUL byte");
+            }
+        }
+        Ok(())
+    }
+
+    /// Every package to install: the base, the recipe's, Chromium and
+    /// ffmpeg when asked for; sorted and without duplicates (install order
+    /// does not matter to apt).
+    pub fn all_packages(&self) -> Vec<String> {
+        let mut all: Vec<String> = BASE_PACKAGES.iter().map(|p| (*p).to_owned()).collect();
+        all.extend(self.packages.iter().cloned());
+        if self.chromium {
+            all.push("chromium".to_owned());
+        }
+        if self.ffmpeg {
+            all.push("ffmpeg".to_owned());
+        }
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// `DEVIN_CHROME_PATH` for images of this recipe.
+    pub fn chrome_path(&self) -> Option<String> {
+        self.chromium.then(|| CHROMIUM_PATH.to_owned())
+    }
+
+    /// SHA-256 (hex) over the recipe's canonical form: what is installed
+    /// and run, so two recipes that differ only in package order or
+    /// formatting hash the same.
+    pub fn hash(&self) -> String {
+        let canonical = serde_json::json!({
+            "format": RECIPE_FORMAT,
+            "suite": self.suite,
+            "mirror": self.mirror,
+            "packages": self.all_packages(),
+            "steps": self.steps,
+        });
+        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_bare_base() {
+        let recipe = Recipe::parse("").unwrap();
+        assert_eq!(recipe.suite, "bookworm");
+        assert_eq!(recipe.all_packages(), vec!["ca-certificates", "git"]);
+        assert_eq!(recipe.chrome_path(), None);
+    }
+
+    #[test]
+    fn full_recipe() {
+        let recipe = Recipe::parse(
+            r#"
+            suite = "trixie"
+            mirror = "http://deb.debian.org/debian"
+            packages = ["python3", "git", "g++"]
+            steps = ["echo hi > /etc/hi"]
+            chromium = true
+            ffmpeg = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(recipe.suite, "trixie");
+        assert_eq!(
+            recipe.all_packages(),
+            vec!["ca-certificates", "chromium", "ffmpeg", "g++", "git", "python3"]
+        );
+        assert_eq!(recipe.chrome_path().as_deref(), Some("/usr/bin/chromium"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = Recipe::parse("pakages = [\"x\"]").unwrap_err().to_string();
+        assert!(err.contains("pakages"), "{err}");
+        let err = Recipe::parse("chromium = \"yes\"").unwrap_err().to_string();
+        assert!(err.contains("chromium"), "{err}");
+        let err = Recipe::parse("packages = [\"--root=x\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("packages"), "{err}");
+        let err = Recipe::parse("packages = [\"a,b\"]").unwrap_err().to_string();
+        assert!(err.contains("packages"), "{err}");
+        let err = Recipe::parse("suite = \"../x\"").unwrap_err().to_string();
+        assert!(err.contains("suite"), "{err}");
+        let err = Recipe::parse("mirror = \"-o x\"").unwrap_err().to_string();
+        assert!(err.contains("mirror"), "{err}");
+        let err = Recipe::parse("steps = [\"  \"]").unwrap_err().to_string();
+        assert!(err.contains("steps[0]"), "{err}");
+    }
+
+    #[test]
+    fn hash_is_canonical() {
+        let a = Recipe::parse("packages = [\"b\", \"a\"]").unwrap();
+        let b = Recipe::parse("packages = [\"a\", \"b\", \"a\"]\nsuite = \"bookworm\"").unwrap();
+        assert_eq!(a.hash(), b.hash());
+        let c = Recipe::parse("packages = [\"a\", \"b\"]\nsteps = [\"true\"]").unwrap();
+        assert_ne!(a.hash(), c.hash());
+        assert_ne!(
+            Recipe::default_recipe().hash(),
+            Recipe::parse("").unwrap().hash()
+        );
+    }
+
+    #[test]
+    fn default_recipe_has_what_the_remote_needs() {
+        let packages = Recipe::default_recipe().all_packages();
+        for needed in ["git", "ca-certificates", "curl", "procps", "coreutils"] {
+            assert!(packages.iter().any(|p| p == needed), "{needed}");
+        }
+    }
+}

@@ -59,7 +59,8 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(args: Box<serve_args::ServeArgs>) -> anyhow::Result<()> {
     logging::init(args.log_format);
-    let config = serve_args::resolve(&args)?;
+    let mut config = serve_args::resolve(&args)?;
+    config.admin_listen = Some(args.listen);
     let shim_exe = std::env::current_exe()?;
     let stop = CancellationToken::new();
     signals::on_stop_signal(stop.clone())?;

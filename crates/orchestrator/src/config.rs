@@ -101,4 +101,7 @@ pub struct ServeConfig {
     pub drain: bool,
     pub policy: Policy,
     pub outposts: Vec<OutpostConfig>,
+    /// Where the admin listener (metrics, health, JSON API, dashboard)
+    /// binds; `None` runs without one.
+    pub admin_listen: Option<std::net::SocketAddr>,
 }

@@ -5,6 +5,7 @@
 //! through a [`sandbox::Sandbox`], and the [`store`] records every step
 //! before and after it happens.
 
+pub mod admin;
 pub mod api;
 pub mod config;
 pub mod contract;

@@ -195,6 +195,17 @@ pub async fn run_prepared(
         config.state_dir.join("cache").join("remote"),
     )?);
     info!(acceptor_id = %serving.acceptor_id, outposts = config.outposts.len(), "garrison serving");
+    // Stops (dropped) when serving returns.
+    let _admin = match config.admin_listen {
+        Some(addr) => Some(
+            crate::admin::start(
+                addr,
+                crate::admin::AdminState::new(&config, serving.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
 
     let mut outposts = JoinSet::new();
     let queue_stop = CancellationToken::new();

@@ -837,6 +837,8 @@ pub fn resolve(
             ..Policy::default()
         },
         outposts,
+        // Set by the caller from `--listen`.
+        admin_listen: None,
     })
 }
 

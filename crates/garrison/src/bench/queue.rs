@@ -361,6 +361,7 @@ fn serve_config(
             image: None,
             platform: Platform::Linux,
         }],
+        admin_listen: None,
     }
 }
 

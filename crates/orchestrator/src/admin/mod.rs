@@ -1,0 +1,328 @@
+//! The admin HTTP listener of `garrison serve`: `/metrics`, `/healthz`,
+//! `/readyz`, the JSON API of [`crate::api`] and the dashboard at `/`.
+//!
+//! It listens on loopback by default and has no authentication: anyone who
+//! can reach it can read session logs and terminate sessions. A
+//! non-loopback address is accepted with a loud warning. While bound to
+//! loopback, requests naming any other host are refused (so a web page
+//! cannot reach the listener by DNS rebinding), and `POST` routes require a
+//! JSON body (so a cross-site form or `no-cors` fetch cannot trigger them).
+
+mod api;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::config::{OutpostConfig, QueueMode, ServeConfig};
+use crate::serve::Serving;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// A queue view is fresh when synced within this many re-list intervals.
+const FRESH_INTERVALS: u32 = 3;
+
+/// What the handlers share.
+pub struct AdminState {
+    pub serving: Arc<Serving>,
+    pub outposts: Vec<OutpostConfig>,
+    /// `<state-dir>/sessions`: the per-session logs.
+    pub sessions_dir: PathBuf,
+    /// How recently every queue view must have synced for `/readyz`.
+    pub fresh_within: Duration,
+    pub started_at_ms: i64,
+    pub version: &'static str,
+}
+
+impl AdminState {
+    pub fn new(config: &ServeConfig, serving: Arc<Serving>) -> Self {
+        let every = match config.queue_mode {
+            QueueMode::Watch => config.relist_interval,
+            QueueMode::Poll(every) => every,
+        };
+        Self {
+            serving,
+            outposts: config.outposts.clone(),
+            sessions_dir: config.state_dir.join("sessions"),
+            fresh_within: (every * FRESH_INTERVALS).max(Duration::from_secs(1)),
+            started_at_ms: chrono::Utc::now().timestamp_millis(),
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// `Ok` when ready; else why not. Every queue view is confirmed only by
+    /// a successful fleet API answer (a list or a watch event), so a fresh
+    /// view also means the API was reachable that recently.
+    pub fn readiness(&self, now_ms: i64) -> Result<(), String> {
+        let limit = self.fresh_within.as_millis() as i64;
+        let stale: Vec<String> = self
+            .serving
+            .views
+            .iter()
+            .filter_map(|v| {
+                let at = v.synced_at();
+                if at == 0 {
+                    Some(format!(
+                        "outpost {}: the queue has not been listed yet",
+                        v.outpost_id()
+                    ))
+                } else if now_ms - at > limit {
+                    Some(format!(
+                        "outpost {}: the queue view was last confirmed by the fleet API {} s ago (limit {} s)",
+                        v.outpost_id(),
+                        (now_ms - at) / 1000,
+                        limit / 1000
+                    ))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if stale.is_empty() {
+            Ok(())
+        } else {
+            Err(stale.join("; "))
+        }
+    }
+}
+
+/// A running admin listener; stops when dropped.
+pub struct AdminServer {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `addr` and serves the admin routes in the background.
+pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminServer> {
+    let loopback = addr.ip().is_loopback();
+    if !loopback {
+        warn!(
+            %addr,
+            "THE ADMIN LISTENER IS NOT ON LOOPBACK: it has no authentication, and anyone who can reach {addr} can read session logs and terminate sessions"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding the admin listener to {addr}: {e}"))?;
+    let addr = listener.local_addr()?;
+    info!("admin listening on http://{addr}");
+    let app = router(Arc::new(state), loopback);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            warn!(error = %e, "the admin listener stopped");
+        }
+    });
+    Ok(AdminServer { addr, task })
+}
+
+pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_route))
+        .route("/", get(index))
+        .route("/sessions/{id}", get(index))
+        .route("/assets/app.js", get(app_js))
+        .route("/assets/style.css", get(style_css))
+        .merge(api::routes())
+        .with_state(state)
+        .layer(middleware::from_fn(security_headers));
+    if loopback_only {
+        router.layer(middleware::from_fn(loopback_host_only))
+    } else {
+        router
+    }
+}
+
+/// Whether a `Host` header names this machine: an IP literal or localhost.
+fn local_host_header(host: &str) -> bool {
+    let digits = |p: &str| p.chars().all(|c| c.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        // [v6] or [v6]:port
+        return rest.split_once(']').is_some_and(|(ip, port)| {
+            ip.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty() || port.strip_prefix(':').is_some_and(digits))
+        });
+    }
+    let name = host
+        .rsplit_once(':')
+        .filter(|(_, port)| digits(port))
+        .map_or(host, |(name, _)| name)
+        .to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+async fn loopback_host_only(req: Request, next: Next) -> Response {
+    let ok = match req.headers().get(header::HOST) {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(local_host_header),
+    };
+    if ok {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            axum::Json(
+                json!({ "error": "the admin listener only answers requests for localhost" }),
+            ),
+        )
+            .into_response()
+    }
+}
+
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+    );
+    res
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
+    match state.readiness(chrono::Utc::now().timestamp_millis()) {
+        Ok(()) => axum::Json(json!({ "ready": true })).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({ "ready": false, "reason": reason })),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics_route(State(state): State<Arc<AdminState>>) -> Response {
+    let serving = &state.serving;
+    let sessions_by_stage = serving
+        .store
+        .count_by_stage()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let outposts = serving
+        .views
+        .iter()
+        .zip(&state.outposts)
+        .map(|(v, o)| metrics::OutpostScrape {
+            outpost_id: v.outpost_id().to_owned(),
+            watch_reconnects: v
+                .watch_reconnects
+                .load(std::sync::atomic::Ordering::Relaxed),
+            relists: v.relists.load(std::sync::atomic::Ordering::Relaxed),
+            synced_at_ms: v.synced_at(),
+            pending: api::pending(v, o),
+        })
+        .collect();
+    let body = metrics::render(&metrics::Scrape {
+        metrics: &serving.metrics,
+        sessions_by_stage,
+        fleet: serving.client.stats(),
+        outposts,
+        ready: state
+            .readiness(chrono::Utc::now().timestamp_millis())
+            .is_ok(),
+        version: state.version,
+        started_at_ms: state.started_at_ms,
+    });
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn index() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        INDEX_HTML,
+    )
+}
+
+async fn app_js() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        APP_JS,
+    )
+}
+
+async fn style_css() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        STYLE_CSS,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_local_host_headers_pass() {
+        for ok in [
+            "127.0.0.1:9180",
+            "127.0.0.1",
+            "localhost:9180",
+            "LOCALHOST",
+            "[::1]:9180",
+            "app.localhost:1",
+        ] {
+            assert!(local_host_header(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:9180",
+            "evil.example",
+            "127.0.0.1.nip.io:80",
+            "[::1",
+            "[::1]x",
+        ] {
+            assert!(!local_host_header(bad), "{bad}");
+        }
+    }
+}

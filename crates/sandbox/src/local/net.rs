@@ -1,1 +1,430 @@
 //! Per-sandbox network namespaces: pasta for egress, nftables for the rules.
+//!
+//! Each sandbox gets its own network namespace, made with `ip netns add` so
+//! it is a file (`/run/netns/<name>-<tag>`) that runc joins and that
+//! outlives Garrison. Inside it:
+//!
+//! - **pasta** (one daemon per sandbox, see the `pasta` module) gives it
+//!   outbound connectivity: it copies the host's addresses and default
+//!   routes in and turns the sandbox's packets into sockets on the host. The
+//!   host gets no bridge, NAT rule or `ip_forward`. Nothing dials in: no
+//!   port is forwarded.
+//! - pasta maps the namespace's gateway addresses ([`SandboxNet::host_gateway`]
+//!   and its IPv6 twin) onto the host's loopback, every port of it. That is
+//!   how a gateway on the host's loopback (the emulator) is reached:
+//!   [`rewrite_gateway_url`] points the remote at it.
+//! - an **nftables** table (the `rules` module has the exact ruleset) closes the
+//!   rest: the host's loopback except the gateway's port, link-local and
+//!   metadata addresses, the host's own addresses; then jumps to the
+//!   `session_policy` chain, the hook where [`apply_policy`] puts
+//!   `spec.network_policy` (accepted but not enforced yet: a later issue).
+//!
+//! A gateway whose host is not a loopback address is reached through
+//! ordinary egress. A gateway on another of the host's addresses (say the
+//! emulator on `0.0.0.0`, dialled as `192.0.2.2`) is not reachable: inside
+//! the namespace that address is the namespace's own. Listen on loopback.
+//!
+//! State lives in `<run_dir>/<name>/` (`net.json`, `pasta.pid`). The `<tag>`
+//! in the namespace's name is a hash of `run_dir`, so two Garrisons with
+//! different state directories on one host never touch each other's
+//! namespaces. Calls for one sandbox must not run concurrently (the backend
+//! serializes them per sandbox).
+//!
+//! Requirements: root, and the `passt`, `nftables` and `iproute2` packages.
+//! The sandbox must not hold `CAP_NET_ADMIN` (it could rewrite the rules) or
+//! `CAP_NET_RAW` (a packet socket bypasses nftables and writes raw frames to
+//! pasta's tap).
+
+mod pasta;
+mod rules;
+mod tools;
+mod url;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use serde::{Deserialize, Serialize};
+
+use self::tools::Tools;
+use crate::names::hashed_id;
+use crate::{Result, SandboxError, SandboxName};
+
+pub use self::pasta::rss_kib;
+
+/// Where namespaces made by `ip netns add` live.
+const NETNS_DIR: &str = "/run/netns";
+const STATE_FILE: &str = "net.json";
+const PASTA_PID_FILE: &str = "pasta.pid";
+/// How long pasta may take to put the default routes in place.
+const ROUTES_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Where networking keeps its per-sandbox state.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// Pid files and per-sandbox state, e.g. `<state>/local/net`.
+    pub run_dir: PathBuf,
+}
+
+/// A sandbox's network, as stored by the backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxNet {
+    /// The [`SandboxName`].
+    pub name: String,
+    /// The namespace file for runc: `linux.namespaces: [{type: network, path}]`.
+    pub netns_path: PathBuf,
+    /// The address inside the namespace that reaches the host's loopback
+    /// (pasta's mapping of the namespace's IPv4 gateway, else its IPv6 one).
+    pub host_gateway: IpAddr,
+    /// The one port of the host's loopback the sandbox may reach: the
+    /// gateway's, when the gateway URL's host is a loopback address.
+    pub gateway_port: Option<u16>,
+}
+
+/// Makes the network for sandbox `name`: namespace, pasta, base ruleset,
+/// then `policy` through [`apply_policy`].
+///
+/// A leftover of the same name (a crash between `create` and `destroy`) is
+/// destroyed first, so the caller must have made sure no container still
+/// uses it. On failure everything made so far is removed again.
+pub async fn create(
+    cfg: &NetConfig,
+    name: &SandboxName,
+    gateway_url: Option<&str>,
+    policy: &fleet::NetworkPolicy,
+) -> Result<SandboxNet> {
+    tools::require_root()?;
+    let tools = Tools::find()?;
+    let gateway = gateway_url
+        .map(|u| {
+            url::parse_gateway(u)
+                .ok_or_else(|| SandboxError::Fatal(anyhow!("gateway URL {u:?} has no host")))
+        })
+        .transpose()?;
+    let gateway_port = match gateway {
+        Some(g) if g.loopback => Some(g.port.ok_or_else(|| {
+            SandboxError::Fatal(anyhow!("gateway URL {gateway_url:?} has no port"))
+        })?),
+        _ => None,
+    };
+    let paths = Paths::new(cfg, name.as_str());
+    if paths.state_dir.exists() || paths.netns.exists() {
+        tracing::warn!(sandbox = %name, "removing a leftover network of the same name");
+        destroy(cfg, name.as_str()).await?;
+    }
+    match build(&tools, cfg, &paths, name, gateway_port, policy).await {
+        Ok(net) => Ok(net),
+        Err(e) => {
+            if let Err(cleanup) = destroy(cfg, name.as_str()).await {
+                tracing::warn!(sandbox = %name, error = %cleanup, "cleaning up a failed network");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn build(
+    tools: &Tools,
+    cfg: &NetConfig,
+    paths: &Paths,
+    name: &SandboxName,
+    gateway_port: Option<u16>,
+    policy: &fleet::NetworkPolicy,
+) -> Result<SandboxNet> {
+    mkdir_private(&cfg.run_dir)?;
+    mkdir_private(&paths.state_dir)?;
+    tools::run(&tools.ip, ["netns", "add", &paths.netns_name], None, None).await?;
+    tools::run(
+        &tools.ip,
+        ["link", "set", "lo", "up"],
+        Some(&paths.netns),
+        None,
+    )
+    .await?;
+    pasta::start(tools, &paths.netns, &paths.pasta_pid).await?;
+
+    let gateways = default_gateways(tools, &paths.netns).await?;
+    let host_gateway = gateways
+        .iter()
+        .copied()
+        .find(IpAddr::is_ipv4)
+        .or_else(|| gateways.first().copied())
+        .expect("default_gateways returns at least one");
+    let base = rules::BaseRules {
+        host_loopback: gateways.into_iter().collect(),
+        gateway_port,
+        host_addrs: host_addresses(tools).await?,
+    };
+    let script = rules::base_ruleset(&base);
+    tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
+
+    let net = SandboxNet {
+        name: name.to_string(),
+        netns_path: paths.netns.clone(),
+        host_gateway,
+        gateway_port,
+    };
+    let json = serde_json::to_vec_pretty(&net).expect("SandboxNet serializes");
+    std::fs::write(paths.state_dir.join(STATE_FILE), json)
+        .map_err(|e| SandboxError::Transient(anyhow!("writing network state: {e}")))?;
+    apply_policy(cfg, &net, policy).await?;
+    Ok(net)
+}
+
+/// Puts `policy` into the sandbox's `session_policy` chain, replacing what was
+/// there (atomically, so idempotent and safe on a running sandbox).
+///
+/// The hook for enforcing `spec.network_policy`. For now a disabled policy
+/// accepts all egress the always-on rules allow, and an enabled one does
+/// the same with a warning: enforcement is a later issue (see the TODO in
+/// `rules::policy_rules`). The always-on rules hold either way.
+pub async fn apply_policy(
+    cfg: &NetConfig,
+    net: &SandboxNet,
+    policy: &fleet::NetworkPolicy,
+) -> Result<()> {
+    let paths = Paths::new(cfg, &net.name);
+    if net.netns_path != paths.netns {
+        return Err(SandboxError::Fatal(anyhow!(
+            "{} is not the namespace this configuration made for {}",
+            net.netns_path.display(),
+            net.name
+        )));
+    }
+    if !paths.netns.exists() {
+        return Err(SandboxError::Gone(format!("network of {}", net.name)));
+    }
+    if !rules::enforces(policy) {
+        tracing::warn!(
+            sandbox = %net.name,
+            "network policy is enabled but not enforced by the local backend yet; allowing all egress"
+        );
+    }
+    let tools = Tools::find()?;
+    let script = rules::policy_script(policy);
+    tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
+    Ok(())
+}
+
+/// `url` as the sandbox must dial it: a loopback host (`127.0.0.0/8`,
+/// `::1`, `localhost`) becomes [`SandboxNet::host_gateway`] (bracketed when
+/// IPv6), with scheme, userinfo, port, path, query and fragment unchanged.
+/// Any other URL comes back as it is.
+pub fn rewrite_gateway_url(url: &str, net: &SandboxNet) -> String {
+    url::rewrite(url, net.host_gateway)
+}
+
+/// Stops pasta, deletes the namespace and removes the state. A network that
+/// is already gone, or was never complete, is success.
+pub async fn destroy(cfg: &NetConfig, name: &str) -> Result<()> {
+    let name = SandboxName::parse(name)
+        .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
+    let paths = Paths::new(cfg, name.as_str());
+    pasta::stop(&paths.pasta_pid, &paths.netns).await?;
+    if paths.netns.exists() {
+        let tools = Tools::find()?;
+        if let Err(e) = tools::run(
+            &tools.ip,
+            ["netns", "delete", &paths.netns_name],
+            None,
+            None,
+        )
+        .await
+        {
+            // A concurrent destroy may have won the race.
+            if paths.netns.exists() {
+                return Err(e);
+            }
+        }
+    }
+    // Last, so that a destroy that failed half way is still listed.
+    match std::fs::remove_dir_all(&paths.state_dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SandboxError::Transient(
+            anyhow!("removing {}: {e}", paths.state_dir.display()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Names of the sandboxes with a network (or a piece of one) made with this
+/// `run_dir`, sorted, for cleaning up after a crash.
+pub async fn list(cfg: &NetConfig) -> Result<Vec<String>> {
+    let suffix = format!("-{}", tag(cfg));
+    let mut names = BTreeSet::new();
+    for entry in read_dir_names(&cfg.run_dir)? {
+        if SandboxName::parse(&entry).is_some() {
+            names.insert(entry);
+        }
+    }
+    for entry in read_dir_names(Path::new(NETNS_DIR))? {
+        if let Some(name) = entry.strip_suffix(&suffix)
+            && SandboxName::parse(name).is_some()
+        {
+            names.insert(name.to_owned());
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+/// The pid of the sandbox's pasta while it runs (for health checks and
+/// measurements).
+pub fn pasta_pid(cfg: &NetConfig, name: &str) -> Result<Option<u32>> {
+    let name = SandboxName::parse(name)
+        .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
+    let paths = Paths::new(cfg, name.as_str());
+    Ok(pasta::read_pid(&paths.pasta_pid)?.filter(|&pid| pasta::is_ours(pid, &paths.netns)))
+}
+
+/// The files of one sandbox's network.
+struct Paths {
+    netns_name: String,
+    netns: PathBuf,
+    state_dir: PathBuf,
+    pasta_pid: PathBuf,
+}
+
+impl Paths {
+    /// `name` must be a [`SandboxName`] (checked by the public functions
+    /// that take a plain string before it reaches a path).
+    fn new(cfg: &NetConfig, name: &str) -> Self {
+        let netns_name = format!("{name}-{}", tag(cfg));
+        let state_dir = cfg.run_dir.join(name);
+        Self {
+            netns: Path::new(NETNS_DIR).join(&netns_name),
+            netns_name,
+            pasta_pid: state_dir.join(PASTA_PID_FILE),
+            state_dir,
+        }
+    }
+}
+
+/// Eight hex digits identifying `run_dir` (its absolute form, so a relative
+/// and an absolute spelling agree).
+fn tag(cfg: &NetConfig) -> String {
+    let dir = std::path::absolute(&cfg.run_dir).unwrap_or_else(|_| cfg.run_dir.clone());
+    hashed_id(&dir.to_string_lossy())[..8].to_owned()
+}
+
+fn mkdir_private(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+        .map_err(|e| SandboxError::Fatal(anyhow!("creating {}: {e}", dir.display())))
+}
+
+fn read_dir_names(dir: &Path) -> Result<Vec<String>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(SandboxError::Transient(anyhow!(
+            "reading {}: {e}",
+            dir.display()
+        ))),
+    }
+}
+
+/// The namespace's default gateways (IPv4 first), waiting briefly for pasta
+/// to install them. None at all means the host has no default route, so
+/// the sandbox could reach nothing.
+async fn default_gateways(tools: &Tools, netns: &Path) -> Result<Vec<IpAddr>> {
+    let deadline = Instant::now() + ROUTES_TIMEOUT;
+    loop {
+        let mut found = Vec::new();
+        for family in ["-4", "-6"] {
+            let json = tools::run(
+                &tools.ip,
+                ["-j", family, "route", "show", "default"],
+                Some(netns),
+                None,
+            )
+            .await?;
+            found.extend(parse_gateways(&json));
+        }
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            return Err(SandboxError::Fatal(anyhow!(
+                "pasta set no default route in the sandbox's namespace: \
+                 does this host have one (ip route show default)?"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Gateways in `ip -j route show` output.
+fn parse_gateways(json: &str) -> Vec<IpAddr> {
+    let routes: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
+    routes
+        .iter()
+        .filter_map(|r| r.get("gateway")?.as_str()?.parse().ok())
+        .collect()
+}
+
+/// The host's own addresses, loopback excluded.
+async fn host_addresses(tools: &Tools) -> Result<BTreeSet<IpAddr>> {
+    let json = tools::run(&tools.ip, ["-j", "address", "show"], None, None).await?;
+    Ok(parse_addresses(&json))
+}
+
+/// Addresses in `ip -j address show` output, loopback excluded.
+fn parse_addresses(json: &str) -> BTreeSet<IpAddr> {
+    let links: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
+    links
+        .iter()
+        .filter_map(|l| l.get("addr_info")?.as_array())
+        .flatten()
+        .filter_map(|a| a.get("local")?.as_str()?.parse::<IpAddr>().ok())
+        .filter(|a| !a.is_loopback())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ip_json() {
+        let routes = r#"[{"dst":"default","gateway":"192.0.2.1","dev":"eth0","flags":[]}]"#;
+        assert_eq!(
+            parse_gateways(routes),
+            vec!["192.0.2.1".parse::<IpAddr>().unwrap()]
+        );
+        assert!(parse_gateways("[]").is_empty());
+        assert!(parse_gateways("").is_empty());
+        let addrs = r#"[{"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1"},
+            {"family":"inet6","local":"::1"}]},
+            {"ifname":"eth0","addr_info":[{"family":"inet","local":"192.0.2.2"},
+            {"family":"inet6","local":"fd00::2"}]},{"ifname":"ifb0","addr_info":[]}]"#;
+        let got: Vec<String> = parse_addresses(addrs)
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(got, ["192.0.2.2", "fd00::2"]);
+    }
+
+    #[test]
+    fn names_are_per_run_dir() {
+        let name = SandboxName::for_session("s");
+        let a = Paths::new(
+            &NetConfig {
+                run_dir: "/a".into(),
+            },
+            name.as_str(),
+        );
+        let b = Paths::new(
+            &NetConfig {
+                run_dir: "/b".into(),
+            },
+            name.as_str(),
+        );
+        assert_ne!(a.netns, b.netns);
+        assert!(a.netns_name.starts_with(name.as_str()));
+        assert_eq!(a.state_dir, Path::new("/a").join(name.as_str()));
+    }
+}

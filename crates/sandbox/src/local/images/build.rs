@@ -70,7 +70,9 @@ pub(crate) async fn build(
         .arg("--mode=root")
         .arg("--format=directory")
         .arg(format!("--include={}", recipe.all_packages().join(",")));
-    command.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    command
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     for key in PASSED_ENV {
         if let Some(value) = std::env::var_os(key) {
             command.env(key, value);
@@ -123,7 +125,8 @@ pub(crate) async fn build(
         write_image_info(&rootfs, &image)?;
         let info = tree::walk(&rootfs, true, p)?;
         let tree_digest = hex::encode(info.digest.expect("asked for a digest"));
-        let description = format!("garrison-image-v1\nbuild\nrecipe:{recipe_hash}\ntree:{tree_digest}\n");
+        let description =
+            format!("garrison-image-v1\nbuild\nrecipe:{recipe_hash}\ntree:{tree_digest}\n");
         image.id = id_from_digest(&Sha256::digest(description.as_bytes()));
         image.size_bytes = info.size_bytes;
         store.install(work, image)

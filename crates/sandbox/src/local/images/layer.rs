@@ -42,7 +42,10 @@ pub(crate) fn apply(root: &Path, layer: impl Read, what: &str) -> anyhow::Result
         .with_context(|| format!("reading {what}"))?
     {
         let mut entry = entry.with_context(|| format!("reading {what}"))?;
-        let raw = entry.path().with_context(|| format!("reading {what}"))?.into_owned();
+        let raw = entry
+            .path()
+            .with_context(|| format!("reading {what}"))?
+            .into_owned();
         let context = || format!("{what}: entry {}", raw.display());
         let rel = clean(&raw).with_context(context)?;
         let Some(name) = rel.file_name().map(OsStr::to_owned) else {
@@ -147,7 +150,10 @@ pub(crate) fn clean(path: &Path) -> anyhow::Result<PathBuf> {
             Component::Normal(part) => clean.push(part),
             Component::RootDir | Component::CurDir => {}
             Component::ParentDir => {
-                bail!("refusing path {}: `..` could escape the image", path.display())
+                bail!(
+                    "refusing path {}: `..` could escape the image",
+                    path.display()
+                )
             }
             Component::Prefix(_) => bail!("refusing path {}", path.display()),
         }
@@ -189,8 +195,8 @@ fn resolve_file(root: &Path, rel: &Path, hops: usize) -> anyhow::Result<PathBuf>
         .with_context(|| format!("{} names no file", rel.display()))?;
     let parent = resolve_dir(root, &parts.iter().collect::<PathBuf>(), false)?;
     let path = parent.join(&name);
-    let meta = fs::symlink_metadata(&path)
-        .with_context(|| format!("{} is missing", rel.display()))?;
+    let meta =
+        fs::symlink_metadata(&path).with_context(|| format!("{} is missing", rel.display()))?;
     if meta.file_type().is_symlink() {
         let base = parent.strip_prefix(root)?.to_owned();
         // An absolute target replaces `base`: it restarts at the root.

@@ -69,7 +69,18 @@ mod tests {
             validate_name(good).unwrap();
         }
         for bad in [
-            "", ".", "..", ".hidden", "-x", "_x", "A", "a/b", "a b", "../x", "é", &"a".repeat(65),
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "-x",
+            "_x",
+            "A",
+            "a/b",
+            "a b",
+            "../x",
+            "é",
+            &"a".repeat(65),
         ] {
             let err = validate_name(bad).unwrap_err().to_string();
             assert!(err.contains("invalid image name"), "{bad:?}: {err}");

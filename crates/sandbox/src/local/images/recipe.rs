@@ -205,7 +205,14 @@ mod tests {
         assert_eq!(recipe.suite, "trixie");
         assert_eq!(
             recipe.all_packages(),
-            vec!["ca-certificates", "chromium", "ffmpeg", "g++", "git", "python3"]
+            vec![
+                "ca-certificates",
+                "chromium",
+                "ffmpeg",
+                "g++",
+                "git",
+                "python3"
+            ]
         );
         assert_eq!(recipe.chrome_path().as_deref(), Some("/usr/bin/chromium"));
     }
@@ -220,7 +227,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("packages"), "{err}");
-        let err = Recipe::parse("packages = [\"a,b\"]").unwrap_err().to_string();
+        let err = Recipe::parse("packages = [\"a,b\"]")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("packages"), "{err}");
         let err = Recipe::parse("suite = \"../x\"").unwrap_err().to_string();
         assert!(err.contains("suite"), "{err}");

@@ -98,7 +98,8 @@ impl Walk<'_> {
     }
 
     fn file_digest(&mut self, path: &Path) -> anyhow::Result<String> {
-        let mut file = fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut file =
+            fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
         let mut hasher = Sha256::new();
         loop {
             let n = file

@@ -145,6 +145,28 @@ async fn only_the_gateway_port_of_the_host_loopback_is_reachable() {
     assert!(took < Duration::from_secs(1), "refusal took {took:?}");
     assert!(connect(SocketAddr::from((Ipv4Addr::LOCALHOST, other_port))).is_ok());
 
+    // The same through the IPv6 mapping (the host's ::1), when the host has
+    // IPv6.
+    let routes6 = run_in_netns(&net, "ip", &["-j", "-6", "route", "show", "default"]);
+    let gw6 = routes6
+        .split('"')
+        .filter_map(|s| s.parse::<std::net::Ipv6Addr>().ok())
+        .next();
+    if let Some(gw6) = gw6
+        && let Ok(listener6) = TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0))
+    {
+        let port6 = listener6.local_addr().unwrap().port();
+        let (err, _) = probe(&net, SocketAddr::from((gw6, port6)));
+        // Refused by the rules, not by the host: nothing reached ::1.
+        assert_eq!(
+            err,
+            Some(io::ErrorKind::ConnectionRefused),
+            "[{gw6}]:{port6}"
+        );
+        listener6.set_nonblocking(true).unwrap();
+        assert!(matches!(listener6.accept(), Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+    }
+
     // The namespace's own loopback is not the host's.
     let (err, _) = probe(&net, SocketAddr::from((Ipv4Addr::LOCALHOST, gateway_port)));
     assert_eq!(err, Some(io::ErrorKind::ConnectionRefused));

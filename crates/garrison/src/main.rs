@@ -1,6 +1,7 @@
 //! `garrison`: serves Devin Outposts sessions in isolated sandboxes.
 
 mod bench;
+mod cli;
 mod connect;
 mod logging;
 mod outposts_cmd;
@@ -35,6 +36,14 @@ enum Command {
     Connect(connect::ConnectArgs),
     /// List, create and delete outposts.
     Outposts(outposts_cmd::OutpostsArgs),
+    /// The running daemon's health, outposts and sessions by stage.
+    Status(cli::status::StatusArgs),
+    /// The sessions this Garrison holds and held.
+    Sessions(cli::sessions::SessionsArgs),
+    /// A session's output and Garrison's events for it (-f follows).
+    Logs(cli::logs::LogsArgs),
+    /// Stop a session's sandbox, keep or drop its snapshot, release the claim.
+    Terminate(cli::terminate::TerminateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +62,10 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(args) => bench::run(args).await,
             Command::Connect(args) => connect::run(args).await,
             Command::Outposts(args) => outposts_cmd::run(args).await,
+            Command::Status(args) => cli::status::run(args).await,
+            Command::Sessions(args) => cli::sessions::run(args).await,
+            Command::Logs(args) => cli::logs::run(args).await,
+            Command::Terminate(args) => cli::terminate::run(args).await,
         }
     })
 }

@@ -1,0 +1,417 @@
+//! `garrison logs SESSION [-f] [-n N]`: the remote's output and Garrison's
+//! events for one session.
+//!
+//! Output lines are printed as the remote wrote them; Garrison's events are
+//! lines of their own, `[garrison HH:MM:SS] kind key=value ...` (dim on a
+//! terminal). The history prints the events, then the output; while
+//! following, both are printed as they arrive (Garrison copies the output
+//! out of the sandbox every 100 ms or so, so an event can come a line
+//! early). Following survives a suspend
+//! and a resume (the same session is claimed again and gets a new remote;
+//! its output is appended to the same log) and ends, with exit code 0, once
+//! the session is over here: done in any way but `suspended`.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use orchestrator::store::Event;
+
+use super::{Admin, AdminError, Local, SourceArgs, is_final, note, printable, should_fall_back};
+
+/// How often a followed session is looked at when the stream is quiet.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+/// Bytes read back from the end of the log to find the last `-n` lines.
+const TAIL_WINDOW_MIN: u64 = 64 * 1024;
+const TAIL_WINDOW_MAX: u64 = 8 << 20;
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  garrison logs devin-abc123\n  garrison logs devin-abc123 -n 50\n  \
+    garrison logs -f devin-abc123      # follow until the session is over, across suspend and resume"
+)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// The session id (`garrison sessions` lists them).
+    #[arg(value_name = "SESSION")]
+    pub session: String,
+
+    /// Keep printing as the session runs; exit when it is over here.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+
+    /// Only the last N lines of output and the last N events.
+    #[arg(short = 'n', long = "lines", value_name = "N")]
+    pub lines: Option<usize>,
+}
+
+/// What one look at the session shows.
+struct Look {
+    stage: String,
+    events: Vec<Event>,
+    log_bytes: u64,
+}
+
+/// The daemon, or the state directory once the daemon is not reachable.
+struct Reader {
+    admin: Admin,
+    source: SourceArgs,
+    local: Option<Local>,
+}
+
+impl Reader {
+    /// Gives up on the daemon for the rest of the command.
+    fn fall_back(&mut self, e: AdminError) -> anyhow::Result<&Local> {
+        if !should_fall_back(&e) {
+            bail!("the daemon at {}: {e}", self.admin.base());
+        }
+        if self.local.is_none() {
+            let local = self.source.local().map_err(|local_error| {
+                anyhow::anyhow!(
+                    "the daemon at {} is {e}, and its state cannot be read: {local_error:#}",
+                    self.admin.base()
+                )
+            })?;
+            super::fallback_note(&self.admin, &e, &local);
+            self.local = Some(local);
+        }
+        Ok(self.local.as_ref().expect("just set"))
+    }
+
+    /// `None` for a session neither the daemon nor the store knows.
+    async fn look(&mut self, id: &str) -> anyhow::Result<Option<Look>> {
+        if self.local.is_none() {
+            match self.admin.session(id).await {
+                Ok(detail) => {
+                    return Ok(detail.map(|d| Look {
+                        stage: d.summary.stage,
+                        events: d.events,
+                        log_bytes: d.log_bytes,
+                    }));
+                }
+                Err(e) => {
+                    self.fall_back(e)?;
+                }
+            }
+        }
+        let local = self.local.as_ref().expect("fallen back");
+        let Some(rec) = local.store.session(id)? else {
+            return Ok(None);
+        };
+        Ok(Some(Look {
+            stage: orchestrator::store::stage_label(&rec.stage).to_owned(),
+            events: local.store.events(id, 0)?,
+            log_bytes: local.log_len(id),
+        }))
+    }
+
+    /// The log from `offset`: its text and the next offset.
+    async fn log_from(&mut self, id: &str, offset: u64) -> anyhow::Result<(String, u64)> {
+        if self.local.is_none() {
+            match self.admin.log(id, offset).await {
+                Ok(chunk) => return Ok((chunk.text, chunk.next_offset)),
+                Err(e) => {
+                    self.fall_back(e)?;
+                }
+            }
+        }
+        let chunk = self
+            .local
+            .as_ref()
+            .expect("fallen back")
+            .log_from(id, offset)?;
+        Ok((chunk.text, chunk.next_offset))
+    }
+
+    /// Everything from `offset` to the current end.
+    async fn log_to_end(&mut self, id: &str, mut offset: u64) -> anyhow::Result<(String, u64)> {
+        let mut text = String::new();
+        loop {
+            let (chunk, next) = self.log_from(id, offset).await?;
+            if chunk.is_empty() || next <= offset {
+                return Ok((text, offset.max(next)));
+            }
+            text.push_str(&chunk);
+            offset = next;
+        }
+    }
+}
+
+/// Writes output and event lines, keeping event lines on lines of their own.
+struct Printer {
+    out: std::io::Stdout,
+    tty: bool,
+    at_line_start: bool,
+}
+
+impl Printer {
+    fn new() -> Self {
+        let out = std::io::stdout();
+        let tty = out.is_terminal();
+        Self {
+            out,
+            tty,
+            at_line_start: true,
+        }
+    }
+
+    fn output(&mut self, text: &str) -> std::io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let text = if self.tty {
+            terminal_safe(text)
+        } else {
+            text.to_owned()
+        };
+        self.out.write_all(text.as_bytes())?;
+        self.at_line_start = text.ends_with('\n');
+        self.out.flush()
+    }
+
+    fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        if !self.at_line_start {
+            self.out.write_all(b"\n")?;
+            self.at_line_start = true;
+        }
+        let line = event_line(event);
+        if self.tty {
+            writeln!(self.out, "\x1b[2m{line}\x1b[0m")?;
+        } else {
+            writeln!(self.out, "{line}")?;
+        }
+        self.out.flush()
+    }
+
+    fn end(&mut self) -> std::io::Result<()> {
+        if !self.at_line_start {
+            self.out.write_all(b"\n")?;
+            self.at_line_start = true;
+        }
+        self.out.flush()
+    }
+}
+
+/// Remote output on a terminal: no escape sequences or other controls but
+/// newline, tab and carriage return.
+fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && !matches!(c, '\n' | '\t' | '\r') {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// `[garrison 12:03:04] remote_started process=remote-1 remote_sha=ab12`
+pub fn event_line(event: &Event) -> String {
+    use chrono::TimeZone;
+    let time = chrono::Local
+        .timestamp_millis_opt(event.at)
+        .single()
+        .map(|t| t.format("%H:%M:%S").to_string())
+        .unwrap_or_else(|| "--:--:--".to_owned());
+    let mut line = format!("[garrison {time}] {}", printable(&event.kind));
+    match &event.detail {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                let value = match value {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                line.push_str(&format!(" {}={}", printable(key), printable(&value)));
+            }
+        }
+        serde_json::Value::Null => {}
+        other => line.push_str(&format!(" {}", printable(&other.to_string()))),
+    }
+    line
+}
+
+/// The last `n` lines of `text` (read from `start`: a first partial line is
+/// dropped when `start` is not the beginning of the log).
+fn last_lines(text: &str, n: usize, from_middle: bool) -> String {
+    let mut text = text;
+    if from_middle {
+        text = match text.find('\n') {
+            Some(i) => &text[i + 1..],
+            None => "",
+        };
+    }
+    let ends_with_newline = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let kept = &lines[lines.len().saturating_sub(n)..];
+    let mut out = kept.join("\n");
+    if ends_with_newline && !out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
+    let id = args.session.clone();
+    let admin = args.source.admin_client()?;
+    let mut reader = Reader {
+        admin: admin.clone(),
+        source: args.source.clone(),
+        local: None,
+    };
+    let Some(first) = reader.look(&id).await? else {
+        bail!("no session {:?} is known here", printable(&id));
+    };
+
+    // The history.
+    let mut printer = Printer::new();
+    let mut last_event = 0;
+    let events = match args.lines {
+        Some(n) => &first.events[first.events.len().saturating_sub(n)..],
+        None => &first.events[..],
+    };
+    for event in events {
+        printer.event(event)?;
+    }
+    if let Some(event) = first.events.last() {
+        last_event = event.id;
+    }
+    let start = match args.lines {
+        Some(n) => {
+            let window = (n as u64)
+                .saturating_mul(2048)
+                .clamp(TAIL_WINDOW_MIN, TAIL_WINDOW_MAX);
+            first.log_bytes.saturating_sub(window)
+        }
+        None => 0,
+    };
+    let (text, offset) = reader.log_to_end(&id, start).await?;
+    let text = match args.lines {
+        Some(n) => last_lines(&text, n, start > 0),
+        None => text,
+    };
+    printer.output(&text)?;
+    if !args.follow {
+        printer.end()?;
+        return Ok(());
+    }
+
+    // Following: the stream (when the daemon has one) only wakes us up;
+    // what is printed is read by offset, so nothing is shown twice.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let streamer = tokio::spawn(wake_on_stream(admin, id.clone(), wake.clone()));
+    let result = follow(&mut reader, &mut printer, &id, offset, last_event, &wake).await;
+    streamer.abort();
+    printer.end()?;
+    result.map(drop)
+}
+
+/// Prints what arrives until the session is over here; returns the offset
+/// reached.
+async fn follow(
+    reader: &mut Reader,
+    printer: &mut Printer,
+    id: &str,
+    mut offset: u64,
+    mut last_event: i64,
+    wake: &tokio::sync::Notify,
+) -> anyhow::Result<u64> {
+    let mut said_asleep = false;
+    let mut final_rounds = 0;
+    loop {
+        let look = reader
+            .look(id)
+            .await?
+            .with_context(|| format!("the session {:?} is no longer known", printable(id)))?;
+        // Output first: Garrison copies the remote's output when it looks
+        // at the remote, so the events of a round mostly come after it.
+        let (text, next) = reader.log_to_end(id, offset).await?;
+        printer.output(&text)?;
+        offset = next;
+        let seen = last_event;
+        for event in look.events.iter().filter(|e| e.id > seen) {
+            printer.event(event)?;
+            last_event = event.id;
+        }
+
+        if is_final(&look.stage) {
+            // One more look after a moment: the last event is written just
+            // after the stage.
+            final_rounds += 1;
+            if final_rounds > 1 {
+                printer.end()?;
+                note(&format!("session {} {}", printable(id), look.stage));
+                return Ok(offset);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        }
+        final_rounds = 0;
+        if look.stage == "suspended" {
+            if !said_asleep {
+                printer.end()?;
+                note("session suspended; following until Devin resumes it (Ctrl-C to stop)");
+                said_asleep = true;
+            }
+        } else {
+            said_asleep = false;
+        }
+        tokio::select! {
+            _ = wake.notified() => {
+                // Let a burst of stream events settle into one look.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ = tokio::time::sleep(FOLLOW_POLL) => {}
+        }
+    }
+}
+
+/// Reads the daemon's `/stream` for the session and wakes the follower on
+/// anything it sends; reconnects while the command runs. Without a daemon or
+/// a stream, following falls back to polling alone.
+async fn wake_on_stream(admin: Admin, id: String, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        if let Ok(mut response) = admin.stream(&id).await {
+            while let Ok(Some(_)) = response.chunk().await {
+                wake.notify_one();
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_lines_drops_a_partial_first_line_and_keeps_the_ending() {
+        assert_eq!(last_lines("a\nb\nc\n", 2, false), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", 5, false), "a\nb\nc");
+        assert_eq!(last_lines("tial\nb\nc\n", 5, true), "b\nc\n");
+        assert_eq!(last_lines("partial", 5, true), "");
+        assert_eq!(last_lines("a\n", 0, false), "");
+    }
+
+    #[test]
+    fn events_read_as_one_line_with_untrusted_text_made_printable() {
+        let event = Event {
+            id: 1,
+            session_id: "s".into(),
+            at: 0,
+            kind: "remote_started".into(),
+            detail: serde_json::json!({ "process": "remote-1\x1b[2J", "restart": 2 }),
+        };
+        let line = event_line(&event);
+        assert!(line.starts_with("[garrison "), "{line}");
+        assert!(
+            line.ends_with("] remote_started process=remote-1?[2J restart=2"),
+            "{line}"
+        );
+        assert_eq!(terminal_safe("ok\x1b[31m\r\n"), "ok?[31m\r\n");
+    }
+}

@@ -1,0 +1,384 @@
+//! `garrison status`, `sessions`, `logs` and `terminate` end to end: the
+//! real binary against the emulator and a real `garrison serve`, through
+//! the admin API and, with the daemon unreachable, from the state store.
+//! Every request goes to 127.0.0.1.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use emulator::{Script, Then};
+use orchestrator::planner::{Finish, Stage};
+use orchestrator::store::SnapshotReason;
+use serde_json::Value;
+
+/// Nothing listens here: the commands must fall back to the state store.
+const DEAD_ADMIN: &str = "http://127.0.0.1:1";
+
+/// The address from the `admin listening on http://...` log line.
+async fn admin_url(g: &Garrison) -> String {
+    const MARK: &str = "admin listening on http://";
+    wait_until("the admin listener", Some(g), || g.log().contains(MARK)).await;
+    let log = g.log();
+    let rest = &log[log.find(MARK).unwrap() + MARK.len()..];
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    format!("http://{addr}")
+}
+
+fn cli_command(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(garrison_bin());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("GARRISON_CONFIG", home.join("no-config"))
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs a command to its end.
+fn cli(home: &Path, args: &[&str]) -> Output {
+    cli_command(home, args).output().expect("garrison runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    out
+}
+
+fn stage(g: &Garrison, id: &str) -> Option<Stage> {
+    g.store().session(id).ok().flatten().map(|s| s.stage)
+}
+
+/// The stage `garrison sessions --json` gives `id`.
+fn listed_stage(json: &str, id: &str) -> Option<String> {
+    let rows: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    rows.as_array()?
+        .iter()
+        .find(|r| r["session_id"] == id)
+        .and_then(|r| r["stage"].as_str().map(str::to_owned))
+}
+
+#[tokio::test]
+async fn sessions_status_and_logs_read_the_daemon_and_fall_back_to_the_store() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.display().to_string();
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    let id = session(&emu, &outpost, vec![run("echo one")], Then::End);
+    wait_until("the session to end", Some(&g), || {
+        stage(&g, &id) == Some(Stage::Done(Finish::Terminated))
+    })
+    .await;
+    let admin = admin_url(&g).await;
+    let home = dir.path();
+
+    // Through the admin API.
+    let out = ok(
+        cli(home, &["sessions", "--json", "--admin", &admin]),
+        "sessions --json",
+    );
+    assert_eq!(
+        listed_stage(&stdout(&out), &id).as_deref(),
+        Some("terminated")
+    );
+    assert!(!stderr(&out).contains("not reachable"), "{}", stderr(&out));
+    let table = stdout(&ok(cli(home, &["sessions", "--admin", &admin]), "sessions"));
+    assert!(table.starts_with("SESSION"), "{table}");
+    assert!(
+        table.contains(&id) && table.contains("terminated"),
+        "{table}"
+    );
+
+    let logs = stdout(&ok(
+        cli(home, &["logs", &id, "-n", "5", "--admin", &admin]),
+        "logs -n 5",
+    ));
+    assert!(logs.contains("session end; exiting"), "{logs}");
+    assert!(
+        logs.contains("[garrison ") && logs.contains("] done"),
+        "{logs}"
+    );
+    assert!(
+        logs.lines().count() <= 10,
+        "5 events and 5 lines at most:\n{logs}"
+    );
+
+    let status = stdout(&ok(cli(home, &["status", "--admin", &admin]), "status"));
+    assert!(status.contains(&outpost), "{status}");
+    assert!(status.contains("terminated 1"), "{status}");
+
+    // The daemon unreachable: the same answers from the state store.
+    let out = ok(
+        cli(
+            home,
+            &[
+                "sessions",
+                "--json",
+                "--admin",
+                DEAD_ADMIN,
+                "--state-dir",
+                &state_arg,
+            ],
+        ),
+        "sessions --json from the store",
+    );
+    assert_eq!(
+        listed_stage(&stdout(&out), &id).as_deref(),
+        Some("terminated")
+    );
+    let note = stderr(&out);
+    assert!(
+        note.contains("daemon not reachable") && note.contains("garrison.db"),
+        "{note}"
+    );
+    // GARRISON_HOME stands for --state-dir.
+    let out = ok(
+        cli_command(home, &["logs", &id, "-n", "5", "--admin", DEAD_ADMIN])
+            .env("GARRISON_HOME", &state)
+            .output()
+            .unwrap(),
+        "logs from the store",
+    );
+    let logs = stdout(&out);
+    assert!(logs.contains("session end; exiting"), "{logs}");
+    assert!(logs.contains("] done"), "{logs}");
+    let status = stdout(&ok(
+        cli(
+            home,
+            &["status", "--admin", DEAD_ADMIN, "--state-dir", &state_arg],
+        ),
+        "status from the store",
+    ));
+    assert!(
+        status.contains(&outpost) && status.contains("terminated 1"),
+        "{status}"
+    );
+
+    // Unknown sessions, and a state directory that does not exist.
+    let out = cli(home, &["logs", "devin-nope", "--admin", &admin]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no session"), "{}", stderr(&out));
+    let missing = dir.path().join("missing");
+    let out = cli(
+        home,
+        &[
+            "sessions",
+            "--admin",
+            DEAD_ADMIN,
+            "--state-dir",
+            &missing.display().to_string(),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no state store"), "{}", stderr(&out));
+    assert!(
+        !missing.exists(),
+        "a reading command created the state directory"
+    );
+}
+
+#[tokio::test]
+async fn logs_follow_a_session_across_suspend_and_resume_and_exit_when_it_ends() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    let id = session(&emu, &outpost, vec![run("echo first")], Then::Sleep);
+    wait_until("the claim", Some(&g), || stage(&g, &id).is_some()).await;
+    let admin = admin_url(&g).await;
+
+    let out_path = dir.path().join("follow.out");
+    let err_path = dir.path().join("follow.err");
+    let mut follower = cli_command(dir.path(), &["logs", "-f", &id, "--admin", &admin])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("garrison logs -f starts");
+
+    wait_until("the suspend", Some(&g), || {
+        stage(&g, &id) == Some(Stage::Done(Finish::Suspended)) && released(&emu, &id)
+    })
+    .await;
+    wait_until("the follower to see the first half", Some(&g), || {
+        std::fs::read_to_string(&out_path)
+            .unwrap_or_default()
+            .contains("session sleep; exiting")
+    })
+    .await;
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follower stopped at the suspend:\n{}",
+        std::fs::read_to_string(&err_path).unwrap_or_default()
+    );
+
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run("echo second")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    let mut exit = None;
+    wait_until("the follower to exit by itself", Some(&g), || {
+        exit = follower.try_wait().unwrap();
+        exit.is_some()
+    })
+    .await;
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(exit.unwrap().success(), "{exit:?}\n{out}\n{err}");
+    assert_eq!(
+        stage(&g, &id),
+        Some(Stage::Done(Finish::Terminated)),
+        "{out}"
+    );
+    // Both halves: two remotes connected, one slept, one ended.
+    assert_eq!(
+        out.matches("devin-remote-sim: connected").count(),
+        2,
+        "{out}"
+    );
+    let slept = out.find("session sleep; exiting").expect("first half");
+    let ended = out.find("session end; exiting").expect("second half");
+    assert!(slept < ended, "{out}");
+    assert!(out.contains("] done finish=terminated"), "{out}");
+}
+
+#[tokio::test]
+async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let home = dir.path();
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    // `drop` has a snapshot from an earlier suspend; `keep` has none yet.
+    let drop = session(&emu, &outpost, vec![run("echo a")], Then::Sleep);
+    let keep = session(&emu, &outpost, vec![run("echo b")], Then::Wait);
+    wait_until("the suspend", Some(&g), || {
+        stage(&g, &drop) == Some(Stage::Done(Finish::Suspended)) && released(&emu, &drop)
+    })
+    .await;
+    assert_eq!(g.store().snapshots(&drop).unwrap().len(), 1);
+    emu.resume(
+        &drop,
+        Script {
+            steps: vec![run("echo c")],
+            then: Then::Wait,
+        },
+    )
+    .unwrap();
+    for id in [&drop, &keep] {
+        wait_until("the remote to connect", Some(&g), || {
+            stage(&g, id) == Some(Stage::Running) && view(&emu, id).connected
+        })
+        .await;
+    }
+    let admin = admin_url(&g).await;
+
+    let out = ok(
+        cli(home, &["terminate", &drop, "--admin", &admin]),
+        "terminate",
+    );
+    assert!(
+        stdout(&out).contains("delete every snapshot"),
+        "{}",
+        stdout(&out)
+    );
+    let out = ok(
+        cli(
+            home,
+            &["terminate", &keep, "--keep-snapshot", "--admin", &admin],
+        ),
+        "terminate --keep-snapshot",
+    );
+    assert!(
+        stdout(&out).contains("keep the snapshot"),
+        "{}",
+        stdout(&out)
+    );
+
+    for (id, keep_snapshot) in [(&drop, false), (&keep, true)] {
+        wait_until("the wind-down", Some(&g), || {
+            stage(&g, id) == Some(Stage::Done(Finish::Stopped { keep_snapshot }))
+                && released(&emu, id)
+        })
+        .await;
+        let events = g.store().events(id, 0).unwrap();
+        assert!(
+            events.iter().any(|e| e.kind == "operator_terminate"),
+            "{events:?}"
+        );
+        assert!(
+            events.iter().any(|e| e.kind == "sandbox_destroyed"),
+            "{events:?}"
+        );
+    }
+    assert!(g.store().snapshots(&drop).unwrap().is_empty());
+    let kept = g.store().snapshots(&keep).unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].reason, SnapshotReason::Operator);
+    assert_eq!(sandbox_dirs(&state), 0, "the sandboxes were destroyed");
+
+    // Again: not active any more. Unknown: not found.
+    let out = cli(home, &["terminate", &drop, "--admin", &admin]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not active"), "{}", stderr(&out));
+    let out = cli(home, &["terminate", "devin-nope/../x", "--admin", &admin]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no session"), "{}", stderr(&out));
+    // Without the daemon there is nothing to ask.
+    let out = cli(home, &["terminate", &keep, "--admin", DEAD_ADMIN]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("terminating needs the running `garrison serve`"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -52,8 +52,19 @@ fn internal(e: anyhow::Error) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
 }
 
-fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "unknown session")
+/// Why a session could not be read.
+enum Lookup {
+    NotFound,
+    Store(anyhow::Error),
+}
+
+impl IntoResponse for Lookup {
+    fn into_response(self) -> Response {
+        match self {
+            Self::NotFound => error(StatusCode::NOT_FOUND, "unknown session"),
+            Self::Store(e) => internal(e),
+        }
+    }
 }
 
 /// Pending entries of the outpost's platform that are waiting for a worker.
@@ -103,11 +114,11 @@ impl AdminState {
         s
     }
 
-    fn record(&self, session_id: &str) -> Result<SessionRecord, Response> {
+    fn record(&self, session_id: &str) -> Result<SessionRecord, Lookup> {
         match self.serving.store.session(session_id) {
             Ok(Some(rec)) => Ok(rec),
-            Ok(None) => Err(not_found()),
-            Err(e) => Err(internal(e)),
+            Ok(None) => Err(Lookup::NotFound),
+            Err(e) => Err(Lookup::Store(e)),
         }
     }
 }
@@ -166,7 +177,7 @@ async fn sessions(State(state): State<Arc<AdminState>>) -> Response {
 async fn session(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
     let rec = match state.record(&id) {
         Ok(r) => r,
-        Err(res) => return res,
+        Err(e) => return e.into_response(),
     };
     let events = match state.serving.store.events(&id, 0) {
         Ok(e) => e,
@@ -194,8 +205,8 @@ async fn events(
     Path(id): Path<String>,
     Query(q): Query<After>,
 ) -> Response {
-    if let Err(res) = state.record(&id) {
-        return res;
+    if let Err(e) = state.record(&id) {
+        return e.into_response();
     }
     match state.serving.store.events(&id, q.after) {
         Ok(events) => Json(events).into_response(),
@@ -244,8 +255,8 @@ async fn log(
     Path(id): Path<String>,
     Query(q): Query<Offset>,
 ) -> Response {
-    if let Err(res) = state.record(&id) {
-        return res;
+    if let Err(e) = state.record(&id) {
+        return e.into_response();
     }
     match read_chunk(&state.remote_log(&id), q.offset) {
         Ok(chunk) => Json(chunk).into_response(),
@@ -309,8 +320,8 @@ impl Follow {
 }
 
 async fn stream(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
-    if let Err(res) = state.record(&id) {
-        return res;
+    if let Err(e) = state.record(&id) {
+        return e.into_response();
     }
     let follow = Follow {
         state,

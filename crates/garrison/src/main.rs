@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod connect;
+mod image_cmd;
 mod logging;
 mod outposts_cmd;
 mod serve_args;
@@ -44,6 +45,8 @@ enum Command {
     Logs(cli::logs::LogsArgs),
     /// Stop a session's sandbox, keep or drop its snapshot, release the claim.
     Terminate(cli::terminate::TerminateArgs),
+    /// Build, import, list and remove the local backend's images.
+    Image(image_cmd::ImageArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,6 +69,7 @@ fn main() -> anyhow::Result<()> {
             Command::Sessions(args) => cli::sessions::run(args).await,
             Command::Logs(args) => cli::logs::run(args).await,
             Command::Terminate(args) => cli::terminate::run(args).await,
+            Command::Image(args) => image_cmd::run(args).await,
         }
     })
 }

@@ -1,0 +1,335 @@
+//! `garrison image`: build, import, list and remove the `local` backend's
+//! images (see `sandbox::local::images`).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sandbox::local::images::{Image, ImageStore, ImageUsers, Progress, Recipe, names};
+
+#[derive(Args)]
+pub struct ImageArgs {
+    /// Garrison's state directory; images live in `<state-dir>/images`.
+    /// Default: /var/lib/garrison as root, else ~/.local/share/garrison.
+    #[arg(long, env = "GARRISON_HOME", global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Where snapshots are kept (`rm` refuses an image a snapshot sits on).
+    /// Default: `<state-dir>/snapshots`.
+    #[arg(long, env = "GARRISON_SNAPSHOT_DIR", global = true, value_name = "DIR")]
+    snapshot_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: ImageCommand,
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// Build an image with mmdebstrap from a TOML recipe (needs root).
+    ///
+    /// Without --recipe, builds the default recipe: Debian bookworm with
+    /// git, ca-certificates, curl, procps and the usual tools. A recipe:
+    ///
+    ///   suite = "bookworm"
+    ///   packages = ["python3", "build-essential"]
+    ///   steps = ["pip install --break-system-packages uv"]
+    ///   chromium = true     # sets DEVIN_CHROME_PATH in sessions
+    ///   ffmpeg = false
+    #[command(verbatim_doc_comment)]
+    Build {
+        /// The name to give the image (`default` is what sessions use).
+        name: String,
+        /// The recipe file.
+        #[arg(long, value_name = "FILE")]
+        recipe: Option<PathBuf>,
+    },
+    /// Import an OCI image layout (directory or tar) or a `docker save`
+    /// tarball (plain, gzip or zstd).
+    Import {
+        name: String,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// List images: named ones, then unnamed ones kept for sessions and
+    /// snapshots made on them.
+    Ls,
+    /// Remove an image name (or an id); refused while a sandbox or a
+    /// snapshot of the local backend uses the image.
+    Rm {
+        #[arg(value_name = "NAME_OR_ID")]
+        name: String,
+    },
+    /// Remove the unnamed images no sandbox or snapshot uses.
+    Prune,
+}
+
+pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => orchestrator::settings::HostEnv::current()
+            .default_state_dir()
+            .map_err(|err| anyhow::anyhow!("{err}"))?,
+    };
+    let snapshot_dir = args
+        .snapshot_dir
+        .clone()
+        .unwrap_or_else(|| state_dir.join("snapshots"));
+    let store = ImageStore::open(&state_dir.join("images"))
+        .with_context(|| format!("opening the images of {}", state_dir.display()))?;
+    match args.command {
+        ImageCommand::Build { name, recipe } => {
+            let recipe = match recipe {
+                Some(path) => Recipe::load(&path)?,
+                None => Recipe::default_recipe(),
+            };
+            let started = Instant::now();
+            let progress = progress();
+            let image = store.build(&name, &recipe, progress.as_progress()).await;
+            progress.finish();
+            report("built", &image?, started);
+        }
+        ImageCommand::Import { name, file } => {
+            let started = Instant::now();
+            let progress = progress();
+            let image = store.import(&name, &file, progress.as_progress()).await;
+            progress.finish();
+            report("imported", &image?, started);
+        }
+        ImageCommand::Ls => print!("{}", table(&store.list()?)),
+        ImageCommand::Rm { name } => {
+            let users = ImageUsers::scan(&state_dir, &snapshot_dir);
+            let image = store.resolve(&name)?;
+            let who = users.users(&image.id);
+            if !who.is_empty() {
+                bail!(
+                    "image {name} ({}) is in use by {}; it can be removed once they are gone",
+                    names::short_id(&image.id),
+                    who.join(", ")
+                );
+            }
+            store.remove(&name, &|id| users.in_use(id))?;
+            println!("removed {name}");
+        }
+        ImageCommand::Prune => {
+            let users = ImageUsers::scan(&state_dir, &snapshot_dir);
+            for id in store.prune(&|id| users.in_use(id))? {
+                println!("removed {id}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report(what: &str, image: &Image, started: Instant) {
+    println!(
+        "{what} {} ({}, {}) in {:.0?}: {}",
+        image.name,
+        names::short_id(&image.id),
+        human_size(image.size_bytes),
+        started.elapsed(),
+        image.rootfs.display()
+    );
+}
+
+/// `image ls`: NAME, ID (short), SIZE, CREATED, CHROME.
+fn table(images: &[Image]) -> String {
+    let mut rows = vec![[
+        "NAME".to_owned(),
+        "ID".to_owned(),
+        "SIZE".to_owned(),
+        "CREATED".to_owned(),
+        "CHROME".to_owned(),
+    ]];
+    for image in images {
+        let created = chrono::DateTime::from_timestamp_millis(image.created_at_ms)
+            .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+            .unwrap_or_default();
+        rows.push([
+            if image.name.is_empty() {
+                "<none>".to_owned()
+            } else {
+                image.name.clone()
+            },
+            names::short_id(&image.id).to_owned(),
+            human_size(image.size_bytes),
+            created,
+            image.chrome_path.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn human_size(bytes: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let mib = bytes as f64 / MIB;
+    if mib >= 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.0} MiB")
+    }
+}
+
+/// A progress bar on a terminal, plain lines otherwise (logs, CI).
+trait Reporter: Progress {
+    fn as_progress(&self) -> &dyn Progress;
+    fn finish(&self);
+}
+
+fn progress() -> Box<dyn Reporter> {
+    if std::io::stderr().is_terminal() {
+        Box::new(Bar::new())
+    } else {
+        Box::new(Lines::default())
+    }
+}
+
+/// An indicatif bar (indicatif: the maintained terminal progress crate):
+/// a spinner with the latest tool output, or bytes against a total.
+struct Bar {
+    bar: ProgressBar,
+    /// Whether the style shows bytes against a total right now.
+    counting: Mutex<bool>,
+}
+
+impl Bar {
+    fn new() -> Self {
+        let bar = ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        let this = Self {
+            bar,
+            counting: Mutex::new(true),
+        };
+        this.spinner();
+        this
+    }
+
+    fn spinner(&self) {
+        let mut counting = self.counting.lock().unwrap();
+        if *counting {
+            self.bar.set_style(
+                ProgressStyle::with_template("{spinner} {prefix:>10} {elapsed:>4} {wide_msg}")
+                    .expect("valid template"),
+            );
+            *counting = false;
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn stage(&self, what: &str) {
+        self.spinner();
+        self.bar.set_prefix(what.to_owned());
+        self.bar.set_message("");
+        self.bar.set_position(0);
+    }
+
+    fn bytes(&self, done: u64, total: Option<u64>) {
+        match total {
+            Some(total) => {
+                let mut counting = self.counting.lock().unwrap();
+                if !*counting {
+                    self.bar.set_style(
+                        ProgressStyle::with_template(
+                            "{prefix:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                        )
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                    );
+                    *counting = true;
+                }
+                self.bar.set_length(total);
+                self.bar.set_position(done);
+            }
+            None => self.bar.set_message(human_size(done)),
+        }
+    }
+
+    fn detail(&self, line: &str) {
+        self.bar.set_message(line.to_owned());
+    }
+}
+
+impl Reporter for Bar {
+    fn as_progress(&self) -> &dyn Progress {
+        self
+    }
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// One line per stage, and a bytes line at most every 5 seconds.
+#[derive(Default)]
+struct Lines {
+    last_bytes: Mutex<Option<Instant>>,
+}
+
+impl Progress for Lines {
+    fn stage(&self, what: &str) {
+        eprintln!("garrison image: {what}");
+        *self.last_bytes.lock().unwrap() = Some(Instant::now());
+    }
+
+    fn bytes(&self, done: u64, total: Option<u64>) {
+        let mut last = self.last_bytes.lock().unwrap();
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        match total {
+            Some(total) => eprintln!(
+                "garrison image:   {} of {}",
+                human_size(done),
+                human_size(total)
+            ),
+            None => eprintln!("garrison image:   {}", human_size(done)),
+        }
+    }
+}
+
+impl Reporter for Lines {
+    fn as_progress(&self) -> &dyn Progress {
+        self
+    }
+    fn finish(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_lines_up() {
+        let image = |name: &str, chrome: Option<&str>| Image {
+            id: format!("sha256-{}", "ab".repeat(32)),
+            name: name.to_owned(),
+            rootfs: PathBuf::from("/x"),
+            created_at_ms: 0,
+            size_bytes: 240 * 1024 * 1024,
+            chrome_path: chrome.map(str::to_owned),
+            source: "recipe:x".to_owned(),
+        };
+        let out = table(&[image("default", None), image("", Some("/usr/bin/chromium"))]);
+        assert_eq!(
+            out,
+            "NAME     ID                   SIZE     CREATED               CHROME\n\
+             default  sha256-abababababab  240 MiB  1970-01-01 00:00 UTC  -\n\
+             <none>   sha256-abababababab  240 MiB  1970-01-01 00:00 UTC  /usr/bin/chromium\n"
+        );
+    }
+}

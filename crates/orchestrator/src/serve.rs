@@ -128,8 +128,16 @@ pub fn make_backend(
             snapshot_dir: snapshot_dir.join("host"),
             shim_exe: shim_exe.to_owned(),
         })?)),
+        BackendKind::Local => {
+            let static_shim = std::env::var_os("GARRISON_STATIC_SHIM")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| shim_exe.with_file_name("garrison-shim"));
+            let config =
+                sandbox::local::LocalConfig::for_state_dir(state_dir, snapshot_dir, static_shim)?;
+            Ok(Arc::new(sandbox::local::LocalBackend::new(config)?))
+        }
         other => anyhow::bail!(
-            "the {} backend is not available in this build yet; use --backend host",
+            "the {} backend is not available in this build yet; use --backend local or host",
             other.as_str()
         ),
     }

@@ -667,6 +667,8 @@ impl SessionRunner {
             .gateway_url
             .clone()
             .context("the claim gave no gateway URL")?;
+        // A sandbox may see the host under another address than loopback.
+        let gateway_url = self.deps.backend.gateway_url_for(&handle, &gateway_url);
         let name = format!("remote-{}", now_ms());
         let env = contract::remote_env(&RemoteLaunch {
             gateway_url: &gateway_url,

@@ -262,6 +262,13 @@ pub trait Sandbox: Send + Sync + 'static {
     /// so leftovers of a crash can be found and cleaned.
     async fn list(&self) -> Result<Vec<Handle>>;
 
+    /// The gateway URL as a process inside the sandbox must dial it: a
+    /// backend whose sandboxes see the host under another address rewrites
+    /// a loopback URL to it.
+    fn gateway_url_for(&self, _handle: &Handle, url: &str) -> String {
+        url.to_owned()
+    }
+
     /// Pauses the sandbox keeping its memory (see [`Capabilities`]).
     async fn suspend(&self, _handle: &Handle) -> Result<()> {
         Err(SandboxError::Unsupported("suspend"))

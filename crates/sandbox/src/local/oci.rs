@@ -1,0 +1,200 @@
+//! The OCI runtime configuration (`config.json`) of a session container.
+//!
+//! Pure: everything it needs is passed in, so the security-relevant choices
+//! (namespaces, capabilities, limits, mounts) are unit-tested as data.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::Resources;
+
+/// Where Garrison's own files live inside the container. Excluded from
+/// snapshots; the agent can see them but they hold nothing secret after a
+/// process has started.
+pub const GARRISON_DIR: &str = "/.garrison";
+pub const BIN_DIR: &str = "/.garrison/bin";
+pub const PROC_DIR: &str = "/.garrison/proc";
+pub const INIT: &str = "/.garrison/bin/tini";
+pub const SHIM: &str = "/.garrison/bin/garrison-shim";
+pub const WORKDIR: &str = "/workspace";
+pub const STATE_DIR: &str = "/var/lib/devin-remote";
+pub const HOME: &str = "/root";
+
+/// Tasks one sandbox may run at once: enough for builds, a wall against fork
+/// bombs.
+pub const PIDS_LIMIT: i64 = 4096;
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// What the agent may do as root inside its container: the usual container
+/// set for installing packages and running builds. Left out on purpose:
+/// NET_ADMIN and NET_RAW (the network rules must hold), SYS_ADMIN, MKNOD,
+/// SYS_PTRACE, SYS_MODULE and every other capability that reaches the host.
+pub const CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_SETFCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+];
+
+/// Inputs of [`config`].
+pub struct ContainerConfig<'a> {
+    pub hostname: &'a str,
+    pub resources: &'a Resources,
+    /// `/garrison/<name>` under each cgroup controller.
+    pub cgroups_path: &'a str,
+    /// The network namespace to join; `None` gives a fresh, empty one.
+    pub netns: Option<&'a Path>,
+}
+
+/// The whole `config.json`.
+pub fn config(c: &ContainerConfig<'_>) -> Value {
+    let caps: Vec<&str> = CAPABILITIES.to_vec();
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    namespaces.push(match c.netns {
+        Some(path) => json!({"type": "network", "path": path}),
+        None => json!({"type": "network"}),
+    });
+    let memory = c.resources.memory_mb.saturating_mul(1024 * 1024);
+    let quota = (c.resources.cpus * CPU_PERIOD_US as f64)
+        .round()
+        .max(1000.0) as i64;
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": [INIT, "-s", "--", SHIM, crate::shim::IDLE_ARG],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []
+            },
+            "noNewPrivileges": false,
+            "oomScoreAdj": 500
+        },
+        "root": {"path": "rootfs", "readonly": false},
+        "hostname": c.hostname,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}
+        ],
+        "linux": {
+            "namespaces": namespaces,
+            "cgroupsPath": c.cgroups_path,
+            "resources": {
+                "devices": [{"allow": false, "access": "rwm"}],
+                "memory": {"limit": memory},
+                "cpu": {"quota": quota, "period": CPU_PERIOD_US},
+                "pids": {"limit": PIDS_LIMIT}
+            },
+            "maskedPaths": [
+                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"
+            ],
+            "readonlyPaths": [
+                "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
+            ]
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(netns: Option<&Path>) -> Value {
+        config(&ContainerConfig {
+            hostname: "sandbox",
+            resources: &Resources {
+                cpus: 1.5,
+                memory_mb: 512,
+                disk_mb: 1024,
+            },
+            cgroups_path: "/garrison/garrison-abc",
+            netns,
+        })
+    }
+
+    #[test]
+    fn limits_come_from_the_resources() {
+        let c = sample(None);
+        let r = &c["linux"]["resources"];
+        assert_eq!(r["memory"]["limit"], 512 * 1024 * 1024);
+        assert_eq!(r["cpu"]["quota"], 150_000);
+        assert_eq!(r["cpu"]["period"], 100_000);
+        assert_eq!(r["pids"]["limit"], PIDS_LIMIT);
+        assert_eq!(c["linux"]["cgroupsPath"], "/garrison/garrison-abc");
+    }
+
+    #[test]
+    fn dangerous_capabilities_are_dropped() {
+        let c = sample(None);
+        let bounding: Vec<&str> = c["process"]["capabilities"]["bounding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for cap in [
+            "CAP_NET_ADMIN",
+            "CAP_NET_RAW",
+            "CAP_SYS_ADMIN",
+            "CAP_SYS_MODULE",
+            "CAP_SYS_PTRACE",
+            "CAP_MKNOD",
+        ] {
+            assert!(!bounding.contains(&cap), "{cap} must not be granted");
+        }
+        assert!(
+            bounding.contains(&"CAP_CHOWN"),
+            "package installs need CHOWN"
+        );
+    }
+
+    #[test]
+    fn every_namespace_but_user_is_private() {
+        let c = sample(Some(Path::new("/run/netns/x")));
+        let types: Vec<&str> = c["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["pid", "ipc", "uts", "mount", "network"]);
+        assert_eq!(c["linux"]["namespaces"][4]["path"], "/run/netns/x");
+    }
+
+    #[test]
+    fn no_host_paths_are_bind_mounted() {
+        let c = sample(None);
+        for m in c["mounts"].as_array().unwrap() {
+            assert_ne!(m["type"], "bind", "host bind mount {m}");
+        }
+    }
+
+    #[test]
+    fn the_init_is_tini_running_the_idle_shim() {
+        let c = sample(None);
+        assert_eq!(c["process"]["args"][0], INIT);
+        assert_eq!(c["process"]["args"][4], crate::shim::IDLE_ARG);
+    }
+}

@@ -1,0 +1,306 @@
+//! The conformance suite and the local-only checks against the `local`
+//! backend: real runc containers on overlayfs.
+//!
+//! These need root and the default image that `scripts/setup` builds into
+//! `$GARRISON_TEST_IMAGES` (scripts/test exports it). Without them each test
+//! says why and passes without checking anything, so a developer without
+//! root can still run the rest of the suite; CI has both.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox::conformance::Harness;
+use sandbox::local::images::ImageStore;
+use sandbox::local::{LocalBackend, LocalConfig};
+use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
+
+fn environment() -> Option<(PathBuf, PathBuf)> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the local backend needs root");
+        return None;
+    }
+    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
+        eprintln!(
+            "skipped: GARRISON_TEST_IMAGES is not set (run scripts/test, which builds the test image)"
+        );
+        return None;
+    };
+    let shim = std::env::var_os("GARRISON_STATIC_SHIM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")));
+    Some((images, shim))
+}
+
+fn config() -> Option<LocalConfig> {
+    let (images, shim) = environment()?;
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    Some(LocalConfig {
+        root: root.join("local"),
+        snapshot_dir: root.join("snapshots"),
+        images: ImageStore::open(&images).unwrap(),
+        default_image: sandbox::local::images::DEFAULT_IMAGE.to_owned(),
+        shim_exe: shim,
+        tini: PathBuf::from("/usr/bin/tini-static"),
+        runc: PathBuf::from("/usr/sbin/runc"),
+    })
+}
+
+fn harness() -> Option<Harness> {
+    let config = config()?;
+    let reopen = config.clone();
+    Some(Harness {
+        backend: Arc::new(LocalBackend::new(config).unwrap()),
+        reopen: Box::new(move || Arc::new(LocalBackend::new(reopen.clone()).unwrap())),
+        image: None,
+        finds_snapshots_by_name: true,
+    })
+}
+
+mod conformance {
+    use super::*;
+
+    macro_rules! local_conformance {
+        ($($check:ident),+ $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let Some(h) = harness() else { return };
+                sandbox::conformance::$check(&h).await.unwrap();
+            }
+        )+};
+    }
+
+    local_conformance!(
+        runs_a_process_and_reports_its_exit_code,
+        process_sees_exactly_the_given_environment,
+        runs_in_the_workdir,
+        put_file_writes_an_executable,
+        put_file_refuses_paths_outside,
+        kill_stops_a_running_process,
+        snapshot_restores_the_workspace,
+        restore_from_a_missing_snapshot_is_gone,
+        list_finds_sandboxes_with_labels_and_destroy_is_idempotent,
+        destroy_stops_processes_and_status_is_gone,
+        processes_survive_a_restart_of_the_orchestrator,
+        process_names_are_unique,
+    );
+}
+
+struct Sized {
+    backend: LocalBackend,
+    handle: sandbox::Handle,
+}
+
+async fn sandbox_with(resources: Resources) -> Option<Sized> {
+    let backend = LocalBackend::new(config()?).unwrap();
+    let session = format!("local-limits-{:016x}", rand::random::<u64>());
+    let spec = SandboxSpec {
+        name: SandboxName::for_session(&session),
+        labels: sandbox::session_labels(&session, "outpost_test"),
+        image: None,
+        restore_from: None,
+        resources,
+        network: Default::default(),
+    };
+    let handle = backend.create(&spec).await.unwrap();
+    Some(Sized { backend, handle })
+}
+
+async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
+    let spec = ProcessSpec {
+        name: format!("sh-{:08x}", rand::random::<u32>()),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: [("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())].into(),
+        cwd: s.handle.workdir.clone(),
+    };
+    let p = s.backend.spawn(&s.handle, &spec).await.unwrap();
+    let status = tokio::time::timeout(
+        Duration::from_secs(120),
+        sandbox::wait_exit(&s.backend, &s.handle, &p, Duration::from_millis(25)),
+    )
+    .await
+    .expect("process finished")
+    .unwrap();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let chunk = s
+            .backend
+            .read_output(&s.handle, &p, offset, 1 << 20)
+            .await
+            .unwrap();
+        if chunk.data.is_empty() {
+            break;
+        }
+        offset = chunk.next_offset;
+        out.extend(chunk.data);
+    }
+    (status, String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writing_past_the_disk_limit_fails_inside_the_sandbox() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 512,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    let (status, out) = sh(
+        &s,
+        "dd if=/dev/zero of=/workspace/big bs=1M count=400 2>&1; echo rc=$?",
+    )
+    .await;
+    assert_eq!(status, ProcessStatus::Exited(0));
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(!out.contains("rc=0"), "{out}");
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_beyond_the_limit_is_refused() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 64,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    // tail -c N keeps N bytes of a pipe in memory: 120 MB cannot fit in 64.
+    let (_, out) = sh(
+        &s,
+        "head -c 150000000 /dev/zero | tail -c 120000000 > /dev/null; echo rc=$?",
+    )
+    .await;
+    assert!(out.contains("rc=") && !out.contains("rc=0"), "{out}");
+    let (_, small) = sh(
+        &s,
+        "head -c 15000000 /dev/zero | tail -c 12000000 > /dev/null; echo rc=$?",
+    )
+    .await;
+    assert!(small.contains("rc=0"), "within the limit it works: {small}");
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pids_limit_stops_a_fork_bomb() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 1024,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    let limit = sandbox::local::oci::PIDS_LIMIT;
+    let (_, out) = sh(
+        &s,
+        &format!(
+            "i=0; while [ $i -lt {} ]; do sleep 30 & i=$((i+1)); done 2>&1 | tail -1; echo started",
+            limit + 100
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("fork") || out.contains("Resource temporarily unavailable"),
+        "{out}"
+    );
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_quota_is_applied() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 0.5,
+        memory_mb: 256,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    let (_, out) = sh(
+        &s,
+        "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu.max 2>/dev/null; true",
+    )
+    .await;
+    assert!(out.contains("50000"), "{out}");
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_is_root_without_dangerous_capabilities() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 256,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    let (_, out) = sh(&s, "id -u; grep CapEff /proc/self/status; ip link add dummy0 type dummy 2>&1 || echo no-net-admin").await;
+    assert!(out.starts_with("0\n"), "{out}");
+    let cap_eff = out.lines().find(|l| l.starts_with("CapEff")).unwrap();
+    let mask = u64::from_str_radix(cap_eff.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    const CAP_NET_ADMIN: u64 = 1 << 12;
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_NET_RAW: u64 = 1 << 13;
+    assert_eq!(
+        mask & (CAP_NET_ADMIN | CAP_SYS_ADMIN | CAP_NET_RAW),
+        0,
+        "{out}"
+    );
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 256,
+        disk_mb: 256,
+    })
+    .await
+    else {
+        return;
+    };
+    let name = s.handle.name.clone();
+    let spec = ProcessSpec {
+        name: "sleeper".into(),
+        argv: vec!["/bin/sleep".into(), "1000".into()],
+        env: Default::default(),
+        cwd: "/workspace".into(),
+    };
+    s.backend.spawn(&s.handle, &spec).await.unwrap();
+    s.backend.destroy(&s.handle).await.unwrap();
+
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&name), "a mount is left");
+    for controller in ["memory", "pids", "cpu"] {
+        let path = format!("/sys/fs/cgroup/{controller}/garrison/{name}");
+        assert!(!std::path::Path::new(&path).exists(), "{path} is left");
+    }
+    let processes = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    let processes = String::from_utf8_lossy(&processes.stdout);
+    assert!(
+        !processes.lines().any(|l| l.contains(&name)),
+        "a process is left: {processes}"
+    );
+    assert!(s.backend.list().await.unwrap().is_empty());
+    let netns = std::fs::read_dir("/run/netns")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+    assert!(
+        !format!("{netns:?}").contains(&name),
+        "a network namespace is left: {netns:?}"
+    );
+}

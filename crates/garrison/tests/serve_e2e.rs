@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::Backend;
 use common::*;
 use emulator::{Faults, NewSession, Script, Step, Then};
 use fleet::SessionStatus;
@@ -19,13 +20,12 @@ fn opts<'a>(outpost: &'a str, state: &'a std::path::Path) -> GarrisonOptions<'a>
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up() {
+async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let g = Garrison::start(&emu, opts(&outpost, &state));
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), backend);
 
     let id = session(
         &emu,
@@ -67,13 +67,12 @@ async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_suspended_session_resumes_with_its_files() {
+async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let g = Garrison::start(&emu, opts(&outpost, &state));
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), backend);
 
     let id = session(
         &emu,
@@ -124,14 +123,13 @@ async fn a_suspended_session_resumes_with_its_files() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_garrisons_serve_twenty_sessions_exactly_once() {
+async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let (state_a, state_b) = (dir.path().join("a"), dir.path().join("b"));
-    let a = Garrison::start(&emu, opts(&outpost, &state_a));
-    let b = Garrison::start(&emu, opts(&outpost, &state_b));
+    let a = Garrison::start_on(&emu, opts(&outpost, &state_a), backend);
+    let b = Garrison::start_on(&emu, opts(&outpost, &state_b), backend);
 
     let ids: Vec<String> = (0..20)
         .map(|i| {
@@ -170,13 +168,12 @@ async fn two_garrisons_serve_twenty_sessions_exactly_once() {
     assert!(sa.is_disjoint(&sb));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checksum_mismatch_is_refused_and_the_claim_released() {
+async fn a_checksum_mismatch_is_refused_and_the_claim_released(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let g = Garrison::start(&emu, opts(&outpost, &state));
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), backend);
 
     let bad_sha = emu.add_corrupt_remote();
     let id = emu
@@ -216,19 +213,19 @@ async fn a_checksum_mismatch_is_refused_and_the_claim_released() {
     assert_eq!(sandbox_dirs(&state), 0, "no sandbox was created");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashing_remote_is_restarted_then_given_up_on() {
+async fn a_crashing_remote_is_restarted_then_given_up_on(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let g = Garrison::start(
+    let g = Garrison::start_on(
         &emu,
         GarrisonOptions {
             outpost: &outpost,
             state_dir: &state,
             extra_args: vec!["--max-restarts".into(), "2".into()],
         },
+        backend,
     );
 
     let id = session(
@@ -263,8 +260,7 @@ async fn a_crashing_remote_is_restarted_then_given_up_on() {
     wait_until("claim released", Some(&g), || released(&emu, &id)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_session_is_served_under_the_fault_profile() {
+async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
     let emu = emulator_with(|c| {
         c.faults = Faults {
             error_rate: 0.1,
@@ -278,13 +274,14 @@ async fn every_session_is_served_under_the_fault_profile() {
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let g = Garrison::start(
+    let g = Garrison::start_on(
         &emu,
         GarrisonOptions {
             outpost: &outpost,
             state_dir: &state,
             extra_args: vec!["--relist-interval-secs".into(), "1".into()],
         },
+        backend,
     );
     let ids: Vec<String> = (0..6)
         .map(|i| session(&emu, &outpost, vec![run(&format!("echo f{i}"))], Then::End))
@@ -313,13 +310,12 @@ async fn every_session_is_served_under_the_fault_profile() {
 
 /// `kill -9` of Garrison at several points of a session's life; after a
 /// restart the session is still served exactly once with its files.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_at_any_point_still_serves_exactly_once() {
+async fn kill_9_at_any_point_still_serves_exactly_once(backend: Backend) {
     let emu = emulator_with(|c| c.status_lag = Duration::from_millis(1500)).await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let mut g = Garrison::start(&emu, opts(&outpost, &state));
+    let mut g = Garrison::start_on(&emu, opts(&outpost, &state), backend);
 
     // The session waits for a file it is given later, so kills land while
     // it runs.
@@ -348,7 +344,7 @@ async fn kill_9_at_any_point_still_serves_exactly_once() {
     })
     .await;
     g.crash_and_restart();
-    let workdir = find_workdir(&state);
+    let workdir = only_workdir(&state);
     std::fs::write(workdir.join("go"), "").unwrap();
     // 3. After the remote exited, while the final status lags.
     wait_until("remote disconnected", Some(&g), || {
@@ -371,12 +367,36 @@ async fn kill_9_at_any_point_still_serves_exactly_once() {
     wait_until("cleaned up", Some(&g), || sandbox_dirs(&state) == 0).await;
 }
 
-fn find_workdir(state: &std::path::Path) -> std::path::PathBuf {
-    let sandboxes: Vec<_> = std::fs::read_dir(state.join("host").join("sandboxes"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(sandboxes.len(), 1, "one sandbox");
-    sandboxes[0].join("fs").join("workspace")
+/// Every test above, once per backend; `local` runs where the machine allows.
+macro_rules! on_each_backend {
+    ($($test:ident),+ $(,)?) => {
+        mod host {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Host).await
+                }
+            )+
+        }
+        mod local {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if super::Backend::Local.available() {
+                        super::$test(super::Backend::Local).await
+                    }
+                }
+            )+
+        }
+    };
 }
+
+on_each_backend!(
+    a_new_session_runs_its_steps_terminates_and_is_cleaned_up,
+    a_suspended_session_resumes_with_its_files,
+    two_garrisons_serve_twenty_sessions_exactly_once,
+    a_checksum_mismatch_is_refused_and_the_claim_released,
+    a_crashing_remote_is_restarted_then_given_up_on,
+    every_session_is_served_under_the_fault_profile,
+    kill_9_at_any_point_still_serves_exactly_once,
+);

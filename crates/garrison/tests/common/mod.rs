@@ -48,8 +48,67 @@ pub struct GarrisonOptions<'a> {
     pub extra_args: Vec<String>,
 }
 
+/// Which sandbox backend a test runs Garrison with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Host,
+    Local,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Local => "local",
+        }
+    }
+
+    /// Whether this machine can run the backend; prints why not. The local
+    /// backend needs root and the test image `scripts/setup` builds
+    /// (`GARRISON_TEST_IMAGES`, exported by `scripts/test`).
+    pub fn available(self) -> bool {
+        match self {
+            Backend::Host => true,
+            Backend::Local => {
+                if !nix_is_root() {
+                    eprintln!("skipped: the local backend needs root");
+                    return false;
+                }
+                if std::env::var_os("GARRISON_TEST_IMAGES").is_none() {
+                    eprintln!(
+                        "skipped: GARRISON_TEST_IMAGES is not set (scripts/test builds the test image)"
+                    );
+                    return false;
+                }
+                true
+            }
+        }
+    }
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 impl Garrison {
     pub fn start(emu: &Emulator, opts: GarrisonOptions<'_>) -> Garrison {
+        Self::start_on(emu, opts, Backend::Host)
+    }
+
+    /// `garrison serve` on `backend`. For `local`, the state directory's image
+    /// store is the test image store.
+    pub fn start_on(emu: &Emulator, opts: GarrisonOptions<'_>, backend: Backend) -> Garrison {
+        if backend == Backend::Local {
+            std::fs::create_dir_all(opts.state_dir).unwrap();
+            let images = PathBuf::from(
+                std::env::var_os("GARRISON_TEST_IMAGES").expect("GARRISON_TEST_IMAGES"),
+            );
+            let link = opts.state_dir.join("images");
+            if !link.exists() {
+                std::os::unix::fs::symlink(images, link).unwrap();
+            }
+        }
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--outpost".into(),
@@ -61,7 +120,7 @@ impl Garrison {
             "--state-dir".into(),
             opts.state_dir.display().to_string(),
             "--backend".into(),
-            "host".into(),
+            backend.name().into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
         ];
@@ -88,6 +147,13 @@ impl Garrison {
             ),
             ("RUST_LOG".to_owned(), "info,orchestrator=debug".to_owned()),
         ];
+        let mut env = env;
+        if let Some(shim) = std::env::var_os("GARRISON_STATIC_SHIM") {
+            env.push((
+                "GARRISON_STATIC_SHIM".to_owned(),
+                shim.to_string_lossy().into_owned(),
+            ));
+        }
         let log_path = opts.state_dir.with_extension("log");
         let child = spawn(&args, &env, &log_path);
         Garrison {
@@ -140,7 +206,44 @@ impl Drop for Garrison {
     fn drop(&mut self) {
         self.kill9();
         kill_sandbox_processes(&self.state_dir);
+        destroy_local_sandboxes(&self.state_dir);
     }
+}
+
+/// Destroys containers the local backend left under `state_dir` (they
+/// outlive Garrison by design). Runs on its own thread: Drop may be called
+/// inside a test's runtime.
+pub fn destroy_local_sandboxes(state_dir: &Path) {
+    if !state_dir.join("local").join("sandboxes").exists() {
+        return;
+    }
+    let state_dir = state_dir.to_owned();
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let shim = std::env::var_os("GARRISON_STATIC_SHIM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(garrison_bin()).with_file_name("garrison-shim"));
+            let Ok(config) = sandbox::local::LocalConfig::for_state_dir(
+                &state_dir,
+                &state_dir.join("snapshots"),
+                shim,
+            ) else {
+                return;
+            };
+            let Ok(backend) = sandbox::local::LocalBackend::new(config) else {
+                return;
+            };
+            use sandbox::Sandbox;
+            for handle in backend.list().await.unwrap_or_default() {
+                let _ = backend.destroy(&handle).await;
+            }
+        });
+    })
+    .join();
 }
 
 /// Kills what the host backend started under `state_dir` (remotes outlive
@@ -239,8 +342,26 @@ pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// Sandboxes of either backend present under `state_dir`.
 pub fn sandbox_dirs(state_dir: &Path) -> usize {
-    std::fs::read_dir(state_dir.join("host").join("sandboxes"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    ["host", "local"]
+        .iter()
+        .map(|b| {
+            std::fs::read_dir(state_dir.join(b).join("sandboxes"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The workspace of the only sandbox under `state_dir`, as the host sees it.
+pub fn only_workdir(state_dir: &Path) -> PathBuf {
+    let mut found = Vec::new();
+    for (backend, inner) in [("host", "fs/workspace"), ("local", "rootfs/workspace")] {
+        if let Ok(entries) = std::fs::read_dir(state_dir.join(backend).join("sandboxes")) {
+            found.extend(entries.flatten().map(|e| e.path().join(inner)));
+        }
+    }
+    assert_eq!(found.len(), 1, "one sandbox: {found:?}");
+    found.remove(0)
 }

@@ -61,7 +61,8 @@ pub struct ServeArgs {
     #[arg(long, env = "DEVIN_WORKER_STATIC_BASE_URL", value_name = "URL")]
     pub static_base_url: Option<String>,
 
-    /// Sandbox backend: host, local, tensorlake or modal [default: host]
+    /// Sandbox backend: local (a container per session), host (no isolation),
+    /// tensorlake or modal [default: local]
     #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
     pub backend: Option<String>,
 

@@ -134,6 +134,17 @@ pub fn make_backend(
                 .unwrap_or_else(|| shim_exe.with_file_name("garrison-shim"));
             let config =
                 sandbox::local::LocalConfig::for_state_dir(state_dir, snapshot_dir, static_shim)?;
+            // Fail at start, not on the first session, when there is nothing
+            // to run sessions on.
+            config.images.resolve(&config.default_image).map_err(|e| {
+                anyhow::anyhow!(
+                    "the local backend has no image {:?} in {}: {e:#}; build it with \
+                     `garrison image build {}` (as root), or serve with --backend host",
+                    config.default_image,
+                    config.images.root().display(),
+                    config.default_image
+                )
+            })?;
             Ok(Arc::new(sandbox::local::LocalBackend::new(config)?))
         }
         other => anyhow::bail!(

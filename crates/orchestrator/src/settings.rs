@@ -38,12 +38,9 @@ use crate::config::{
 };
 use crate::planner::Policy;
 
-/// The backend used when none is configured.
-///
-/// `host` only FOR NOW: the intended default is `local` (isolated sandboxes
-/// on this machine), which is not implemented yet. Switch this constant, and
-/// the `--backend` help text, when it lands.
-pub const DEFAULT_BACKEND: BackendKind = BackendKind::Host;
+/// The backend used when none is configured: a container per session on
+/// this machine. `host` (no isolation) must be asked for.
+pub const DEFAULT_BACKEND: BackendKind = BackendKind::Local;
 /// Restarts of a crashing remote before the session is given up.
 pub const DEFAULT_MAX_RESTARTS: u32 = 3;
 /// The environment variable holding the Devin token.

@@ -134,7 +134,7 @@ fn defaults_fill_everything_not_given() {
         config.outposts,
         vec![OutpostConfig {
             outpost_id: "op-1".into(),
-            backend: BackendKind::Host,
+            backend: BackendKind::Local,
             max_concurrent: 5,
             resources: Resources {
                 cpus: 2.0,
@@ -201,8 +201,8 @@ fn cases() -> Vec<Case> {
             names: names::BACKEND,
             flag: "modal",
             env: "tensorlake",
-            file: "\"local\"",
-            expect: ["modal", "tensorlake", "local", "host"],
+            file: "\"host\"",
+            expect: ["modal", "tensorlake", "host", "local"],
             get: |c| first(c).backend.as_str().to_owned(),
         },
         Case {
@@ -525,7 +525,7 @@ fn outpost_tables_fall_back_to_the_merged_top_level_values() {
         vec![
             OutpostConfig {
                 outpost_id: "small".into(),
-                backend: BackendKind::Host,
+                backend: BackendKind::Local,
                 max_concurrent: 9,
                 resources: Resources {
                     cpus: 3.0,

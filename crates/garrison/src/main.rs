@@ -3,6 +3,8 @@
 mod bench;
 mod cli;
 mod connect;
+mod demo;
+mod doctor;
 mod image_cmd;
 mod logging;
 mod outposts_cmd;
@@ -47,6 +49,12 @@ enum Command {
     Terminate(cli::terminate::TerminateArgs),
     /// Build, import, list and remove the local backend's images.
     Image(image_cmd::ImageArgs),
+    /// A self-contained demo: scripted sessions against a local emulator of
+    /// Devin, served in this process, with a summary at the end.
+    Demo(demo::DemoArgs),
+    /// Check settings, token, scopes, outpost, backend prerequisites, disk
+    /// and clock; exit 1 if a required check fails.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -70,6 +78,8 @@ fn main() -> anyhow::Result<()> {
             Command::Logs(args) => cli::logs::run(args).await,
             Command::Terminate(args) => cli::terminate::run(args).await,
             Command::Image(args) => image_cmd::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
+            Command::Doctor(args) => doctor::run(args).await,
         }
     })
 }

@@ -1,0 +1,335 @@
+//! `garrison demo`: Garrison serving a few scripted Devin sessions against
+//! a local emulator of Devin, in one process, for someone with no Devin
+//! account. It picks the best backend this machine supports and says why,
+//! prints the dashboard's address, shows each session's progress, and ends
+//! with a summary and PASS/FAIL per expectation (exit 1 if one failed).
+//!
+//! Its state lives in its own directory (`demo` under the default state
+//! directory), so a real deployment's database is never touched.
+
+mod backend;
+mod follow;
+mod scenario;
+mod summary;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use emulator::{Emulator, EmulatorConfig};
+use fleet::{Platform, Secret};
+use orchestrator::config::{BackendKind, OutpostConfig, QueueMode, ServeConfig};
+use orchestrator::serve::{self, Serving};
+use sandbox::Resources;
+use tokio_util::sync::CancellationToken;
+
+use follow::Ended;
+use scenario::{Expectation, Role, Tracked};
+
+/// Flags of `garrison demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Address of the admin listener (the dashboard); when it is taken, a
+    /// free port on the same address is used instead
+    #[arg(long, default_value = "127.0.0.1:9180", value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Sandbox backend: local or host
+    /// [default: local when this machine supports it, else host]
+    #[arg(long, value_name = "KIND", value_parser = parse_backend)]
+    backend: Option<BackendKind>,
+    /// The demo's state directory
+    /// [default: `demo` under the default state directory]
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// After the scripted sessions, keep serving (and the dashboard up)
+    /// until Ctrl-C
+    #[arg(long)]
+    keep_running: bool,
+}
+
+fn parse_backend(text: &str) -> Result<BackendKind, String> {
+    match text.parse()? {
+        kind @ (BackendKind::Local | BackendKind::Host) => Ok(kind),
+        other => Err(format!(
+            "the demo runs on the local or host backend, not {}",
+            other.as_str()
+        )),
+    }
+}
+
+/// Short, so the demo moves at a watchable pace rather than the protocol's
+/// real seconds-long lags.
+const STATUS_LAG: Duration = Duration::from_millis(300);
+const LINGER: Duration = Duration::from_secs(2);
+/// Bounds the scripted part; a healthy run needs a small fraction of it
+/// (the first container start on a new machine is the slow part).
+const HANG_GUARD: Duration = Duration::from_secs(300);
+/// After Ctrl-C, how long the demo waits for its sessions to wind down.
+const WIND_DOWN: Duration = Duration::from_secs(30);
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    // The progress table is the output; Garrison's info logs would drown
+    // it. RUST_LOG still turns them on.
+    crate::logging::init_with_default(crate::logging::LogFormat::Text, "warn");
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => default_state_dir()?,
+    };
+    std::fs::create_dir_all(&state_dir).with_context(|| {
+        format!(
+            "creating the demo's state directory {}",
+            state_dir.display()
+        )
+    })?;
+    println!(
+        "garrison demo: Devin's side is emulated on this machine, so no Devin account is needed"
+    );
+    println!("state: {}", state_dir.display());
+
+    let choice = backend::choose(args.backend, &state_dir).await;
+    println!("{}", choice.message);
+    let shim_exe = std::env::current_exe().context("locating this binary for the shim")?;
+    clean_leftovers(choice.kind, &state_dir, &shim_exe).await;
+
+    let sim = emulator::locate_remote_sim().context(
+        "devin-remote-sim not found next to this binary (or in $GARRISON_REMOTE_SIM); \
+         scripts/setup builds it (scripts/demo runs it first)",
+    )?;
+    let emu = Emulator::start(EmulatorConfig {
+        status_lag: STATUS_LAG,
+        linger: LINGER,
+        remote_binary: Some(sim),
+        ..Default::default()
+    })
+    .await?;
+    let outpost = emu.create_outpost("demo", Platform::Linux);
+
+    let listen = free_listen(args.listen);
+    let config = serve_config(&emu, &state_dir, &outpost, choice.kind, listen);
+    let serving = serve::prepare(&config)?;
+    let serve_stop = CancellationToken::new();
+    let mut serve_task = tokio::spawn(serve::run_prepared(
+        config.clone(),
+        serving.clone(),
+        shim_exe.clone(),
+        serve_stop.clone(),
+    ));
+    println!("open http://{listen}/ to watch (the dashboard updates itself)");
+
+    let interrupt = CancellationToken::new();
+    crate::signals::on_stop_signal(interrupt.clone())?;
+
+    let result = tokio::select! {
+        result = scripted(&emu, &serving, &outpost, &interrupt) => result,
+        ended = &mut serve_task => {
+            match ended {
+                Ok(Ok(())) => bail!("garrison serve stopped early"),
+                Ok(Err(e)) => return Err(e.context("garrison serve failed")),
+                Err(e) => bail!("garrison serve panicked: {e}"),
+            }
+        }
+    };
+    let (sessions, ended) = result?;
+
+    let mut expectations = report(&emu, &serving, &sessions);
+    expectations.push(no_sandbox_left(&config, &shim_exe).await);
+    print!("{}", summary::expectation_lines(&expectations));
+    let failed = expectations.iter().any(|e| !e.passed) || ended != Ended::AllFinished;
+
+    if args.keep_running && ended != Ended::Interrupted {
+        println!();
+        println!(
+            "still serving: open http://{listen}/ ; the emulator is at {} (outpost {outpost}); Ctrl-C stops",
+            emu.base_url()
+        );
+        interrupt.cancelled().await;
+    }
+    println!("stopping");
+    serve_stop.cancel();
+    match serve_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("garrison serve ended with an error: {e:#}"),
+        Err(e) => eprintln!("garrison serve panicked: {e}"),
+    }
+    emu.shutdown().await;
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `$GARRISON_HOME/demo`, else `demo` under the default state directory.
+fn default_state_dir() -> anyhow::Result<PathBuf> {
+    let host = orchestrator::settings::HostEnv::current();
+    let base = match host.var("GARRISON_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => host
+            .default_state_dir()
+            .map_err(|e| anyhow::anyhow!("{e}; pass --state-dir"))?,
+    };
+    Ok(base.join("demo"))
+}
+
+/// `wanted` if it can be bound now, else a free port on the same address.
+/// (Checked by binding and letting go: another process could still take
+/// it in between, and then serve reports the bind error.)
+fn free_listen(wanted: SocketAddr) -> SocketAddr {
+    if TcpListener::bind(wanted).is_ok() {
+        return wanted;
+    }
+    let free = TcpListener::bind(SocketAddr::new(wanted.ip(), 0))
+        .and_then(|l| l.local_addr())
+        .unwrap_or(wanted);
+    println!("{wanted} is taken; the dashboard listens on {free} instead");
+    free
+}
+
+fn serve_config(
+    emu: &Emulator,
+    state_dir: &Path,
+    outpost: &str,
+    backend: BackendKind,
+    listen: SocketAddr,
+) -> ServeConfig {
+    ServeConfig {
+        api_url: emu.base_url(),
+        token: Secret::new(emu.account_token()),
+        acceptor_id: None,
+        static_base_url: emu.static_base_url(),
+        state_dir: state_dir.to_owned(),
+        snapshot_dir: state_dir.join("snapshots"),
+        snapshot_retention: orchestrator::config::DEFAULT_SNAPSHOT_RETENTION.into(),
+        relist_interval: orchestrator::config::DEFAULT_RELIST_INTERVAL,
+        queue_mode: QueueMode::Watch,
+        drain: false,
+        policy: Default::default(),
+        outposts: vec![OutpostConfig {
+            outpost_id: outpost.to_owned(),
+            backend,
+            max_concurrent: Role::ALL.len(),
+            // Small: the demo's sessions run a few shell commands.
+            resources: Resources {
+                cpus: 1.0,
+                memory_mb: 1024,
+                disk_mb: 1024,
+            },
+            image: None,
+            platform: Platform::Linux,
+        }],
+        admin_listen: Some(listen),
+    }
+}
+
+/// Enqueues the sessions and follows them to the end (or Ctrl-C, then
+/// ends them and waits a little for the clean-up).
+async fn scripted(
+    emu: &Emulator,
+    serving: &Arc<Serving>,
+    outpost: &str,
+    interrupt: &CancellationToken,
+) -> anyhow::Result<(Vec<Tracked>, Ended)> {
+    let view = serving.views[0].clone();
+    let deadline = Instant::now() + HANG_GUARD;
+    while !view.is_synced() {
+        if Instant::now() > deadline {
+            bail!("garrison serve did not list the emulator's queue");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let mut sessions = Vec::new();
+    for role in Role::ALL {
+        let t = Tracked::enqueue(emu, outpost, role)?;
+        println!("enqueued {:<7} {}: {}", role.label(), t.id, role.story());
+        sessions.push(t);
+    }
+    follow::header();
+    let mut ended =
+        follow::follow(emu, serving, &mut sessions, started, HANG_GUARD, interrupt).await;
+    if ended == Ended::Interrupted {
+        println!(
+            "interrupted: ending the demo's sessions before stopping (Ctrl-C again to quit now)"
+        );
+        for t in sessions.iter().filter(|t| t.finished.is_none()) {
+            let _ = emu.terminate(&t.id);
+        }
+        let never = CancellationToken::new();
+        follow::follow(emu, serving, &mut sessions, started, WIND_DOWN, &never).await;
+        ended = Ended::Interrupted;
+    } else if ended == Ended::TimedOut {
+        println!("gave up waiting after {} s", HANG_GUARD.as_secs());
+    }
+    Ok((sessions, ended))
+}
+
+/// Prints the session table and returns every expectation.
+fn report(emu: &Emulator, serving: &Serving, sessions: &[Tracked]) -> Vec<Expectation> {
+    let views: Vec<_> = sessions.iter().map(|t| (t, emu.session(&t.id))).collect();
+    println!();
+    print!("{}", summary::session_rows(&views));
+    println!();
+    let mut all = Vec::new();
+    for (t, view) in &views {
+        let Some(view) = view else { continue };
+        let snapshotted = serving
+            .store
+            .events(&t.id, 0)
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.kind == "snapshot");
+        all.extend(scenario::expectations(t, view, snapshotted));
+    }
+    all
+}
+
+/// Destroys sandboxes an interrupted earlier demo left in this state
+/// directory: each run has a new emulator, so nothing there can be resumed.
+async fn clean_leftovers(kind: BackendKind, state_dir: &Path, shim_exe: &Path) {
+    let Ok(backend) = serve::make_backend(kind, state_dir, &state_dir.join("snapshots"), shim_exe)
+    else {
+        return;
+    };
+    let Ok(handles) = backend.list().await else {
+        return;
+    };
+    if !handles.is_empty() {
+        println!(
+            "removing {} sandbox{} left by an earlier, interrupted demo",
+            handles.len(),
+            if handles.len() == 1 { "" } else { "es" }
+        );
+    }
+    for handle in handles {
+        if let Err(e) = backend.destroy(&handle).await {
+            println!("  could not remove {}: {e}", handle.name);
+        }
+    }
+}
+
+/// Every sandbox of the demo's outpost is gone at the end.
+async fn no_sandbox_left(config: &ServeConfig, shim_exe: &Path) -> Expectation {
+    let outpost = &config.outposts[0];
+    let what = "no sandbox left behind".to_owned();
+    let listed = match serve::make_backend(
+        outpost.backend,
+        &config.state_dir,
+        &config.snapshot_dir,
+        shim_exe,
+    ) {
+        Ok(backend) => backend.list().await.map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
+    let passed = match listed {
+        Ok(handles) => !handles
+            .iter()
+            .any(|h| h.labels.get(sandbox::LABEL_OUTPOST_ID) == Some(&outpost.outpost_id)),
+        Err(e) => {
+            println!("listing sandboxes failed: {e:#}");
+            false
+        }
+    };
+    Expectation { what, passed }
+}

@@ -1,0 +1,353 @@
+//! `garrison doctor`: checks what `garrison serve` needs (settings, token,
+//! scopes, outpost, backend prerequisites, disk, clock) and prints each with
+//! a ✓ or ✗ and what to do about it. Exits 1 when a required check fails.
+//!
+//! It reads the same settings as `garrison serve` (flags, environment, the
+//! TOML file, the credentials file) but never writes anything: no state
+//! directory, image store or credentials file is created.
+
+mod api;
+pub mod check;
+pub mod host;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, FromArgMatches};
+use fleet::{ClientOptions, FleetClient, RetryPolicy, Secret};
+use orchestrator::config::{BackendKind, ServeConfig};
+use orchestrator::settings::{
+    self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
+};
+
+use crate::serve_args::{LogFormat, ServeArgs};
+use check::Check;
+
+/// Flags of `garrison doctor`: the subset of `garrison serve`'s that says
+/// where to look. The rest of serve's settings are read from the
+/// environment and the TOML file as serve would.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Outpost to check; repeat for several [default: as `garrison serve`]
+    #[arg(long = "outpost", env = "OUTPOST_ID", value_name = "ID")]
+    outposts: Vec<String>,
+    /// Devin API base, without /opbeta [default: as `garrison serve`]
+    #[arg(long, env = "DEVIN_API_URL", value_name = "URL")]
+    api_url: Option<String>,
+    /// Sandbox backend whose prerequisites are required [default: as `garrison serve`]
+    #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
+    backend: Option<String>,
+    /// Garrison's state directory [default: as `garrison serve`]
+    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
+    #[arg(long, env = "GARRISON_CONFIG_FILE", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl DoctorArgs {
+    /// `garrison serve` called with the same flags, parsed by serve's own
+    /// parser (environment fallbacks included), so the flag and environment
+    /// layers are built by the same code.
+    fn as_serve_args(&self) -> anyhow::Result<ServeArgs> {
+        let mut argv: Vec<std::ffi::OsString> = vec!["serve".into()];
+        for outpost in &self.outposts {
+            argv.extend(["--outpost".into(), outpost.into()]);
+        }
+        let mut push = |flag: &str, value: Option<std::ffi::OsString>| {
+            if let Some(value) = value {
+                argv.extend([flag.into(), value]);
+            }
+        };
+        push("--api-url", self.api_url.clone().map(Into::into));
+        push("--backend", self.backend.clone().map(Into::into));
+        push("--state-dir", self.state_dir.clone().map(Into::into));
+        push("--config", self.config.clone().map(Into::into));
+        let matches =
+            ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(argv)?;
+        Ok(ServeArgs::from_arg_matches(&matches)?)
+    }
+}
+
+/// A token that stands in while the rest of the settings are resolved when
+/// no real one exists (its absence is reported by its own check).
+const PLACEHOLDER_TOKEN: &str = "doctor-placeholder";
+const PLACEHOLDER_OUTPOST: &str = "doctor-placeholder";
+
+pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    // Retries and warnings of the fleet client would interleave with the
+    // report; the report says what failed.
+    crate::logging::init_with_default(LogFormat::Text, "error");
+    let checks = collect(&args).await;
+    let blocking = checks
+        .iter()
+        .flat_map(|(_, c)| c)
+        .filter(|c| c.is_blocking())
+        .count();
+    for (section, list) in &checks {
+        println!("{section}");
+        for check in list {
+            println!("{check}");
+        }
+    }
+    println!();
+    if blocking == 0 {
+        println!("all required checks passed");
+        Ok(())
+    } else {
+        println!(
+            "{blocking} required check{} failed",
+            if blocking == 1 { "" } else { "s" }
+        );
+        std::process::exit(1);
+    }
+}
+
+type Section = (String, Vec<Check>);
+
+async fn collect(args: &DoctorArgs) -> Vec<Section> {
+    let host = HostEnv::current();
+    let mut sections = Vec::new();
+
+    let (settings_check, resolved) = resolve(args, &host);
+    let (token_check, token) = token_present(&host);
+    sections.push(("Settings".to_owned(), vec![settings_check]));
+
+    let mut credentials = vec![token_check];
+    if let (Some(r), Some(token)) = (&resolved, &token) {
+        match client(&r.config.api_url, token) {
+            Ok(client) => {
+                credentials
+                    .extend(api::checks(&client, &r.config.api_url, token, &r.outposts).await);
+            }
+            Err(e) => credentials.push(Check::fail(
+                "fleet API client",
+                format!("{e:#}"),
+                "check the API URL",
+            )),
+        }
+    } else {
+        credentials.push(Check::info(
+            "API checks",
+            "not run: fix the lines above first",
+        ));
+    }
+    sections.push(("Credentials and outpost".to_owned(), credentials));
+
+    let state_dir = match &resolved {
+        Some(r) => r.config.state_dir.clone(),
+        None => args
+            .state_dir
+            .clone()
+            .or_else(|| host.default_state_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("/var/lib/garrison")),
+    };
+    let backends: BTreeSet<&'static str> = match &resolved {
+        Some(r) => r
+            .config
+            .outposts
+            .iter()
+            .map(|o| o.backend.as_str())
+            .collect(),
+        None => BTreeSet::from([settings::DEFAULT_BACKEND.as_str()]),
+    };
+    sections.extend(backend_sections(&backends, &state_dir));
+    sections.push((
+        format!("State directory {}", state_dir.display()),
+        vec![host::disk_space(&state_dir)],
+    ));
+    sections
+}
+
+struct Resolved {
+    config: ServeConfig,
+    /// The configured outposts (empty when none is: the config then holds
+    /// a placeholder).
+    outposts: Vec<String>,
+}
+
+/// The settings as `garrison serve` would resolve them. A missing token or
+/// outpost has checks of its own, so placeholders stand in for them here.
+fn resolve(args: &DoctorArgs, host: &HostEnv) -> (Check, Option<Resolved>) {
+    let name = "settings";
+    let fail = |e: &dyn std::fmt::Display| {
+        (
+            Check::fail(
+                name,
+                e.to_string(),
+                "fix the setting named above (garrison serve --help lists them)",
+            ),
+            None,
+        )
+    };
+    let config_dir = host.config_dir().ok();
+    let file = match &args.config {
+        Some(path) => match settings::load_file(path) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                return fail(&format!(
+                    "--config / GARRISON_CONFIG_FILE: {} does not exist",
+                    path.display()
+                ));
+            }
+            Err(e) => return fail(&e),
+        },
+        None => match config_dir
+            .as_ref()
+            .map(|d| settings::load_file(&d.join(settings::CONFIG_FILE_NAME)))
+        {
+            Some(Ok(Some(raw))) => raw,
+            Some(Err(e)) => return fail(&e),
+            _ => RawSettings::default(),
+        },
+    };
+    // An unreadable credentials file is the token check's to report.
+    let credentials_path = config_dir.map(|d| d.join(settings::CREDENTIALS_FILE_NAME));
+    let credentials = credentials_path
+        .as_deref()
+        .and_then(|p| settings::load_credentials(p).ok().flatten());
+    let stored = credentials_path.as_deref().zip(credentials.as_ref());
+
+    let serve_args = match args.as_serve_args() {
+        Ok(a) => a,
+        Err(e) => return fail(&format!("{e:#}")),
+    };
+    let mut raw = serve_args.to_raw(host).or(file);
+    if raw.token.is_none() && stored.is_none() {
+        raw.token = Some(Sourced::new(
+            Secret::new(PLACEHOLDER_TOKEN),
+            Origin::Env(TOKEN_ENV),
+        ));
+    }
+    let (config, outposts) = match settings::resolve(raw.clone(), stored, host) {
+        Ok(config) => {
+            let ids = config
+                .outposts
+                .iter()
+                .map(|o| o.outpost_id.clone())
+                .collect();
+            (config, ids)
+        }
+        Err(SettingsError::NoOutpost) => {
+            raw.outposts = Some(Sourced::new(
+                vec![PLACEHOLDER_OUTPOST.to_owned()],
+                Origin::Flag("--outpost"),
+            ));
+            match settings::resolve(raw, stored, host) {
+                Ok(config) => (config, Vec::new()),
+                Err(e) => return fail(&e),
+            }
+        }
+        Err(e) => return fail(&e),
+    };
+    let backends: BTreeSet<&str> = config.outposts.iter().map(|o| o.backend.as_str()).collect();
+    let check = Check::pass(
+        name,
+        format!(
+            "api {}, {} outpost{}, backend {}, state dir {}",
+            config.api_url,
+            outposts.len(),
+            if outposts.len() == 1 { "" } else { "s" },
+            backends.into_iter().collect::<Vec<_>>().join("+"),
+            config.state_dir.display()
+        ),
+    );
+    (check, Some(Resolved { config, outposts }))
+}
+
+/// Where the token comes from: `DEVIN_OUTPOSTS_TOKEN`, else the credentials
+/// file, which must be private to its owner (mode 0600).
+fn token_present(host: &HostEnv) -> (Check, Option<Secret>) {
+    let name = "token present";
+    let path = host.credentials_path().ok();
+    if let Some(token) = host.var(TOKEN_ENV) {
+        return (
+            Check::pass(name, format!("{TOKEN_ENV} (environment)")),
+            Some(Secret::new(token)),
+        );
+    }
+    let Some(path) = path else {
+        return (
+            Check::fail(
+                name,
+                format!("{TOKEN_ENV} is not set and HOME is not set"),
+                "set DEVIN_OUTPOSTS_TOKEN, or GARRISON_CONFIG for the credentials file",
+            ),
+            None,
+        );
+    };
+    match settings::load_credentials(&path) {
+        Ok(Some(Credentials { token, .. })) => (
+            Check::pass(name, format!("{} (mode 0600)", path.display())),
+            Some(token),
+        ),
+        Ok(None) => (
+            Check::fail(
+                name,
+                format!(
+                    "{TOKEN_ENV} is not set and {} does not exist",
+                    path.display()
+                ),
+                "run `garrison connect` (or set DEVIN_OUTPOSTS_TOKEN)",
+            ),
+            None,
+        ),
+        Err(e @ SettingsError::InsecureCredentials { .. }) => (
+            Check::fail(name, e.to_string(), format!("chmod 600 {}", path.display())),
+            None,
+        ),
+        Err(e) => (
+            Check::fail(
+                name,
+                e.to_string(),
+                "run `garrison connect` again to rewrite it",
+            ),
+            None,
+        ),
+    }
+}
+
+fn client(api_url: &str, token: &Secret) -> anyhow::Result<FleetClient> {
+    // One try per request: a doctor should answer quickly, and says what
+    // failed rather than retrying it.
+    let options = ClientOptions {
+        request_timeout: Duration::from_secs(15),
+        retry: RetryPolicy::none(),
+        ..ClientOptions::default()
+    };
+    Ok(FleetClient::new(api_url, token.clone(), options)?)
+}
+
+/// The configured backends' prerequisites (required), and the local
+/// backend's as advice when it is not configured.
+fn backend_sections(backends: &BTreeSet<&'static str>, state_dir: &Path) -> Vec<Section> {
+    let mut sections = Vec::new();
+    let local = BackendKind::Local.as_str();
+    for &kind in backends {
+        let checks = match kind {
+            "host" => vec![Check::pass(
+                "host backend",
+                "nothing to install; it isolates nothing, so use it only on machines you \
+                 would give the agent anyway",
+            )],
+            "local" => host::local_prerequisites(state_dir),
+            other => vec![Check::info(
+                format!("{other} backend"),
+                "its prerequisites are not checked by this version",
+            )],
+        };
+        sections.push((format!("Backend {kind} (configured)"), checks));
+    }
+    if !backends.contains(local) {
+        let checks = host::local_prerequisites(state_dir)
+            .into_iter()
+            .map(Check::optional)
+            .collect();
+        sections.push((
+            "Backend local (not configured: advice for --backend local)".to_owned(),
+            checks,
+        ));
+    }
+    sections
+}

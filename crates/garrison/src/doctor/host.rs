@@ -1,0 +1,272 @@
+//! Checks of this machine: what the `local` backend needs, and free disk
+//! space in the state directory. `garrison demo` uses the same list to pick
+//! its backend, so the two never disagree about what "supported" means.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
+
+use super::check::Check;
+
+/// Below this, the state directory's free space is a warning.
+pub const LOW_DISK_BYTES: u64 = 5 << 30;
+
+/// Where the local backend takes runc and tini from (`LocalConfig::for_state_dir`).
+const RUNC: &str = "/usr/sbin/runc";
+const TINI: &str = "/usr/bin/tini-static";
+
+/// Directories searched for the helper programs besides `PATH`: root's
+/// tools live in the sbin directories, which a plain user's `PATH` lacks.
+const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
+
+/// Everything the `local` backend needs, one check each, in the order a
+/// user would fix them.
+pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
+    let mut checks = vec![root()];
+    checks.push(file_check("runc", Path::new(RUNC), "apt-get install runc"));
+    checks.push(file_check(
+        "tini-static",
+        Path::new(TINI),
+        "apt-get install tini",
+    ));
+    checks.push(static_shim());
+    for (tool, package) in [
+        ("mkfs.ext4", "e2fsprogs"),
+        ("mount", "mount"),
+        ("losetup", "mount"),
+        ("pasta", "passt"),
+        ("nft", "nftables"),
+        ("ip", "iproute2"),
+    ] {
+        checks.push(match find_program(tool) {
+            Some(path) => Check::pass(tool, path.display().to_string()),
+            None => Check::fail(
+                tool,
+                "not found",
+                format!("apt-get install {package} (scripts/setup installs it)"),
+            ),
+        });
+    }
+    checks.push(overlayfs());
+    checks.push(cgroups());
+    checks.push(file_check(
+        "loop devices",
+        Path::new("/dev/loop-control"),
+        "load the loop module (modprobe loop); in a container, run it privileged",
+    ));
+    checks.push(default_image(state_dir));
+    checks
+}
+
+fn root() -> Check {
+    // SAFETY: geteuid(2) has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        Check::pass("root", "running as root")
+    } else {
+        Check::fail(
+            "root",
+            format!("running as uid {euid}"),
+            "run garrison as root: the local backend mounts filesystems and manages containers",
+        )
+    }
+}
+
+fn file_check(name: &str, path: &Path, remedy: &str) -> Check {
+    if path.exists() {
+        Check::pass(name, path.display().to_string())
+    } else {
+        Check::fail(
+            name,
+            format!("{} not found", path.display()),
+            format!("{remedy} (scripts/setup does this)"),
+        )
+    }
+}
+
+/// The static process supervisor copied into every container; found where
+/// `garrison serve` looks for it.
+fn static_shim() -> Check {
+    let path = static_shim_path();
+    file_check(
+        "garrison-shim",
+        &path,
+        "build the static shim next to garrison, or set GARRISON_STATIC_SHIM",
+    )
+}
+
+/// `$GARRISON_STATIC_SHIM`, else `garrison-shim` beside this binary (as
+/// `orchestrator::serve::make_backend` resolves it).
+pub fn static_shim_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("GARRISON_STATIC_SHIM") {
+        return PathBuf::from(path);
+    }
+    std::env::current_exe()
+        .map(|exe| exe.with_file_name("garrison-shim"))
+        .unwrap_or_else(|_| PathBuf::from("garrison-shim"))
+}
+
+/// Finds `name` on `PATH` or in the sbin directories.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(SBIN_DIRS.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+fn overlayfs() -> Check {
+    let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if filesystems
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        Check::pass("overlayfs", "in /proc/filesystems")
+    } else {
+        Check::fail(
+            "overlayfs",
+            "not in /proc/filesystems",
+            "load it with `modprobe overlay` (a kernel with overlayfs is required)",
+        )
+    }
+}
+
+/// The cgroup controllers the local backend sets limits with.
+const CONTROLLERS: &[&str] = &["memory", "cpu", "pids"];
+
+fn cgroups() -> Check {
+    let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok();
+    let missing: Vec<&str> = match &v2 {
+        Some(list) => {
+            let have: Vec<&str> = list.split_whitespace().collect();
+            CONTROLLERS
+                .iter()
+                .copied()
+                .filter(|c| !have.contains(c))
+                .collect()
+        }
+        // cgroup v1: one hierarchy per controller.
+        None => CONTROLLERS
+            .iter()
+            .copied()
+            .filter(|c| !Path::new("/sys/fs/cgroup").join(c).exists())
+            .collect(),
+    };
+    let version = if v2.is_some() { "v2" } else { "v1" };
+    if missing.is_empty() {
+        Check::pass(
+            "cgroups",
+            format!("{version}, controllers {}", CONTROLLERS.join(", ")),
+        )
+    } else {
+        Check::fail(
+            "cgroups",
+            format!("{version}, missing controllers: {}", missing.join(", ")),
+            "mount the cgroup filesystem with the memory, cpu and pids controllers enabled",
+        )
+    }
+}
+
+/// The `default` image, looked up without creating anything: an absent
+/// store is reported, never made.
+pub fn default_image(state_dir: &Path) -> Check {
+    let name = format!("image {DEFAULT_IMAGE:?}");
+    let images = state_dir.join("images");
+    let remedy = format!(
+        "garrison image build {DEFAULT_IMAGE} --state-dir {}",
+        state_dir.display()
+    );
+    if !images.join("names").join(DEFAULT_IMAGE).exists() {
+        return Check::fail(name, format!("not in {}", images.display()), remedy);
+    }
+    match ImageStore::open(&images).and_then(|store| store.resolve(DEFAULT_IMAGE)) {
+        Ok(image) => Check::pass(
+            name,
+            format!(
+                "{} ({} MiB)",
+                sandbox::local::images::names::short_id(&image.id),
+                image.size_bytes >> 20
+            ),
+        ),
+        Err(e) => Check::fail(name, format!("unusable: {e:#}"), remedy),
+    }
+}
+
+/// Free space for Garrison's data: the state directory, or the nearest
+/// existing parent when it does not exist yet.
+pub fn disk_space(state_dir: &Path) -> Check {
+    let name = "disk space";
+    let Some(existing) = state_dir.ancestors().find(|p| p.exists()) else {
+        return Check::info(name, format!("{} is not reachable", state_dir.display()));
+    };
+    match free_bytes(existing) {
+        Ok(free) if free < LOW_DISK_BYTES => Check::warn(
+            name,
+            format!("{} free in {}", gib(free), existing.display()),
+            "sessions' workspaces, images and snapshots need room: keep 5 GiB or more free",
+        ),
+        Ok(free) => Check::pass(
+            name,
+            format!("{} free in {}", gib(free), existing.display()),
+        ),
+        Err(e) => Check::info(name, format!("cannot tell: {e}")),
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Bytes available to unprivileged users on the filesystem holding `path`.
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("path contains a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: c_path is a valid C string; statvfs fills `stat` on success.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so `stat` is initialised.
+    let stat = unsafe { stat.assume_init() };
+    // Both fields are u64 on Linux x86_64, but not on every target.
+    #[allow(clippy::unnecessary_cast)]
+    let free = stat.f_bavail as u64 * stat.f_frsize as u64;
+    Ok(free)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_image_is_reported_without_creating_the_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let check = default_image(dir.path());
+        assert!(!check.passed());
+        assert!(
+            check
+                .remedy
+                .as_deref()
+                .unwrap_or("")
+                .contains("image build")
+        );
+        assert!(!dir.path().join("images").exists());
+    }
+
+    #[test]
+    fn disk_space_looks_at_the_nearest_existing_parent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let check = disk_space(&dir.path().join("not/yet"));
+        assert!(check.detail.contains("free in"), "{check}");
+        assert!(!check.is_blocking());
+    }
+
+    #[test]
+    fn programs_are_found_on_path() {
+        assert!(find_program("sh").is_some());
+        assert!(find_program("no-such-program-garrison").is_none());
+    }
+}

@@ -1,0 +1,129 @@
+//! `garrison doctor` against the emulator: a good token passes, a bad one
+//! or one without the machine scope fails with a clear line, a credentials
+//! file others can read is refused, and the clock check runs.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Output;
+
+use tokio::process::Command;
+
+use common::{emulator, garrison_bin, outpost};
+use emulator::{Emulator, SCOPE_ORCHESTRATOR};
+
+/// Runs `garrison doctor` for `outpost` with only this environment.
+async fn doctor(emu: &Emulator, outpost: &str, dir: &Path, token: Option<&str>) -> Output {
+    let mut cmd = Command::new(garrison_bin());
+    cmd.args(["doctor", "--api-url", &emu.base_url(), "--outpost", outpost])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--backend", "host"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GARRISON_CONFIG", dir.join("config"));
+    if let Some(token) = token {
+        cmd.env("DEVIN_OUTPOSTS_TOKEN", token);
+    }
+    // Async: the emulator answers on this test's own runtime.
+    cmd.output().await.expect("garrison doctor runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_good_token_passes_every_required_check() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor(&emu, &op, dir.path(), Some(&emu.account_token())).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "✓ token present: DEVIN_OUTPOSTS_TOKEN (environment)",
+        "✓ token valid: listing outposts answered",
+        &format!("✓ outpost {op}: exists"),
+        "✓ scope account.outposts.machine",
+        "- scope account.outposts.orchestrator: not tested",
+        "✓ clock: within",
+        "✓ host backend",
+        "disk space:",
+        "all required checks passed",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    // It only reads: the state directory it was pointed at is not created.
+    assert!(!dir.path().join("state").exists());
+    assert!(!text.contains(&emu.account_token()));
+}
+
+#[tokio::test]
+async fn a_bad_token_fails_with_a_clear_line_and_exit_1() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor(&emu, &op, dir.path(), Some("cog_not_a_real_token")).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("✗ token valid: the API refused the token (401)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("-> get a new one with `garrison connect`"),
+        "{text}"
+    );
+    // The clock is still compared: the refusal carries a Date header too.
+    assert!(text.contains("✓ clock: within"), "{text}");
+    assert!(text.contains("1 required check failed"), "{text}");
+}
+
+#[tokio::test]
+async fn a_token_without_the_machine_scope_is_named() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let token = emu.mint_token(&[SCOPE_ORCHESTRATOR]);
+    let out = doctor(&emu, &op, dir.path(), Some(&token)).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("✗ scope account.outposts.machine: reading the queue was refused (403)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn no_token_and_a_readable_credentials_file_are_reported() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor(&emu, &op, dir.path(), None).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("✗ token present"), "{text}");
+    assert!(text.contains("run `garrison connect`"), "{text}");
+
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let creds = config.join("credentials.json");
+    let json = serde_json::json!({"api_url": emu.base_url(), "token": emu.account_token()});
+    std::fs::write(&creds, json.to_string()).unwrap();
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let text = stdout(&doctor(&emu, &op, dir.path(), None).await);
+    assert!(text.contains("✗ token present"), "{text}");
+    assert!(
+        text.contains(&format!("-> chmod 600 {}", creds.display())),
+        "{text}"
+    );
+
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = doctor(&emu, &op, dir.path(), None).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("(mode 0600)"), "{text}");
+}

@@ -304,3 +304,86 @@ async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
         "a network namespace is left: {netns:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_keeps_deletions_of_image_files_opaque_dirs_and_git_history() {
+    let Some(s) = sandbox_with(Resources {
+        cpus: 1.0,
+        memory_mb: 512,
+        disk_mb: 512,
+    })
+    .await
+    else {
+        return;
+    };
+    let (status, out) = sh(
+        &s,
+        "set -e; rm /etc/debian_version; rm -rf /usr/share/doc && mkdir /usr/share/doc && echo mine > /usr/share/doc/only; \
+         cd /workspace && git init -q repo && cd repo && git config user.email t@t && git config user.name t \
+         && echo a > a && git add a && git commit -qm one && echo b > b && git add b && git commit -qm two && echo ok",
+    )
+    .await;
+    assert_eq!(status, ProcessStatus::Exited(0), "{out}");
+    let snapshot = s.backend.snapshot(&s.handle).await.unwrap();
+    s.backend.destroy(&s.handle).await.unwrap();
+
+    let session = format!("local-restore-{:016x}", rand::random::<u64>());
+    let spec = SandboxSpec {
+        name: SandboxName::for_session(&session),
+        labels: sandbox::session_labels(&session, "outpost_test"),
+        image: None,
+        restore_from: Some(snapshot),
+        resources: Resources {
+            cpus: 1.0,
+            memory_mb: 512,
+            disk_mb: 512,
+        },
+        network: Default::default(),
+    };
+    let handle = s.backend.create(&spec).await.unwrap();
+    let restored = Sized {
+        backend: s.backend,
+        handle,
+    };
+    let (status, out) = sh(
+        &restored,
+        "test ! -e /etc/debian_version && echo whiteout-kept; ls /usr/share/doc; \
+         cd /workspace/repo && git fsck --full 2>&1 && git log --format=%s",
+    )
+    .await;
+    assert_eq!(status, ProcessStatus::Exited(0), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["whiteout-kept", "only", "two", "one"], "{out}");
+    restored.backend.destroy(&restored.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remains_of_an_interrupted_create_are_cleaned_by_the_next_one() {
+    let Some(config) = config() else { return };
+    let backend = LocalBackend::new(config.clone()).unwrap();
+    let session = format!("local-crash-{:016x}", rand::random::<u64>());
+    let name = SandboxName::for_session(&session);
+    // What a crash between the disk mount and the handle leaves behind.
+    let dir = config.root.join("sandboxes").join(name.as_str());
+    std::fs::create_dir_all(dir.join("disk")).unwrap();
+    std::fs::write(dir.join("config.json"), "{}").unwrap();
+    assert!(
+        backend.list().await.unwrap().is_empty(),
+        "no handle, not a sandbox"
+    );
+    let spec = SandboxSpec {
+        name,
+        labels: sandbox::session_labels(&session, "outpost_test"),
+        image: None,
+        restore_from: None,
+        resources: Resources {
+            cpus: 1.0,
+            memory_mb: 256,
+            disk_mb: 256,
+        },
+        network: Default::default(),
+    };
+    let handle = backend.create(&spec).await.unwrap();
+    assert_eq!(backend.list().await.unwrap().len(), 1);
+    backend.destroy(&handle).await.unwrap();
+}

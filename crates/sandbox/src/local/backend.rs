@@ -369,8 +369,16 @@ impl Sandbox for LocalBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let dir = self.sandbox_dir(spec.name.as_str())?;
-        if dir.exists() {
+        if dir.join(HANDLE_FILE).exists() {
             return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
+        }
+        if dir.exists() {
+            // A create that crashed before it recorded the handle: nothing
+            // ran in it (processes start only after the handle exists).
+            tracing::warn!(sandbox = %spec.name, "removing the remains of an interrupted create");
+            self.teardown(spec.name.as_str(), &dir)
+                .await
+                .map_err(fatal)?;
         }
         std::fs::create_dir_all(&dir).map_err(fatal)?;
         match self.build(spec, &dir).await {

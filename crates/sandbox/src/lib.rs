@@ -19,6 +19,7 @@ pub mod conformance;
 pub mod host;
 pub mod local;
 pub mod names;
+pub mod policy;
 pub mod shim;
 
 pub use names::SandboxName;

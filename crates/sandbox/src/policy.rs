@@ -1,0 +1,567 @@
+//! `spec.network_policy`, validated, and mapped onto what each backend can
+//! enforce. Pure functions: no I/O.
+//!
+//! Every rule comes from the server, so each is parsed into a typed value
+//! ([`Rule`]) before anything uses it; a rule that does not parse, and an
+//! [`fleet::AllowRule::Unknown`] shape, allows nothing and is reported.
+//!
+//! The cloud mappings ([`tensorlake`], [`modal`]) fail closed: what a provider
+//! cannot express is left out (so the sandbox reaches less, never more) and
+//! listed in `unsupported`, for the caller to decide whether to go on.
+//! The gateway the session needs is always allowed.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// A hostname rule: `api.github.com` (that name only) or `*.github.com`
+/// (every name below `github.com`, at any depth, but not `github.com`
+/// itself). Stored lowercase, without a trailing dot.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostPattern {
+    Exact(String),
+    /// The suffix without the `*.`: `github.com`.
+    Subdomains(String),
+}
+
+impl HostPattern {
+    /// Parses `name` or `*.name`; any other wildcard (`*`, `a*.b`, `*.com`
+    /// with a single label after it is allowed, `*` alone is not) is refused.
+    pub fn parse(text: &str) -> Option<Self> {
+        let text = text.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(suffix) = text.strip_prefix("*.") {
+            valid_hostname(suffix).then(|| Self::Subdomains(suffix.to_owned()))
+        } else {
+            valid_hostname(&text).then_some(Self::Exact(text))
+        }
+    }
+
+    /// Whether the DNS name `name` (any case, trailing dot or not) matches.
+    pub fn matches(&self, name: &str) -> bool {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        match self {
+            Self::Exact(n) => name == *n,
+            Self::Subdomains(suffix) => name
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+        }
+    }
+
+    pub fn is_glob(&self) -> bool {
+        matches!(self, Self::Subdomains(_))
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exact(n) => f.write_str(n),
+            Self::Subdomains(s) => write!(f, "*.{s}"),
+        }
+    }
+}
+
+/// Letters, digits, `-` and `_` in dot-separated labels of 1 to 63
+/// characters, 253 at most in all, no label starting or ending with `-`.
+fn valid_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// An address range; host bits are cleared, so `10.1.2.3/8` is `10.0.0.0/8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl Cidr {
+    /// `a.b.c.d`, `a.b.c.d/n`, `x::y`, `x::y/n` (`v6` picks the family the
+    /// rule claims; an address of the other family is refused).
+    pub fn parse(text: &str, v6: bool) -> Option<Self> {
+        let (addr, len) = match text.trim().split_once('/') {
+            Some((a, l)) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
+                (a, Some(l.parse::<u8>().ok()?))
+            }
+            Some(_) => return None,
+            None => (text.trim(), None),
+        };
+        let addr: IpAddr = addr.parse().ok()?;
+        let max = if addr.is_ipv6() { 128 } else { 32 };
+        if addr.is_ipv6() != v6 {
+            return None;
+        }
+        let len = len.unwrap_or(max);
+        if len > max {
+            return None;
+        }
+        let addr = match addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        Some(Self { addr, len })
+    }
+
+    pub fn host(addr: IpAddr) -> Self {
+        Self {
+            addr,
+            len: if addr.is_ipv6() { 128 } else { 32 },
+        }
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                u32::from(ip) & mask == u32::from(net)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                u128::from(ip) & mask == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// One validated allow rule.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    Host(HostPattern),
+    Net(Cidr),
+}
+
+/// A rule that allows nothing, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// The rule as the server sent it (JSON).
+    pub rule: String,
+    pub reason: &'static str,
+}
+
+/// A policy, validated. `enabled: false` is [`Parsed::open`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// Whether egress is open (the policy is disabled).
+    pub open: bool,
+    pub hosts: Vec<HostPattern>,
+    pub nets: Vec<Cidr>,
+    /// Rules that allow nothing: unknown shapes and values that do not parse.
+    pub rejected: Vec<Rejected>,
+}
+
+impl Parsed {
+    /// Whether `name` is allowed by a hostname rule (always, when open).
+    pub fn allows_name(&self, name: &str) -> bool {
+        self.open || self.hosts.iter().any(|h| h.matches(name))
+    }
+}
+
+/// Validates `policy`. Duplicates are removed; order is kept otherwise.
+pub fn parse(policy: &fleet::NetworkPolicy) -> Parsed {
+    let mut out = Parsed {
+        open: !policy.enabled,
+        ..Parsed::default()
+    };
+    for rule in &policy.allow {
+        let json = || serde_json::to_string(rule).unwrap_or_default();
+        let parsed = match rule {
+            fleet::AllowRule::Hostname(h) => HostPattern::parse(h)
+                .map(Rule::Host)
+                .ok_or("not a hostname or *.hostname"),
+            fleet::AllowRule::Ipv4(a) => Cidr::parse(a, false)
+                .map(Rule::Net)
+                .ok_or("not an IPv4 address or CIDR"),
+            fleet::AllowRule::Ipv6(a) => Cidr::parse(a, true)
+                .map(Rule::Net)
+                .ok_or("not an IPv6 address or CIDR"),
+            fleet::AllowRule::Unknown(_) => Err("unknown rule shape"),
+        };
+        match parsed {
+            Ok(Rule::Host(h)) if !out.hosts.contains(&h) => out.hosts.push(h),
+            Ok(Rule::Net(n)) if !out.nets.contains(&n) => out.nets.push(n),
+            Ok(_) => {}
+            Err(reason) => out.rejected.push(Rejected {
+                rule: json(),
+                reason,
+            }),
+        }
+    }
+    out
+}
+
+/// The gateway the session must reach whatever the policy says: its host
+/// (a name or an address literal, IPv6 without brackets) and port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gateway {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+/// Something a provider cannot express, left out of its controls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// Tensorlake's sandbox-create network fields (`allow_internet_access`,
+/// `allow_out`, `deny_out`). `allow_out`, when not empty, is the complete
+/// list of reachable destinations (hostnames, addresses, CIDRs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tensorlake {
+    pub allow_internet_access: bool,
+    pub allow_out: Vec<String>,
+    pub deny_out: Vec<String>,
+    pub unsupported: Vec<Unsupported>,
+}
+
+/// Tensorlake's controls for `policy`. Glob hostnames are not documented
+/// as supported in `allow_out`, so they are `unsupported` (left out).
+pub fn tensorlake(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> Tensorlake {
+    let parsed = parse(policy);
+    let mut out = Tensorlake {
+        allow_internet_access: true,
+        ..Tensorlake::default()
+    };
+    out.unsupported.extend(rejected(&parsed));
+    if parsed.open {
+        return out;
+    }
+    if let Some(g) = gateway {
+        out.allow_out.push(gateway_destination(g));
+    }
+    for host in &parsed.hosts {
+        match host {
+            HostPattern::Exact(n) => out.allow_out.push(n.clone()),
+            HostPattern::Subdomains(_) => out.unsupported.push(Unsupported {
+                rule: host.to_string(),
+                reason: "Tensorlake's allow_out takes exact hostnames, not globs".into(),
+            }),
+        }
+    }
+    out.allow_out.extend(parsed.nets.iter().map(cidr_text));
+    if out.allow_out.is_empty() {
+        // Nothing at all may be reached (no gateway was given).
+        out.allow_internet_access = false;
+    }
+    dedup(&mut out.allow_out);
+    out
+}
+
+/// Modal's `Sandbox.create` network arguments: `block_network` and
+/// `cidr_allowlist` (`None` = unrestricted). Modal's sandbox API takes CIDRs
+/// only, so every hostname (and a gateway given by name) is `unsupported`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Modal {
+    pub block_network: bool,
+    pub cidr_allowlist: Option<Vec<String>>,
+    pub unsupported: Vec<Unsupported>,
+}
+
+pub fn modal(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> Modal {
+    let parsed = parse(policy);
+    let mut out = Modal::default();
+    out.unsupported.extend(rejected(&parsed));
+    if parsed.open {
+        return out;
+    }
+    let mut cidrs: Vec<String> = Vec::new();
+    if let Some(g) = gateway {
+        match g.host.parse::<IpAddr>() {
+            Ok(ip) => cidrs.push(cidr_text(&Cidr::host(ip))),
+            Err(_) => out.unsupported.push(Unsupported {
+                rule: format!("gateway {}", g.host),
+                reason: "Modal's cidr_allowlist takes CIDRs; the gateway is named by host".into(),
+            }),
+        }
+    }
+    for host in &parsed.hosts {
+        out.unsupported.push(Unsupported {
+            rule: host.to_string(),
+            reason: "Modal's cidr_allowlist takes CIDRs, not hostnames".into(),
+        });
+    }
+    cidrs.extend(parsed.nets.iter().map(cidr_text));
+    dedup(&mut cidrs);
+    if cidrs.is_empty() {
+        // An empty allow-list is not "no restriction": block everything.
+        out.block_network = true;
+    } else {
+        out.cidr_allowlist = Some(cidrs);
+    }
+    out
+}
+
+fn rejected(parsed: &Parsed) -> impl Iterator<Item = Unsupported> + '_ {
+    parsed.rejected.iter().map(|r| Unsupported {
+        rule: r.rule.clone(),
+        reason: format!("allows nothing: {}", r.reason),
+    })
+}
+
+fn gateway_destination(g: &Gateway) -> String {
+    match g.host.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => g.host.trim_end_matches('.').to_ascii_lowercase(),
+    }
+}
+
+fn cidr_text(c: &Cidr) -> String {
+    c.to_string()
+}
+
+fn dedup(list: &mut Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    list.retain(|s| seen.insert(s.clone()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet::{AllowRule, NetworkPolicy};
+    use serde_json::json;
+
+    fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
+        NetworkPolicy { enabled, allow }
+    }
+    fn host(h: &str) -> AllowRule {
+        AllowRule::Hostname(h.into())
+    }
+    fn v4(a: &str) -> AllowRule {
+        AllowRule::Ipv4(a.into())
+    }
+    fn v6(a: &str) -> AllowRule {
+        AllowRule::Ipv6(a.into())
+    }
+    fn gw(h: &str) -> Gateway {
+        Gateway {
+            host: h.into(),
+            port: Some(443),
+        }
+    }
+
+    #[test]
+    fn globs_match_subdomains_at_any_depth_but_not_the_apex_or_lookalikes() {
+        let p = HostPattern::parse("*.github.com").unwrap();
+        assert!(p.is_glob());
+        assert!(p.matches("api.github.com"));
+        assert!(p.matches("a.b.github.com"));
+        assert!(p.matches("API.GitHub.com."));
+        assert!(!p.matches("github.com"));
+        assert!(!p.matches("evilgithub.com"));
+        assert!(!p.matches(".github.com"));
+        assert!(!p.matches("github.com.evil.org"));
+        let exact = HostPattern::parse("GitHub.com.").unwrap();
+        assert_eq!(exact, HostPattern::Exact("github.com".into()));
+        assert!(exact.matches("github.com"));
+        assert!(!exact.matches("api.github.com"));
+        for bad in [
+            "*",
+            "*.",
+            "a*.b.com",
+            "*.*.com",
+            "",
+            "a..b",
+            "-a.com",
+            "a b.com",
+            "a/b",
+            "10.0.0.0/8",
+            "é.com",
+        ] {
+            assert_eq!(HostPattern::parse(bad), None, "{bad:?}");
+        }
+        assert!(HostPattern::parse(&"a.".repeat(128)).is_none());
+    }
+
+    #[test]
+    fn cidrs_parse_normalize_and_check_family() {
+        let c = Cidr::parse("10.1.2.3/8", false).unwrap();
+        assert_eq!(c.to_string(), "10.0.0.0/8");
+        assert!(c.contains("10.200.0.1".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(!c.contains("::a01:203".parse().unwrap()));
+        assert_eq!(
+            Cidr::parse("198.51.100.7", false).unwrap().to_string(),
+            "198.51.100.7/32"
+        );
+        assert_eq!(
+            Cidr::parse("0.0.0.0/0", false).unwrap().to_string(),
+            "0.0.0.0/0"
+        );
+        assert_eq!(
+            Cidr::parse("2001:DB8::1/32", true).unwrap().to_string(),
+            "2001:db8::/32"
+        );
+        assert_eq!(
+            Cidr::parse("2001:db8::1", true).unwrap().to_string(),
+            "2001:db8::1/128"
+        );
+        assert_eq!(Cidr::parse("::/0", true).unwrap().to_string(), "::/0");
+        for (bad, v6) in [
+            ("10.0.0.0/33", false),
+            ("10.0.0.0/", false),
+            ("10.0.0.0/-1", false),
+            ("10.0.0.0/8/8", false),
+            ("fd00::/8", false),
+            ("10.0.0.1", true),
+            ("fd00::/129", true),
+            ("example.com", false),
+            ("", false),
+        ] {
+            assert_eq!(Cidr::parse(bad, v6), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn parse_sorts_rules_and_rejects_unknown_and_invalid() {
+        let p = parse(&policy(
+            true,
+            vec![
+                host("*.github.com"),
+                host("*.GitHub.com"),
+                v4("10.0.0.0/8"),
+                v6("fd00::/8"),
+                v4("fd00::1"),
+                host("*"),
+                AllowRule::Unknown(json!({"port": 22})),
+            ],
+        ));
+        assert!(!p.open);
+        assert_eq!(p.hosts, [HostPattern::Subdomains("github.com".into())]);
+        assert_eq!(
+            p.nets.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            ["10.0.0.0/8", "fd00::/8"]
+        );
+        assert_eq!(p.rejected.len(), 3);
+        assert_eq!(p.rejected[2].rule, r#"{"port":22}"#);
+        assert_eq!(p.rejected[2].reason, "unknown rule shape");
+        assert!(p.allows_name("x.github.com"));
+        assert!(!p.allows_name("github.com"));
+        assert!(parse(&policy(false, vec![])).allows_name("anything.example"));
+    }
+
+    #[test]
+    fn disabled_policy_is_open_everywhere() {
+        let p = policy(false, vec![host("github.com")]);
+        let t = tensorlake(&p, Some(&gw("gw.example")));
+        assert!(t.allow_internet_access);
+        assert!(t.allow_out.is_empty() && t.deny_out.is_empty() && t.unsupported.is_empty());
+        let m = modal(&p, Some(&gw("gw.example")));
+        assert_eq!(m, Modal::default());
+    }
+
+    #[test]
+    fn enabled_and_empty_allows_only_the_gateway() {
+        let p = policy(true, vec![]);
+        let t = tensorlake(&p, Some(&gw("GW.example.")));
+        assert!(t.allow_internet_access);
+        assert_eq!(t.allow_out, ["gw.example"]);
+        assert!(t.unsupported.is_empty());
+
+        let m = modal(&p, Some(&gw("203.0.113.5")));
+        assert!(!m.block_network);
+        assert_eq!(m.cidr_allowlist, Some(vec!["203.0.113.5/32".to_owned()]));
+        let m = modal(&p, Some(&gw("2001:db8::5")));
+        assert_eq!(m.cidr_allowlist, Some(vec!["2001:db8::5/128".to_owned()]));
+
+        // A named gateway Modal cannot express: fail closed and say so.
+        let m = modal(&p, Some(&gw("gw.example")));
+        assert!(m.block_network);
+        assert_eq!(m.cidr_allowlist, None);
+        assert_eq!(m.unsupported.len(), 1);
+        assert!(m.unsupported[0].rule.contains("gw.example"));
+
+        // No gateway at all: nothing is reachable.
+        let t = tensorlake(&p, None);
+        assert!(!t.allow_internet_access);
+        assert!(modal(&p, None).block_network);
+    }
+
+    #[test]
+    fn enabled_policy_maps_rules_and_reports_what_cannot_be_expressed() {
+        let p = policy(
+            true,
+            vec![
+                host("api.openai.com"),
+                host("*.github.com"),
+                v4("198.51.100.0/24"),
+                v4("198.51.100.9/24"),
+                v6("2001:db8::/48"),
+                AllowRule::Unknown(json!({"cidr": "0.0.0.0/0"})),
+                v4("not an address"),
+            ],
+        );
+        let t = tensorlake(&p, Some(&gw("gw.example")));
+        assert!(t.allow_internet_access);
+        assert_eq!(
+            t.allow_out,
+            [
+                "gw.example",
+                "api.openai.com",
+                "198.51.100.0/24",
+                "2001:db8::/48"
+            ]
+        );
+        let rules: Vec<&str> = t.unsupported.iter().map(|u| u.rule.as_str()).collect();
+        assert_eq!(
+            rules,
+            [
+                r#"{"cidr":"0.0.0.0/0"}"#,
+                r#"{"ipv4":"not an address"}"#,
+                "*.github.com"
+            ]
+        );
+
+        let m = modal(&p, Some(&gw("203.0.113.5")));
+        assert!(!m.block_network);
+        assert_eq!(
+            m.cidr_allowlist.unwrap(),
+            ["203.0.113.5/32", "198.51.100.0/24", "2001:db8::/48"]
+        );
+        let rules: Vec<&str> = m.unsupported.iter().map(|u| u.rule.as_str()).collect();
+        assert_eq!(
+            rules,
+            [
+                r#"{"cidr":"0.0.0.0/0"}"#,
+                r#"{"ipv4":"not an address"}"#,
+                "api.openai.com",
+                "*.github.com"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_rules_alone_allow_nothing_but_the_gateway() {
+        let p = policy(true, vec![AllowRule::Unknown(json!({"everything": true}))]);
+        let t = tensorlake(&p, Some(&gw("gw.example")));
+        assert_eq!(t.allow_out, ["gw.example"]);
+        assert_eq!(t.unsupported.len(), 1);
+        let m = modal(&p, None);
+        assert!(m.block_network);
+        assert_eq!(m.unsupported.len(), 1);
+        assert!(parse(&p).hosts.is_empty() && parse(&p).nets.is_empty());
+    }
+}

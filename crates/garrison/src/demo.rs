@@ -218,6 +218,7 @@ fn serve_config(
             },
             image: None,
             platform: Platform::Linux,
+            repos: Default::default(),
         }],
         admin_listen: Some(listen),
     }

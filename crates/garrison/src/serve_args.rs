@@ -31,12 +31,20 @@ Token:
   writes: $GARRISON_CONFIG/credentials.json, mode 0600 ($GARRISON_CONFIG is
   /etc/garrison as root, else ~/.config/garrison).
 
+Repositories:
+  --repos / REPOS (comma-separated clone URLs: https://, http://, ssh://,
+  file:// or user@host:path) are cloned into each new sandbox's workspace
+  before devin-remote starts; not again when it is restored from a snapshot.
+  For private ones, GIT_USERNAME (default x-access-token) and GIT_TOKEN: the
+  token is read from the environment only (never a flag, never the file) and
+  given to the clone command only. URLs with credentials in them are refused.
+
 Precedence:
   flags, then environment variables, then the TOML file (--config, else
   $GARRISON_CONFIG/garrison.toml if it exists), then the defaults. In the file,
   settings are snake_case keys (max_concurrent = 5, cpus = 4, ...), and
   [[outpost]] tables (id, backend, max_concurrent, cpus, memory_mb, disk_mb,
-  image, platform) override them per outpost.";
+  image, platform, repos) override them per outpost.";
 
 /// Serve Devin sessions of one or more outposts.
 #[derive(Args, Clone, Debug, PartialEq)]
@@ -112,6 +120,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<String>,
 
+    /// Repositories cloned into each new sandbox; repeat or separate with commas
+    #[arg(long = "repos", env = "REPOS", value_name = "URLS")]
+    pub repos: Vec<String>,
+
+    /// User name for cloning private repositories with GIT_TOKEN [default: x-access-token]
+    #[arg(long, env = "GIT_USERNAME", value_name = "NAME")]
+    pub git_username: Option<String>,
+
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
     #[arg(long, env = "GARRISON_CONFIG_FILE", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -161,6 +177,11 @@ impl ServeArgs {
             [one] if from_env(host, names::OUTPOST, one) => None,
             list => Some(flag(list.to_vec(), names::OUTPOST)),
         };
+        let repos = match self.repos.as_slice() {
+            [] => None,
+            [one] if from_env(host, names::REPOS, one) => None,
+            list => Some(flag(list.to_vec(), names::REPOS)),
+        };
         RawSettings {
             outposts,
             api_url: text(&self.api_url, names::API_URL),
@@ -180,6 +201,9 @@ impl ServeArgs {
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
             // Never from the command line: see AFTER_HELP.
             token: None,
+            repos,
+            git_username: text(&self.git_username, names::GIT_USERNAME),
+            git_token: None,
             outpost_tables: Vec::new(),
         }
     }
@@ -285,7 +309,9 @@ mod tests {
         }
         // And nothing takes the token.
         assert!(cmd.get_arguments().all(|a| {
-            a.get_env().and_then(|e| e.to_str()) != Some(settings::TOKEN_ENV)
+            let env = a.get_env().and_then(|e| e.to_str());
+            env != Some(settings::TOKEN_ENV)
+                && env != Some(orchestrator::repos::GIT_TOKEN_ENV)
                 && a.get_long().is_none_or(|l| !l.contains("token"))
         }));
     }

@@ -77,6 +77,18 @@ pub struct OutpostConfig {
     pub image: Option<String>,
     /// The platform whose sessions are claimed.
     pub platform: Platform,
+    /// Cloned into every sandbox created fresh (see [`crate::repos`]).
+    pub repos: Repos,
+}
+
+/// Repositories to clone into a fresh sandbox, and the credentials given to
+/// the clone command only. `Debug` never shows the token.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Repos {
+    /// Validated clone URLs, without credentials.
+    pub urls: Vec<String>,
+    pub git_username: Option<String>,
+    pub git_token: Option<Secret>,
 }
 
 /// Everything `garrison serve` needs, validated.

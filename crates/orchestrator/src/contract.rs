@@ -16,7 +16,7 @@ pub const DESKTOP: &str = "DEVIN_OUTPOST_DESKTOP";
 /// The remote binary's file name inside the sandbox's bin directory.
 pub const REMOTE_BINARY: &str = "devin-remote";
 
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What the remote needs to know, from the claim and the sandbox.
 pub struct RemoteLaunch<'a> {

@@ -14,6 +14,7 @@ pub mod planner;
 pub mod queue;
 pub mod redact;
 pub mod remote;
+pub mod repos;
 pub mod serve;
 pub mod session;
 pub mod session_log;

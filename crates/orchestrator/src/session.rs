@@ -31,6 +31,8 @@ use crate::remote::RemoteResolver;
 use crate::session_log::SessionLogs;
 use crate::store::{SessionRecord, SnapshotReason, Store, StoredSnapshot};
 
+mod clone_repos;
+
 /// How often a running session is looked at when nothing wakes it.
 const POLL: Duration = Duration::from_millis(100);
 /// A slow step is not begun with less claim time left than this.
@@ -591,6 +593,10 @@ impl SessionRunner {
             .put_file(&handle, &path, &bytes, 0o755)
             .await
             .map_err(|e| StartError::Failed(e.into()))?;
+        // A restored workspace has its repositories already.
+        if spec.restore_from.is_none() {
+            self.clone_repos(&handle).await?;
+        }
         if !self.has_budget() {
             return Err(StartError::Deadline);
         }

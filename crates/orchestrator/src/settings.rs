@@ -32,11 +32,13 @@ use fleet::{Platform, Secret};
 use sandbox::Resources;
 use serde::{Deserialize, Serialize};
 
+use crate::config::Repos;
 use crate::config::{
     BackendKind, DEFAULT_API_URL, DEFAULT_MAX_CONCURRENT, DEFAULT_RELIST_INTERVAL,
     DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, OutpostConfig, QueueMode, ServeConfig,
 };
 use crate::planner::Policy;
+use crate::repos::GIT_TOKEN_ENV;
 
 /// The backend used when none is configured: a container per session on
 /// this machine. `host` (no isolation) must be asked for.
@@ -117,6 +119,8 @@ pub mod names {
     pub const IMAGE: Names = n("--image", Some("SANDBOX_IMAGE"), "image");
     pub const MAX_RESTARTS: Names = n("--max-restarts", None, "max_restarts");
     pub const CONFIG: Names = n("--config", Some("GARRISON_CONFIG_FILE"), "config");
+    pub const REPOS: Names = n("--repos", Some("REPOS"), "repos");
+    pub const GIT_USERNAME: Names = n("--git-username", Some("GIT_USERNAME"), "git_username");
 
     /// Everything that is a flag of `garrison serve`.
     pub const ALL: &[Names] = &[
@@ -137,6 +141,8 @@ pub mod names {
         IMAGE,
         MAX_RESTARTS,
         CONFIG,
+        REPOS,
+        GIT_USERNAME,
     ];
 }
 
@@ -414,6 +420,11 @@ pub struct RawSettings {
     pub max_restarts: Option<Sourced<String>>,
     /// Only from the environment; `Secret` keeps it out of `Debug`.
     pub token: Option<Sourced<Secret>>,
+    /// Clone URLs; each item may hold several, comma-separated.
+    pub repos: Option<Sourced<Vec<String>>>,
+    pub git_username: Option<Sourced<String>>,
+    /// `GIT_TOKEN`: only from the environment, like `token`.
+    pub git_token: Option<Sourced<Secret>>,
     /// The file's `[[outpost]]` tables, in file order.
     pub outpost_tables: Vec<OutpostTable>,
 }
@@ -429,6 +440,7 @@ pub struct OutpostTable {
     pub disk_mb: Option<Sourced<String>>,
     pub image: Option<Sourced<String>>,
     pub platform: Option<Sourced<String>>,
+    pub repos: Option<Sourced<Vec<String>>>,
 }
 
 impl RawSettings {
@@ -454,6 +466,9 @@ impl RawSettings {
             image: self.image.or(lower.image),
             max_restarts: self.max_restarts.or(lower.max_restarts),
             token: self.token.or(lower.token),
+            repos: self.repos.or(lower.repos),
+            git_username: self.git_username.or(lower.git_username),
+            git_token: self.git_token.or(lower.git_token),
             outpost_tables: if self.outpost_tables.is_empty() {
                 lower.outpost_tables
             } else {
@@ -490,6 +505,11 @@ impl RawSettings {
             token: host
                 .var(TOKEN_ENV)
                 .map(|t| Sourced::new(Secret::new(t), Origin::Env(TOKEN_ENV))),
+            repos: text(names::REPOS).map(|s| Sourced::new(vec![s.value], s.origin)),
+            git_username: text(names::GIT_USERNAME),
+            git_token: host
+                .var(GIT_TOKEN_ENV)
+                .map(|t| Sourced::new(Secret::new(t), Origin::Env(GIT_TOKEN_ENV))),
             outpost_tables: Vec::new(),
         }
     }
@@ -518,6 +538,8 @@ struct FileSettings {
     disk_mb: Option<i64>,
     image: Option<String>,
     max_restarts: Option<i64>,
+    repos: Option<Vec<String>>,
+    git_username: Option<String>,
     #[serde(default)]
     outpost: Vec<FileOutpost>,
 }
@@ -533,6 +555,7 @@ struct FileOutpost {
     disk_mb: Option<i64>,
     image: Option<String>,
     platform: Option<String>,
+    repos: Option<Vec<String>>,
 }
 
 /// Reads the TOML file at `path`; `Ok(None)` if it does not exist.
@@ -581,6 +604,7 @@ pub fn parse_file(path: &Path, text: &str) -> Result<RawSettings, SettingsError>
                 disk_mb: num(t.disk_mb, "disk_mb", id),
                 image: text_of(t.image, "image", id),
                 platform: text_of(t.platform, "platform", id),
+                repos: t.repos.map(|r| Sourced::new(r, at("repos", id))),
                 id: Sourced::new(t.id.clone(), at("id", id)),
             }
         })
@@ -604,6 +628,9 @@ pub fn parse_file(path: &Path, text: &str) -> Result<RawSettings, SettingsError>
         image: text_of(file.image, "image", None),
         max_restarts: num(file.max_restarts, "max_restarts", None),
         token: None,
+        repos: file.repos.map(|r| Sourced::new(r, at("repos", None))),
+        git_username: text_of(file.git_username, "git_username", None),
+        git_token: None,
         outpost_tables,
     })
 }
@@ -617,6 +644,11 @@ fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
         reason.push_str(
             " (the token is read from DEVIN_OUTPOSTS_TOKEN or the credentials file, \
              never from this file)",
+        );
+    }
+    if reason.contains("unknown field `git_token`") {
+        reason.push_str(
+            " (the git token is read from GIT_TOKEN in the environment, never from this file)",
         );
     }
     match error.span() {
@@ -847,6 +879,7 @@ struct OutpostDefaults {
     max_concurrent: usize,
     resources: Resources,
     image: Option<String>,
+    repos: Repos,
 }
 
 impl OutpostDefaults {
@@ -886,6 +919,16 @@ impl OutpostDefaults {
                     .unwrap_or(builtin.disk_mb),
             },
             image: raw.image.as_ref().map(image).transpose()?,
+            repos: Repos {
+                urls: raw
+                    .repos
+                    .as_ref()
+                    .map(repo_urls)
+                    .transpose()?
+                    .unwrap_or_default(),
+                git_username: raw.git_username.as_ref().map(git_username).transpose()?,
+                git_token: raw.git_token.as_ref().map(git_token).transpose()?,
+            },
         })
     }
 
@@ -902,6 +945,7 @@ impl OutpostDefaults {
                 resources: self.resources,
                 image: self.image.clone(),
                 platform: Platform::Linux,
+                repos: self.repos.clone(),
             });
         };
         Ok(OutpostConfig {
@@ -948,6 +992,13 @@ impl OutpostDefaults {
                 .map(platform)
                 .transpose()?
                 .unwrap_or(Platform::Linux),
+            repos: match &t.repos {
+                Some(value) => Repos {
+                    urls: repo_urls(value)?,
+                    ..self.repos.clone()
+                },
+                None => self.repos.clone(),
+            },
         })
     }
 }
@@ -1193,6 +1244,51 @@ fn platform(value: &Sourced<String>) -> Result<Platform, SettingsError> {
         ))),
         known => Ok(known),
     }
+}
+
+/// Clone URLs (each item may hold several, comma-separated), checked as
+/// [`crate::repos::plan`] will use them. An empty list clones nothing.
+fn repo_urls(value: &Sourced<Vec<String>>) -> Result<Vec<String>, SettingsError> {
+    let mut urls: Vec<String> = Vec::new();
+    for url in value
+        .value
+        .iter()
+        .flat_map(|item| item.split(','))
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+    {
+        let url = crate::repos::validate_url(url).map_err(|reason| value.invalid(reason))?;
+        if urls.contains(&url) {
+            return Err(value.invalid(format!("{url:?} is listed twice")));
+        }
+        urls.push(url);
+    }
+    crate::repos::plan(&urls).map_err(|reason| value.invalid(reason))?;
+    Ok(urls)
+}
+
+fn git_username(value: &Sourced<String>) -> Result<String, SettingsError> {
+    let name = value.value.trim();
+    if name.is_empty() {
+        return Err(value.invalid("the user name is empty"));
+    }
+    // A newline would forge lines of git's credential protocol.
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(value.invalid("the user name contains whitespace or control characters"));
+    }
+    Ok(name.to_owned())
+}
+
+fn git_token(value: &Sourced<Secret>) -> Result<Secret, SettingsError> {
+    if value
+        .value
+        .expose()
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(value.invalid("contains whitespace or control characters (value not shown)"));
+    }
+    Ok(value.value.clone())
 }
 
 /// A whole number within `range`; the error quotes the text as given.

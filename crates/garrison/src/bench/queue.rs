@@ -360,6 +360,7 @@ fn serve_config(
             resources: Default::default(),
             image: None,
             platform: Platform::Linux,
+            repos: Default::default(),
         }],
         admin_listen: None,
     }

@@ -64,6 +64,13 @@ fn flag(names: Names, value: &str) -> RawSettings {
         "disk_mb" => raw.disk_mb = text,
         "image" => raw.image = text,
         "max_restarts" => raw.max_restarts = text,
+        "git_username" => raw.git_username = text,
+        "repos" => {
+            raw.repos = Some(Sourced::new(
+                vec![value.to_owned()],
+                Origin::Flag(names.flag),
+            ))
+        }
         other => panic!("no flag layer field for {other}"),
     }
     raw
@@ -143,6 +150,7 @@ fn defaults_fill_everything_not_given() {
             },
             image: None,
             platform: Platform::Linux,
+            repos: Repos::default(),
         }]
     );
 }
@@ -534,6 +542,7 @@ fn outpost_tables_fall_back_to_the_merged_top_level_values() {
                 },
                 image: Some("file-image".into()),
                 platform: Platform::Linux,
+                repos: Repos::default(),
             },
             OutpostConfig {
                 outpost_id: "big".into(),
@@ -546,6 +555,7 @@ fn outpost_tables_fall_back_to_the_merged_top_level_values() {
                 },
                 image: Some("big-image".into()),
                 platform: Platform::Windows,
+                repos: Repos::default(),
             },
         ]
     );
@@ -1141,4 +1151,122 @@ fn debug_output_never_shows_the_token() {
         !shown.contains(TOKEN) && shown.contains(TOKEN_ENV),
         "{shown}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Repositories
+// ---------------------------------------------------------------------------
+
+const GIT_TOKEN: &str = "ghp_git_token_do_not_print_0123456789";
+
+#[test]
+fn repos_come_from_flags_environment_or_file_and_tables_override_them() {
+    assert_eq!(first(&ok(env(&[]))).repos, Repos::default());
+
+    let config = ok(env(&[
+        (
+            "REPOS",
+            "https://github.com/o/a.git, git@github.com:o/b.git,",
+        ),
+        ("GIT_USERNAME", "ada"),
+        ("GIT_TOKEN", GIT_TOKEN),
+    ]));
+    let repos = &first(&config).repos;
+    assert_eq!(
+        repos.urls,
+        ["https://github.com/o/a.git", "git@github.com:o/b.git"]
+    );
+    assert_eq!(repos.git_username.as_deref(), Some("ada"));
+    assert_eq!(
+        repos.git_token.as_ref().map(Secret::expose),
+        Some(GIT_TOKEN)
+    );
+    assert!(!format!("{config:?}").contains(GIT_TOKEN));
+
+    let config =
+        ok(flag(names::REPOS, "https://h/o/flag").or(env(&[("REPOS", "https://h/o/env")])));
+    assert_eq!(first(&config).repos.urls, ["https://h/o/flag"]);
+
+    let text = r#"
+        repos = ["https://h/o/top"]
+        git_username = "bot"
+
+        [[outpost]]
+        id = "a"
+
+        [[outpost]]
+        id = "b"
+        repos = ["https://h/o/own", "file:///srv/x.git"]
+
+        [[outpost]]
+        id = "c"
+        repos = []
+    "#;
+    let config = ok(bare_env(&[(TOKEN_ENV, TOKEN), ("GIT_TOKEN", GIT_TOKEN)]).or(file(text)));
+    let urls: Vec<&[String]> = config
+        .outposts
+        .iter()
+        .map(|o| o.repos.urls.as_slice())
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            &["https://h/o/top".to_owned()][..],
+            &["https://h/o/own".to_owned(), "file:///srv/x.git".to_owned()][..],
+            &[][..]
+        ]
+    );
+    for o in &config.outposts {
+        assert_eq!(o.repos.git_username.as_deref(), Some("bot"));
+        assert!(o.repos.git_token.is_some());
+    }
+}
+
+#[test]
+fn bad_repos_are_refused_with_their_origin_and_no_secret() {
+    let message = err(env(&[(
+        "REPOS",
+        "https://ada:hunter2secret@github.com/o/r.git",
+    )]));
+    assert!(
+        message.starts_with("invalid REPOS (environment): "),
+        "{message}"
+    );
+    assert!(
+        message.contains("GIT_TOKEN") && !message.contains("hunter2secret"),
+        "{message}"
+    );
+
+    let message = err(env(&[("REPOS", "ftp://h/o/r")]));
+    assert!(message.contains("unsupported scheme"), "{message}");
+    let message = err(env(&[("REPOS", "https://h/o/r,https://h/o/r")]));
+    assert!(message.contains("listed twice"), "{message}");
+    let message = err(env(&[("REPOS", "https://h/o/.git.git")]));
+    assert!(message.contains("directory"), "{message}");
+
+    let text = "[[outpost]]\nid = \"a\"\nrepos = [\"nope\"]\n";
+    let message = err(bare_env(&[(TOKEN_ENV, TOKEN)]).or(file(text)));
+    assert!(message.contains("repos of [[outpost]] \"a\""), "{message}");
+
+    let message = err(env(&[("GIT_TOKEN", "ghp_with space_0123456789")]));
+    assert!(
+        message.starts_with("invalid GIT_TOKEN (environment)"),
+        "{message}"
+    );
+    assert!(!message.contains("ghp_with"), "{message}");
+    let message = err(env(&[("GIT_USERNAME", "a\nb")]));
+    assert!(
+        message.starts_with("invalid GIT_USERNAME (environment)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_git_token_is_never_read_from_the_file() {
+    let message = file_err(&format!("git_token = \"{GIT_TOKEN}\"\n"));
+    assert!(
+        message.contains("GIT_TOKEN in the environment"),
+        "{message}"
+    );
+    assert!(!message.contains(GIT_TOKEN), "{message}");
 }

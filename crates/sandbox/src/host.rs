@@ -19,7 +19,6 @@
 //! directory (which several Garrison processes may share).
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
@@ -31,7 +30,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use crate::names::is_plain_id;
 use crate::shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
+use crate::snapshot_dir::{SnapshotDir, list_handles, read_chunk};
 use crate::{
     Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
     SandboxError, SandboxName, SandboxSpec, SnapshotRef,
@@ -57,6 +58,7 @@ pub struct HostConfig {
 
 pub struct HostBackend {
     config: HostConfig,
+    snapshots: SnapshotDir,
 }
 
 impl HostBackend {
@@ -66,7 +68,8 @@ impl HostBackend {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
                 .with_context(|| format!("restricting {}", dir.display()))?;
         }
-        Ok(Self { config })
+        let snapshots = SnapshotDir::new(config.snapshot_dir.clone());
+        Ok(Self { config, snapshots })
     }
 
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
@@ -98,26 +101,6 @@ impl HostBackend {
         } else {
             Err(SandboxError::Gone(format!("process {}", process.id)))
         }
-    }
-
-    fn snapshot_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
-        if !is_plain_id(&snapshot.id) {
-            return Err(SandboxError::Fatal(anyhow!(
-                "invalid snapshot id {:?}",
-                snapshot.id
-            )));
-        }
-        Ok(self
-            .config
-            .snapshot_dir
-            .join(format!("{}.tar.zst", snapshot.id)))
-    }
-
-    fn manifest_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
-        Ok(self
-            .snapshot_path(snapshot)?
-            .with_extension("")
-            .with_extension("json"))
     }
 
     /// Maps a path as the sandbox sees it to the host, refusing anything that
@@ -179,23 +162,6 @@ impl HostBackend {
     }
 }
 
-/// Ids we generate ourselves: letters, digits, `-` and `_` only.
-fn is_plain_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-fn unique_suffix() -> String {
-    format!(
-        "{}-{:08x}",
-        chrono::Utc::now().timestamp_millis(),
-        rand::random::<u32>()
-    )
-}
-
 fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
     SandboxError::Fatal(e.into())
 }
@@ -235,7 +201,7 @@ impl Sandbox for HostBackend {
         }
         mkdir_private(&dir.join("proc"))?;
         if let Some(snapshot) = &spec.restore_from {
-            let archive = self.snapshot_path(snapshot)?;
+            let archive = self.snapshots.archive_path(snapshot)?;
             let target = fs_root.clone();
             let unpacked = tokio::task::spawn_blocking(move || unpack(&archive, &target))
                 .await
@@ -395,37 +361,22 @@ impl Sandbox for HostBackend {
         max: usize,
     ) -> Result<OutputChunk> {
         let path = self.process_dir(handle, process)?.join(OUTPUT_FILE);
-        let mut file = match fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(OutputChunk {
-                    data: Vec::new(),
-                    next_offset: offset,
-                });
-            }
-            Err(e) => return Err(io_fatal(format!("opening {}", path.display()))(e)),
-        };
-        file.seek(SeekFrom::Start(offset))
-            .map_err(io_fatal(format!("seeking {}", path.display())))?;
-        let mut data = Vec::new();
-        file.take(max as u64)
-            .read_to_end(&mut data)
-            .map_err(io_fatal(format!("reading {}", path.display())))?;
-        let next_offset = offset + data.len() as u64;
-        Ok(OutputChunk { data, next_offset })
+        match fs::File::open(&path) {
+            Ok(file) => read_chunk(file, offset, max),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(OutputChunk {
+                data: Vec::new(),
+                next_offset: offset,
+            }),
+            Err(e) => Err(io_fatal(format!("opening {}", path.display()))(e)),
+        }
     }
 
     async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef> {
         let fs_root = self.existing_dir(handle)?.join("fs");
-        let id = format!("{}-{}", handle.name, unique_suffix());
-        let snapshot = SnapshotRef {
-            backend: self.kind().to_owned(),
-            id,
-            size_bytes: 0,
-            created_at_ms: chrono::Utc::now().timestamp_millis(),
-            base_image: handle.image.clone(),
-        };
-        let archive = self.snapshot_path(&snapshot)?;
+        let snapshot = self
+            .snapshots
+            .new_ref(self.kind(), &handle.name, handle.image.clone());
+        let archive = self.snapshots.archive_path(&snapshot)?;
         let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
             .await
             .map_err(fatal)??;
@@ -433,47 +384,20 @@ impl Sandbox for HostBackend {
             size_bytes: size,
             ..snapshot
         };
-        // The manifest lets another Garrison sharing this directory find the
-        // snapshot by sandbox name.
-        let manifest = serde_json::to_vec(&snapshot).map_err(fatal)?;
-        shim::write_atomically(&self.manifest_path(&snapshot)?, &manifest)
-            .map_err(io_fatal(format!("writing the manifest of {}", snapshot.id)))?;
+        self.snapshots.write_manifest(&snapshot)?;
         Ok(snapshot)
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
-        Ok(self.snapshot_path(snapshot)?.exists())
+        self.snapshots.exists(snapshot)
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
-        let _ = fs::remove_file(self.manifest_path(snapshot)?);
-        match fs::remove_file(self.snapshot_path(snapshot)?) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_fatal(format!("deleting snapshot {}", snapshot.id))(e)),
-        }
+        self.snapshots.delete(snapshot)
     }
 
     async fn snapshots_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
-        let prefix = format!("{name}-");
-        let mut found = Vec::new();
-        let entries = fs::read_dir(&self.config.snapshot_dir)
-            .map_err(io_fatal("listing snapshots".to_owned()))?;
-        for entry in entries.flatten() {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            if !(file.starts_with(&prefix) && file.ends_with(".json")) {
-                continue;
-            }
-            if let Ok(bytes) = fs::read(entry.path())
-                && let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
-                && is_plain_id(&snapshot.id)
-                && self.snapshot_path(&snapshot)?.exists()
-            {
-                found.push(snapshot);
-            }
-        }
-        found.sort_by_key(|s| s.created_at_ms);
-        Ok(found)
+        self.snapshots.find_for(name)
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {
@@ -513,22 +437,7 @@ impl Sandbox for HostBackend {
     }
 
     async fn list(&self) -> Result<Vec<Handle>> {
-        let mut handles = Vec::new();
-        let entries = fs::read_dir(self.config.root.join("sandboxes"))
-            .map_err(io_fatal("listing sandboxes".to_owned()))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if SandboxName::parse(&name).is_none() {
-                continue;
-            }
-            if let Ok(bytes) = fs::read(entry.path().join(HANDLE_FILE))
-                && let Ok(handle) = serde_json::from_slice::<Handle>(&bytes)
-            {
-                handles.push(handle);
-            }
-        }
-        handles.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(handles)
+        list_handles(&self.config.root.join("sandboxes"), HANDLE_FILE)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod local;
 pub mod names;
 pub mod policy;
 pub mod shim;
+pub mod snapshot_dir;
 
 pub use names::SandboxName;
 

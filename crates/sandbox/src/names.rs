@@ -45,6 +45,17 @@ impl SandboxName {
     }
 }
 
+/// Ids Garrison generates itself (process names, snapshot ids): letters,
+/// digits, `-` and `_`, at most 128. Checked again whenever one is read back,
+/// because it becomes a file name.
+pub fn is_plain_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// The hex hash of an id, safe as a file name.
 pub fn hashed_id(id: &str) -> String {
     let digest = Sha256::digest(id.as_bytes());

@@ -19,7 +19,6 @@
 //! `/.garrison/proc/<id>/`; the host reads them through the overlay with
 //! [`Root`], which never follows a symlink out of the container.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,9 +34,11 @@ use super::oci::{self, ContainerConfig};
 use super::rootfs::Root;
 use super::runc::Runc;
 use super::{archive, disk};
+use crate::names::is_plain_id;
 use crate::shim::{
     self, CHILD_PID_FILE, ERROR_FILE, EXIT_FILE, OUTPUT_FILE, REQUEST_FILE, ShimRequest,
 };
+use crate::snapshot_dir::{SnapshotDir, list_handles, read_chunk};
 use crate::{
     Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
     SandboxError, SandboxName, SandboxSpec, SnapshotRef,
@@ -88,20 +89,13 @@ impl LocalConfig {
 
 pub struct LocalBackend {
     config: LocalConfig,
+    snapshots: SnapshotDir,
     runc: Runc,
     net: NetConfig,
 }
 
 fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
     SandboxError::Fatal(e.into())
-}
-
-fn is_plain_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl LocalBackend {
@@ -128,7 +122,13 @@ impl LocalBackend {
         let net = NetConfig {
             run_dir: config.root.join("net"),
         };
-        Ok(Self { config, runc, net })
+        let snapshots = SnapshotDir::new(config.snapshot_dir.clone());
+        Ok(Self {
+            config,
+            snapshots,
+            runc,
+            net,
+        })
     }
 
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
@@ -150,31 +150,6 @@ impl LocalBackend {
         let dir = self.existing_dir(handle)?;
         Root::open(&dir.join("rootfs"))
             .map_err(|e| SandboxError::Gone(format!("sandbox {} root: {e}", handle.name)))
-    }
-
-    fn snapshot_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
-        if !is_plain_id(&snapshot.id) {
-            return Err(fatal(anyhow!("invalid snapshot id {:?}", snapshot.id)));
-        }
-        Ok(self
-            .config
-            .snapshot_dir
-            .join(format!("{}.tar.zst", snapshot.id)))
-    }
-
-    fn manifest_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
-        Ok(self
-            .config
-            .snapshot_dir
-            .join(format!("{}.json", self.checked_id(snapshot)?)))
-    }
-
-    fn checked_id<'a>(&self, snapshot: &'a SnapshotRef) -> Result<&'a str> {
-        if is_plain_id(&snapshot.id) {
-            Ok(&snapshot.id)
-        } else {
-            Err(fatal(anyhow!("invalid snapshot id {:?}", snapshot.id)))
-        }
     }
 
     fn proc_path(process: &ProcessRef, file: &str) -> Result<String> {
@@ -280,7 +255,10 @@ impl LocalBackend {
         let upper = dir.join("disk").join("upper");
         std::fs::create_dir_all(&upper)?;
         if let Some(snapshot) = &spec.restore_from {
-            let archive_path = self.snapshot_path(snapshot).map_err(|e| anyhow!(e))?;
+            let archive_path = self
+                .snapshots
+                .archive_path(snapshot)
+                .map_err(|e| anyhow!(e))?;
             if !archive_path.exists() {
                 return Err(anyhow!(SandboxError::Gone(format!(
                     "snapshot {}",
@@ -515,40 +493,21 @@ impl Sandbox for LocalBackend {
         max: usize,
     ) -> Result<OutputChunk> {
         let root = self.root(handle)?;
-        let mut file = match root.open_read(&Self::proc_path(process, OUTPUT_FILE)?) {
-            Ok(f) => f,
-            Err(_) => {
-                return Ok(OutputChunk {
-                    data: Vec::new(),
-                    next_offset: offset,
-                });
-            }
-        };
-        file.seek(SeekFrom::Start(offset)).map_err(fatal)?;
-        let mut data = Vec::new();
-        file.take(max as u64)
-            .read_to_end(&mut data)
-            .map_err(fatal)?;
-        let next_offset = offset + data.len() as u64;
-        Ok(OutputChunk { data, next_offset })
+        match root.open_read(&Self::proc_path(process, OUTPUT_FILE)?) {
+            Ok(file) => read_chunk(file, offset, max),
+            Err(_) => Ok(OutputChunk {
+                data: Vec::new(),
+                next_offset: offset,
+            }),
+        }
     }
 
     async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef> {
         let dir = self.existing_dir(handle)?;
-        let id = format!(
-            "{}-{}-{:08x}",
-            handle.name,
-            chrono::Utc::now().timestamp_millis(),
-            rand::random::<u32>()
-        );
-        let snapshot = SnapshotRef {
-            backend: self.kind().to_owned(),
-            id,
-            size_bytes: 0,
-            created_at_ms: chrono::Utc::now().timestamp_millis(),
-            base_image: handle.image.clone(),
-        };
-        let archive_path = self.snapshot_path(&snapshot)?;
+        let snapshot = self
+            .snapshots
+            .new_ref(self.kind(), &handle.name, handle.image.clone());
+        let archive_path = self.snapshots.archive_path(&snapshot)?;
         // Frozen, the layer cannot change under tar.
         let paused = self.runc.pause(&handle.name).await.is_ok();
         let packed =
@@ -561,47 +520,20 @@ impl Sandbox for LocalBackend {
             size_bytes: size,
             ..snapshot
         };
-        shim::write_atomically(
-            &self.manifest_path(&snapshot)?,
-            &serde_json::to_vec(&snapshot).map_err(fatal)?,
-        )
-        .map_err(fatal)?;
+        self.snapshots.write_manifest(&snapshot)?;
         Ok(snapshot)
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
-        Ok(self.snapshot_path(snapshot)?.exists())
+        self.snapshots.exists(snapshot)
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
-        let _ = std::fs::remove_file(self.manifest_path(snapshot)?);
-        match std::fs::remove_file(self.snapshot_path(snapshot)?) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(fatal(e)),
-            _ => Ok(()),
-        }
+        self.snapshots.delete(snapshot)
     }
 
     async fn snapshots_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
-        let prefix = format!("{name}-");
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(&self.config.snapshot_dir)
-            .map_err(fatal)?
-            .flatten()
-        {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            if !(file.starts_with(&prefix) && file.ends_with(".json")) {
-                continue;
-            }
-            if let Ok(bytes) = std::fs::read(entry.path())
-                && let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
-                && is_plain_id(&snapshot.id)
-                && self.snapshot_path(&snapshot)?.exists()
-            {
-                found.push(snapshot);
-            }
-        }
-        found.sort_by_key(|s| s.created_at_ms);
-        Ok(found)
+        self.snapshots.find_for(name)
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {
@@ -613,23 +545,7 @@ impl Sandbox for LocalBackend {
     }
 
     async fn list(&self) -> Result<Vec<Handle>> {
-        let mut handles = Vec::new();
-        for entry in std::fs::read_dir(self.config.root.join("sandboxes"))
-            .map_err(fatal)?
-            .flatten()
-        {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if SandboxName::parse(&name).is_none() {
-                continue;
-            }
-            if let Ok(bytes) = std::fs::read(entry.path().join(HANDLE_FILE))
-                && let Ok(handle) = serde_json::from_slice::<Handle>(&bytes)
-            {
-                handles.push(handle);
-            }
-        }
-        handles.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(handles)
+        list_handles(&self.config.root.join("sandboxes"), HANDLE_FILE)
     }
 
     fn gateway_url_for(&self, handle: &Handle, url: &str) -> String {

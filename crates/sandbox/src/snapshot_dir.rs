@@ -1,0 +1,170 @@
+//! A directory of snapshot archives, shared by the backends that keep
+//! snapshots on this machine (host, local).
+//!
+//! Each snapshot is `<id>.tar.zst` with a manifest `<id>.json` beside it (the
+//! serialized [`SnapshotRef`]). Ids start with the sandbox's name, so any
+//! Garrison sharing the directory finds a session's snapshots by name
+//! ([`SnapshotDir::find_for`]) without the state store that recorded them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+
+use crate::names::is_plain_id;
+use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+
+#[derive(Clone, Debug)]
+pub struct SnapshotDir {
+    dir: PathBuf,
+}
+
+fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
+    SandboxError::Fatal(e.into())
+}
+
+impl SnapshotDir {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A fresh snapshot reference for `name`, not yet written.
+    pub fn new_ref(&self, backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
+        let now = chrono::Utc::now().timestamp_millis();
+        SnapshotRef {
+            backend: backend.to_owned(),
+            id: format!("{name}-{now}-{:08x}", rand::random::<u32>()),
+            size_bytes: 0,
+            created_at_ms: now,
+            base_image,
+        }
+    }
+
+    fn checked_id<'a>(&self, snapshot: &'a SnapshotRef) -> Result<&'a str> {
+        if is_plain_id(&snapshot.id) {
+            Ok(&snapshot.id)
+        } else {
+            Err(fatal(anyhow!("invalid snapshot id {:?}", snapshot.id)))
+        }
+    }
+
+    /// Where the archive of `snapshot` lives (the id is checked first: it
+    /// may come from a store another process wrote).
+    pub fn archive_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
+        Ok(self
+            .dir
+            .join(format!("{}.tar.zst", self.checked_id(snapshot)?)))
+    }
+
+    fn manifest_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
+        Ok(self
+            .dir
+            .join(format!("{}.json", self.checked_id(snapshot)?)))
+    }
+
+    /// Records the finished snapshot so others can find it by name.
+    pub fn write_manifest(&self, snapshot: &SnapshotRef) -> Result<()> {
+        let bytes = serde_json::to_vec(snapshot).map_err(fatal)?;
+        crate::shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
+    }
+
+    pub fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
+        Ok(self.archive_path(snapshot)?.exists())
+    }
+
+    /// Removes the archive and its manifest; a missing one is not an error.
+    pub fn delete(&self, snapshot: &SnapshotRef) -> Result<()> {
+        let _ = std::fs::remove_file(self.manifest_path(snapshot)?);
+        match std::fs::remove_file(self.archive_path(snapshot)?) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(fatal(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The snapshots of the sandbox `name` whose archives exist, oldest first.
+    pub fn find_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
+        let prefix = format!("{name}-");
+        let mut found = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(fatal(e)),
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if !(file.starts_with(&prefix) && file.ends_with(".json")) {
+                continue;
+            }
+            if let Ok(bytes) = std::fs::read(entry.path())
+                && let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
+                && self.exists(&snapshot).unwrap_or(false)
+            {
+                found.push(snapshot);
+            }
+        }
+        found.sort_by_key(|s| s.created_at_ms);
+        Ok(found)
+    }
+}
+
+/// Every [`crate::Handle`] recorded as `<dir>/<sandbox name>/<file>`, for
+/// `list`: only directories named like Garrison's sandboxes count.
+pub fn list_handles(dir: &Path, file: &str) -> Result<Vec<crate::Handle>> {
+    let mut handles = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(fatal)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if SandboxName::parse(&name).is_none() {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(entry.path().join(file))
+            && let Ok(handle) = serde_json::from_slice::<crate::Handle>(&bytes)
+        {
+            handles.push(handle);
+        }
+    }
+    handles.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(handles)
+}
+
+/// Reads up to `max` bytes of `file` from `offset`.
+pub fn read_chunk(mut file: std::fs::File, offset: u64, max: usize) -> Result<crate::OutputChunk> {
+    use std::io::{Read, Seek, SeekFrom};
+    file.seek(SeekFrom::Start(offset)).map_err(fatal)?;
+    let mut data = Vec::new();
+    file.take(max as u64)
+        .read_to_end(&mut data)
+        .map_err(fatal)?;
+    let next_offset = offset + data.len() as u64;
+    Ok(crate::OutputChunk { data, next_offset })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_find_snapshots_by_name_and_ids_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotDir::new(dir.path().to_owned());
+        let name = SandboxName::for_session("s");
+        let other = SandboxName::for_session("t");
+        let a = store.new_ref("host", name.as_str(), None);
+        std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
+        store.write_manifest(&a).unwrap();
+        let b = store.new_ref("host", other.as_str(), None);
+        std::fs::write(store.archive_path(&b).unwrap(), b"x").unwrap();
+        store.write_manifest(&b).unwrap();
+        assert_eq!(store.find_for(&name).unwrap(), vec![a.clone()]);
+        store.delete(&a).unwrap();
+        store.delete(&a).unwrap();
+        assert!(store.find_for(&name).unwrap().is_empty());
+        let evil = SnapshotRef {
+            id: "../../etc/passwd".into(),
+            ..b
+        };
+        assert!(store.archive_path(&evil).is_err());
+    }
+}

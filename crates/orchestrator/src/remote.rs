@@ -302,7 +302,14 @@ impl RemoteResolver {
 }
 
 fn write_private(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per writer, not just per process: sessions starting together
+    // on an empty cache download the same file at once, and a shared
+    // temporary name made all but the first rename fail (ENOENT).
+    let tmp = path.with_extension(format!(
+        "tmp{}-{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     {
         let mut file = std::fs::OpenOptions::new()
             .write(true)

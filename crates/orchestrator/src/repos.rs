@@ -543,6 +543,87 @@ mod tests {
         );
     }
 
+    /// Runs `git <the clone's -c options> credential <op>` with `input`,
+    /// a global config of `global` and the credentials in the environment.
+    fn git_credential(op: &str, input: &str, global: &std::path::Path) -> String {
+        use std::io::Write;
+        let clone = PlannedClone {
+            url: "https://example.com/o/r.git".into(),
+            dir: "r".into(),
+        };
+        let argv = clone_argv(&clone, true);
+        let options = &argv[1..argv.iter().position(|a| a == "clone").unwrap()];
+        let mut child = std::process::Command::new("git")
+            .args(options)
+            .args(["credential", op])
+            .env_clear()
+            .env("PATH", crate::contract::PATH)
+            .env("HOME", global.parent().unwrap())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", global)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_USERNAME", "ada")
+            .env("GIT_TOKEN", "tok-abcdefgh")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("git is installed");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git credential {op} failed");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Through git itself: the helper answers, and a `store` helper the
+    /// machine configures is cleared, so the token is never saved to a file.
+    #[test]
+    fn git_uses_the_inline_helper_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("saved-credentials");
+        let global = dir.path().join("gitconfig");
+        std::fs::write(
+            &global,
+            format!(
+                "[credential]\n\thelper = store --file={}\n",
+                saved.display()
+            ),
+        )
+        .unwrap();
+        let filled = git_credential("fill", "protocol=https\nhost=example.com\n\n", &global);
+        assert!(
+            filled.contains("username=ada\n") && filled.contains("password=tok-abcdefgh\n"),
+            "{filled}"
+        );
+        git_credential("approve", &filled, &global);
+        assert!(
+            !saved.exists(),
+            "the machine's store helper saved the token"
+        );
+        // The check above can fail: without the clone's options, git stores.
+        let status = std::process::Command::new("git")
+            .args(["credential", "approve"])
+            .env_clear()
+            .env("PATH", crate::contract::PATH)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", &global)
+            .stdin(
+                std::fs::File::open({
+                    let input = dir.path().join("input");
+                    std::fs::write(&input, &filled).unwrap();
+                    input
+                })
+                .unwrap(),
+            )
+            .status()
+            .unwrap();
+        assert!(status.success() && saved.exists());
+    }
+
     /// The helper, run by a shell as git would, prints exactly the two
     /// values of its environment for `get` and nothing otherwise.
     #[test]

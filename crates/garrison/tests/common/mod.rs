@@ -130,6 +130,17 @@ impl Garrison {
 
     /// `garrison` with exactly these arguments (and the test environment).
     pub fn start_with_args(emu: &Emulator, state_dir: &Path, args: Vec<String>) -> Garrison {
+        Self::start_with_args_and_env(emu, state_dir, args, Vec::new())
+    }
+
+    /// [`Garrison::start_with_args`] with `extra_env` added to the test
+    /// environment.
+    pub fn start_with_args_and_env(
+        emu: &Emulator,
+        state_dir: &Path,
+        args: Vec<String>,
+        extra_env: Vec<(String, String)>,
+    ) -> Garrison {
         let opts = GarrisonOptions {
             outpost: "",
             state_dir,
@@ -154,6 +165,7 @@ impl Garrison {
                 shim.to_string_lossy().into_owned(),
             ));
         }
+        env.extend(extra_env);
         let log_path = opts.state_dir.with_extension("log");
         let child = spawn(&args, &env, &log_path);
         Garrison {

@@ -1,0 +1,320 @@
+//! `REPOS`, `GIT_USERNAME` and `GIT_TOKEN` end to end: the real binary, the
+//! emulator, the remote simulator and the host backend. Repositories are
+//! cloned into a fresh sandbox before the remote's first step, not again on
+//! a resume, and the git token reaches nothing but the clone command: not
+//! the remote's environment, not a file in the sandbox, not the state
+//! directory, not Garrison's log.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use emulator::{Emulator, Script, Then};
+use fleet::SessionStatus;
+use orchestrator::planner::{Finish, Stage};
+
+const COMMIT_MESSAGE: &str = "the-first-commit-of-the-fixture";
+
+/// A bare repository with one commit, made with the git CLI: `<dir>/repo.git`.
+fn bare_repo(dir: &Path) -> PathBuf {
+    let work = dir.join("work");
+    let bare = dir.join("repo.git");
+    git(dir, &["init", "-q", "-b", "main", work.to_str().unwrap()]);
+    std::fs::write(work.join("README"), "fixture\n").unwrap();
+    git(&work, &["add", "README"]);
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.com",
+            "commit",
+            "-q",
+            "-m",
+            COMMIT_MESSAGE,
+        ],
+    );
+    git(
+        dir,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    bare
+}
+
+fn git(cwd: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git is installed");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `garrison serve` on the host backend with `REPOS` and the git
+/// credentials in its environment.
+fn start(emu: &Emulator, outpost: &str, state: &Path, repos: &str, token: &str) -> Garrison {
+    let args = [
+        "serve",
+        "--outpost",
+        outpost,
+        "--api-url",
+        &emu.base_url(),
+        "--static-base-url",
+        &emu.static_base_url(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--backend",
+        "host",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let env = [
+        ("REPOS", repos),
+        ("GIT_USERNAME", "u"),
+        ("GIT_TOKEN", token),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .to_vec();
+    Garrison::start_with_args_and_env(emu, state, args, env)
+}
+
+fn random_token() -> String {
+    format!("gtok_{:032x}", rand::random::<u128>())
+}
+
+fn event_kinds(g: &Garrison, id: &str) -> Vec<String> {
+    g.store()
+        .events(id, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let repo = bare_repo(dir.path());
+    let state = dir.path().join("state");
+    let token = random_token();
+    let url = format!("file://{}", repo.display());
+    let g = start(&emu, &outpost, &state, &url, &token);
+
+    let id = session(
+        &emu,
+        &outpost,
+        vec![
+            run("ls"),
+            run("git -C repo log --oneline"),
+            run("cat repo/.git/config"),
+            run("env; cat /proc/self/environ | tr '\\0' '\\n'"),
+        ],
+        Then::Wait,
+    );
+    wait_until("the four steps ran", Some(&g), || {
+        step_outputs(&emu, &id).len() == 4
+    })
+    .await;
+    let outputs = step_outputs(&emu, &id);
+    assert_eq!(outputs[0].trim(), "repo", "the workspace: {outputs:?}");
+    assert!(outputs[1].contains(COMMIT_MESSAGE), "{outputs:?}");
+    assert!(outputs[2].contains(&url), "origin is the URL: {outputs:?}");
+    assert!(!outputs[2].contains("credential"), "{outputs:?}");
+    for output in &outputs {
+        assert!(!output.contains(&token), "the token reached the remote");
+    }
+    assert!(!outputs[3].contains("GIT_TOKEN") && !outputs[3].contains("GIT_USERNAME"));
+
+    // Cloned before the remote started, once.
+    let kinds = event_kinds(&g, &id);
+    let cloned = kinds.iter().position(|k| k == "repo_cloned");
+    let started = kinds.iter().position(|k| k == "remote_started");
+    assert!(
+        cloned.is_some() && cloned < started,
+        "repo_cloned before remote_started: {kinds:?}"
+    );
+    let detail = &g
+        .store()
+        .events(&id, 0)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == "repo_cloned")
+        .unwrap()
+        .detail;
+    assert_eq!(detail["url"], url.as_str());
+    assert_eq!(detail["dir"], "repo");
+
+    // While the session runs: not in any file of the sandbox (its workspace,
+    // home, state, the clone process's directory), the state directory or
+    // the log.
+    let sandboxes = state.join("host").join("sandboxes");
+    assert_eq!(sandbox_dirs(&state), 1);
+    let hits = grep_tree(&state, token.as_bytes());
+    assert!(hits.is_empty(), "the git token was written to {hits:?}");
+    assert!(grep_tree(&sandboxes, b"gtok_").is_empty());
+    assert!(!g.log().contains(&token), "the git token is in the log");
+
+    // Suspended: the snapshot holds the clone and not the token.
+    emu.suspend(&id).unwrap();
+    wait_until("suspended and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    wait_until("sandbox destroyed after snapshot", Some(&g), || {
+        sandbox_dirs(&state) == 0
+    })
+    .await;
+    let hits = grep_tree(&state, token.as_bytes());
+    assert!(hits.is_empty(), "the git token was written to {hits:?}");
+
+    // Resumed from the snapshot: the repository is there, not cloned again.
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run("git -C repo log --oneline && ls")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    wait_until("resumed session terminated", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    let outputs = step_outputs(&emu, &id);
+    let last = outputs.last().unwrap();
+    assert!(
+        last.contains(COMMIT_MESSAGE) && !last.contains("repo-2"),
+        "{outputs:?}"
+    );
+    let kinds = event_kinds(&g, &id);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "repo_cloned").count(),
+        1,
+        "cloned once: {kinds:?}"
+    );
+    assert_eq!(kinds.iter().filter(|k| *k == "remote_started").count(), 2);
+    assert!(kinds.iter().any(|k| k == "restored"), "{kinds:?}");
+    assert!(grep_tree(&state, token.as_bytes()).is_empty());
+    assert!(!g.log().contains(&token));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_clone_fails_the_start_and_releases_the_claim() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let token = random_token();
+    let g = start(
+        &emu,
+        &outpost,
+        &state,
+        "file:///nonexistent/garrison-test/repo.git",
+        &token,
+    );
+
+    let id = session(&emu, &outpost, vec![run("true")], Then::End);
+    wait_until("released after the failed starts", Some(&g), || {
+        released(&emu, &id)
+            && g.store()
+                .session(&id)
+                .unwrap()
+                .is_some_and(|r| r.stage == Stage::Done(Finish::Released))
+    })
+    .await;
+    let rec = g.store().session(&id).unwrap().unwrap();
+    assert!(rec.start_failures >= 1);
+    let error = rec.error.unwrap_or_default();
+    assert!(
+        error.contains("cloning file:///nonexistent/garrison-test/repo.git into repo failed"),
+        "{error}"
+    );
+    assert!(!error.contains(&token));
+    let events = g.store().events(&id, 0).unwrap();
+    assert!(events.iter().any(|e| e.kind == "start_failed"));
+    assert!(!events.iter().any(|e| e.kind == "remote_started"));
+    assert_eq!(view(&emu, &id).connections, 0, "no remote ran");
+    wait_until("sandbox destroyed", Some(&g), || sandbox_dirs(&state) == 0).await;
+    assert!(grep_tree(&state, token.as_bytes()).is_empty());
+    assert!(!g.log().contains(&token));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_with_credentials_stops_garrison_at_start_without_echoing_them() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut g = start(
+        &emu,
+        &outpost,
+        &state,
+        "https://ada:hunter2-in-the-url@github.com/o/r.git",
+        &random_token(),
+    );
+    let status = g.child.wait().unwrap();
+    assert!(!status.success());
+    let log = g.log();
+    assert!(log.contains("REPOS (environment)"), "{log}");
+    assert!(log.contains("GIT_TOKEN"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
+}
+
+/// Files under `root` (snapshots decompressed) that contain `needle`.
+fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let bytes = if path.to_string_lossy().ends_with(".tar.zst") {
+                    zstd_decode(&path)
+                } else {
+                    std::fs::read(&path).unwrap_or_default()
+                };
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(path);
+                }
+            }
+        }
+    }
+    hits
+}
+
+fn zstd_decode(path: &Path) -> Vec<u8> {
+    let out = Command::new("zstd")
+        .args(["-d", "-c", "-q"])
+        .arg(path)
+        .output()
+        .expect("zstd is installed by scripts/setup");
+    assert!(out.status.success(), "zstd failed on {}", path.display());
+    out.stdout
+}

@@ -271,6 +271,17 @@ pub trait Sandbox: Send + Sync + 'static {
         url.to_owned()
     }
 
+    /// Applies a changed network policy to a running sandbox (the gateway
+    /// stays allowed). Backends that do not enforce policies accept it and
+    /// do nothing (see [`Capabilities::enforces_network_policy`]).
+    async fn update_network_policy(
+        &self,
+        _handle: &Handle,
+        _policy: &fleet::NetworkPolicy,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Pauses the sandbox keeping its memory (see [`Capabilities`]).
     async fn suspend(&self, _handle: &Handle) -> Result<()> {
         Err(SandboxError::Unsupported("suspend"))

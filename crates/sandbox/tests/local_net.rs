@@ -37,6 +37,7 @@ fn unique_name(test: &str) -> SandboxName {
 fn config(dir: &tempfile::TempDir) -> NetConfig {
     NetConfig {
         run_dir: dir.path().join("net"),
+        dns_upstream: None,
     }
 }
 
@@ -239,6 +240,7 @@ async fn create_after_a_crash_replaces_the_leftover() {
     // same configuration finds the leftover and creates the same name again.
     let cfg_after_restart = NetConfig {
         run_dir: cfg.run_dir.clone(),
+        dns_upstream: None,
     };
     assert_eq!(
         net::list(&cfg_after_restart).await.unwrap(),

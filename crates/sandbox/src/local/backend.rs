@@ -121,6 +121,7 @@ impl LocalBackend {
         };
         let net = NetConfig {
             run_dir: config.root.join("net"),
+            dns_upstream: None,
         };
         let snapshots = SnapshotDir::new(config.snapshot_dir.clone());
         Ok(Self {
@@ -302,6 +303,11 @@ impl LocalBackend {
         .await
         .map_err(|e| anyhow!(e))?;
         std::fs::write(dir.join(NET_FILE), serde_json::to_vec(&sandbox_net)?)?;
+        if let Some(dns) = sandbox_net.dns {
+            root.create_dir_all("/etc", 0o755)?;
+            let conf = format!("nameserver {dns}\n");
+            root.write("/etc/resolv.conf", conf.as_bytes(), 0o644)?;
+        }
 
         let cgroups_path = format!("/garrison/{name}");
         let config = oci::config(&ContainerConfig {
@@ -340,7 +346,7 @@ impl Sandbox for LocalBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             suspend_keeps_memory: false,
-            enforces_network_policy: false,
+            enforces_network_policy: true,
             snapshots: true,
         }
     }
@@ -463,7 +469,27 @@ impl Sandbox for LocalBackend {
     }
 
     async fn status(&self, handle: &Handle, process: &ProcessRef) -> Result<ProcessStatus> {
+        // After a Garrison restart the sandbox's DNS resolver is started
+        // again here (status is polled); a no-op while it runs.
+        if let Ok(dir) = self.sandbox_dir(&handle.name)
+            && let Some(sandbox_net) = self.read_net(&dir)
+            && let Err(e) = net::ensure_resolver(&self.net, &sandbox_net).await
+        {
+            tracing::warn!(sandbox = %handle.name, error = %e, "restarting the DNS resolver");
+        }
         self.process_status(handle, process)
+    }
+
+    async fn update_network_policy(
+        &self,
+        handle: &Handle,
+        policy: &fleet::NetworkPolicy,
+    ) -> Result<()> {
+        let dir = self.existing_dir(handle)?;
+        let sandbox_net = self
+            .read_net(&dir)
+            .ok_or_else(|| SandboxError::Gone(format!("network of {}", handle.name)))?;
+        net::apply_policy(&self.net, &sandbox_net, policy).await
     }
 
     async fn kill(&self, handle: &Handle, process: &ProcessRef, grace: Duration) -> Result<()> {

@@ -16,8 +16,15 @@
 //! - an **nftables** table (the `rules` module has the exact ruleset) closes the
 //!   rest: the host's loopback except the gateway's port, link-local and
 //!   metadata addresses, the host's own addresses; then jumps to the
-//!   `session_policy` chain, the hook where [`apply_policy`] puts
-//!   `spec.network_policy` (accepted but not enforced yet: a later issue).
+//!   `session_policy` chain, where [`apply_policy`] puts
+//!   `spec.network_policy`: nothing for a disabled policy; for an enabled
+//!   one, the allowed networks (set `allow_v4`/`allow_v6`), the addresses
+//!   the resolver learned (`dns_v4`/`dns_v6`), then refuse.
+//! - a **DNS resolver** (the `dns` module: a tokio task in Garrison's
+//!   process, its socket on `127.0.0.53:53` inside the namespace) answers
+//!   only allowed names and adds their addresses, with their TTLs, to the
+//!   `dns_*` sets; the sandbox's `/etc/resolv.conf` names it
+//!   ([`SandboxNet::dns`]).
 //!
 //! A gateway whose host is not a loopback address is reached through
 //! ordinary egress. A gateway on another of the host's addresses (say the
@@ -35,13 +42,14 @@
 //! `CAP_NET_RAW` (a packet socket bypasses nftables and writes raw frames to
 //! pasta's tap).
 
+mod dns;
 mod pasta;
 mod rules;
 mod tools;
 mod url;
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -59,6 +67,7 @@ pub use self::pasta::rss_kib;
 const NETNS_DIR: &str = "/run/netns";
 const STATE_FILE: &str = "net.json";
 const PASTA_PID_FILE: &str = "pasta.pid";
+const POLICY_FILE: &str = "policy.json";
 /// How long pasta may take to put the default routes in place.
 const ROUTES_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -67,6 +76,17 @@ const ROUTES_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct NetConfig {
     /// Pid files and per-sandbox state, e.g. `<state>/local/net`.
     pub run_dir: PathBuf,
+    /// Where the per-sandbox resolvers send allowed queries; `None` is the
+    /// first `nameserver` of the host's `/etc/resolv.conf`.
+    pub dns_upstream: Option<SocketAddr>,
+}
+
+impl NetConfig {
+    fn upstream(&self) -> Option<SocketAddr> {
+        self.dns_upstream.or_else(|| {
+            dns::upstream_from_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").ok()?)
+        })
+    }
 }
 
 /// A sandbox's network, as stored by the backend.
@@ -82,6 +102,13 @@ pub struct SandboxNet {
     /// The one port of the host's loopback the sandbox may reach: the
     /// gateway's, when the gateway URL's host is a loopback address.
     pub gateway_port: Option<u16>,
+    /// The gateway's host when it is reached through ordinary egress (not
+    /// on the host's loopback): always allowed, whatever the policy.
+    #[serde(default)]
+    pub gateway_host: Option<String>,
+    /// The resolver the sandbox's `/etc/resolv.conf` must name.
+    #[serde(default)]
+    pub dns: Option<IpAddr>,
 }
 
 /// Makes the network for sandbox `name`: namespace, pasta, base ruleset,
@@ -104,6 +131,10 @@ pub async fn create(
                 .ok_or_else(|| SandboxError::Fatal(anyhow!("gateway URL {u:?} has no host")))
         })
         .transpose()?;
+    let gateway_host = gateway
+        .as_ref()
+        .filter(|g| !g.loopback)
+        .map(|g| g.host.clone());
     let gateway_port = match gateway {
         Some(g) if g.loopback => Some(g.port.ok_or_else(|| {
             SandboxError::Fatal(anyhow!("gateway URL {gateway_url:?} has no port"))
@@ -115,7 +146,16 @@ pub async fn create(
         tracing::warn!(sandbox = %name, "removing a leftover network of the same name");
         destroy(cfg, name.as_str()).await?;
     }
-    match build(&tools, cfg, &paths, name, gateway_port, policy).await {
+    match build(
+        &tools,
+        cfg,
+        &paths,
+        name,
+        (gateway_port, gateway_host),
+        policy,
+    )
+    .await
+    {
         Ok(net) => Ok(net),
         Err(e) => {
             if let Err(cleanup) = destroy(cfg, name.as_str()).await {
@@ -131,7 +171,7 @@ async fn build(
     cfg: &NetConfig,
     paths: &Paths,
     name: &SandboxName,
-    gateway_port: Option<u16>,
+    (gateway_port, gateway_host): (Option<u16>, Option<String>),
     policy: &fleet::NetworkPolicy,
 ) -> Result<SandboxNet> {
     mkdir_private(&cfg.run_dir)?;
@@ -166,6 +206,8 @@ async fn build(
         netns_path: paths.netns.clone(),
         host_gateway,
         gateway_port,
+        gateway_host,
+        dns: Some(IpAddr::V4(dns::RESOLVER_ADDR)),
     };
     let json = serde_json::to_vec_pretty(&net).expect("SandboxNet serializes");
     std::fs::write(paths.state_dir.join(STATE_FILE), json)
@@ -174,18 +216,78 @@ async fn build(
     Ok(net)
 }
 
-/// Puts `policy` into the sandbox's `session_policy` chain, replacing what was
-/// there (atomically, so idempotent and safe on a running sandbox).
+/// Enforces `policy` in the sandbox's namespace, replacing the previous
+/// one (atomically, so idempotent and safe on a running sandbox): the
+/// allowed networks and the `session_policy` chain (see `rules`), and the
+/// names the resolver answers. The gateway stays allowed whatever the
+/// policy says, and the always-on rules hold either way.
 ///
-/// The hook for enforcing `spec.network_policy`. For now a disabled policy
-/// accepts all egress the always-on rules allow, and an enabled one does
-/// the same with a warning: enforcement is a later issue (see the TODO in
-/// `rules::policy_rules`). The always-on rules hold either way.
+/// Connections open when a policy narrows are not cut (the ruleset
+/// accepts established flows); new ones follow the new policy.
 pub async fn apply_policy(
     cfg: &NetConfig,
     net: &SandboxNet,
     policy: &fleet::NetworkPolicy,
 ) -> Result<()> {
+    let paths = checked_paths(cfg, net)?;
+    let (parsed, always) = enforced(net, policy);
+    for rejected in &parsed.rejected {
+        tracing::warn!(
+            sandbox = %net.name,
+            rule = %rejected.rule,
+            reason = rejected.reason,
+            "network policy rule allows nothing"
+        );
+    }
+    let json = serde_json::to_vec(policy).expect("policy serializes");
+    std::fs::write(paths.state_dir.join(POLICY_FILE), json)
+        .map_err(|e| SandboxError::Transient(anyhow!("writing the network policy: {e}")))?;
+    let tools = Tools::find()?;
+    let script = rules::policy_script(&parsed, &always);
+    tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
+    if net.dns.is_some() {
+        dns::start_or_update(&paths.netns, cfg.upstream(), parsed)?;
+    }
+    Ok(())
+}
+
+/// Starts the sandbox's resolver again if this process runs none (after a
+/// Garrison restart), with the policy last applied. Cheap when it runs.
+pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
+    let paths = checked_paths(cfg, net)?;
+    if net.dns.is_none() || dns::is_running(&paths.netns) {
+        return Ok(());
+    }
+    let policy: fleet::NetworkPolicy = std::fs::read(paths.state_dir.join(POLICY_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        // Unknown: allow only the gateway (fail closed).
+        .unwrap_or(fleet::NetworkPolicy {
+            enabled: true,
+            allow: Vec::new(),
+        });
+    tracing::info!(sandbox = %net.name, "restarting the sandbox's DNS resolver");
+    dns::start_or_update(&paths.netns, cfg.upstream(), enforced(net, &policy).0)
+}
+
+/// The policy as enforced: validated, with the gateway added (its name to
+/// the names, or its address to the returned always-allowed networks).
+fn enforced(
+    net: &SandboxNet,
+    policy: &fleet::NetworkPolicy,
+) -> (crate::policy::Parsed, Vec<crate::policy::Cidr>) {
+    let mut parsed = crate::policy::parse(policy);
+    let mut always = Vec::new();
+    if let Some(host) = &net.gateway_host {
+        match host.parse::<IpAddr>() {
+            Ok(ip) => always.push(crate::policy::Cidr::host(ip)),
+            Err(_) => parsed.hosts.extend(crate::policy::HostPattern::parse(host)),
+        }
+    }
+    (parsed, always)
+}
+
+fn checked_paths(cfg: &NetConfig, net: &SandboxNet) -> Result<Paths> {
     let paths = Paths::new(cfg, &net.name);
     if net.netns_path != paths.netns {
         return Err(SandboxError::Fatal(anyhow!(
@@ -197,16 +299,7 @@ pub async fn apply_policy(
     if !paths.netns.exists() {
         return Err(SandboxError::Gone(format!("network of {}", net.name)));
     }
-    if !rules::enforces(policy) {
-        tracing::warn!(
-            sandbox = %net.name,
-            "network policy is enabled but not enforced by the local backend yet; allowing all egress"
-        );
-    }
-    let tools = Tools::find()?;
-    let script = rules::policy_script(policy);
-    tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
-    Ok(())
+    Ok(paths)
 }
 
 /// `url` as the sandbox must dial it: a loopback host (`127.0.0.0/8`,
@@ -223,6 +316,7 @@ pub async fn destroy(cfg: &NetConfig, name: &str) -> Result<()> {
     let name = SandboxName::parse(name)
         .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
     let paths = Paths::new(cfg, name.as_str());
+    dns::stop(&paths.netns);
     pasta::stop(&paths.pasta_pid, &paths.netns).await?;
     if paths.netns.exists() {
         let tools = Tools::find()?;
@@ -414,12 +508,14 @@ mod tests {
         let a = Paths::new(
             &NetConfig {
                 run_dir: "/a".into(),
+                dns_upstream: None,
             },
             name.as_str(),
         );
         let b = Paths::new(
             &NetConfig {
                 run_dir: "/b".into(),
+                dns_upstream: None,
             },
             name.as_str(),
         );

@@ -39,6 +39,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::policy::{Cidr, Parsed};
+
 /// The nftables table every rule lives in (family `inet`).
 pub(crate) const TABLE: &str = "garrison";
 
@@ -171,11 +173,51 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
     s
 }
 
-/// An `nft -f` script that replaces the `session_policy` chain's rules atomically.
-pub(crate) fn policy_script(policy: &fleet::NetworkPolicy) -> String {
+/// Sets the resolver fills with the addresses of allowed names, each
+/// element with a timeout equal to its DNS TTL. Declared by
+/// [`policy_script`] (declaring an existing set is a no-op), so namespaces
+/// made before they existed get them too.
+pub(crate) const DNS_SET_V4: &str = "dns_v4";
+pub(crate) const DNS_SET_V6: &str = "dns_v6";
+
+/// An `nft -f` script that replaces the policy atomically: the
+/// `allow_v4`/`allow_v6` sets (the policy's networks, plus the gateway's
+/// address when it is not on the host's loopback), the DNS-learned sets
+/// (emptied: what the resolver learned under the old policy is forgotten)
+/// and the `session_policy` chain. Every value interpolated is a typed
+/// [`Cidr`], so nothing from a session can inject rules.
+pub(crate) fn policy_script(policy: &Parsed, always: &[Cidr]) -> String {
     let mut s = format!(
-        "flush chain inet {TABLE} session_policy\ntable inet {TABLE} {{\n\tchain session_policy {{\n"
+        "table inet {TABLE} {{
+\tset {DNS_SET_V4} {{ type ipv4_addr; flags timeout; }}
+\tset {DNS_SET_V6} {{ type ipv6_addr; flags timeout; }}
+}}
+flush chain inet {TABLE} session_policy
+flush set inet {TABLE} allow_v4
+flush set inet {TABLE} allow_v6
+flush set inet {TABLE} {DNS_SET_V4}
+flush set inet {TABLE} {DNS_SET_V6}
+"
     );
+    if !policy.open {
+        let nets: Vec<Cidr> = policy.nets.iter().chain(always).copied().collect();
+        let nets = minimal(&nets);
+        for (set, v6) in [("allow_v4", false), ("allow_v6", true)] {
+            let elements: Vec<String> = nets
+                .iter()
+                .filter(|c| c.addr.is_ipv6() == v6)
+                .map(Cidr::to_string)
+                .collect();
+            if !elements.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "add element inet {TABLE} {set} {{ {} }}",
+                    elements.join(", ")
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "table inet {TABLE} {{\n\tchain session_policy {{");
     for rule in policy_rules(policy) {
         let _ = writeln!(s, "\t\t{rule}");
     }
@@ -183,26 +225,57 @@ pub(crate) fn policy_script(policy: &fleet::NetworkPolicy) -> String {
     s
 }
 
-/// The rules of the `session_policy` chain for `policy`.
-///
-/// TODO(issue 5, network policy enforcement): with `enabled`, put the
-/// policy's `ipv4`/`ipv6` rules into `allow_v4`/`allow_v6` (validated: they
-/// come from the server), resolve `hostname` rules through the per-sandbox
-/// resolver into further sets, and return
-/// `["ip daddr @allow_v4 return", "ip6 daddr @allow_v6 return", "goto refuse"]`
-/// (plus DNS to the resolver). Until then an enabled policy is accepted but
-/// NOT enforced: everything the always-on rules allow stays reachable, and
-/// the backend must keep reporting `enforces_network_policy: false`.
-fn policy_rules(policy: &fleet::NetworkPolicy) -> Vec<String> {
-    // An enabled policy deliberately gets the same empty chain as a
-    // disabled one for now; see above.
-    let _not_enforced_yet = policy.enabled;
-    Vec::new()
+/// `nets` without the ones another contains (an interval set refuses
+/// overlapping elements), sorted.
+fn minimal(nets: &[Cidr]) -> Vec<Cidr> {
+    let mut out: Vec<Cidr> = nets
+        .iter()
+        .filter(|c| {
+            !nets
+                .iter()
+                .any(|o| o != *c && o.len <= c.len && o.contains(c.addr))
+        })
+        .copied()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
-/// Whether [`policy_rules`] enforces `policy` (false until issue 5 lands).
-pub(crate) fn enforces(policy: &fleet::NetworkPolicy) -> bool {
-    !policy.enabled
+/// The rules of the `session_policy` chain: none (accept) for a disabled
+/// policy; else the allowed sets return to the output chain (which
+/// accepts) and everything else is refused.
+fn policy_rules(policy: &Parsed) -> Vec<String> {
+    if policy.open {
+        return Vec::new();
+    }
+    vec![
+        "ip daddr @allow_v4 return".into(),
+        "ip6 daddr @allow_v6 return".into(),
+        format!("ip daddr @{DNS_SET_V4} return"),
+        format!("ip6 daddr @{DNS_SET_V6} return"),
+        "goto refuse".into(),
+    ]
+}
+
+/// An `nft -f` script adding resolver answers to the DNS sets, each for
+/// `ttl` seconds (bounded to 5 s .. 1 day: a zero TTL must still let the
+/// client connect).
+pub(crate) fn dns_elements_script(answers: &[(IpAddr, u32)]) -> Option<String> {
+    let mut s = String::new();
+    for (addr, ttl) in answers {
+        let set = if addr.is_ipv6() {
+            DNS_SET_V6
+        } else {
+            DNS_SET_V4
+        };
+        let ttl = (*ttl).clamp(5, 86_400);
+        let _ = writeln!(
+            s,
+            "add element inet {TABLE} {set} {{ {addr} timeout {ttl}s }}"
+        );
+    }
+    (!s.is_empty()).then_some(s)
 }
 
 #[cfg(test)]
@@ -254,18 +327,69 @@ mod tests {
         assert!(s.contains("set gateway_ports { type inet_service; }"));
     }
 
+    fn parsed(enabled: bool, allow: Vec<fleet::AllowRule>) -> Parsed {
+        crate::policy::parse(&fleet::NetworkPolicy { enabled, allow })
+    }
+
     #[test]
-    fn policy_hook_accepts_for_now() {
-        for enabled in [false, true] {
-            let policy = fleet::NetworkPolicy {
-                enabled,
-                allow: vec![fleet::AllowRule::Ipv4("10.0.0.0/8".into())],
-            };
-            let s = policy_script(&policy);
-            assert_eq!(
-                s,
-                "flush chain inet garrison session_policy\ntable inet garrison {\n\tchain session_policy {\n\t}\n}\n"
-            );
-        }
+    fn disabled_policy_leaves_the_chain_empty() {
+        let s = policy_script(
+            &parsed(false, vec![fleet::AllowRule::Ipv4("10.0.0.0/8".into())]),
+            &[],
+        );
+        assert!(s.contains("flush chain inet garrison session_policy\n"));
+        assert!(!s.contains("add element"));
+        assert!(s.ends_with("\tchain session_policy {\n\t}\n}\n"), "{s}");
+    }
+
+    #[test]
+    fn enabled_policy_fills_the_sets_and_refuses_the_rest() {
+        use fleet::AllowRule::*;
+        let gateway = Cidr::parse("203.0.113.7", false).unwrap();
+        let s = policy_script(
+            &parsed(
+                true,
+                vec![
+                    Ipv4("10.1.0.0/16".into()),
+                    Ipv4("10.0.0.0/8".into()),
+                    Ipv4("203.0.113.0/24".into()),
+                    Ipv6("2001:db8::/32".into()),
+                    Hostname("*.github.com".into()),
+                    Unknown(serde_json::json!({"any": true})),
+                ],
+            ),
+            &[gateway],
+        );
+        assert!(
+            s.contains("add element inet garrison allow_v4 { 10.0.0.0/8, 203.0.113.0/24 }"),
+            "{s}"
+        );
+        assert!(s.contains("add element inet garrison allow_v6 { 2001:db8::/32 }"));
+        assert!(s.contains("set dns_v4 { type ipv4_addr; flags timeout; }"));
+        assert!(s.contains("flush set inet garrison dns_v4"));
+        let chain = &s[s.rfind("chain session_policy").unwrap()..];
+        assert!(chain.contains("ip daddr @allow_v4 return\n\t\tip6 daddr @allow_v6 return\n\t\tip daddr @dns_v4 return\n\t\tip6 daddr @dns_v6 return\n\t\tgoto refuse\n"), "{chain}");
+
+        // Enabled and empty: only the always-allowed networks.
+        let s = policy_script(&parsed(true, vec![]), &[]);
+        assert!(!s.contains("add element"));
+        assert!(s.contains("goto refuse"));
+    }
+
+    #[test]
+    fn dns_answers_get_bounded_timeouts() {
+        let s = dns_elements_script(&[
+            ("198.51.100.10".parse().unwrap(), 60),
+            ("2001:db8::1".parse().unwrap(), 0),
+            ("198.51.100.11".parse().unwrap(), u32::MAX),
+        ])
+        .unwrap();
+        assert_eq!(
+            s,
+            "add element inet garrison dns_v4 { 198.51.100.10 timeout 60s }\n\
+             add element inet garrison dns_v6 { 2001:db8::1 timeout 5s }\n\
+             add element inet garrison dns_v4 { 198.51.100.11 timeout 86400s }\n"
+        );
+        assert_eq!(dns_elements_script(&[]), None);
     }
 }

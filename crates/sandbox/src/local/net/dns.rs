@@ -1,0 +1,443 @@
+//! The per-sandbox DNS resolver that makes hostname rules work for any
+//! TCP/UDP client.
+//!
+//! One tokio task per sandbox, inside Garrison's process (no helper process,
+//! so no extra memory per sandbox beyond a socket and a task). Its socket is
+//! bound to [`RESOLVER_ADDR`] *inside the sandbox's namespace* (made on a
+//! short-lived thread that joined the namespace), so only that sandbox can
+//! reach it; the sandbox's `/etc/resolv.conf` names it. Upstream queries go
+//! out from Garrison's own namespace to the configured upstream (default:
+//! the host's first `nameserver`).
+//!
+//! A query for a name the policy allows (or any name, when the policy is
+//! disabled) is forwarded as it is; before the answer is passed back, its
+//! A/AAAA addresses are added to the namespace's `dns_v4`/`dns_v6` nftables
+//! sets with a timeout equal to their TTL, so the client's connection that
+//! follows is accepted. Any other name gets NXDOMAIN and its addresses
+//! stay refused. Only UDP is served (a truncated answer makes a client
+//! retry over TCP, which is refused: rare for the A/AAAA answers that
+//! matter).
+//!
+//! Messages are parsed by the small bounded parser below (a query is at most
+//! 512 bytes, an answer at most 4096; names are walked with a bounded number
+//! of labels and compression pointers), not by a DNS library.
+//!
+//! Restarts: the task dies with Garrison; the namespace, its rules and the
+//! sets stay. The policy is stored next to the network's state
+//! (`policy.json`), and [`super::ensure_resolver`] starts the resolver again
+//! from it; the local backend calls it on every status poll of a
+//! sandbox, so after a restart names resolve again within one poll. Until
+//! then the sandbox's lookups time out (fail closed); addresses already
+//! learned stay reachable until their TTL ends.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+
+use super::rules;
+use super::tools::{self, Tools};
+use crate::policy::Parsed;
+use crate::{Result, SandboxError};
+
+/// Where the resolver listens inside each sandbox's namespace (its own
+/// loopback, which the ruleset accepts before any policy).
+pub const RESOLVER_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
+const PORT: u16 = 53;
+const MAX_QUERY: usize = 512;
+const MAX_ANSWER: usize = 4096;
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
+/// Queries in flight per sandbox; more are dropped (the client retries).
+const MAX_IN_FLIGHT: usize = 32;
+
+const RCODE_SERVFAIL: u8 = 2;
+const RCODE_NXDOMAIN: u8 = 3;
+const TYPE_A: u16 = 1;
+const TYPE_AAAA: u16 = 28;
+
+struct Running {
+    policy: Arc<RwLock<Parsed>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Resolvers of this process, by namespace path.
+static RESOLVERS: LazyLock<Mutex<HashMap<PathBuf, Running>>> = LazyLock::new(Default::default);
+
+/// Starts the resolver of the namespace at `netns`, or gives a running one
+/// the new `policy`.
+pub(crate) fn start_or_update(
+    netns: &Path,
+    upstream: Option<SocketAddr>,
+    policy: Parsed,
+) -> Result<()> {
+    let mut all = RESOLVERS.lock().expect("resolver registry");
+    if let Some(running) = all.get(netns)
+        && !running.task.is_finished()
+    {
+        *running.policy.write().expect("resolver policy") = policy;
+        return Ok(());
+    }
+    let socket = bind_in(netns)?;
+    let policy = Arc::new(RwLock::new(policy));
+    let task = tokio::spawn(serve(
+        socket,
+        netns.to_owned(),
+        upstream,
+        Arc::clone(&policy),
+    ));
+    all.insert(netns.to_owned(), Running { policy, task });
+    Ok(())
+}
+
+/// Whether a resolver of this process serves `netns`.
+pub(crate) fn is_running(netns: &Path) -> bool {
+    let all = RESOLVERS.lock().expect("resolver registry");
+    all.get(netns).is_some_and(|r| !r.task.is_finished())
+}
+
+/// Stops the resolver of `netns`, if any.
+pub(crate) fn stop(netns: &Path) {
+    if let Some(running) = RESOLVERS.lock().expect("resolver registry").remove(netns) {
+        running.task.abort();
+    }
+}
+
+/// A UDP socket on [`RESOLVER_ADDR`] inside the namespace at `netns`.
+fn bind_in(netns: &Path) -> Result<UdpSocket> {
+    let ns = std::fs::File::open(netns).map_err(|e| {
+        SandboxError::Transient(anyhow!(
+            "opening network namespace {}: {e}",
+            netns.display()
+        ))
+    })?;
+    let socket = std::thread::spawn(move || -> std::io::Result<std::net::UdpSocket> {
+        // SAFETY: one system call on a thread of our own, which ends here.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let socket = std::net::UdpSocket::bind((RESOLVER_ADDR, PORT))?;
+        socket.set_nonblocking(true)?;
+        Ok(socket)
+    })
+    .join()
+    .map_err(|_| SandboxError::Fatal(anyhow!("the resolver's bind thread panicked")))?
+    .map_err(|e| {
+        SandboxError::Transient(anyhow!(
+            "binding the DNS resolver in {}: {e}",
+            netns.display()
+        ))
+    })?;
+    UdpSocket::from_std(socket)
+        .map_err(|e| SandboxError::Transient(anyhow!("registering the DNS socket: {e}")))
+}
+
+async fn serve(
+    socket: UdpSocket,
+    netns: PathBuf,
+    upstream: Option<SocketAddr>,
+    policy: Arc<RwLock<Parsed>>,
+) {
+    let socket = Arc::new(socket);
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut buf = vec![0u8; MAX_QUERY];
+    loop {
+        let (n, client) = match socket.recv_from(&mut buf).await {
+            Ok(got) => got,
+            Err(e) => {
+                tracing::warn!(netns = %netns.display(), error = %e, "DNS resolver receive");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
+            continue;
+        };
+        let query = buf[..n].to_vec();
+        let (socket, netns, policy) = (Arc::clone(&socket), netns.clone(), Arc::clone(&policy));
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Some(reply) = answer(&query, &policy, &netns, upstream).await {
+                let _ = socket.send_to(&reply, client).await;
+            }
+        });
+    }
+}
+
+/// The reply to `query` (none for a message that is not a query).
+async fn answer(
+    query: &[u8],
+    policy: &RwLock<Parsed>,
+    netns: &Path,
+    upstream: Option<SocketAddr>,
+) -> Option<Vec<u8>> {
+    let q = parse_query(query)?;
+    let (allowed, open) = {
+        let policy = policy.read().expect("resolver policy");
+        (policy.allows_name(&q.name), policy.open)
+    };
+    if !allowed {
+        tracing::debug!(netns = %netns.display(), name = %q.name, "DNS: refused name");
+        return Some(error_reply(query, &q, RCODE_NXDOMAIN));
+    }
+    let Some(reply) = forward(query, upstream).await else {
+        return Some(error_reply(query, &q, RCODE_SERVFAIL));
+    };
+    if !open {
+        let addrs = answer_addresses(&reply).unwrap_or_default();
+        if let Some(script) = rules::dns_elements_script(&addrs) {
+            let added = match Tools::find() {
+                Ok(t) => tools::run(&t.nft, ["-f", "-"], Some(netns), Some(&script))
+                    .await
+                    .map(drop),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = added {
+                tracing::warn!(netns = %netns.display(), error = %e, "DNS: adding answers to the allow set");
+                return Some(error_reply(query, &q, RCODE_SERVFAIL));
+            }
+        }
+    }
+    Some(reply)
+}
+
+/// The upstream's answer to `query`; none without an upstream, on a
+/// timeout or an error.
+async fn forward(query: &[u8], upstream: Option<SocketAddr>) -> Option<Vec<u8>> {
+    let upstream = upstream?;
+    let local: SocketAddr = if upstream.is_ipv6() {
+        "[::]:0".parse().expect("literal")
+    } else {
+        "0.0.0.0:0".parse().expect("literal")
+    };
+    let socket = UdpSocket::bind(local).await.ok()?;
+    socket.connect(upstream).await.ok()?;
+    socket.send(query).await.ok()?;
+    let mut buf = vec![0u8; MAX_ANSWER];
+    let deadline = tokio::time::Instant::now() + UPSTREAM_TIMEOUT;
+    loop {
+        let n = tokio::time::timeout_at(deadline, socket.recv(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        // Same id, a response: anything else is ignored.
+        if n >= 12 && buf[..2] == query[..2] && buf[2] & 0x80 != 0 {
+            buf.truncate(n);
+            return Some(buf);
+        }
+    }
+}
+
+/// The one question of a query.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Question {
+    /// Lowercase, dot-separated, no trailing dot.
+    pub name: String,
+    pub qtype: u16,
+    /// Offset just past the question.
+    pub end: usize,
+}
+
+/// A standard query (QR=0, opcode 0) with exactly one question, whose name
+/// is plain labels (no compression).
+pub(crate) fn parse_query(msg: &[u8]) -> Option<Question> {
+    if msg.len() < 12 || msg.len() > MAX_QUERY {
+        return None;
+    }
+    let (flags, qdcount) = (msg[2], u16::from_be_bytes([msg[4], msg[5]]));
+    if flags & 0x80 != 0 || (flags >> 3) & 0x0f != 0 || qdcount != 1 {
+        return None;
+    }
+    let mut pos = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*msg.get(pos)?);
+        pos += 1;
+        if len == 0 {
+            break;
+        }
+        if len > 63 {
+            return None;
+        }
+        let label = msg.get(pos..pos + len)?;
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        pos += len;
+    }
+    let qtype = u16::from_be_bytes([*msg.get(pos)?, *msg.get(pos + 1)?]);
+    msg.get(pos + 3)?;
+    let name = labels.join(".");
+    (name.len() <= 253).then_some(Question {
+        name,
+        qtype,
+        end: pos + 4,
+    })
+}
+
+/// A reply carrying only the question and `rcode`.
+pub(crate) fn error_reply(query: &[u8], q: &Question, rcode: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(q.end);
+    out.extend_from_slice(&query[..2]);
+    // QR, the query's opcode and RD; RA; rcode.
+    out.push(0x80 | (query[2] & 0x79));
+    out.push(0x80 | (rcode & 0x0f));
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&query[12..q.end]);
+    out
+}
+
+/// Skips a (possibly compressed) name starting at `pos`; the offset after it.
+fn skip_name(msg: &[u8], mut pos: usize) -> Option<usize> {
+    for _ in 0..128 {
+        let len = *msg.get(pos)?;
+        match len {
+            0 => return Some(pos + 1),
+            l if l & 0xc0 == 0xc0 => {
+                msg.get(pos + 1)?;
+                return Some(pos + 2);
+            }
+            l if l <= 63 => pos += 1 + usize::from(l),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The A and AAAA records of a response's answer section, with TTLs.
+pub(crate) fn answer_addresses(msg: &[u8]) -> Option<Vec<(IpAddr, u32)>> {
+    if msg.len() < 12 || msg.len() > MAX_ANSWER {
+        return None;
+    }
+    let qdcount = u16::from_be_bytes([msg[4], msg[5]]);
+    let ancount = u16::from_be_bytes([msg[6], msg[7]]);
+    let mut pos = 12;
+    for _ in 0..qdcount {
+        pos = skip_name(msg, pos)? + 4;
+    }
+    let mut out = Vec::new();
+    for _ in 0..ancount {
+        pos = skip_name(msg, pos)?;
+        let head = msg.get(pos..pos + 10)?;
+        let rtype = u16::from_be_bytes([head[0], head[1]]);
+        let class = u16::from_be_bytes([head[2], head[3]]);
+        let ttl = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+        let rdlen = usize::from(u16::from_be_bytes([head[8], head[9]]));
+        let data = msg.get(pos + 10..pos + 10 + rdlen)?;
+        match (rtype, class, rdlen) {
+            (TYPE_A, 1, 4) => {
+                let a: [u8; 4] = data.try_into().ok()?;
+                out.push((IpAddr::from(a), ttl));
+            }
+            (TYPE_AAAA, 1, 16) => {
+                let a: [u8; 16] = data.try_into().ok()?;
+                out.push((IpAddr::from(a), ttl));
+            }
+            _ => {}
+        }
+        pos += 10 + rdlen;
+    }
+    Some(out)
+}
+
+/// The first `nameserver` of a resolv.conf, on port 53.
+pub(crate) fn upstream_from_resolv_conf(text: &str) -> Option<SocketAddr> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|rest| rest.trim().split('%').next()?.parse::<IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, PORT))
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        q
+    }
+
+    #[test]
+    fn queries_parse_and_refusals_echo_the_question() {
+        let q = query("API.GitHub.com", TYPE_A);
+        let parsed = parse_query(&q).unwrap();
+        assert_eq!(parsed.name, "api.github.com");
+        assert_eq!(parsed.qtype, TYPE_A);
+        assert_eq!(parsed.end, q.len());
+        let r = error_reply(&q, &parsed, RCODE_NXDOMAIN);
+        assert_eq!(&r[..2], &[0x12, 0x34]);
+        assert_eq!(r[2], 0x81, "QR and RD");
+        assert_eq!(r[3] & 0x0f, RCODE_NXDOMAIN);
+        assert_eq!(&r[12..], &q[12..]);
+        assert_eq!(answer_addresses(&r).unwrap(), vec![]);
+
+        // Not queries: a response, two questions, truncated, oversized,
+        // a compression pointer in the question.
+        let mut resp = q.clone();
+        resp[2] |= 0x80;
+        assert_eq!(parse_query(&resp), None);
+        let mut two = q.clone();
+        two[5] = 2;
+        assert_eq!(parse_query(&two), None);
+        assert_eq!(parse_query(&q[..q.len() - 1]), None);
+        assert_eq!(parse_query(&q[..11]), None);
+        assert_eq!(parse_query(&[q.clone(), vec![0; 600]].concat()), None);
+        let mut ptr = q[..12].to_vec();
+        ptr.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1]);
+        assert_eq!(parse_query(&ptr), None);
+    }
+
+    #[test]
+    fn answers_yield_addresses_with_ttls_through_compression() {
+        let q = query("a.test", TYPE_A);
+        let mut r = q.clone();
+        r[2] = 0x81;
+        r[3] = 0x80;
+        r[7] = 3; // three answers
+        // CNAME (skipped), A, AAAA; names are pointers to the question.
+        r.extend_from_slice(&[0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 9, 0, 2, 0xc0, 12]);
+        r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 51, 100, 10]);
+        r.extend_from_slice(&[0xc0, 12, 0, 28, 0, 1, 0, 0, 1, 0, 0, 16]);
+        r.extend_from_slice(&[0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let got = answer_addresses(&r).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                ("198.51.100.10".parse().unwrap(), 60),
+                ("2001:db8::1".parse().unwrap(), 256)
+            ]
+        );
+        // A record cut short: no answer rather than garbage.
+        assert_eq!(answer_addresses(&r[..r.len() - 3]), None);
+        // A pointer loop is bounded.
+        let mut lp = r[..12].to_vec();
+        lp[5] = 1;
+        lp.extend_from_slice(&[1, b'a', 0xc0]);
+        assert_eq!(answer_addresses(&lp), None);
+    }
+
+    #[test]
+    fn upstream_comes_from_resolv_conf() {
+        let conf = "# c\nsearch x\nnameserver fe80::1%eth0\nnameserver 10.0.0.2\n";
+        assert_eq!(
+            upstream_from_resolv_conf(conf),
+            Some("[fe80::1]:53".parse().unwrap())
+        );
+        assert_eq!(
+            upstream_from_resolv_conf("nameserver 10.0.0.2"),
+            Some("10.0.0.2:53".parse().unwrap())
+        );
+        assert_eq!(upstream_from_resolv_conf(""), None);
+    }
+}

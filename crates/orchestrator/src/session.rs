@@ -289,7 +289,28 @@ impl SessionRunner {
         let now = now_ms();
         match self.deps.view.get(self.id()) {
             Some(entry) => {
+                let policy_changed = self
+                    .entry
+                    .as_ref()
+                    .is_some_and(|old| old.spec.network_policy != entry.spec.network_policy);
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                if policy_changed && let Some(handle) = self.rec.handle.clone() {
+                    let policy = &entry.spec.network_policy;
+                    match self
+                        .deps
+                        .backend
+                        .update_network_policy(&handle, policy)
+                        .await
+                    {
+                        Ok(()) => self.event(
+                            "network_policy_updated",
+                            json!({ "enabled": policy.enabled, "rules": policy.allow.len() }),
+                        ),
+                        Err(e) => {
+                            warn!(session_id = self.id(), error = %e, "applying the changed network policy failed")
+                        }
+                    }
+                }
                 self.entry = Some(entry);
             }
             // Absent from a synced view: the entry left the queue. Before the

@@ -381,14 +381,7 @@ async fn claim_round(
                 match deps.client.claim(&session_id, &deps.acceptor_id).await {
                     Ok(entry) => {
                         Metrics::inc(&deps.metrics.claims_won);
-                        let mut rec = SessionRecord::new(
-                            &session_id,
-                            &deps.outpost.outpost_id,
-                            entry.spec.kind.as_str(),
-                            deps.backend.kind(),
-                            now_ms(),
-                        );
-                        rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                        let rec = claimed_record(deps, &entry);
                         if let Err(e) = deps.store.put_session(&rec) {
                             // Unrecorded, the claim would be adopted after a
                             // restart; still, do not run what we cannot record.
@@ -433,14 +426,7 @@ async fn claim_round(
                 if !matches!(deps.store.session(&session_id), Ok(None)) {
                     continue;
                 }
-                let mut rec = SessionRecord::new(
-                    &session_id,
-                    &deps.outpost.outpost_id,
-                    entry.spec.kind.as_str(),
-                    deps.backend.kind(),
-                    now_ms(),
-                );
-                rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+                let rec = claimed_record(deps, entry);
                 if deps.store.put_session(&rec).is_err() {
                     continue;
                 }
@@ -451,6 +437,19 @@ async fn claim_round(
             }
         }
     }
+}
+
+/// The state-store record of a session just claimed (or adopted).
+fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
+    let mut rec = SessionRecord::new(
+        entry.session_id(),
+        &deps.outpost.outpost_id,
+        entry.spec.kind.as_str(),
+        deps.backend.kind(),
+        now_ms(),
+    );
+    rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
+    rec
 }
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left

@@ -640,23 +640,7 @@ impl SessionRunner {
     /// The newest snapshot of the session, from the state store or, for a
     /// session another Garrison suspended, from the backend's shared store.
     async fn latest_snapshot(&self, name: &SandboxName) -> Option<SnapshotRef> {
-        let mut candidates: Vec<SnapshotRef> = self
-            .deps
-            .store
-            .snapshots(self.id())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.snapshot)
-            .collect();
-        candidates.extend(
-            self.deps
-                .backend
-                .snapshots_for(name)
-                .await
-                .unwrap_or_default(),
-        );
-        candidates.sort_by_key(|s| s.created_at_ms);
-        for snapshot in candidates.into_iter().rev() {
+        for snapshot in self.known_snapshots(name).await.into_iter().rev() {
             if self
                 .deps
                 .backend
@@ -895,8 +879,10 @@ impl SessionRunner {
         Err(last_error.unwrap_or_else(|| anyhow!("snapshot failed")))
     }
 
-    async fn delete_snapshots(&self) {
-        let name = SandboxName::for_session(self.id());
+    /// The session's snapshots recorded here and those the backend finds by
+    /// name (another Garrison sharing the snapshot store may have made
+    /// them), oldest first, each once.
+    async fn known_snapshots(&self, name: &SandboxName) -> Vec<SnapshotRef> {
         let mut snapshots: Vec<SnapshotRef> = self
             .deps
             .store
@@ -908,11 +894,18 @@ impl SessionRunner {
         snapshots.extend(
             self.deps
                 .backend
-                .snapshots_for(&name)
+                .snapshots_for(name)
                 .await
                 .unwrap_or_default(),
         );
-        for snapshot in snapshots {
+        snapshots.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        snapshots.dedup_by(|a, b| a.id == b.id);
+        snapshots
+    }
+
+    async fn delete_snapshots(&self) {
+        let name = SandboxName::for_session(self.id());
+        for snapshot in self.known_snapshots(&name).await {
             match self.deps.backend.delete_snapshot(&snapshot).await {
                 Ok(()) => {
                     let _ = self.deps.store.remove_snapshot(&snapshot.id);

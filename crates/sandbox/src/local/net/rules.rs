@@ -16,9 +16,11 @@
 //!   @host_loopback_v4/6                     refuse   every other port of the host's loopback
 //!   @blocked_v4/6                           refuse   169.254.0.0/16, fd00:ec2::254, fe80::/10
 //!   @host_addrs_v4/6                        refuse   the host's own addresses
-//!   jump session_policy                              the policy hook (see below)
+//!   jump session_policy                              the policy (see below)
 //!   (end of chain)                          accept   outbound connectivity
-//! session_policy: empty: accept the rest. Owned by `apply_policy`.
+//! session_policy: owned by `apply_policy` (`policy_script`):
+//!   disabled policy: empty (accept the rest)
+//!   enabled: @allow_v4/6 return; @dns_v4/6 return; goto refuse
 //! refuse: TCP → RST, else ICMP admin-prohibited
 //! input (policy drop): lo, established/related, ICMP
 //! ```
@@ -28,12 +30,13 @@
 //! notices and moves on. Nothing is revealed by it: the sandbox knows the
 //! rules are there anyway.
 //!
-//! The policy hook: `session_policy` is jumped to after the always-on rules, so no
-//! policy can open what they close. A rule there that `return`s lets the
+//! The policy: `session_policy` is jumped to after the always-on rules, so
+//! no policy can open what they close. A rule there that `return`s lets the
 //! packet through (the output chain then accepts it); `goto refuse` closes.
-//! Enforcing `spec.network_policy` (a later issue) therefore means:
-//! fill `allow_v4`/`allow_v6` (and DNS-learned sets), and make `session_policy`
-//! `ip daddr @allow_v4 return; ip6 daddr @allow_v6 return; goto refuse`.
+//! `allow_v4`/`allow_v6` hold the policy's networks (and the gateway's
+//! address when it is not on the host's loopback); `dns_v4`/`dns_v6` hold
+//! what the resolver (the `dns` module) answered for allowed names, each
+//! element timing out with its TTL.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -135,8 +138,7 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
         false,
         &v6s(&rules.host_addrs),
     );
-    // Filled by policy enforcement (a later issue); declared now so that it
-    // only adds elements.
+    // Filled by `policy_script`.
     set(&mut s, "allow_v4", "ipv4_addr", true, &[]);
     set(&mut s, "allow_v6", "ipv6_addr", true, &[]);
     s.push_str(

@@ -525,6 +525,35 @@ fn world() {
     assert_open(&sb, addr_of("github.test"), "github.test, disabled policy");
     assert_always_closed(&sb, gateway_port, other_port);
 
+    // "Garrison restarts": its runtime, and the resolver task with it, ends;
+    // the namespace and its rules stay. Lookups fail until the resolver is
+    // started again from the stored policy (the backend does it on the
+    // next status poll).
+    let back = policy(true, vec![AllowRule::Hostname("allowed.test".into())]);
+    rt.block_on(net::apply_policy(&cfg, &sb, &back)).unwrap();
+    drop(rt);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    assert_eq!(
+        resolve(&sb, "allowed.test"),
+        None,
+        "no resolver after the restart"
+    );
+    rt.block_on(net::ensure_resolver(&cfg, &sb)).unwrap();
+    assert_eq!(resolve(&sb, "allowed.test"), Some(addr_of("allowed.test")));
+    assert_eq!(resolve(&sb, "unlisted.test"), None);
+    assert_open(&sb, addr_of("allowed.test"), "allowed.test after a restart");
+    assert_closed(
+        &sb,
+        addr_of("unlisted.test"),
+        "unlisted.test after a restart",
+    );
+    // A second call finds it running.
+    rt.block_on(net::ensure_resolver(&cfg, &sb)).unwrap();
+
     rt.block_on(net::destroy(&cfg, &sb.name)).unwrap();
     assert!(!sb.netns_path.exists());
     drop(rt);

@@ -1,10 +1,12 @@
-//! `garrison bench`: benchmarks that print numbers, run in-process against
-//! the emulator. They are not tests: they report figures next to their
-//! targets and exit 0 whether or not the targets are met.
+//! `garrison bench`: benchmarks that print numbers, run in-process (`queue`
+//! against the emulator, `sandbox` against a sandbox backend). They are not
+//! tests: they report figures next to their targets and exit 0 whether or
+//! not the targets are met.
 
 mod probe;
 mod queue;
 mod report;
+mod sandbox;
 
 use clap::{Args, Subcommand};
 
@@ -21,6 +23,10 @@ enum BenchCommand {
     /// gateway, for Garrison's watch-driven loop and for a 3-second polling
     /// loop, plus fleet API requests per session and idle list calls.
     Queue(queue::QueueArgs),
+    /// Create -> remote started and destroy latency, snapshot and restore
+    /// throughput, and the memory of each sandbox's helpers outside it,
+    /// measured on a sandbox backend directly (`local` by default; root).
+    Sandbox(sandbox::SandboxArgs),
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -29,5 +35,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     crate::logging::init_with_default(crate::logging::LogFormat::Text, "warn");
     match args.command {
         BenchCommand::Queue(args) => queue::run(args).await,
+        BenchCommand::Sandbox(args) => sandbox::run(args).await,
     }
 }

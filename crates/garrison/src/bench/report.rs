@@ -1,5 +1,6 @@
 //! Figures of `garrison bench queue`: percentiles, the printed table and the
 //! one-line JSON object, with each target checked next to its figure.
+//! [`Summary`], [`row`], [`verdict`] and [`round`] serve `bench sandbox` too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,7 +45,7 @@ impl Summary {
         }
     }
 
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         json!({
             "n": self.n,
             "p50": round(self.p50),
@@ -364,7 +365,7 @@ impl Report {
     }
 }
 
-fn row(out: &mut String, label: &str, s: &Summary) {
+pub(super) fn row(out: &mut String, label: &str, s: &Summary) {
     let _ = writeln!(
         out,
         "{label:<48} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>5}",
@@ -372,12 +373,12 @@ fn row(out: &mut String, label: &str, s: &Summary) {
     );
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub(super) fn verdict(ok: bool) -> &'static str {
     if ok { "PASS" } else { "MISS" }
 }
 
 /// Two decimals are plenty for milliseconds and ratios.
-fn round(x: f64) -> f64 {
+pub(super) fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 

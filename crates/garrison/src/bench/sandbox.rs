@@ -1,0 +1,243 @@
+//! `garrison bench sandbox`: what one sandbox costs, measured on the backend
+//! directly (no emulator, no orchestrator loop).
+//!
+//! 1. **Create -> remote started**, `--sessions` times, one sandbox after
+//!    another, each left running: `create`, `put_file` of the ~10 MB static
+//!    `devin-remote-sim` (as the session runner copies the verified remote
+//!    in), `spawn` of `sh -c 'devin-remote --version; exec sleep infinity'`,
+//!    then polling until the remote's first output line can be read back
+//!    and the process's status is Running. The headline is the whole span:
+//!    create called -> that line read. Spawn returning (the shim has
+//!    started the process) is in the breakdown.
+//! 2. **Memory** of those idle sandboxes: every helper process outside a
+//!    sandbox that works for it (see `procs`), resident size by name.
+//! 3. **Destroy** of each, with its process still running.
+//! 4. **Snapshot and restore** of a workspace of `--files` files of
+//!    `--file-kb` KiB of random data, generated inside the sandbox by one
+//!    `head -c /dev/urandom | split` per directory (incompressible, so zstd
+//!    cannot shrink the work): `snapshot` and `create` with `restore_from`
+//!    each `--rounds` times, then the restored files counted inside.
+//!
+//! Everything lives in a scratch directory under the state directory, which
+//! is removed at the end (every sandbox in it is destroyed first, also after
+//! a failure). Images come from `--images-dir` and are only read.
+
+mod phases;
+mod procs;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use sandbox::host::{HostBackend, HostConfig};
+use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
+use sandbox::local::{LocalBackend, LocalConfig};
+use sandbox::{Resources, Sandbox};
+
+use self::report::{Report, Setup};
+
+/// Options of `garrison bench sandbox`.
+#[derive(Args, Debug)]
+pub struct SandboxArgs {
+    /// The backend to measure.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Local)]
+    backend: BackendChoice,
+    /// Sandboxes created (and destroyed) for the latency figures; all of
+    /// them are idle at once for the memory figure.
+    #[arg(long, default_value_t = 50)]
+    sessions: usize,
+    /// CPUs per sandbox.
+    #[arg(long, default_value_t = 1.0)]
+    cpus: f64,
+    /// Memory per sandbox, MB.
+    #[arg(long, default_value_t = 1024)]
+    memory_mb: u64,
+    /// Disk per sandbox, MB.
+    #[arg(long, default_value_t = 2048)]
+    disk_mb: u64,
+    /// Garrison's state directory: the scratch directory goes in it
+    /// [default: /var/lib/garrison as root, else ~/.local/share/garrison].
+    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The local backend's image store [default: <state-dir>/images].
+    #[arg(long, value_name = "DIR")]
+    images_dir: Option<PathBuf>,
+    /// The image sandboxes start from (local backend).
+    #[arg(long, default_value = DEFAULT_IMAGE)]
+    image: String,
+    /// Files in the snapshot workspace.
+    #[arg(long, default_value_t = 20_000)]
+    files: u64,
+    /// Size of each of them, KiB.
+    #[arg(long, default_value_t = 10)]
+    file_kb: u64,
+    /// Snapshots taken, and restores made, of that workspace.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Also print the figures as one JSON object on the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendChoice {
+    Local,
+    Host,
+}
+
+pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
+    if args.sessions == 0 || args.rounds == 0 || args.files == 0 || args.file_kb == 0 {
+        bail!("--sessions, --rounds, --files and --file-kb must be at least 1");
+    }
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => orchestrator::settings::HostEnv::current()
+            .default_state_dir()
+            .map_err(|err| anyhow::anyhow!("{err}"))?,
+    };
+    let binary_path = emulator::locate_remote_sim().context(
+        "devin-remote-sim not found next to this binary (or in $GARRISON_REMOTE_SIM); \
+         scripts/setup puts the static one in target/release",
+    )?;
+    let binary = std::fs::read(&binary_path)
+        .with_context(|| format!("reading {}", binary_path.display()))?;
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix("bench-sandbox-")
+        .tempdir_in(&state_dir)
+        .with_context(|| format!("creating a scratch directory in {}", state_dir.display()))?;
+    let (backend, image) = open_backend(&args, &state_dir, scratch.path())?;
+    let setup = Setup {
+        backend: backend.kind().to_owned(),
+        image,
+        cpus: args.cpus,
+        memory_mb: args.memory_mb,
+        disk_mb: args.disk_mb,
+        binary_bytes: binary.len() as u64,
+    };
+    let resources = Resources {
+        cpus: args.cpus,
+        memory_mb: args.memory_mb,
+        disk_mb: args.disk_mb,
+    };
+    let bench = phases::Bench {
+        backend: backend.clone(),
+        resources,
+        image: (args.backend == BackendChoice::Local).then(|| args.image.clone()),
+        run_id: format!("{:08x}", rand::random::<u32>()),
+    };
+    let measured = measure(&bench, &args, &binary).await;
+    let cleaned = phases::destroy_all(backend.as_ref()).await;
+    match cleaned {
+        Ok(()) => drop(scratch),
+        Err(e) => {
+            // Removing a directory with mounts still in it would reach into
+            // them: leave it for a look and `umount`.
+            let kept = scratch.keep();
+            eprintln!(
+                "bench sandbox: cleaning up failed ({e:#}); left {}",
+                kept.display()
+            );
+        }
+    }
+    let (lifecycle, memory, snapshots) = measured?;
+    let report = Report {
+        setup,
+        lifecycle,
+        memory,
+        snapshots,
+    };
+    print!("{}", report.table());
+    if args.json {
+        println!("{}", report.json());
+    }
+    Ok(())
+}
+
+async fn measure(
+    bench: &phases::Bench,
+    args: &SandboxArgs,
+    binary: &[u8],
+) -> anyhow::Result<(report::Lifecycle, report::Memory, report::Snapshots)> {
+    progress(&format!(
+        "creating {} sandboxes one after another",
+        args.sessions
+    ));
+    let (mut lifecycle, handles) = bench.create_and_start(args.sessions, binary).await?;
+    progress("measuring the memory of the idle sandboxes");
+    let memory = bench.memory(&handles).await;
+    progress("destroying them one after another");
+    lifecycle.destroy = bench.destroy_each(&handles).await?;
+    progress(&format!(
+        "snapshot and restore of {} files of {} KiB, {} rounds",
+        args.files, args.file_kb, args.rounds
+    ));
+    let snapshots = bench
+        .snapshots(args.files, args.file_kb * 1024, args.rounds)
+        .await?;
+    Ok((lifecycle, memory, snapshots))
+}
+
+/// The backend over the scratch directory, and the image it starts from.
+fn open_backend(
+    args: &SandboxArgs,
+    state_dir: &Path,
+    scratch: &Path,
+) -> anyhow::Result<(Arc<dyn Sandbox>, Option<String>)> {
+    let this_exe = std::env::current_exe().context("locating this binary")?;
+    match args.backend {
+        BackendChoice::Host => {
+            let backend = HostBackend::new(HostConfig {
+                root: scratch.join("host"),
+                snapshot_dir: scratch.join("snapshots"),
+                shim_exe: this_exe,
+            })?;
+            Ok((Arc::new(backend), None))
+        }
+        BackendChoice::Local => {
+            let images_dir = args
+                .images_dir
+                .clone()
+                .unwrap_or_else(|| state_dir.join("images"));
+            let images = ImageStore::open(&images_dir)
+                .with_context(|| format!("opening the images in {}", images_dir.display()))?;
+            let image = images.resolve(&args.image).with_context(|| {
+                format!(
+                    "image {:?} in {} (scripts/setup builds `default` into \
+                     target/test-state/images; pass --images-dir)",
+                    args.image,
+                    images_dir.display()
+                )
+            })?;
+            // The same shim `garrison serve` uses for this backend.
+            let shim_exe = std::env::var_os("GARRISON_STATIC_SHIM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| this_exe.with_file_name("garrison-shim"));
+            let backend = LocalBackend::new(LocalConfig {
+                root: scratch.join("local"),
+                snapshot_dir: scratch.join("snapshots"),
+                images,
+                default_image: args.image.clone(),
+                shim_exe,
+                tini: PathBuf::from("/usr/bin/tini-static"),
+                runc: PathBuf::from("/usr/sbin/runc"),
+            })?;
+            Ok((
+                Arc::new(backend),
+                Some(format!("{} ({})", args.image, short_id(&image.id))),
+            ))
+        }
+    }
+}
+
+fn short_id(id: &str) -> &str {
+    &id[..id.len().min("sha256-".len() + 12)]
+}
+
+/// Progress goes to stderr so stdout holds only the figures.
+fn progress(message: &str) {
+    eprintln!("bench sandbox: {message}");
+}

@@ -1,0 +1,339 @@
+//! Figures of `garrison bench sandbox`: the printed table and the one-line
+//! JSON object, each target checked next to its figure.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::super::report::{Summary, round, row, verdict};
+
+/// Create -> remote started, p50.
+pub const TARGET_START_P50_MS: f64 = 150.0;
+/// Snapshot of the ~200 MB workspace, p50.
+pub const TARGET_SNAPSHOT_P50_S: f64 = 1.5;
+/// No per-sandbox helper process above this resident size, MiB (memory
+/// figures are MiB, as `free -m` and `ps` count; throughput MB are 10^6).
+pub const TARGET_HELPER_RSS_MIB: f64 = 10.0;
+
+/// How the sandboxes were made.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    pub backend: String,
+    pub image: Option<String>,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub binary_bytes: u64,
+}
+
+/// Create -> remote started, one sandbox after another, and destroy.
+#[derive(Clone, Debug, Default)]
+pub struct Lifecycle {
+    /// `create` returned: the sandbox is running.
+    pub create: Summary,
+    /// The remote binary written into the sandbox.
+    pub put: Summary,
+    /// `spawn` returned: the shim has started the process.
+    pub spawn: Summary,
+    /// Spawn returned -> the remote's first line read back, status Running.
+    pub first_output: Summary,
+    /// The headline: create called -> first line read back.
+    pub total: Summary,
+    pub destroy: Summary,
+}
+
+/// Snapshot and restore of a workspace of many small files.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshots {
+    pub files: u64,
+    /// Bytes in the workspace's files, as `find` counts them inside.
+    pub workspace_bytes: u64,
+    /// Time to generate them inside the sandbox (not a figure; context).
+    pub fill_secs: f64,
+    pub archive_bytes: u64,
+    /// `snapshot`, seconds.
+    pub snapshot: Summary,
+    /// `create` with `restore_from`, seconds.
+    pub restore: Summary,
+    /// Files and bytes found in the last restored sandbox.
+    pub restored_files: u64,
+    pub restored_bytes: u64,
+}
+
+impl Snapshots {
+    /// Workspace MB (10^6 bytes) per second at a duration of `secs`.
+    pub fn mb_per_s(&self, secs: f64) -> f64 {
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        self.workspace_bytes as f64 / 1e6 / secs
+    }
+
+    pub fn verified(&self) -> bool {
+        self.files > 0
+            && self.restored_files == self.files
+            && self.restored_bytes == self.workspace_bytes
+    }
+}
+
+/// One kind of helper (by executable name) across the idle sandboxes.
+#[derive(Clone, Debug, Default)]
+pub struct HelperKind {
+    pub name: String,
+    /// Resident size per process, MiB.
+    pub rss_mib: Summary,
+}
+
+/// Resident memory outside and inside the idle sandboxes.
+#[derive(Clone, Debug, Default)]
+pub struct Memory {
+    pub idle_sandboxes: usize,
+    pub helpers: Vec<HelperKind>,
+    /// Sum over one sandbox's helpers, MiB.
+    pub per_sandbox_mib: Summary,
+    /// Sum over the processes inside one sandbox, MiB (charged to the
+    /// sandbox's own memory limit; for context).
+    pub inside_mib: Summary,
+    /// `comm pid rss` of the first sandbox's helpers, for the reader.
+    pub example: Vec<String>,
+}
+
+impl Memory {
+    pub fn max_helper_mib(&self) -> f64 {
+        self.helpers
+            .iter()
+            .map(|h| h.rss_mib.max)
+            .fold(0.0, f64::max)
+    }
+}
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub setup: Setup,
+    pub lifecycle: Lifecycle,
+    pub memory: Memory,
+    pub snapshots: Snapshots,
+}
+
+impl Report {
+    fn start_ok(&self) -> bool {
+        self.lifecycle.total.n > 0 && self.lifecycle.total.p50 < TARGET_START_P50_MS
+    }
+
+    fn snapshot_ok(&self) -> bool {
+        self.snapshots.snapshot.n > 0 && self.snapshots.snapshot.p50 < TARGET_SNAPSHOT_P50_S
+    }
+
+    fn helpers_ok(&self) -> bool {
+        self.memory.max_helper_mib() <= TARGET_HELPER_RSS_MIB
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let s = &self.setup;
+        let l = &self.lifecycle;
+        let _ = writeln!(
+            out,
+            "garrison bench sandbox: {} backend, image {}, {} cpu / {} MB memory / {} MB disk, {} sandboxes one after another",
+            s.backend,
+            s.image.as_deref().unwrap_or("-"),
+            s.cpus,
+            s.memory_mb,
+            s.disk_mb,
+            l.total.n
+        );
+        let _ = writeln!(out);
+        header(&mut out, "create -> remote started (ms)");
+        row(&mut out, "  create (sandbox running)", &l.create);
+        row(
+            &mut out,
+            &format!("  put devin-remote ({:.1} MB)", s.binary_bytes as f64 / 1e6),
+            &l.put,
+        );
+        row(&mut out, "  spawn (the shim started it)", &l.spawn);
+        row(
+            &mut out,
+            "  -> its first output line, Running",
+            &l.first_output,
+        );
+        row(&mut out, "  = create -> remote started", &l.total);
+        let _ = writeln!(
+            out,
+            "  p50 {:.1} ms   target < {TARGET_START_P50_MS} ms   {}",
+            l.total.p50,
+            verdict(self.start_ok())
+        );
+        let _ = writeln!(out);
+        header(&mut out, "destroy, process running (ms)");
+        row(&mut out, "  destroy", &l.destroy);
+        let _ = writeln!(out);
+
+        let n = &self.snapshots;
+        let _ = writeln!(
+            out,
+            "snapshot and restore: {} files, {:.1} MB in the workspace (generated inside in {:.1} s), archive {:.1} MB",
+            n.files,
+            n.workspace_bytes as f64 / 1e6,
+            n.fill_secs,
+            n.archive_bytes as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "{:<48} {:>10} {:>10} {:>10} {:>10} {:>5}",
+            "  (s; MB/s = workspace MB / s)", "p50", "p99", "MB/s p50", "max", "n"
+        );
+        for (label, summary) in [
+            ("  snapshot", &n.snapshot),
+            ("  restore (create from the snapshot)", &n.restore),
+        ] {
+            let _ = writeln!(
+                out,
+                "{label:<48} {:>10.2} {:>10.2} {:>10.1} {:>10.2} {:>5}",
+                summary.p50,
+                summary.p99,
+                n.mb_per_s(summary.p50),
+                summary.max,
+                summary.n
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  restored: {} files, {:.1} MB   {}",
+            n.restored_files,
+            n.restored_bytes as f64 / 1e6,
+            if n.verified() {
+                "matches"
+            } else {
+                "DOES NOT MATCH"
+            }
+        );
+        let _ = writeln!(
+            out,
+            "  snapshot p50 {:.2} s   target < {TARGET_SNAPSHOT_P50_S} s   {}",
+            n.snapshot.p50,
+            verdict(self.snapshot_ok())
+        );
+        let _ = writeln!(out);
+
+        let m = &self.memory;
+        let _ = writeln!(
+            out,
+            "memory of {} idle sandboxes (remote running), resident",
+            m.idle_sandboxes
+        );
+        header(&mut out, "  helpers outside the sandbox (MiB)");
+        for helper in &m.helpers {
+            row(&mut out, &format!("    {}", helper.name), &helper.rss_mib);
+        }
+        if m.helpers.is_empty() {
+            let _ = writeln!(out, "    (none)");
+        }
+        row(&mut out, "  = outside, per sandbox", &m.per_sandbox_mib);
+        row(
+            &mut out,
+            "  inside, per sandbox (its own limit)",
+            &m.inside_mib,
+        );
+        if !m.example.is_empty() {
+            let _ = writeln!(out, "  first sandbox's helpers: {}", m.example.join(", "));
+        }
+        let _ = writeln!(
+            out,
+            "  largest helper {:.1} MiB   target <= {TARGET_HELPER_RSS_MIB} MiB   {}",
+            m.max_helper_mib(),
+            verdict(self.helpers_ok())
+        );
+        out
+    }
+
+    /// The same figures as one JSON object.
+    pub fn json(&self) -> Value {
+        let s = &self.setup;
+        let l = &self.lifecycle;
+        let n = &self.snapshots;
+        let m = &self.memory;
+        let helpers: BTreeMap<&str, Value> = m
+            .helpers
+            .iter()
+            .map(|h| (h.name.as_str(), h.rss_mib.json()))
+            .collect();
+        json!({
+            "bench": "sandbox",
+            "backend": s.backend,
+            "image": s.image,
+            "resources": { "cpus": s.cpus, "memory_mb": s.memory_mb, "disk_mb": s.disk_mb },
+            "sessions": l.total.n,
+            "binary_bytes": s.binary_bytes,
+            "create_to_started_ms": l.total.json(),
+            "breakdown_ms": {
+                "create": l.create.json(),
+                "put_binary": l.put.json(),
+                "spawn": l.spawn.json(),
+                "spawn_to_first_output": l.first_output.json(),
+            },
+            "destroy_ms": l.destroy.json(),
+            "snapshot": {
+                "files": n.files,
+                "workspace_bytes": n.workspace_bytes,
+                "archive_bytes": n.archive_bytes,
+                "fill_secs": round(n.fill_secs),
+                "snapshot_secs": n.snapshot.json(),
+                "snapshot_mb_per_s_p50": round(n.mb_per_s(n.snapshot.p50)),
+                "restore_secs": n.restore.json(),
+                "restore_mb_per_s_p50": round(n.mb_per_s(n.restore.p50)),
+                "restored_files": n.restored_files,
+                "restored_bytes": n.restored_bytes,
+                "verified": n.verified(),
+            },
+            "memory": {
+                "idle_sandboxes": m.idle_sandboxes,
+                "helper_rss_mib": helpers,
+                "outside_per_sandbox_mib": m.per_sandbox_mib.json(),
+                "inside_per_sandbox_mib": m.inside_mib.json(),
+                "example_helpers": m.example,
+            },
+            "targets": {
+                "create_to_started_p50_ms": { "target": TARGET_START_P50_MS, "value": round(l.total.p50), "pass": self.start_ok() },
+                "snapshot_p50_s": { "target": TARGET_SNAPSHOT_P50_S, "value": round(n.snapshot.p50), "pass": self.snapshot_ok() },
+                "max_helper_rss_mib": { "target": TARGET_HELPER_RSS_MIB, "value": round(m.max_helper_mib()), "pass": self.helpers_ok() },
+            },
+        })
+    }
+}
+
+fn header(out: &mut String, title: &str) {
+    let _ = writeln!(
+        out,
+        "{title:<48} {:>10} {:>10} {:>10} {:>10} {:>5}",
+        "p50", "p99", "mean", "max", "n"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throughput_and_verification() {
+        let n = Snapshots {
+            files: 2,
+            workspace_bytes: 200_000_000,
+            restored_files: 2,
+            restored_bytes: 200_000_000,
+            ..Default::default()
+        };
+        assert_eq!(n.mb_per_s(0.5), 400.0);
+        assert_eq!(n.mb_per_s(0.0), 0.0);
+        assert!(n.verified());
+        assert!(
+            !Snapshots {
+                restored_files: 1,
+                ..n
+            }
+            .verified()
+        );
+    }
+}

@@ -99,6 +99,16 @@ impl Garrison {
     /// `garrison serve` on `backend`. For `local`, the state directory's image
     /// store is the test image store.
     pub fn start_on(emu: &Emulator, opts: GarrisonOptions<'_>, backend: Backend) -> Garrison {
+        Self::start_on_with_env(emu, opts, backend, Vec::new())
+    }
+
+    /// [`Garrison::start_on`] with `extra_env` added to the test environment.
+    pub fn start_on_with_env(
+        emu: &Emulator,
+        opts: GarrisonOptions<'_>,
+        backend: Backend,
+        extra_env: Vec<(String, String)>,
+    ) -> Garrison {
         if backend == Backend::Local {
             std::fs::create_dir_all(opts.state_dir).unwrap();
             let images = PathBuf::from(
@@ -125,7 +135,7 @@ impl Garrison {
             "127.0.0.1:0".into(),
         ];
         args.extend(opts.extra_args);
-        Self::start_with_args(emu, opts.state_dir, args)
+        Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env)
     }
 
     /// `garrison` with exactly these arguments (and the test environment).
@@ -376,4 +386,44 @@ pub fn only_workdir(state_dir: &Path) -> PathBuf {
     }
     assert_eq!(found.len(), 1, "one sandbox: {found:?}");
     found.remove(0)
+}
+
+/// Files under `root` (snapshots decompressed) that contain `needle`.
+pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let bytes = if path.to_string_lossy().ends_with(".tar.zst") {
+                    zstd_decode(&path)
+                } else {
+                    std::fs::read(&path).unwrap_or_default()
+                };
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(path);
+                }
+            }
+        }
+    }
+    hits
+}
+
+fn zstd_decode(path: &Path) -> Vec<u8> {
+    let out = Command::new("zstd")
+        .args(["-d", "-c", "-q"])
+        .arg(path)
+        .output()
+        .expect("zstd is installed by scripts/setup");
+    assert!(out.status.success(), "zstd failed on {}", path.display());
+    out.stdout
 }

@@ -233,24 +233,15 @@ impl LocalBackend {
         Ok(())
     }
 
-    async fn build(&self, spec: &SandboxSpec, dir: &Path) -> anyhow::Result<Handle> {
-        let name = spec.name.as_str();
-        // A resume runs on the image its snapshot was made on, even after a
-        // newer image took the name.
-        let image_ref = spec
-            .restore_from
-            .as_ref()
-            .and_then(|s| s.base_image.clone())
-            .or_else(|| spec.image.clone())
-            .unwrap_or_else(|| self.config.default_image.clone());
-        let image = self
-            .config
-            .images
-            .resolve(&image_ref)
-            .with_context(|| format!("image {image_ref:?}"))?;
-
-        std::fs::create_dir_all(dir.join("proc"))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    /// The session's root filesystem: the size-limited disk, the writable
+    /// layer (restored from the snapshot when there is one), the overlay
+    /// mount, and Garrison's files inside it.
+    async fn prepare_root(
+        &self,
+        spec: &SandboxSpec,
+        dir: &Path,
+        image_rootfs: &Path,
+    ) -> anyhow::Result<Root> {
         disk::create(&dir.join("disk.img"), spec.resources.disk_mb).await?;
         disk::mount(&dir.join("disk.img"), &dir.join("disk")).await?;
         let upper = dir.join("disk").join("upper");
@@ -271,7 +262,7 @@ impl LocalBackend {
                 .context("restoring the snapshot")?;
         }
         disk::mount_overlay(
-            &image.rootfs,
+            image_rootfs,
             &upper,
             &dir.join("disk").join("work"),
             &dir.join("rootfs"),
@@ -294,14 +285,41 @@ impl LocalBackend {
             root.create_dir_all(dir_in, 0o700)?;
         }
 
-        let sandbox_net = net::create(
-            &self.net,
-            &spec.name,
-            spec.network.gateway_url.as_deref(),
-            &spec.network.policy,
-        )
-        .await
-        .map_err(|e| anyhow!(e))?;
+        Ok(root)
+    }
+
+    async fn build(&self, spec: &SandboxSpec, dir: &Path) -> anyhow::Result<Handle> {
+        let name = spec.name.as_str();
+        // A resume runs on the image its snapshot was made on, even after a
+        // newer image took the name.
+        let image_ref = spec
+            .restore_from
+            .as_ref()
+            .and_then(|s| s.base_image.clone())
+            .or_else(|| spec.image.clone())
+            .unwrap_or_else(|| self.config.default_image.clone());
+        let image = self
+            .config
+            .images
+            .resolve(&image_ref)
+            .with_context(|| format!("image {image_ref:?}"))?;
+
+        std::fs::create_dir_all(dir.join("proc"))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        // The root filesystem and the network namespace do not depend on each
+        // other: building them together takes the longer of the two, not the
+        // sum. A failure of either is cleaned up by `create`'s teardown.
+        let (root, sandbox_net) =
+            tokio::try_join!(self.prepare_root(spec, dir, &image.rootfs), async {
+                net::create(
+                    &self.net,
+                    &spec.name,
+                    spec.network.gateway_url.as_deref(),
+                    &spec.network.policy,
+                )
+                .await
+                .map_err(|e| anyhow!(e))
+            })?;
         std::fs::write(dir.join(NET_FILE), serde_json::to_vec(&sandbox_net)?)?;
         if let Some(dns) = sandbox_net.dns {
             root.create_dir_all("/etc", 0o755)?;

@@ -17,12 +17,19 @@
 //!    `head -c /dev/urandom | split` per directory (incompressible, so zstd
 //!    cannot shrink the work): `snapshot` and `create` with `restore_from`
 //!    each `--rounds` times, then the restored files counted inside.
+//! 5. **Network policy** (`--policy`, on by default with the local backend;
+//!    see `policy`): create -> remote started with an enabled policy of 50
+//!    allow entries against a disabled one, `--policy-sandboxes` of each;
+//!    then one TCP stream of `--transfer-mb` out of a sandbox, allowed by
+//!    the policy and unrestricted, `--rounds` each, to a sink in a private
+//!    world of network namespaces.
 //!
 //! Everything lives in a scratch directory under the state directory, which
 //! is removed at the end (every sandbox in it is destroyed first, also after
 //! a failure). Images come from `--images-dir` and are only read.
 
 mod phases;
+mod policy;
 mod procs;
 mod report;
 
@@ -76,9 +83,25 @@ pub struct SandboxArgs {
     /// Snapshots taken, and restores made, of that workspace.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Measure the network policy's cost (start latency, throughput)
+    /// [default: true with the local backend, which alone enforces it].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    policy: Option<bool>,
+    /// Sandboxes created with each policy for its start latency.
+    #[arg(long, default_value_t = 20)]
+    policy_sandboxes: usize,
+    /// MB (10^6 bytes) sent per stream for the policy's throughput.
+    #[arg(long, default_value_t = 200)]
+    transfer_mb: u64,
     /// Also print the figures as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+}
+
+impl SandboxArgs {
+    fn policy(&self) -> bool {
+        self.policy.unwrap_or(self.backend == BackendChoice::Local)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -90,6 +113,12 @@ enum BackendChoice {
 pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     if args.sessions == 0 || args.rounds == 0 || args.files == 0 || args.file_kb == 0 {
         bail!("--sessions, --rounds, --files and --file-kb must be at least 1");
+    }
+    if args.policy() && args.backend != BackendChoice::Local {
+        bail!("--policy needs the local backend, the one that enforces network policies");
+    }
+    if args.policy() && (args.policy_sandboxes == 0 || args.transfer_mb == 0) {
+        bail!("--policy-sandboxes and --transfer-mb must be at least 1");
     }
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
@@ -128,8 +157,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         resources,
         image: (args.backend == BackendChoice::Local).then(|| args.image.clone()),
         run_id: format!("{:08x}", rand::random::<u32>()),
+        policy: Default::default(),
     };
-    let measured = measure(&bench, &args, &binary).await;
+    let measured = measure(&bench, &args, &binary, &state_dir, scratch.path()).await;
     let cleaned = phases::destroy_all(backend.as_ref()).await;
     match cleaned {
         Ok(()) => drop(scratch),
@@ -143,12 +173,13 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let (lifecycle, memory, snapshots) = measured?;
+    let (lifecycle, memory, snapshots, policy) = measured?;
     let report = Report {
         setup,
         lifecycle,
         memory,
         snapshots,
+        policy,
     };
     print!("{}", report.table());
     if args.json {
@@ -157,11 +188,20 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+type Measured = (
+    report::Lifecycle,
+    report::Memory,
+    report::Snapshots,
+    Option<policy::PolicyFigures>,
+);
+
 async fn measure(
     bench: &phases::Bench,
     args: &SandboxArgs,
     binary: &[u8],
-) -> anyhow::Result<(report::Lifecycle, report::Memory, report::Snapshots)> {
+    state_dir: &Path,
+    scratch: &Path,
+) -> anyhow::Result<Measured> {
     progress(&format!(
         "creating {} sandboxes one after another",
         args.sessions
@@ -178,7 +218,47 @@ async fn measure(
     let snapshots = bench
         .snapshots(args.files, args.file_kb * 1024, args.rounds)
         .await?;
-    Ok((lifecycle, memory, snapshots))
+    let policy = if args.policy() {
+        Some(measure_policy(bench, args, binary, state_dir, scratch).await?)
+    } else {
+        None
+    };
+    Ok((lifecycle, memory, snapshots, policy))
+}
+
+async fn measure_policy(
+    bench: &phases::Bench,
+    args: &SandboxArgs,
+    binary: &[u8],
+    state_dir: &Path,
+    scratch: &Path,
+) -> anyhow::Result<policy::PolicyFigures> {
+    // The streams first: measured right after the 2 × --policy-sandboxes
+    // destroys of the latency figures, some ran at 20-50 MB/s in trial runs
+    // (the kernel tears network namespaces down later, on its own time).
+    progress(&format!(
+        "network policy: {} streams of {} MB each way, in a private world of namespaces",
+        args.rounds, args.transfer_mb
+    ));
+    // A backend of its own: the world's thread must create it, in its
+    // namespace, over a directory of its own.
+    let (config, _) = local_config(args, state_dir, &scratch.join("world"))?;
+    let transfer = policy::measure_throughput(policy::WorldSetup {
+        config,
+        resources: bench.resources,
+        image: bench.image.clone(),
+        run_id: format!("{}-w", bench.run_id),
+        bytes: args.transfer_mb * 1_000_000,
+        rounds: args.rounds,
+    })
+    .await?;
+    progress(&format!(
+        "network policy: {} sandboxes each with it disabled and enabled, alternating",
+        args.policy_sandboxes
+    ));
+    let mut figures = policy::start_latency(bench, args.policy_sandboxes, binary).await?;
+    figures.transfer = transfer;
+    Ok(figures)
 }
 
 /// The backend over the scratch directory, and the image it starts from.
@@ -198,39 +278,47 @@ fn open_backend(
             Ok((Arc::new(backend), None))
         }
         BackendChoice::Local => {
-            let images_dir = args
-                .images_dir
-                .clone()
-                .unwrap_or_else(|| state_dir.join("images"));
-            let images = ImageStore::open(&images_dir)
-                .with_context(|| format!("opening the images in {}", images_dir.display()))?;
-            let image = images.resolve(&args.image).with_context(|| {
-                format!(
-                    "image {:?} in {} (scripts/setup builds `default` into \
-                     target/test-state/images; pass --images-dir)",
-                    args.image,
-                    images_dir.display()
-                )
-            })?;
-            // The same shim `garrison serve` uses for this backend.
-            let shim_exe = std::env::var_os("GARRISON_STATIC_SHIM")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| this_exe.with_file_name("garrison-shim"));
-            let backend = LocalBackend::new(LocalConfig {
-                root: scratch.join("local"),
-                snapshot_dir: scratch.join("snapshots"),
-                images,
-                default_image: args.image.clone(),
-                shim_exe,
-                tini: PathBuf::from("/usr/bin/tini-static"),
-                runc: PathBuf::from("/usr/sbin/runc"),
-            })?;
-            Ok((
-                Arc::new(backend),
-                Some(format!("{} ({})", args.image, short_id(&image.id))),
-            ))
+            let (config, image) = local_config(args, state_dir, scratch)?;
+            Ok((Arc::new(LocalBackend::new(config)?), Some(image)))
         }
     }
+}
+
+/// The local backend's configuration over `scratch`, and the image's label.
+fn local_config(
+    args: &SandboxArgs,
+    state_dir: &Path,
+    scratch: &Path,
+) -> anyhow::Result<(LocalConfig, String)> {
+    let this_exe = std::env::current_exe().context("locating this binary")?;
+    let images_dir = args
+        .images_dir
+        .clone()
+        .unwrap_or_else(|| state_dir.join("images"));
+    let images = ImageStore::open(&images_dir)
+        .with_context(|| format!("opening the images in {}", images_dir.display()))?;
+    let image = images.resolve(&args.image).with_context(|| {
+        format!(
+            "image {:?} in {} (scripts/setup builds `default` into \
+             target/test-state/images; pass --images-dir)",
+            args.image,
+            images_dir.display()
+        )
+    })?;
+    // The same shim `garrison serve` uses for this backend.
+    let shim_exe = std::env::var_os("GARRISON_STATIC_SHIM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| this_exe.with_file_name("garrison-shim"));
+    let config = LocalConfig {
+        root: scratch.join("local"),
+        snapshot_dir: scratch.join("snapshots"),
+        images,
+        default_image: args.image.clone(),
+        shim_exe,
+        tini: PathBuf::from("/usr/bin/tini-static"),
+        runc: PathBuf::from("/usr/sbin/runc"),
+    };
+    Ok((config, format!("{} ({})", args.image, short_id(&image.id))))
 }
 
 fn short_id(id: &str) -> &str {

@@ -32,10 +32,12 @@ pub struct Bench {
     pub image: Option<String>,
     /// Keeps the names of two runs (or a leftover) apart.
     pub run_id: String,
+    /// `spec.network.policy` of every sandbox (the `policy` figures vary it).
+    pub policy: fleet::NetworkPolicy,
 }
 
 impl Bench {
-    fn spec(&self, what: &str) -> SandboxSpec {
+    pub(super) fn spec(&self, what: &str) -> SandboxSpec {
         let session = format!("bench-{}-{what}", self.run_id);
         SandboxSpec {
             name: SandboxName::for_session(&session),
@@ -43,7 +45,10 @@ impl Bench {
             image: self.image.clone(),
             restore_from: None,
             resources: self.resources,
-            network: Default::default(),
+            network: sandbox::NetworkSpec {
+                policy: self.policy.clone(),
+                gateway_url: None,
+            },
         }
     }
 
@@ -288,7 +293,7 @@ impl Bench {
 
     /// Runs `script` with `args` ($0, $1, ...) under `/bin/sh` in the
     /// sandbox, waits for it and returns its output; a non-zero exit fails.
-    async fn sh(
+    pub(super) async fn sh(
         &self,
         handle: &Handle,
         name: &str,

@@ -115,6 +115,8 @@ pub struct Report {
     pub lifecycle: Lifecycle,
     pub memory: Memory,
     pub snapshots: Snapshots,
+    /// `--policy`: start latency and throughput with a network policy.
+    pub policy: Option<super::policy::PolicyFigures>,
 }
 
 impl Report {
@@ -246,6 +248,10 @@ impl Report {
             m.max_helper_mib(),
             verdict(self.helpers_ok())
         );
+        if let Some(policy) = &self.policy {
+            let _ = writeln!(out);
+            policy.table(&mut out);
+        }
         out
     }
 
@@ -260,7 +266,7 @@ impl Report {
             .iter()
             .map(|h| (h.name.as_str(), h.rss_mib.json()))
             .collect();
-        json!({
+        let mut value = json!({
             "bench": "sandbox",
             "backend": s.backend,
             "image": s.image,
@@ -300,11 +306,16 @@ impl Report {
                 "snapshot_p50_s": { "target": TARGET_SNAPSHOT_P50_S, "value": round(n.snapshot.p50), "pass": self.snapshot_ok() },
                 "max_helper_rss_mib": { "target": TARGET_HELPER_RSS_MIB, "value": round(m.max_helper_mib()), "pass": self.helpers_ok() },
             },
-        })
+        });
+        if let Some(policy) = &self.policy {
+            value["policy"] = policy.json();
+            value["targets"]["policy_throughput_ratio"] = policy.target_json();
+        }
+        value
     }
 }
 
-fn header(out: &mut String, title: &str) {
+pub(super) fn header(out: &mut String, title: &str) {
     let _ = writeln!(
         out,
         "{title:<48} {:>10} {:>10} {:>10} {:>10} {:>5}",

@@ -91,17 +91,35 @@ struct Sized {
     handle: sandbox::Handle,
 }
 
-async fn sandbox_with(resources: Resources) -> Option<Sized> {
-    let backend = LocalBackend::new(config()?).unwrap();
-    let session = format!("local-limits-{:016x}", rand::random::<u64>());
-    let spec = SandboxSpec {
+/// Resources of a test sandbox.
+fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
+    Resources {
+        cpus,
+        memory_mb,
+        disk_mb,
+    }
+}
+
+/// A sandbox for a fresh session called `<label>-<random>`.
+fn spec(
+    label: &str,
+    resources: Resources,
+    restore_from: Option<sandbox::SnapshotRef>,
+) -> SandboxSpec {
+    let session = format!("{label}-{:016x}", rand::random::<u64>());
+    SandboxSpec {
         name: SandboxName::for_session(&session),
         labels: sandbox::session_labels(&session, "outpost_test"),
         image: None,
-        restore_from: None,
+        restore_from,
         resources,
         network: Default::default(),
-    };
+    }
+}
+
+async fn sandbox_with(resources: Resources) -> Option<Sized> {
+    let backend = LocalBackend::new(config()?).unwrap();
+    let spec = spec("local-limits", resources, None);
     let handle = backend.create(&spec).await.unwrap();
     Some(Sized { backend, handle })
 }
@@ -140,13 +158,7 @@ async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writing_past_the_disk_limit_fails_inside_the_sandbox() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 512,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 512, 256)).await else {
         return;
     };
     let (status, out) = sh(
@@ -162,13 +174,7 @@ async fn writing_past_the_disk_limit_fails_inside_the_sandbox() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_beyond_the_limit_is_refused() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 64,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 64, 256)).await else {
         return;
     };
     // tail -c N keeps N bytes of a pipe in memory: 120 MB cannot fit in 64.
@@ -189,13 +195,7 @@ async fn memory_beyond_the_limit_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pids_limit_stops_a_fork_bomb() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 1024,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 1024, 256)).await else {
         return;
     };
     let limit = sandbox::local::oci::PIDS_LIMIT;
@@ -216,13 +216,7 @@ async fn the_pids_limit_stops_a_fork_bomb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cpu_quota_is_applied() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 0.5,
-        memory_mb: 256,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(0.5, 256, 256)).await else {
         return;
     };
     let (_, out) = sh(
@@ -236,13 +230,7 @@ async fn the_cpu_quota_is_applied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_is_root_without_dangerous_capabilities() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 256,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
         return;
     };
     let (_, out) = sh(&s, "id -u; grep CapEff /proc/self/status; ip link add dummy0 type dummy 2>&1 || echo no-net-admin").await;
@@ -262,13 +250,7 @@ async fn the_agent_is_root_without_dangerous_capabilities() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 256,
-        disk_mb: 256,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
         return;
     };
     let name = s.handle.name.clone();
@@ -307,13 +289,7 @@ async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_keeps_deletions_of_image_files_opaque_dirs_and_git_history() {
-    let Some(s) = sandbox_with(Resources {
-        cpus: 1.0,
-        memory_mb: 512,
-        disk_mb: 512,
-    })
-    .await
-    else {
+    let Some(s) = sandbox_with(sized(1.0, 512, 512)).await else {
         return;
     };
     let (status, out) = sh(
@@ -327,19 +303,7 @@ async fn a_restore_keeps_deletions_of_image_files_opaque_dirs_and_git_history() 
     let snapshot = s.backend.snapshot(&s.handle).await.unwrap();
     s.backend.destroy(&s.handle).await.unwrap();
 
-    let session = format!("local-restore-{:016x}", rand::random::<u64>());
-    let spec = SandboxSpec {
-        name: SandboxName::for_session(&session),
-        labels: sandbox::session_labels(&session, "outpost_test"),
-        image: None,
-        restore_from: Some(snapshot),
-        resources: Resources {
-            cpus: 1.0,
-            memory_mb: 512,
-            disk_mb: 512,
-        },
-        network: Default::default(),
-    };
+    let spec = spec("local-restore", sized(1.0, 512, 512), Some(snapshot));
     let handle = s.backend.create(&spec).await.unwrap();
     let restored = Sized {
         backend: s.backend,
@@ -361,28 +325,15 @@ async fn a_restore_keeps_deletions_of_image_files_opaque_dirs_and_git_history() 
 async fn the_remains_of_an_interrupted_create_are_cleaned_by_the_next_one() {
     let Some(config) = config() else { return };
     let backend = LocalBackend::new(config.clone()).unwrap();
-    let session = format!("local-crash-{:016x}", rand::random::<u64>());
-    let name = SandboxName::for_session(&session);
+    let spec = spec("local-crash", sized(1.0, 256, 256), None);
     // What a crash between the disk mount and the handle leaves behind.
-    let dir = config.root.join("sandboxes").join(name.as_str());
+    let dir = config.root.join("sandboxes").join(spec.name.as_str());
     std::fs::create_dir_all(dir.join("disk")).unwrap();
     std::fs::write(dir.join("config.json"), "{}").unwrap();
     assert!(
         backend.list().await.unwrap().is_empty(),
         "no handle, not a sandbox"
     );
-    let spec = SandboxSpec {
-        name,
-        labels: sandbox::session_labels(&session, "outpost_test"),
-        image: None,
-        restore_from: None,
-        resources: Resources {
-            cpus: 1.0,
-            memory_mb: 256,
-            disk_mb: 256,
-        },
-        network: Default::default(),
-    };
     let handle = backend.create(&spec).await.unwrap();
     assert_eq!(backend.list().await.unwrap().len(), 1);
     backend.destroy(&handle).await.unwrap();

@@ -380,12 +380,7 @@ impl Sandbox for HostBackend {
         let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
             .await
             .map_err(fatal)??;
-        let snapshot = SnapshotRef {
-            size_bytes: size,
-            ..snapshot
-        };
-        self.snapshots.write_manifest(&snapshot)?;
-        Ok(snapshot)
+        self.snapshots.record(snapshot, size)
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {

@@ -65,8 +65,19 @@ impl SnapshotDir {
             .join(format!("{}.json", self.checked_id(snapshot)?)))
     }
 
+    /// Completes a snapshot whose archive is written: sets its size and
+    /// records the manifest, so others can find it by name.
+    pub fn record(&self, snapshot: SnapshotRef, size_bytes: u64) -> Result<SnapshotRef> {
+        let snapshot = SnapshotRef {
+            size_bytes,
+            ..snapshot
+        };
+        self.write_manifest(&snapshot)?;
+        Ok(snapshot)
+    }
+
     /// Records the finished snapshot so others can find it by name.
-    pub fn write_manifest(&self, snapshot: &SnapshotRef) -> Result<()> {
+    fn write_manifest(&self, snapshot: &SnapshotRef) -> Result<()> {
         let bytes = serde_json::to_vec(snapshot).map_err(fatal)?;
         crate::shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
     }

@@ -560,12 +560,7 @@ impl Sandbox for LocalBackend {
             tracing::warn!(sandbox = handle.name, error = %e, "resuming after a snapshot failed");
         }
         let size = packed.map_err(|e| SandboxError::Transient(e.context("snapshot")))?;
-        let snapshot = SnapshotRef {
-            size_bytes: size,
-            ..snapshot
-        };
-        self.snapshots.write_manifest(&snapshot)?;
-        Ok(snapshot)
+        self.snapshots.record(snapshot, size)
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {

@@ -118,7 +118,7 @@ fn the_unit_runs_garrison_serve_and_leaves_sandboxes_running() {
     );
     assert_eq!(argv[2..], ["--config", "/etc/garrison/garrison.toml"]);
     assert_eq!(one("Service", "EnvironmentFile"), "-/etc/garrison/env");
-    // Sessions' containers and pasta helpers live in the unit's cgroup.
+    // Sessions' containers live in the unit's cgroup.
     assert_eq!(one("Service", "KillMode"), "process");
     assert_eq!(one("Service", "Restart"), "on-failure");
     assert_eq!(one("Service", "StateDirectory"), "garrison");

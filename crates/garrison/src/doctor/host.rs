@@ -36,7 +36,6 @@ pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
         ("mkfs.ext4", "e2fsprogs"),
         ("mount", "mount"),
         ("losetup", "mount"),
-        ("pasta", "passt"),
         ("nft", "nftables"),
         ("ip", "iproute2"),
     ] {

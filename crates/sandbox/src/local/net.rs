@@ -1,25 +1,27 @@
-//! Per-sandbox network namespaces: pasta for egress, nftables for the rules.
+//! Per-sandbox network namespaces: a veth pair and kernel NAT for egress,
+//! nftables for the rules. No helper process runs per sandbox.
 //!
 //! Each sandbox gets its own network namespace, made with `ip netns add` so
 //! it is a file (`/run/netns/<name>-<tag>`) that runc joins and that
-//! outlives Garrison. Inside it:
+//! outlives Garrison. Then:
 //!
-//! - **pasta** (one daemon per sandbox, see the `pasta` module) gives it
-//!   outbound connectivity: it copies the host's addresses and default
-//!   routes in and turns the sandbox's packets into sockets on the host. The
-//!   host gets no bridge, NAT rule or `ip_forward`. Nothing dials in: no
-//!   port is forwarded.
-//! - pasta maps the namespace's gateway addresses ([`SandboxNet::host_gateway`]
-//!   and its IPv6 twin) onto the host's loopback, every port of it. That is
-//!   how a gateway on the host's loopback (the emulator) is reached:
-//!   [`rewrite_gateway_url`] points the remote at it.
-//! - an **nftables** table (the `rules` module has the exact ruleset) closes the
-//!   rest: the host's loopback except the gateway's port, link-local and
-//!   metadata addresses, the host's own addresses; then jumps to the
-//!   `session_policy` chain, where [`apply_policy`] puts
-//!   `spec.network_policy`: nothing for a disabled policy; for an enabled
-//!   one, the allowed networks (set `allow_v4`/`allow_v6`), the addresses
-//!   the resolver learned (`dns_v4`/`dns_v6`), then refuse.
+//! - a **veth pair** (the `veth` module) links it to the host: a `/30` of
+//!   `10.213.0.0/16` each, the host's end ([`SandboxNet::host_gateway`]) as
+//!   the sandbox's default route. The host forwards and masquerades what
+//!   the sandbox sends (the `host_rules` module: one nftables table on the
+//!   host, `ip garrison_host`, and IPv4 forwarding on). Egress is IPv4 only.
+//!   Nothing dials in.
+//! - the host's end DNATs the gateway's one port onto the host's loopback.
+//!   That is how a gateway on the host's loopback (the emulator) is
+//!   reached: [`rewrite_gateway_url`] points the remote at it.
+//! - an **nftables** table inside the namespace (the `rules` module has the
+//!   exact ruleset) closes the rest: every other port of the host, other
+//!   sandboxes, link-local and metadata addresses, the host's own
+//!   addresses; then jumps to the `session_policy` chain, where
+//!   [`apply_policy`] puts `spec.network_policy`: nothing for a disabled
+//!   policy; for an enabled one, the allowed networks (set
+//!   `allow_v4`/`allow_v6`), the addresses the resolver learned
+//!   (`dns_v4`/`dns_v6`), then refuse.
 //! - a **DNS resolver** (the `dns` module: a tokio task in Garrison's
 //!   process, its socket on `127.0.0.53:53` inside the namespace) answers
 //!   only allowed names and adds their addresses, with their TTLs, to the
@@ -27,32 +29,31 @@
 //!   ([`SandboxNet::dns`]).
 //!
 //! A gateway whose host is not a loopback address is reached through
-//! ordinary egress. A gateway on another of the host's addresses (say the
-//! emulator on `0.0.0.0`, dialled as `192.0.2.2`) is not reachable: inside
-//! the namespace that address is the namespace's own. Listen on loopback.
+//! ordinary egress. A gateway on another of the host's own addresses is
+//! not reachable (they are closed to sandboxes). Listen on `127.0.0.1`
+//! (the gateway path is IPv4, so not on `[::1]` alone).
 //!
-//! State lives in `<run_dir>/<name>/` (`net.json`, `pasta.pid`). The `<tag>`
-//! in the namespace's name is a hash of `run_dir`, so two Garrisons with
-//! different state directories on one host never touch each other's
-//! namespaces. Calls for one sandbox must not run concurrently (the backend
-//! serializes them per sandbox).
+//! State lives in `<run_dir>/<name>/net.json`. The `<tag>` in the
+//! namespace's name is a hash of `run_dir`, so two Garrisons with different
+//! state directories on one host never touch each other's namespaces.
+//! Calls for one sandbox must not run concurrently (the backend serializes
+//! them per sandbox).
 //!
-//! Requirements: root, and the `passt`, `nftables` and `iproute2` packages.
-//! The sandbox must not hold `CAP_NET_ADMIN` (it could rewrite the rules) or
-//! `CAP_NET_RAW` (a packet socket bypasses nftables and writes raw frames to
-//! pasta's tap).
+//! Requirements: root, and the `nftables` and `iproute2` packages. The
+//! sandbox must not hold `CAP_NET_ADMIN` (it could rewrite the rules) or
+//! `CAP_NET_RAW` (a packet socket bypasses nftables).
 
 mod dns;
-mod pasta;
+mod host_rules;
 mod rules;
 mod tools;
 mod url;
+mod veth;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
@@ -61,15 +62,12 @@ use self::tools::Tools;
 use crate::names::hashed_id;
 use crate::{Result, SandboxError, SandboxName};
 
-pub use self::pasta::rss_kib;
+pub use self::veth::POOL;
 
 /// Where namespaces made by `ip netns add` live.
 const NETNS_DIR: &str = "/run/netns";
 const STATE_FILE: &str = "net.json";
-const PASTA_PID_FILE: &str = "pasta.pid";
 const POLICY_FILE: &str = "policy.json";
-/// How long pasta may take to put the default routes in place.
-const ROUTES_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Where networking keeps its per-sandbox state.
 #[derive(Clone, Debug)]
@@ -96,8 +94,8 @@ pub struct SandboxNet {
     pub name: String,
     /// The namespace file for runc: `linux.namespaces: [{type: network, path}]`.
     pub netns_path: PathBuf,
-    /// The address inside the namespace that reaches the host's loopback
-    /// (pasta's mapping of the namespace's IPv4 gateway, else its IPv6 one).
+    /// The host's end of the sandbox's link: its default route, and where
+    /// it reaches the gateway's port on the host's loopback.
     pub host_gateway: IpAddr,
     /// The one port of the host's loopback the sandbox may reach: the
     /// gateway's, when the gateway URL's host is a loopback address.
@@ -111,7 +109,7 @@ pub struct SandboxNet {
     pub dns: Option<IpAddr>,
 }
 
-/// Makes the network for sandbox `name`: namespace, pasta, base ruleset,
+/// Makes the network for sandbox `name`: namespace, link, base ruleset,
 /// then `policy` through [`apply_policy`].
 ///
 /// A leftover of the same name (a crash between `create` and `destroy`) is
@@ -177,34 +175,21 @@ async fn build(
     mkdir_private(&cfg.run_dir)?;
     mkdir_private(&paths.state_dir)?;
     tools::run(&tools.ip, ["netns", "add", &paths.netns_name], None, None).await?;
-    tools::run(
-        &tools.ip,
-        ["link", "set", "lo", "up"],
-        Some(&paths.netns),
-        None,
-    )
-    .await?;
-    pasta::start(tools, &paths.netns, &paths.pasta_pid).await?;
-
-    let gateways = default_gateways(tools, &paths.netns).await?;
-    let host_gateway = gateways
-        .iter()
-        .copied()
-        .find(IpAddr::is_ipv4)
-        .or_else(|| gateways.first().copied())
-        .expect("default_gateways returns at least one");
+    let (host_if, slot, host_addrs) = veth::attach(tools, &paths.netns, &paths.netns_name).await?;
+    let host_gateway = slot.host_addr();
+    if let Some(port) = gateway_port {
+        host_rules::open_gateway(tools, &host_if, host_gateway, port).await?;
+    }
     let base = rules::BaseRules {
-        host_loopback: gateways.into_iter().collect(),
+        host_loopback: BTreeSet::from([IpAddr::V4(host_gateway)]),
         gateway_port,
-        host_addrs: host_addresses(tools).await?,
+        host_addrs: parse_addresses(&host_addrs),
     };
-    let script = rules::base_ruleset(&base);
-    tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
 
     let net = SandboxNet {
         name: name.to_string(),
         netns_path: paths.netns.clone(),
-        host_gateway,
+        host_gateway: IpAddr::V4(host_gateway),
         gateway_port,
         gateway_host,
         dns: Some(IpAddr::V4(dns::RESOLVER_ADDR)),
@@ -212,7 +197,8 @@ async fn build(
     let json = serde_json::to_vec_pretty(&net).expect("SandboxNet serializes");
     std::fs::write(paths.state_dir.join(STATE_FILE), json)
         .map_err(|e| SandboxError::Transient(anyhow!("writing network state: {e}")))?;
-    apply_policy(cfg, &net, policy).await?;
+    // One nft call for the base rules and the policy.
+    enforce(cfg, &net, policy, &rules::base_ruleset(&base)).await?;
     Ok(net)
 }
 
@@ -229,6 +215,16 @@ pub async fn apply_policy(
     net: &SandboxNet,
     policy: &fleet::NetworkPolicy,
 ) -> Result<()> {
+    enforce(cfg, net, policy, "").await
+}
+
+/// [`apply_policy`], after the nft script `before` in the same transaction.
+async fn enforce(
+    cfg: &NetConfig,
+    net: &SandboxNet,
+    policy: &fleet::NetworkPolicy,
+    before: &str,
+) -> Result<()> {
     let paths = checked_paths(cfg, net)?;
     let (parsed, always) = enforced(net, policy);
     for rejected in &parsed.rejected {
@@ -243,7 +239,7 @@ pub async fn apply_policy(
     std::fs::write(paths.state_dir.join(POLICY_FILE), json)
         .map_err(|e| SandboxError::Transient(anyhow!("writing the network policy: {e}")))?;
     let tools = Tools::find()?;
-    let script = rules::policy_script(&parsed, &always);
+    let script = format!("{before}{}", rules::policy_script(&parsed, &always));
     tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
     if net.dns.is_some() {
         dns::start_or_update(&paths.netns, cfg.upstream(), parsed)?;
@@ -310,16 +306,21 @@ pub fn rewrite_gateway_url(url: &str, net: &SandboxNet) -> String {
     url::rewrite(url, net.host_gateway)
 }
 
-/// Stops pasta, deletes the namespace and removes the state. A network that
-/// is already gone, or was never complete, is success.
+/// Closes the gateway path, deletes the namespace (and with it the link)
+/// and removes the state. A network that is already gone, or was never
+/// complete, is success.
 pub async fn destroy(cfg: &NetConfig, name: &str) -> Result<()> {
     let name = SandboxName::parse(name)
         .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
     let paths = Paths::new(cfg, name.as_str());
     dns::stop(&paths.netns);
-    pasta::stop(&paths.pasta_pid, &paths.netns).await?;
+    let tools = Tools::find()?;
+    let host_if = veth::host_ifname(&paths.netns_name);
+    host_rules::close_gateways(&tools, &host_if).await?;
+    // The namespace's teardown would take the pair with it, but later and
+    // in the background; deleting it here frees the link and its slot now.
+    veth::detach(&tools, &host_if).await?;
     if paths.netns.exists() {
-        let tools = Tools::find()?;
         if let Err(e) = tools::run(
             &tools.ip,
             ["netns", "delete", &paths.netns_name],
@@ -363,13 +364,13 @@ pub async fn list(cfg: &NetConfig) -> Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-/// The pid of the sandbox's pasta while it runs (for health checks and
-/// measurements).
-pub fn pasta_pid(cfg: &NetConfig, name: &str) -> Result<Option<u32>> {
+/// The host-side link of sandbox `name` (for tests and measurements).
+pub fn host_link(cfg: &NetConfig, name: &str) -> Result<String> {
     let name = SandboxName::parse(name)
         .ok_or_else(|| SandboxError::Fatal(anyhow!("invalid sandbox name {name:?}")))?;
-    let paths = Paths::new(cfg, name.as_str());
-    Ok(pasta::read_pid(&paths.pasta_pid)?.filter(|&pid| pasta::is_ours(pid, &paths.netns)))
+    Ok(veth::host_ifname(
+        &Paths::new(cfg, name.as_str()).netns_name,
+    ))
 }
 
 /// The files of one sandbox's network.
@@ -377,7 +378,6 @@ struct Paths {
     netns_name: String,
     netns: PathBuf,
     state_dir: PathBuf,
-    pasta_pid: PathBuf,
 }
 
 impl Paths {
@@ -389,7 +389,6 @@ impl Paths {
         Self {
             netns: Path::new(NETNS_DIR).join(&netns_name),
             netns_name,
-            pasta_pid: state_dir.join(PASTA_PID_FILE),
             state_dir,
         }
     }
@@ -421,51 +420,6 @@ fn read_dir_names(dir: &Path) -> Result<Vec<String>> {
     }
 }
 
-/// The namespace's default gateways (IPv4 first), waiting briefly for pasta
-/// to install them. None at all means the host has no default route, so
-/// the sandbox could reach nothing.
-async fn default_gateways(tools: &Tools, netns: &Path) -> Result<Vec<IpAddr>> {
-    let deadline = Instant::now() + ROUTES_TIMEOUT;
-    loop {
-        let mut found = Vec::new();
-        for family in ["-4", "-6"] {
-            let json = tools::run(
-                &tools.ip,
-                ["-j", family, "route", "show", "default"],
-                Some(netns),
-                None,
-            )
-            .await?;
-            found.extend(parse_gateways(&json));
-        }
-        if !found.is_empty() {
-            return Ok(found);
-        }
-        if Instant::now() >= deadline {
-            return Err(SandboxError::Fatal(anyhow!(
-                "pasta set no default route in the sandbox's namespace: \
-                 does this host have one (ip route show default)?"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Gateways in `ip -j route show` output.
-fn parse_gateways(json: &str) -> Vec<IpAddr> {
-    let routes: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
-    routes
-        .iter()
-        .filter_map(|r| r.get("gateway")?.as_str()?.parse().ok())
-        .collect()
-}
-
-/// The host's own addresses, loopback excluded.
-async fn host_addresses(tools: &Tools) -> Result<BTreeSet<IpAddr>> {
-    let json = tools::run(&tools.ip, ["-j", "address", "show"], None, None).await?;
-    Ok(parse_addresses(&json))
-}
-
 /// Addresses in `ip -j address show` output, loopback excluded.
 fn parse_addresses(json: &str) -> BTreeSet<IpAddr> {
     let links: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
@@ -484,13 +438,6 @@ mod tests {
 
     #[test]
     fn parses_ip_json() {
-        let routes = r#"[{"dst":"default","gateway":"192.0.2.1","dev":"eth0","flags":[]}]"#;
-        assert_eq!(
-            parse_gateways(routes),
-            vec!["192.0.2.1".parse::<IpAddr>().unwrap()]
-        );
-        assert!(parse_gateways("[]").is_empty());
-        assert!(parse_gateways("").is_empty());
         let addrs = r#"[{"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1"},
             {"family":"inet6","local":"::1"}]},
             {"ifname":"eth0","addr_info":[{"family":"inet","local":"192.0.2.2"},

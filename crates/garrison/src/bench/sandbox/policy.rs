@@ -6,7 +6,7 @@
 //!    policies so drift of the machine hits both alike; each sandbox is
 //!    destroyed before the next. This runs on the bench's backend in the
 //!    host's own network namespace; nothing resolves or dials out.
-//! 2. **Throughput** of one TCP stream out of a sandbox through pasta, with
+//! 2. **Throughput** of one TCP stream out of a sandbox through its link, with
 //!    the policy disabled and enabled (two sandboxes; the destination inside
 //!    an allowed CIDR), alternating, in a private world of namespaces
 //!    (see `world`), so no packet can reach anything but a sink this bench

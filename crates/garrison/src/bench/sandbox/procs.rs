@@ -9,8 +9,8 @@
 //! sandbox's marker variable, which the bench puts in the environment of
 //! every process it spawns (the `host` backend has no cgroup). A *helper* is
 //! a process that is not inside but works for the sandbox: one whose command
-//! line names it (pasta names the sandbox's network namespace, a runc call
-//! names the container), or the parent of a process inside (the `host`
+//! line names it (a network helper would name the sandbox's network
+//! namespace, a runc call names the container), or the parent of a process inside (the `host`
 //! backend's shim). Init and the bench itself are never helpers: a
 //! container's init is reparented to the host's init once runc exits.
 

@@ -13,7 +13,8 @@
 //!   ct established,related                  accept
 //!   ICMPv6 neighbour discovery              accept   IPv6 next hop resolution
 //!   @host_loopback_v4/6 . tcp @gateway_ports accept  the one path to the gateway
-//!   @host_loopback_v4/6                     refuse   every other port of the host's loopback
+//!   @host_loopback_v4/6                     refuse   every other port of the host's end
+//!   @sandbox_nets_v4                        refuse   other sandboxes and their links
 //!   @blocked_v4/6                           refuse   169.254.0.0/16, fd00:ec2::254, fe80::/10
 //!   @host_addrs_v4/6                        refuse   the host's own addresses
 //!   jump session_policy                              the policy (see below)
@@ -50,7 +51,8 @@ pub(crate) const TABLE: &str = "garrison";
 /// Everything the base ruleset depends on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct BaseRules {
-    /// Addresses pasta maps onto the host's loopback (its gateway addresses).
+    /// The host's end of the sandbox's link, whose gateway port leads to
+    /// the host's loopback.
     pub host_loopback: BTreeSet<IpAddr>,
     /// The gateway's port on the host's loopback, if the gateway is there.
     pub gateway_port: Option<u16>,
@@ -123,6 +125,14 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
     let cidrs4: Vec<String> = BLOCKED_V4.iter().map(|(a, l)| format!("{a}/{l}")).collect();
     let cidrs6: Vec<String> = BLOCKED_V6.iter().map(|(a, l)| format!("{a}/{l}")).collect();
     set(&mut s, "blocked_v4", "ipv4_addr", true, &cidrs4);
+    let (pool, len) = super::veth::POOL;
+    set(
+        &mut s,
+        "sandbox_nets_v4",
+        "ipv4_addr",
+        true,
+        &[format!("{pool}/{len}")],
+    );
     set(&mut s, "blocked_v6", "ipv6_addr", true, &cidrs6);
     set(
         &mut s,
@@ -151,6 +161,7 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
 \t\tip6 daddr @host_loopback_v6 tcp dport @gateway_ports accept
 \t\tip daddr @host_loopback_v4 goto refuse
 \t\tip6 daddr @host_loopback_v6 goto refuse
+\t\tip daddr @sandbox_nets_v4 goto refuse
 \t\tip daddr @blocked_v4 goto refuse
 \t\tip6 daddr @blocked_v6 goto refuse
 \t\tip daddr @host_addrs_v4 goto refuse
@@ -306,6 +317,9 @@ mod tests {
         assert!(s.contains("set host_loopback_v6 { type ipv6_addr; elements = { fd00::1 }; }"));
         assert!(s.contains("set gateway_ports { type inet_service; elements = { 8790 }; }"));
         assert!(s.contains("elements = { 169.254.0.0/16 }"));
+        assert!(s.contains(
+            "set sandbox_nets_v4 { type ipv4_addr; flags interval; elements = { 10.213.0.0/16 }; }"
+        ));
         assert!(s.contains("elements = { fd00:ec2::254/128, fe80::/10 }"));
         assert!(
             s.contains("set host_addrs_v4 { type ipv4_addr; elements = { 10.1.2.3, 192.0.2.2 }; }")

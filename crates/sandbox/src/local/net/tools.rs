@@ -15,7 +15,6 @@ use crate::{Result, SandboxError};
 /// Paths of the programs used, found once per call that needs them.
 #[derive(Clone, Debug)]
 pub(crate) struct Tools {
-    pub pasta: PathBuf,
     pub nft: PathBuf,
     pub ip: PathBuf,
 }
@@ -23,7 +22,6 @@ pub(crate) struct Tools {
 impl Tools {
     pub fn find() -> Result<Self> {
         Ok(Self {
-            pasta: find("pasta", "passt")?,
             nft: find("nft", "nftables")?,
             ip: find("ip", "iproute2")?,
         })

@@ -4,15 +4,15 @@
 //!
 //! - a thread of the bench moves into a fresh network namespace, the
 //!   **"host"**: a second `LocalBackend` (its own tokio runtime, built from
-//!   that thread, so pasta, nft and every worker live there) makes its
-//!   sandboxes from it, and pasta's sockets open there;
+//!   that thread, so nft, ip and every worker live there) makes its
+//!   sandboxes from it, and forwards and NATs their traffic;
 //! - its only link is a veth pair to an **"internet"** namespace holding a
 //!   TCP sink on [`SINK`] (TEST-NET-2), the "host"'s default route.
 //!
 //! A sandbox with the policy disabled and one with [`super::enabled`] (whose
 //! CIDR entries cover [`SINK`]) each send `--transfer-mb` of zeros with
 //! bash's `/dev/tcp`, alternating; the sink times first byte -> EOF. Both take
-//! the same path (sandbox -> nftables -> pasta -> "host" socket -> veth).
+//! the same path (sandbox -> nftables -> veth -> "host" forwarding and NAT -> veth).
 //! The ruleset accepts established flows before it reaches the policy, so
 //! the enabled policy's set lookups are paid by a flow's first packet only:
 //! the ratio shows that an allowed stream runs at the unrestricted speed,
@@ -123,7 +123,7 @@ fn in_world(setup: WorldSetup) -> anyhow::Result<Transfer> {
             ..Default::default()
         };
         // Round 0 of each is a warm-up, not counted: the first flow pays
-        // for ARP on the veth and pasta's first connection, which are no
+        // for ARP on the veths and the first NAT entries, which are no
         // part of what the policy costs.
         for round in 0..=setup.rounds {
             let mut pair = [
@@ -246,7 +246,7 @@ impl Internet {
         ])?;
         ip(&["address", "add", "192.0.2.2/24", "dev", "gbh0"])?;
         ip(&["link", "set", "gbh0", "up"])?;
-        // pasta copies this default route into each sandbox.
+        // Sandboxes' traffic is forwarded along this default route.
         ip(&["route", "add", "default", "via", "192.0.2.1"])?;
         ip(&["-n", n, "link", "set", "lo", "up"])?;
         ip(&["-n", n, "address", "add", "192.0.2.1/24", "dev", "gbi0"])?;

@@ -1,0 +1,246 @@
+//! The sandbox's link to the host: a veth pair and a `/30` of its own.
+//!
+//! The kernel routes and NATs the sandbox's packets (see `host_rules`), so
+//! no helper process runs per sandbox. Each sandbox gets slot `n` of
+//! [`POOL`]: the host's side of the pair (`gv<hash>`) holds `.1` of the
+//! slot's `/30`, the sandbox's `eth0` holds `.2` and routes everything
+//! through `.1`.
+//!
+//! Slots are chosen from the addresses the host's links hold right now,
+//! under a lock shared by every Garrison on the host, so two Garrisons
+//! (with different state directories) never pick the same one, and a slot
+//! is free again the moment its namespace, and with it the pair, is gone.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use anyhow::anyhow;
+
+use super::tools::{self, Tools};
+use crate::names::hashed_id;
+use crate::{Result, SandboxError};
+
+/// The network every sandbox's `/30` is carved from. Not a setting: a host
+/// that already uses it is refused with an error naming the link.
+pub const POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 213, 0, 0), 16);
+const SLOT_PREFIX: u8 = 30;
+const SLOTS: u32 = 1 << (SLOT_PREFIX - POOL.1);
+/// Taken while a slot is chosen and its addresses are put in place.
+const LOCK_FILE: &str = "/run/garrison-net.lock";
+/// Host-side link names start with this, so host rules can match them all.
+pub const HOST_IF_PREFIX: &str = "gv";
+/// The sandbox's side of the pair, inside its namespace.
+pub const SANDBOX_IF: &str = "eth0";
+
+/// One sandbox's link, as stored with its network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(u32);
+
+impl Slot {
+    /// The host's end: the sandbox's gateway and default route.
+    pub fn host_addr(self) -> Ipv4Addr {
+        self.addr(1)
+    }
+
+    /// The sandbox's own address.
+    pub fn sandbox_addr(self) -> Ipv4Addr {
+        self.addr(2)
+    }
+
+    fn addr(self, host: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(POOL.0) + (self.0 << (32 - SLOT_PREFIX)) + host)
+    }
+
+    /// The slot whose `/30` holds `addr`, if `addr` is in the pool.
+    fn of(addr: Ipv4Addr) -> Option<Self> {
+        in_pool(addr).then(|| Self((u32::from(addr) - u32::from(POOL.0)) >> (32 - SLOT_PREFIX)))
+    }
+}
+
+/// Whether `addr` is in [`POOL`].
+pub fn in_pool(addr: Ipv4Addr) -> bool {
+    let mask = u32::MAX << (32 - POOL.1);
+    u32::from(addr) & mask == u32::from(POOL.0)
+}
+
+/// The host-side link name of the namespace `netns_name`: short enough for
+/// the kernel's 15 characters, and the same after a Garrison restart.
+pub fn host_ifname(netns_name: &str) -> String {
+    format!("{HOST_IF_PREFIX}{}", &hashed_id(netns_name)[..10])
+}
+
+/// The free slot nearest after `preferred` (wrapping), if any.
+fn choose(used: &BTreeSet<u32>, preferred: u32) -> Option<Slot> {
+    (0..SLOTS)
+        .map(|i| (preferred + i) % SLOTS)
+        .find(|s| !used.contains(s))
+        .map(Slot)
+}
+
+/// Slots taken according to `ip -j address show`, or an error naming a link
+/// that is not ours but uses the pool.
+fn used_slots(addresses_json: &str) -> std::result::Result<BTreeSet<u32>, String> {
+    let links: Vec<serde_json::Value> = serde_json::from_str(addresses_json).unwrap_or_default();
+    let mut used = BTreeSet::new();
+    for link in &links {
+        let name = link.get("ifname").and_then(|n| n.as_str()).unwrap_or("?");
+        let addrs = link.get("addr_info").and_then(|a| a.as_array());
+        for addr in addrs.into_iter().flatten() {
+            let Some(ip) = addr
+                .get("local")
+                .and_then(|a| a.as_str())
+                .and_then(|a| a.parse::<Ipv4Addr>().ok())
+            else {
+                continue;
+            };
+            let Some(slot) = Slot::of(ip) else { continue };
+            if !name.starts_with(HOST_IF_PREFIX) {
+                return Err(format!(
+                    "the host's link {name} has the address {ip}, inside {}/{}, the network \
+                     the local backend gives its sandboxes",
+                    POOL.0, POOL.1
+                ));
+            }
+            used.insert(slot.0);
+        }
+    }
+    Ok(used)
+}
+
+/// Makes the pair for the namespace at `netns` (named `netns_name`),
+/// addresses both ends and routes the sandbox through the host. Returns the
+/// host-side link name, the slot, and the host's addresses as
+/// `ip -j address show` printed them before the pair was made.
+pub(crate) async fn attach(
+    tools: &Tools,
+    netns: &Path,
+    netns_name: &str,
+) -> Result<(String, Slot, String)> {
+    let _lock = lock().await?;
+    super::host_rules::ensure(tools).await?;
+    let host_if = host_ifname(netns_name);
+    let json = tools::run(&tools.ip, ["-j", "address", "show"], None, None).await?;
+    let used = used_slots(&json).map_err(|e| SandboxError::Fatal(anyhow!(e)))?;
+    let preferred = u32::from_str_radix(&hashed_id(netns_name)[..8], 16).unwrap_or(0) % SLOTS;
+    let slot = choose(&used, preferred).ok_or_else(|| {
+        SandboxError::Transient(anyhow!(
+            "all {SLOTS} sandbox networks in {}/{} are in use",
+            POOL.0,
+            POOL.1
+        ))
+    })?;
+    let host_cidr = format!("{}/{SLOT_PREFIX}", slot.host_addr());
+    let sandbox_cidr = format!("{}/{SLOT_PREFIX}", slot.sandbox_addr());
+    let batch_host = format!(
+        "link add {host_if} type veth peer name {SANDBOX_IF} netns {netns_name}\n\
+         address add {host_cidr} dev {host_if}\nlink set {host_if} up\n"
+    );
+    tools::run(&tools.ip, ["-batch", "-"], None, Some(&batch_host)).await?;
+    // The gateway port is DNATed to the host's loopback (`host_rules`),
+    // which the kernel only routes for links that allow it.
+    write_sysctl(&format!("net/ipv4/conf/{host_if}/route_localnet"), "1")?;
+    let batch_sandbox = format!(
+        "link set lo up\naddress add {sandbox_cidr} dev {SANDBOX_IF}\nlink set {SANDBOX_IF} up\n\
+         route add default via {}\n",
+        slot.host_addr()
+    );
+    tools::run(
+        &tools.ip,
+        ["-batch", "-"],
+        Some(netns),
+        Some(&batch_sandbox),
+    )
+    .await?;
+    Ok((host_if, slot, json))
+}
+
+/// Deletes the host's end of a pair, and with it the sandbox's; a link
+/// already gone is fine.
+pub(crate) async fn detach(tools: &Tools, host_if: &str) -> Result<()> {
+    // Not /sys/class/net: it shows the links of the namespace sysfs was
+    // mounted in, which need not be this thread's.
+    match tools::run(&tools.ip, ["link", "delete", host_if], None, None).await {
+        Err(e) if !e.to_string().contains("Cannot find device") => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `/proc/sys/<key>`. The file is that of the calling thread's
+/// network namespace, which is the host's: Garrison never changes a
+/// thread's namespace (commands join one between fork and exec).
+pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<()> {
+    let path = Path::new("/proc/sys").join(key);
+    if std::fs::read_to_string(&path).is_ok_and(|v| v.trim() == value) {
+        return Ok(());
+    }
+    std::fs::write(&path, value)
+        .map_err(|e| SandboxError::Fatal(anyhow!("setting {}: {e}", path.display())))
+}
+
+async fn lock() -> Result<nix::fcntl::Flock<File>> {
+    tokio::task::spawn_blocking(|| {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK_FILE)
+            .map_err(|e| SandboxError::Fatal(anyhow!("opening {LOCK_FILE}: {e}")))?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| SandboxError::Transient(anyhow!("locking {LOCK_FILE}: {e}")))
+    })
+    .await
+    .map_err(|e| SandboxError::Transient(anyhow!("waiting for {LOCK_FILE}: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_carve_the_pool_into_thirties() {
+        assert_eq!(SLOTS, 16384);
+        let s = Slot(0);
+        assert_eq!(s.host_addr(), Ipv4Addr::new(10, 213, 0, 1));
+        assert_eq!(s.sandbox_addr(), Ipv4Addr::new(10, 213, 0, 2));
+        let last = Slot(SLOTS - 1);
+        assert_eq!(last.sandbox_addr(), Ipv4Addr::new(10, 213, 255, 254));
+        assert_eq!(Slot::of(Ipv4Addr::new(10, 213, 1, 6)), Some(Slot(65)));
+        assert_eq!(Slot::of(Ipv4Addr::new(10, 214, 0, 1)), None);
+    }
+
+    #[test]
+    fn choose_skips_used_slots_and_wraps() {
+        let used = BTreeSet::from([5, 6, SLOTS - 1]);
+        assert_eq!(choose(&used, 5), Some(Slot(7)));
+        assert_eq!(choose(&used, SLOTS - 1), Some(Slot(0)));
+        assert_eq!(choose(&BTreeSet::new(), 9), Some(Slot(9)));
+        let full: BTreeSet<u32> = (0..SLOTS).collect();
+        assert_eq!(choose(&full, 0), None);
+    }
+
+    #[test]
+    fn used_slots_come_from_our_links_and_others_in_the_pool_are_refused() {
+        let ours = r#"[{"ifname":"lo","addr_info":[{"local":"127.0.0.1"}]},
+            {"ifname":"gv0123456789","addr_info":[{"local":"10.213.0.5"}]},
+            {"ifname":"eth0","addr_info":[{"local":"192.0.2.2"}]}]"#;
+        assert_eq!(used_slots(ours), Ok(BTreeSet::from([1])));
+        let clash = r#"[{"ifname":"wg0","addr_info":[{"local":"10.213.7.1"}]}]"#;
+        let err = used_slots(clash).unwrap_err();
+        assert!(
+            err.contains("wg0") && err.contains("10.213.0.0/16"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn host_link_names_fit_the_kernel_limit() {
+        let name = host_ifname("garrison-0123456789abcdef-deadbeef");
+        assert!(
+            name.len() <= 15 && name.starts_with(HOST_IF_PREFIX),
+            "{name}"
+        );
+        assert_eq!(name, host_ifname("garrison-0123456789abcdef-deadbeef"));
+    }
+}

@@ -93,6 +93,10 @@ pub struct SandboxArgs {
     /// MB (10^6 bytes) sent per stream for the policy's throughput.
     #[arg(long, default_value_t = 200)]
     transfer_mb: u64,
+    /// Streams sent each way (after one warm-up each) for the policy's
+    /// throughput; the ratio is the median of back-to-back pairs.
+    #[arg(long, default_value_t = 7)]
+    streams: usize,
     /// Also print the figures as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -117,8 +121,8 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     if args.policy() && args.backend != BackendChoice::Local {
         bail!("--policy needs the local backend, the one that enforces network policies");
     }
-    if args.policy() && (args.policy_sandboxes == 0 || args.transfer_mb == 0) {
-        bail!("--policy-sandboxes and --transfer-mb must be at least 1");
+    if args.policy() && (args.policy_sandboxes == 0 || args.transfer_mb == 0 || args.streams == 0) {
+        bail!("--policy-sandboxes, --transfer-mb and --streams must be at least 1");
     }
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
@@ -238,7 +242,7 @@ async fn measure_policy(
     // (the kernel tears network namespaces down later, on its own time).
     progress(&format!(
         "network policy: {} streams of {} MB each way, in a private world of namespaces",
-        args.rounds, args.transfer_mb
+        args.streams, args.transfer_mb
     ));
     // A backend of its own: the world's thread must create it, in its
     // namespace, over a directory of its own.
@@ -249,7 +253,7 @@ async fn measure_policy(
         image: bench.image.clone(),
         run_id: format!("{}-w", bench.run_id),
         bytes: args.transfer_mb * 1_000_000,
-        rounds: args.rounds,
+        rounds: args.streams,
     })
     .await?;
     progress(&format!(

@@ -320,20 +320,18 @@ pub async fn destroy(cfg: &NetConfig, name: &str) -> Result<()> {
     // The namespace's teardown would take the pair with it, but later and
     // in the background; deleting it here frees the link and its slot now.
     veth::detach(&tools, &host_if).await?;
-    if paths.netns.exists() {
-        if let Err(e) = tools::run(
+    if paths.netns.exists()
+        && let Err(e) = tools::run(
             &tools.ip,
             ["netns", "delete", &paths.netns_name],
             None,
             None,
         )
         .await
-        {
-            // A concurrent destroy may have won the race.
-            if paths.netns.exists() {
-                return Err(e);
-            }
-        }
+        // A concurrent destroy may have won the race.
+        && paths.netns.exists()
+    {
+        return Err(e);
     }
     // Last, so that a destroy that failed half way is still listed.
     match std::fs::remove_dir_all(&paths.state_dir) {

@@ -162,7 +162,7 @@ impl PolicyFigures {
         }
         let _ = writeln!(
             out,
-            "  allowed / unrestricted {:.3} (p50)   target >= {TARGET_THROUGHPUT_RATIO} (at most 10 % slower)   {}",
+            "  allowed / unrestricted {:.3} (median of back-to-back pairs)   target >= {TARGET_THROUGHPUT_RATIO} (at most 10 % slower)   {}",
             t.ratio(),
             verdict(self.throughput_ok())
         );

@@ -249,7 +249,7 @@ async fn the_agent_is_root_without_dangerous_capabilities() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
+async fn destroy_leaves_no_mount_cgroup_process_link_or_directory() {
     let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
         return;
     };
@@ -261,7 +261,13 @@ async fn destroy_leaves_no_mount_cgroup_process_or_directory() {
         cwd: "/workspace".into(),
     };
     s.backend.spawn(&s.handle, &spec).await.unwrap();
+    let link = s.backend.host_link(&name).unwrap();
+    assert!(std::path::Path::new("/sys/class/net").join(&link).exists());
     s.backend.destroy(&s.handle).await.unwrap();
+    assert!(
+        !std::path::Path::new("/sys/class/net").join(&link).exists(),
+        "the host link {link} is left"
+    );
 
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&name), "a mount is left");

@@ -132,6 +132,12 @@ impl LocalBackend {
         })
     }
 
+    /// The host's end of sandbox `name`'s network link (`gv…`), for
+    /// diagnostics and leftover checks.
+    pub fn host_link(&self, name: &str) -> Result<String> {
+        net::host_link(&self.net, name)
+    }
+
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
         let name = SandboxName::parse(name)
             .ok_or_else(|| fatal(anyhow!("invalid sandbox name {name:?}")))?;

@@ -16,7 +16,7 @@
 
 pub mod backend;
 mod client;
-mod dataplane;
+pub mod dataplane;
 mod error;
 pub mod models;
 pub mod pty;

@@ -232,7 +232,6 @@ mod tests {
             "/r/sandboxes/abcd/f",
             "relative",
             "/etc/passwd",
-            "/r/sandboxes/abc/./f",
         ] {
             assert!(inside(dir, bad).is_none(), "{bad}");
         }

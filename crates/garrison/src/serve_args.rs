@@ -204,7 +204,8 @@ impl ServeArgs {
             repos,
             git_username: text(&self.git_username, names::GIT_USERNAME),
             git_token: None,
-            outpost_tables: Vec::new(),
+            // Tensorlake's settings have no flags (the key never in argv).
+            ..RawSettings::default()
         }
     }
 }

@@ -388,6 +388,14 @@ macro_rules! on_each_backend {
                 }
             )+
         }
+        mod tensorlake {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Tensorlake).await
+                }
+            )+
+        }
     };
 }
 

@@ -474,8 +474,10 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
 }
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left
-/// by a crash before their session was recorded). Snapshots are kept.
+/// by a crash before their session was recorded). Snapshots are kept, and
+/// so are sandboxes suspended for a resume where suspending keeps memory.
 async fn clean_orphans(deps: &Arc<Deps>) {
+    let keeps_suspended = deps.backend.capabilities().suspend_keeps_memory;
     let sandboxes = match deps.backend.list().await {
         Ok(list) => list,
         Err(e) => {
@@ -490,12 +492,15 @@ async fn clean_orphans(deps: &Arc<Deps>) {
         let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
             continue;
         };
-        let owned = deps
-            .store
-            .session(session_id)
-            .ok()
-            .flatten()
-            .is_some_and(|s| !s.stage.is_done());
+        let record = deps.store.session(session_id).ok().flatten();
+        let owned = match record {
+            Some(s) => {
+                !s.stage.is_done() || (keeps_suspended && s.stage == Stage::Done(Finish::Suspended))
+            }
+            // Sandboxes that outlive a suspend live in an account several
+            // Garrisons may share: one this store does not know is theirs.
+            None => keeps_suspended,
+        };
         if !owned {
             warn!(
                 session_id,

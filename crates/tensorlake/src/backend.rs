@@ -180,6 +180,20 @@ impl TensorlakeBackend {
         }
     }
 
+    /// The data-plane client of the sandbox if it runs now, `None` while it
+    /// is pending, suspended or in transition: for following a session's
+    /// output without waking its sandbox. `Gone` once it is deleted.
+    pub async fn sandbox_if_running(&self, handle: &Handle) -> Result<Option<SandboxClient>> {
+        let info = self.info(handle).await?;
+        if info.status != SandboxStatus::Running {
+            return Ok(None);
+        }
+        self.client
+            .sandbox(&info.sandbox_id, info.sandbox_url.as_deref())
+            .map(Some)
+            .map_err(map_err)
+    }
+
     /// The data-plane client of a running sandbox.
     async fn dataplane(&self, handle: &Handle) -> Result<SandboxClient> {
         let info = self.running(handle).await?;
@@ -575,7 +589,7 @@ impl Sandbox for TensorlakeBackend {
             Err(e) if e.is_not_found() || e.is_conflict() => Ok(false),
             Err(e) => Err(map_err(e)),
         };
-        if !signal(libc_signal::TERM).await? {
+        if !signal(signal_number::TERM).await? {
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + grace;
@@ -586,7 +600,7 @@ impl Sandbox for TensorlakeBackend {
                 _ => return Ok(()),
             }
         }
-        signal(libc_signal::KILL).await?;
+        signal(signal_number::KILL).await?;
         Ok(())
     }
 
@@ -735,7 +749,7 @@ impl Sandbox for TensorlakeBackend {
 }
 
 /// Signal numbers (Linux): the daemon takes numbers.
-mod libc_signal {
+mod signal_number {
     pub const TERM: i32 = 15;
     pub const KILL: i32 = 9;
 }

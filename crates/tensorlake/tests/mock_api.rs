@@ -508,3 +508,25 @@ async fn pty_frames_carry_input_output_and_exit_and_reattach_after_a_suspend() {
         .expect("a wrong token attached");
     assert_eq!(refused.status(), Some(401));
 }
+
+#[tokio::test]
+async fn sandbox_if_running_never_wakes_a_suspended_sandbox() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("attach")).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_some());
+    backend.suspend(&handle).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_none());
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    backend.resume(&handle).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_some());
+    backend.destroy(&handle).await.unwrap();
+    assert!(
+        backend
+            .sandbox_if_running(&handle)
+            .await
+            .err()
+            .expect("gone")
+            .is_gone()
+    );
+}

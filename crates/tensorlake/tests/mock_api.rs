@@ -521,12 +521,6 @@ async fn sandbox_if_running_never_wakes_a_suspended_sandbox() {
     backend.resume(&handle).await.unwrap();
     assert!(backend.sandbox_if_running(&handle).await.unwrap().is_some());
     backend.destroy(&handle).await.unwrap();
-    assert!(
-        backend
-            .sandbox_if_running(&handle)
-            .await
-            .err()
-            .expect("gone")
-            .is_gone()
-    );
+    let gone = backend.sandbox_if_running(&handle).await.expect_err("gone");
+    assert!(gone.is_gone(), "{gone}");
 }

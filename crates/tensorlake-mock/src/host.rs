@@ -18,13 +18,22 @@ const MAX_LINE: usize = 64 * 1024;
 const MAX_LINES: usize = 200_000;
 
 /// A host path for `path` given to sandbox `dir`: absolute, only normal
-/// components, inside `dir`.
+/// components, inside `dir`, and through no symbolic link (one made inside
+/// the sandbox could point out of it).
 pub fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
     let p = Path::new(path);
     let clean = p.is_absolute()
         && p.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-    (clean && p.starts_with(dir)).then(|| p.to_path_buf())
+    let relative = p.strip_prefix(dir).ok().filter(|_| clean)?;
+    let mut walked = dir.to_path_buf();
+    for component in relative.components() {
+        walked.push(component);
+        if std::fs::symlink_metadata(&walked).is_ok_and(|m| m.file_type().is_symlink()) {
+            return None;
+        }
+    }
+    Some(p.to_path_buf())
 }
 
 pub fn kill_group(pgid: i32, signal: Signal) {
@@ -222,6 +231,18 @@ pub fn unpack(archive: &Path, dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symbolic_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sb");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+        let at = |rel: &str| format!("{}/{rel}", root.display());
+        assert!(inside(&root, &at("real/new.txt")).is_some());
+        assert!(inside(&root, &at("out/passwd")).is_none());
+        assert!(inside(&root, &at("out")).is_none());
+    }
 
     #[test]
     fn paths_must_stay_inside() {

@@ -73,8 +73,24 @@ async fn create(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
     }
     let id = state::new_id();
     let dir = shared.config.root.join("sandboxes").join(&id);
+    let sandbox = Sandbox {
+        id: id.clone(),
+        name: body.name.clone(),
+        status: Status::Pending,
+        image: body.image,
+        resources: body.resources,
+        timeout_secs: body.timeout_secs.unwrap_or(0),
+        network: body.network,
+        auto_resume: body.auto_resume.unwrap_or(true),
+        dir: dir.clone(),
+        processes: Vec::new(),
+        ptys: HashMap::new(),
+        last_activity: Instant::now(),
+        next_pid: 0,
+    };
+    // The name is taken in the same step it is checked.
     let archive = {
-        let inner = shared.lock();
+        let mut inner = shared.lock();
         if let Some(name) = &body.name
             && inner
                 .sandboxes
@@ -87,38 +103,31 @@ async fn create(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
                 &format!("a sandbox named {name} exists"),
             ));
         }
-        match &body.snapshot_id {
+        let archive = match &body.snapshot_id {
             Some(snap) => match inner.snapshots.get(snap) {
                 Some(s) if s.completed => Some(s.archive.clone()),
                 _ => return Err(not_found("snapshot")),
             },
             None => None,
+        };
+        inner.sandboxes.insert(id.clone(), sandbox);
+        archive
+    };
+    let prepared = async {
+        std::fs::create_dir_all(&dir)?;
+        if let Some(archive) = archive {
+            let target = dir.clone();
+            tokio::task::spawn_blocking(move || host::unpack(&archive, &target))
+                .await
+                .map_err(std::io::Error::other)??;
         }
+        Ok::<_, std::io::Error>(())
     };
-    std::fs::create_dir_all(&dir).map_err(|e| internal(&e))?;
-    if let Some(archive) = archive {
-        let target = dir.clone();
-        tokio::task::spawn_blocking(move || host::unpack(&archive, &target))
-            .await
-            .map_err(|e| internal(&e))?
-            .map_err(|e| internal(&e))?;
+    if let Err(e) = prepared.await {
+        shared.lock().sandboxes.remove(&id);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(internal(&e));
     }
-    let sandbox = Sandbox {
-        id: id.clone(),
-        name: body.name.clone(),
-        status: Status::Pending,
-        image: body.image,
-        resources: body.resources,
-        timeout_secs: body.timeout_secs.unwrap_or(0),
-        network: body.network,
-        auto_resume: body.auto_resume.unwrap_or(true),
-        dir,
-        processes: Vec::new(),
-        ptys: HashMap::new(),
-        last_activity: Instant::now(),
-        next_pid: 0,
-    };
-    shared.lock().sandboxes.insert(id.clone(), sandbox);
     let later = shared.clone();
     let started = id.clone();
     tokio::spawn(async move {

@@ -24,7 +24,8 @@ pub const DEFAULT_API_URL: &str = "https://api.tensorlake.ai";
 pub(crate) const MAX_JSON_BYTES: usize = 16 << 20;
 /// Largest error body kept for the message.
 const MAX_ERROR_BYTES: usize = 16 << 10;
-/// Bounds one request; the SDKs allow long creates.
+/// Bounds one request (a follow stream excepted); the SDKs allow long
+/// creates.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Shared by the lifecycle and data-plane clients.
@@ -42,11 +43,25 @@ impl Http {
         idem: Idempotency,
         build: impl Fn(&reqwest::Client) -> RequestBuilder,
     ) -> Result<Response> {
+        self.send_with(idem, Some(REQUEST_TIMEOUT), build).await
+    }
+
+    /// [`Http::send`] with its own bound on the whole exchange (`None` for
+    /// a stream that lasts as long as what it follows).
+    pub async fn send_with(
+        &self,
+        idem: Idempotency,
+        timeout: Option<Duration>,
+        build: impl Fn(&reqwest::Client) -> RequestBuilder,
+    ) -> Result<Response> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
-            let request = build(&self.client).bearer_auth(self.api_key.expose());
+            let mut request = build(&self.client).bearer_auth(self.api_key.expose());
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
             let (error, retry_after) = match request.send().await {
                 Ok(response) if response.status().is_success() => return Ok(response),
                 Ok(response) => {
@@ -167,7 +182,6 @@ impl Client {
             return Err(Error::Invalid("the Tensorlake API key is empty".into()));
         }
         let client = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(15))
             .build()
             .map_err(|e| Error::Invalid(format!("building the HTTP client: {e}")))?;

@@ -178,7 +178,7 @@ impl SandboxClient {
         let url = self.url(&["processes", &process.segment(), "output", "follow"]);
         let response = self
             .http
-            .send(Idempotency::Idempotent, |c| {
+            .send_with(Idempotency::Idempotent, None, |c| {
                 self.request(c, Method::GET, url.clone())
                     .header(reqwest::header::ACCEPT, "text/event-stream")
             })

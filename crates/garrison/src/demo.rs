@@ -221,6 +221,7 @@ fn serve_config(
             repos: Default::default(),
         }],
         admin_listen: Some(listen),
+        tensorlake: None,
     }
 }
 
@@ -289,8 +290,13 @@ fn report(emu: &Emulator, serving: &Serving, sessions: &[Tracked]) -> Vec<Expect
 /// Destroys sandboxes an interrupted earlier demo left in this state
 /// directory: each run has a new emulator, so nothing there can be resumed.
 async fn clean_leftovers(kind: BackendKind, state_dir: &Path, shim_exe: &Path) {
-    let Ok(backend) = serve::make_backend(kind, state_dir, &state_dir.join("snapshots"), shim_exe)
-    else {
+    let Ok(backend) = serve::make_backend(
+        kind,
+        state_dir,
+        &state_dir.join("snapshots"),
+        shim_exe,
+        None,
+    ) else {
         return;
     };
     let Ok(handles) = backend.list().await else {
@@ -319,6 +325,7 @@ async fn no_sandbox_left(config: &ServeConfig, shim_exe: &Path) -> Expectation {
         &config.state_dir,
         &config.snapshot_dir,
         shim_exe,
+        config.tensorlake.as_ref(),
     ) {
         Ok(backend) => backend.list().await.map_err(anyhow::Error::from),
         Err(e) => Err(e),

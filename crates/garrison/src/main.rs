@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod image_cmd;
 mod logging;
+mod mock_cmd;
 mod outposts_cmd;
 mod serve_args;
 mod signals;
@@ -55,6 +56,9 @@ enum Command {
     /// Check settings, token, scopes, outpost, backend prerequisites, disk
     /// and clock; exit 1 if a required check fails.
     Doctor(doctor::DoctorArgs),
+    /// Mocks of cloud APIs for trying backends without an account.
+    #[command(hide = true)]
+    Mock(mock_cmd::MockArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,6 +84,7 @@ fn main() -> anyhow::Result<()> {
             Command::Image(args) => image_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
+            Command::Mock(args) => mock_cmd::run(args).await,
         }
     })
 }

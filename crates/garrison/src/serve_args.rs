@@ -39,6 +39,12 @@ Repositories:
   token is read from the environment only (never a flag, never the file) and
   given to the clone command only. URLs with credentials in them are refused.
 
+Tensorlake (--backend tensorlake), environment or file only:
+  TENSORLAKE_API_KEY (never a flag, never the file; or TENSORLAKE_API_KEY_FILE,
+  a file of mode 0600), TENSORLAKE_API_URL [default: https://api.tensorlake.ai],
+  TENSORLAKE_IMAGE, SANDBOX_TIMEOUT_SECS (idle seconds before Tensorlake
+  suspends a sandbox) [default: 1800], TENSORLAKE_SANDBOX_ROOT [default: /garrison].
+
 Precedence:
   flags, then environment variables, then the TOML file (--config, else
   $GARRISON_CONFIG/garrison.toml if it exists), then the defaults. In the file,
@@ -70,7 +76,7 @@ pub struct ServeArgs {
     pub static_base_url: Option<String>,
 
     /// Sandbox backend: local (a container per session), host (no isolation),
-    /// tensorlake or modal [default: local]
+    /// tensorlake (a Tensorlake microVM per session) or modal [default: local]
     #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
     pub backend: Option<String>,
 
@@ -204,7 +210,8 @@ impl ServeArgs {
             repos,
             git_username: text(&self.git_username, names::GIT_USERNAME),
             git_token: None,
-            outpost_tables: Vec::new(),
+            // Tensorlake's settings have no flags (the key never in argv).
+            ..RawSettings::default()
         }
     }
 }
@@ -332,6 +339,8 @@ mod tests {
             "garrison serve --outpost op-a",
             "DEVIN_OUTPOSTS_TOKEN",
             "credentials.json",
+            "TENSORLAKE_API_KEY",
+            "SANDBOX_TIMEOUT_SECS",
         ] {
             assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
         }

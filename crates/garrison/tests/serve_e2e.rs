@@ -87,9 +87,13 @@ async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
         status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
     })
     .await;
-    wait_until("sandbox destroyed after snapshot", Some(&g), || {
-        sandbox_dirs(&state) == 0
-    })
+    // Where suspending keeps memory, the suspended sandbox is kept too.
+    let kept = usize::from(backend == Backend::Tensorlake);
+    wait_until(
+        "sandbox destroyed (or suspended) after snapshot",
+        Some(&g),
+        || sandbox_dirs(&state) == kept,
+    )
     .await;
     assert_eq!(
         g.store().snapshots(&id).unwrap().len(),
@@ -121,6 +125,67 @@ async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
         g.store().snapshots(&id).unwrap().is_empty()
     })
     .await;
+    wait_until("sandbox destroyed", Some(&g), || sandbox_dirs(&state) == 0).await;
+}
+
+/// On Tensorlake a sleeping session's sandbox is suspended, memory and
+/// all, and its resume claim resumes that same sandbox: a process started
+/// before the sleep is still alive after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensorlake_suspends_the_sandbox_and_resumes_it_with_its_processes() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), Backend::Tensorlake);
+    let id = session(
+        &emu,
+        &outpost,
+        vec![run(
+            "(sh -c 'echo $$ > bg.pid; exec sleep 1000') >/dev/null 2>&1 & sleep 0.2; echo started",
+        )],
+        Then::Sleep,
+    );
+    wait_until("suspended and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    let world = g.tensorlake.clone().expect("the mock");
+    let sandbox_id = world.sandbox_dirs()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    wait_until("the sandbox suspended", Some(&g), || {
+        world.mock().status(&sandbox_id).as_deref() == Some("suspended")
+    })
+    .await;
+
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run("kill -0 $(cat bg.pid) && echo alive || echo dead")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    wait_until("resumed session terminated", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    assert_eq!(step_outputs(&emu, &id).last().unwrap().trim(), "alive");
+    let events = std::fs::read_to_string(
+        state
+            .join("sessions")
+            .join(sandbox::names::hashed_id(&id))
+            .join("events.log"),
+    )
+    .unwrap();
+    assert!(
+        events.contains("sandbox_suspended") && events.contains("sandbox_resumed"),
+        "{events}"
+    );
+    wait_until("sandbox deleted", Some(&g), || sandbox_dirs(&state) == 0).await;
 }
 
 async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
@@ -385,6 +450,14 @@ macro_rules! on_each_backend {
                     if super::Backend::Local.available() {
                         super::$test(super::Backend::Local).await
                     }
+                }
+            )+
+        }
+        mod tensorlake {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Tensorlake).await
                 }
             )+
         }

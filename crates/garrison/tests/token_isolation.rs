@@ -1,5 +1,5 @@
-//! The account token and `GIT_TOKEN` never reach a sandbox, on every backend
-//! that runs here: while sessions run, every process of each sandbox (its
+//! The account token, `GIT_TOKEN` and the Tensorlake API key never reach a
+//! sandbox, on every backend that runs here: while sessions run, every process of each sandbox (its
 //! environment and command line) and the sandbox's whole filesystem are
 //! scanned for both.
 
@@ -16,10 +16,13 @@ const GIT_TOKEN: &str = "gtok_isolation_check_4f1e9a77c2";
 /// Pids of the processes that belong to the sandboxes under `state`.
 fn sandbox_pids(state: &Path, backend: Backend) -> Vec<u32> {
     match backend {
-        // A host sandbox's processes run with their working directory
-        // inside its directory.
-        Backend::Host => {
-            let root = state.join("host").join("sandboxes");
+        // A host sandbox's processes, and the mock Tensorlake's, run with
+        // their working directory inside the sandbox's directory.
+        Backend::Host | Backend::Tensorlake => {
+            let root = match backend {
+                Backend::Host => state.join("host").join("sandboxes"),
+                _ => state.parent().unwrap().join("tensorlake-mock/sandboxes"),
+            };
             let root = std::fs::canonicalize(&root).unwrap_or(root);
             all_pids()
                 .into_iter()
@@ -66,6 +69,12 @@ fn sandbox_roots(state: &Path, backend: Backend) -> Vec<PathBuf> {
     let (dir, inner) = match backend {
         Backend::Host => ("host", "fs"),
         Backend::Local => ("local", "rootfs"),
+        Backend::Tensorlake => {
+            let sandboxes = state.parent().unwrap().join("tensorlake-mock/sandboxes");
+            return std::fs::read_dir(sandboxes)
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+        }
     };
     sandbox_names(state, dir)
         .into_iter()
@@ -107,7 +116,11 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
     .await;
 
     let account = emu.account_token();
-    let secrets = [account.as_bytes(), GIT_TOKEN.as_bytes()];
+    let secrets = [
+        account.as_bytes(),
+        GIT_TOKEN.as_bytes(),
+        TENSORLAKE_KEY.as_bytes(),
+    ];
     let pids = sandbox_pids(&state, backend);
     assert!(pids.len() >= 2, "found the sandboxes' processes: {pids:?}");
     for pid in &pids {
@@ -143,6 +156,11 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_no_token_reaches_a_running_sandbox() {
     no_token_reaches_a_running_sandbox(Backend::Host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensorlake_no_token_reaches_a_running_sandbox() {
+    no_token_reaches_a_running_sandbox(Backend::Tensorlake).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

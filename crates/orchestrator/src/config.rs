@@ -116,4 +116,23 @@ pub struct ServeConfig {
     /// Where the admin listener (metrics, health, JSON API, dashboard)
     /// binds; `None` runs without one.
     pub admin_listen: Option<std::net::SocketAddr>,
+    /// Set when an outpost uses the Tensorlake backend.
+    pub tensorlake: Option<TensorlakeSettings>,
+}
+
+/// Idle seconds before Tensorlake suspends a session's sandbox (the seed's
+/// `SANDBOX_TIMEOUT_SECS` default).
+pub const DEFAULT_SANDBOX_TIMEOUT_SECS: u64 = 1800;
+
+/// How to reach Tensorlake and what its sandboxes get. `Debug` never shows
+/// the key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorlakeSettings {
+    pub api_url: String,
+    pub api_key: Secret,
+    /// The image when the outpost names none.
+    pub image: Option<String>,
+    pub timeout_secs: u64,
+    /// Garrison's directory inside each sandbox (`{id}`: the sandbox id).
+    pub sandbox_root: String,
 }

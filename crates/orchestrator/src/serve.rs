@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{BackendKind, ServeConfig};
+use crate::config::{BackendKind, ServeConfig, TensorlakeSettings};
 use crate::metrics::Metrics;
 use crate::planner::{ClaimAction, ClaimObs, Finish, OperatorStop, Stage, plan_claims};
 use crate::queue::{self, QueueView};
@@ -121,6 +121,7 @@ pub fn make_backend(
     state_dir: &std::path::Path,
     snapshot_dir: &std::path::Path,
     shim_exe: &std::path::Path,
+    tensorlake: Option<&TensorlakeSettings>,
 ) -> anyhow::Result<Arc<dyn Sandbox>> {
     match kind {
         BackendKind::Host => Ok(Arc::new(HostBackend::new(HostConfig {
@@ -146,6 +147,22 @@ pub fn make_backend(
                 )
             })?;
             Ok(Arc::new(sandbox::local::LocalBackend::new(config)?))
+        }
+        BackendKind::Tensorlake => {
+            let settings = tensorlake.ok_or_else(|| {
+                anyhow::anyhow!("the tensorlake backend needs its settings (TENSORLAKE_API_KEY)")
+            })?;
+            Ok(Arc::new(tensorlake::TensorlakeBackend::new(
+                tensorlake::TensorlakeConfig {
+                    api_url: settings.api_url.clone(),
+                    api_key: settings.api_key.clone(),
+                    default_image: settings.image.clone(),
+                    timeout_secs: settings.timeout_secs,
+                    sandbox_root: settings.sandbox_root.clone(),
+                    state_dir: state_dir.join("tensorlake"),
+                    retry: Default::default(),
+                },
+            )?))
         }
         other => anyhow::bail!(
             "the {} backend is not available in this build yet; use --backend local or host",
@@ -208,6 +225,9 @@ pub async fn run_prepared(
 ) -> anyhow::Result<()> {
     let redactor = Arc::new(Redactor::default());
     redactor.add(config.token.expose());
+    if let Some(tensorlake) = &config.tensorlake {
+        redactor.add(tensorlake.api_key.expose());
+    }
     let logs = SessionLogs::new(config.state_dir.join("sessions"), redactor)?;
     let resolver = Arc::new(RemoteResolver::new(
         &config.static_base_url,
@@ -234,6 +254,7 @@ pub async fn run_prepared(
             &config.state_dir,
             &config.snapshot_dir,
             &shim_exe,
+            config.tensorlake.as_ref(),
         )?;
         let deps = Arc::new(Deps {
             client: serving.client.clone(),
@@ -453,8 +474,10 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
 }
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left
-/// by a crash before their session was recorded). Snapshots are kept.
+/// by a crash before their session was recorded). Snapshots are kept, and
+/// so are sandboxes suspended for a resume where suspending keeps memory.
 async fn clean_orphans(deps: &Arc<Deps>) {
+    let keeps_suspended = deps.backend.capabilities().suspend_keeps_memory;
     let sandboxes = match deps.backend.list().await {
         Ok(list) => list,
         Err(e) => {
@@ -469,12 +492,15 @@ async fn clean_orphans(deps: &Arc<Deps>) {
         let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
             continue;
         };
-        let owned = deps
-            .store
-            .session(session_id)
-            .ok()
-            .flatten()
-            .is_some_and(|s| !s.stage.is_done());
+        let record = deps.store.session(session_id).ok().flatten();
+        let owned = match record {
+            Some(s) => {
+                !s.stage.is_done() || (keeps_suspended && s.stage == Stage::Done(Finish::Suspended))
+            }
+            // Sandboxes that outlive a suspend live in an account several
+            // Garrisons may share: one this store does not know is theirs.
+            None => keeps_suspended,
+        };
         if !owned {
             warn!(
                 session_id,

@@ -552,15 +552,91 @@ impl SessionRunner {
             );
         }
         let name = SandboxName::for_session(self.id());
-        // A sandbox left by an interrupted start never ran a remote (the
-        // process is recorded before it is spawned): start over cleanly.
-        if let Some(leftover) = self.find_sandbox(&name).await.map_err(StartError::Failed)? {
-            self.deps
-                .backend
-                .destroy(&leftover)
-                .await
-                .map_err(|e| StartError::Failed(e.into()))?;
+        let kept = match self.find_sandbox(&name).await.map_err(StartError::Failed)? {
+            Some(found) => self.resume_kept(found).await.map_err(StartError::Failed)?,
+            None => None,
+        };
+        let (handle, restored) = match kept {
+            Some(handle) => (handle, true),
+            None => self.create_sandbox(&name, &entry).await?,
+        };
+        self.rec.handle = Some(handle.clone());
+        self.save();
+        self.event("sandbox_created", json!({ "sandbox": handle.name }));
+
+        let bytes = self
+            .deps
+            .resolver
+            .verified_bytes(&remote)
+            .await
+            .map_err(|e| {
+                if e.is_checksum_mismatch() {
+                    StartError::Refused(e.to_string())
+                } else {
+                    StartError::Failed(e.into())
+                }
+            })?;
+        let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
+        self.deps
+            .backend
+            .put_file(&handle, &path, &bytes, 0o755)
+            .await
+            .map_err(|e| StartError::Failed(e.into()))?;
+        // A restored or resumed workspace has its repositories already.
+        if !restored {
+            self.clone_repos(&handle).await?;
         }
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+        self.spawn_remote().await.map_err(StartError::Failed)
+    }
+
+    /// The sandbox this resume claim's session was suspended in, running
+    /// again, on a backend whose suspend keeps memory. Any other sandbox
+    /// found under the session's name is left by an interrupted start and
+    /// never ran a remote (the process is recorded before it is spawned):
+    /// it is destroyed, to start over cleanly.
+    async fn resume_kept(&mut self, found: Handle) -> anyhow::Result<Option<Handle>> {
+        let backend = self.deps.backend.clone();
+        if self.rec.kind == "resume"
+            && self.rec.process.is_none()
+            && backend.capabilities().suspend_keeps_memory
+        {
+            match backend.resume(&found).await {
+                Ok(()) => {
+                    info!(
+                        session_id = self.id(),
+                        sandbox = found.name,
+                        "resumed the suspended sandbox"
+                    );
+                    self.event("sandbox_resumed", json!({ "sandbox": found.name }));
+                    return Ok(Some(found));
+                }
+                Err(e) if e.is_gone() => {
+                    warn!(
+                        session_id = self.id(),
+                        "the suspended sandbox is gone; restoring from the snapshot"
+                    );
+                    return Ok(None);
+                }
+                Err(e) => {
+                    warn!(session_id = self.id(), error = %e, "resuming the suspended sandbox failed; restoring from the snapshot");
+                }
+            }
+        }
+        backend.destroy(&found).await?;
+        Ok(None)
+    }
+
+    /// A new sandbox, restored from the newest snapshot when there is one
+    /// (a fresh one if that snapshot is gone); whether it was restored.
+    async fn create_sandbox(
+        &mut self,
+        name: &SandboxName,
+        entry: &QueueEntry,
+    ) -> Result<(Handle, bool), StartError> {
+        let name = name.clone();
         let restore = self.latest_snapshot(&name).await;
         let mut spec = SandboxSpec {
             name: name.clone(),
@@ -592,36 +668,7 @@ impl SessionRunner {
                 json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes }),
             );
         }
-        self.rec.handle = Some(handle.clone());
-        self.save();
-        self.event("sandbox_created", json!({ "sandbox": handle.name }));
-
-        let bytes = self
-            .deps
-            .resolver
-            .verified_bytes(&remote)
-            .await
-            .map_err(|e| {
-                if e.is_checksum_mismatch() {
-                    StartError::Refused(e.to_string())
-                } else {
-                    StartError::Failed(e.into())
-                }
-            })?;
-        let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
-        self.deps
-            .backend
-            .put_file(&handle, &path, &bytes, 0o755)
-            .await
-            .map_err(|e| StartError::Failed(e.into()))?;
-        // A restored workspace has its repositories already.
-        if spec.restore_from.is_none() {
-            self.clone_repos(&handle).await?;
-        }
-        if !self.has_budget() {
-            return Err(StartError::Deadline);
-        }
-        self.spawn_remote().await.map_err(StartError::Failed)
+        Ok((handle, spec.restore_from.is_some()))
     }
 
     async fn find_sandbox(&self, name: &SandboxName) -> anyhow::Result<Option<Handle>> {
@@ -816,11 +863,17 @@ impl SessionRunner {
             if let Some(reason) = keep {
                 self.snapshot(&handle, reason).await?;
             }
-            backend.destroy(&handle).await.map_err(|e| anyhow!(e))?;
+            // Where suspending keeps memory the sandbox itself waits for
+            // the resume claim (the snapshot is the fallback).
+            if finish == Finish::Suspended && self.suspend_kept(&handle).await {
+                self.event("sandbox_suspended", json!({ "sandbox": handle.name }));
+            } else {
+                backend.destroy(&handle).await.map_err(|e| anyhow!(e))?;
+                self.event("sandbox_destroyed", json!({}));
+            }
             self.rec.handle = None;
             self.rec.process = None;
             self.save();
-            self.event("sandbox_destroyed", json!({}));
         }
         if matches!(
             finish,
@@ -835,6 +888,21 @@ impl SessionRunner {
             self.release().await;
         }
         Ok(())
+    }
+
+    /// Suspends the sandbox if the backend keeps memory; false when it
+    /// cannot (the caller destroys it, the snapshot remains).
+    async fn suspend_kept(&self, handle: &Handle) -> bool {
+        if !self.deps.backend.capabilities().suspend_keeps_memory {
+            return false;
+        }
+        match self.deps.backend.suspend(handle).await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(session_id = self.id(), error = %e, "suspending the sandbox failed; destroying it (the snapshot remains)");
+                false
+            }
+        }
     }
 
     async fn snapshot(&mut self, handle: &Handle, reason: SnapshotReason) -> anyhow::Result<()> {

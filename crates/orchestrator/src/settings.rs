@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::Repos;
 use crate::config::{
     BackendKind, DEFAULT_API_URL, DEFAULT_MAX_CONCURRENT, DEFAULT_RELIST_INTERVAL,
-    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, OutpostConfig, QueueMode, ServeConfig,
+    DEFAULT_SANDBOX_TIMEOUT_SECS, DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL,
+    OutpostConfig, QueueMode, ServeConfig, TensorlakeSettings,
 };
 use crate::planner::Policy;
 use crate::repos::GIT_TOKEN_ENV;
@@ -121,6 +122,46 @@ pub mod names {
     pub const CONFIG: Names = n("--config", Some("GARRISON_CONFIG_FILE"), "config");
     pub const REPOS: Names = n("--repos", Some("REPOS"), "repos");
     pub const GIT_USERNAME: Names = n("--git-username", Some("GIT_USERNAME"), "git_username");
+
+    /// A setting read from the environment and the file only.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct EnvKey {
+        pub env: &'static str,
+        pub key: &'static str,
+    }
+
+    /// The Tensorlake backend's settings. They have no flags: the API key
+    /// must never be in argv, and the rest are set once per host.
+    pub mod tensorlake {
+        use super::EnvKey;
+
+        /// The API key itself: the environment only, like the Devin token.
+        pub const API_KEY_ENV: &str = "TENSORLAKE_API_KEY";
+        /// A file (mode 0600) holding the API key, if the variable is unset.
+        pub const API_KEY_FILE: EnvKey = EnvKey {
+            env: "TENSORLAKE_API_KEY_FILE",
+            key: "tensorlake_api_key_file",
+        };
+        pub const API_URL: EnvKey = EnvKey {
+            env: "TENSORLAKE_API_URL",
+            key: "tensorlake_api_url",
+        };
+        /// The image sessions boot from when the outpost names none.
+        pub const IMAGE: EnvKey = EnvKey {
+            env: "TENSORLAKE_IMAGE",
+            key: "tensorlake_image",
+        };
+        /// Idle seconds before Tensorlake suspends a session's sandbox.
+        pub const TIMEOUT_SECS: EnvKey = EnvKey {
+            env: "SANDBOX_TIMEOUT_SECS",
+            key: "sandbox_timeout_secs",
+        };
+        /// Where Garrison keeps its directories inside the sandbox.
+        pub const SANDBOX_ROOT: EnvKey = EnvKey {
+            env: "TENSORLAKE_SANDBOX_ROOT",
+            key: "tensorlake_sandbox_root",
+        };
+    }
 
     /// Everything that is a flag of `garrison serve`.
     pub const ALL: &[Names] = &[
@@ -247,6 +288,11 @@ pub enum SettingsError {
     NoOutpost,
     #[error("no Devin token: set DEVIN_OUTPOSTS_TOKEN or run `garrison connect`")]
     NoToken,
+    #[error(
+        "the tensorlake backend needs an API key: set TENSORLAKE_API_KEY, or \
+         TENSORLAKE_API_KEY_FILE to a file of mode 0600 holding it"
+    )]
+    NoTensorlakeKey,
     /// A default directory depends on `HOME`, which is not set.
     #[error("cannot choose the {what}: HOME is not set; {hint}")]
     NoHome {
@@ -425,6 +471,13 @@ pub struct RawSettings {
     pub git_username: Option<Sourced<String>>,
     /// `GIT_TOKEN`: only from the environment, like `token`.
     pub git_token: Option<Sourced<Secret>>,
+    /// `TENSORLAKE_API_KEY`: only from the environment, like `token`.
+    pub tensorlake_api_key: Option<Sourced<Secret>>,
+    pub tensorlake_api_key_file: Option<Sourced<PathBuf>>,
+    pub tensorlake_api_url: Option<Sourced<String>>,
+    pub tensorlake_image: Option<Sourced<String>>,
+    pub sandbox_timeout_secs: Option<Sourced<String>>,
+    pub tensorlake_sandbox_root: Option<Sourced<String>>,
     /// The file's `[[outpost]]` tables, in file order.
     pub outpost_tables: Vec<OutpostTable>,
 }
@@ -468,6 +521,16 @@ impl RawSettings {
             token: self.token.or(lower.token),
             repos: self.repos.or(lower.repos),
             git_username: self.git_username.or(lower.git_username),
+            tensorlake_api_key: self.tensorlake_api_key.or(lower.tensorlake_api_key),
+            tensorlake_api_key_file: self
+                .tensorlake_api_key_file
+                .or(lower.tensorlake_api_key_file),
+            tensorlake_api_url: self.tensorlake_api_url.or(lower.tensorlake_api_url),
+            tensorlake_image: self.tensorlake_image.or(lower.tensorlake_image),
+            sandbox_timeout_secs: self.sandbox_timeout_secs.or(lower.sandbox_timeout_secs),
+            tensorlake_sandbox_root: self
+                .tensorlake_sandbox_root
+                .or(lower.tensorlake_sandbox_root),
             git_token: self.git_token.or(lower.git_token),
             outpost_tables: if self.outpost_tables.is_empty() {
                 lower.outpost_tables
@@ -485,6 +548,12 @@ impl RawSettings {
         };
         let path =
             |names: Names| text(names).map(|s| Sourced::new(PathBuf::from(s.value), s.origin));
+        let env_key = |names: names::EnvKey| {
+            Some(Sourced::new(
+                host.var(names.env)?.to_owned(),
+                Origin::Env(names.env),
+            ))
+        };
         RawSettings {
             outposts: text(names::OUTPOST).map(|s| Sourced::new(vec![s.value], s.origin)),
             api_url: text(names::API_URL),
@@ -510,6 +579,15 @@ impl RawSettings {
             git_token: host
                 .var(GIT_TOKEN_ENV)
                 .map(|t| Sourced::new(Secret::new(t), Origin::Env(GIT_TOKEN_ENV))),
+            tensorlake_api_key: host
+                .var(names::tensorlake::API_KEY_ENV)
+                .map(|t| Sourced::new(Secret::new(t), Origin::Env(names::tensorlake::API_KEY_ENV))),
+            tensorlake_api_key_file: env_key(names::tensorlake::API_KEY_FILE)
+                .map(|s| Sourced::new(PathBuf::from(s.value), s.origin)),
+            tensorlake_api_url: env_key(names::tensorlake::API_URL),
+            tensorlake_image: env_key(names::tensorlake::IMAGE),
+            sandbox_timeout_secs: env_key(names::tensorlake::TIMEOUT_SECS),
+            tensorlake_sandbox_root: env_key(names::tensorlake::SANDBOX_ROOT),
             outpost_tables: Vec::new(),
         }
     }
@@ -540,6 +618,11 @@ struct FileSettings {
     max_restarts: Option<i64>,
     repos: Option<Vec<String>>,
     git_username: Option<String>,
+    tensorlake_api_key_file: Option<PathBuf>,
+    tensorlake_api_url: Option<String>,
+    tensorlake_image: Option<String>,
+    sandbox_timeout_secs: Option<i64>,
+    tensorlake_sandbox_root: Option<String>,
     #[serde(default)]
     outpost: Vec<FileOutpost>,
 }
@@ -631,6 +714,16 @@ pub fn parse_file(path: &Path, text: &str) -> Result<RawSettings, SettingsError>
         repos: file.repos.map(|r| Sourced::new(r, at("repos", None))),
         git_username: text_of(file.git_username, "git_username", None),
         git_token: None,
+        tensorlake_api_key: None,
+        tensorlake_api_key_file: dir(file.tensorlake_api_key_file, "tensorlake_api_key_file"),
+        tensorlake_api_url: text_of(file.tensorlake_api_url, "tensorlake_api_url", None),
+        tensorlake_image: text_of(file.tensorlake_image, "tensorlake_image", None),
+        sandbox_timeout_secs: num(file.sandbox_timeout_secs, "sandbox_timeout_secs", None),
+        tensorlake_sandbox_root: text_of(
+            file.tensorlake_sandbox_root,
+            "tensorlake_sandbox_root",
+            None,
+        ),
         outpost_tables,
     })
 }
@@ -644,6 +737,12 @@ fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
         reason.push_str(
             " (the token is read from DEVIN_OUTPOSTS_TOKEN or the credentials file, \
              never from this file)",
+        );
+    }
+    if reason.contains("unknown field `tensorlake_api_key`") {
+        reason.push_str(
+            " (the Tensorlake API key is read from TENSORLAKE_API_KEY or the 0600 file named \
+             by tensorlake_api_key_file, never from this file)",
         );
     }
     if reason.contains("unknown field `git_token`") {
@@ -848,6 +947,12 @@ pub fn resolve(
     };
     let defaults = OutpostDefaults::resolve(&raw)?;
     let outposts = outposts(&raw, &defaults, credentials)?;
+    // Only checked, and the key only required, when an outpost uses it.
+    let tensorlake = outposts
+        .iter()
+        .any(|o| o.backend == BackendKind::Tensorlake)
+        .then(|| tensorlake_settings(&raw))
+        .transpose()?;
 
     Ok(ServeConfig {
         api_url,
@@ -868,7 +973,88 @@ pub fn resolve(
         outposts,
         // Set by the caller from `--listen`.
         admin_listen: None,
+        tensorlake,
     })
+}
+
+/// The Tensorlake backend's settings: the API key from
+/// `TENSORLAKE_API_KEY`, else from the file `TENSORLAKE_API_KEY_FILE` names
+/// (refused if other users may read it).
+fn tensorlake_settings(raw: &RawSettings) -> Result<TensorlakeSettings, SettingsError> {
+    let api_key = match (&raw.tensorlake_api_key, &raw.tensorlake_api_key_file) {
+        (Some(key), _) => key.clone(),
+        (None, Some(path)) => Sourced::new(read_secret_file(&path.value)?, path.origin.clone()),
+        (None, None) => return Err(SettingsError::NoTensorlakeKey),
+    };
+    if api_key.value.is_empty() {
+        return Err(SettingsError::NoTensorlakeKey);
+    }
+    if api_key
+        .value
+        .expose()
+        .chars()
+        .any(|c| c.is_control() || c == ' ')
+    {
+        return Err(api_key.invalid("the API key has spaces or control characters"));
+    }
+    let api_url = match &raw.tensorlake_api_url {
+        Some(value) => api_url(value)?,
+        None => tensorlake::DEFAULT_API_URL.to_owned(),
+    };
+    let image = raw.tensorlake_image.as_ref().map(image).transpose()?;
+    let timeout_secs = match &raw.sandbox_timeout_secs {
+        // Up to 30 days; 0 would leave the choice to Tensorlake's plan.
+        Some(value) => to_u64(integer(value, 0..=30 * 24 * 3600)?),
+        None => DEFAULT_SANDBOX_TIMEOUT_SECS,
+    };
+    let sandbox_root = match &raw.tensorlake_sandbox_root {
+        Some(root) => {
+            let path = Path::new(&root.value);
+            let clean = path.is_absolute()
+                && path
+                    .components()
+                    .all(|c| !matches!(c, std::path::Component::ParentDir));
+            if !clean || root.value.chars().any(char::is_control) {
+                return Err(root.invalid(format!(
+                    "expected an absolute directory inside the sandbox, such as {:?}",
+                    tensorlake::backend::DEFAULT_SANDBOX_ROOT
+                )));
+            }
+            root.value.clone()
+        }
+        None => tensorlake::backend::DEFAULT_SANDBOX_ROOT.to_owned(),
+    };
+    Ok(TensorlakeSettings {
+        api_url,
+        api_key: api_key.value,
+        image,
+        timeout_secs,
+        sandbox_root,
+    })
+}
+
+/// Reads a secret from a file that only its owner may read; one trailing
+/// newline is dropped.
+fn read_secret_file(path: &Path) -> Result<Secret, SettingsError> {
+    let read_error = |error| SettingsError::Read {
+        path: path.to_owned(),
+        error,
+    };
+    let file = fs::File::open(path).map_err(read_error)?;
+    let mode = file.metadata().map_err(read_error)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(SettingsError::InsecureCredentials {
+            path: path.to_owned(),
+            mode: mode & 0o7777,
+        });
+    }
+    let mut text = String::new();
+    file.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    Ok(Secret::new(text))
 }
 
 /// The top-level per-outpost settings, validated, which tables fall back to.

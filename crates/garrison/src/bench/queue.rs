@@ -363,6 +363,7 @@ fn serve_config(
             repos: Default::default(),
         }],
         admin_listen: None,
+        tensorlake: None,
     }
 }
 

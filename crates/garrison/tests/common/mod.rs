@@ -4,8 +4,10 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Step, Then};
@@ -40,6 +42,87 @@ pub struct Garrison {
     pub log_path: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// The mock Tensorlake this Garrison uses, kept alive while it runs.
+    pub tensorlake: Option<Arc<TensorlakeWorld>>,
+}
+
+/// The API key the mock Tensorlake accepts.
+pub const TENSORLAKE_KEY: &str = "tl_e2e_key_never_in_a_sandbox_8c1d";
+
+/// A mock Tensorlake on its own runtime (so it outlives a Garrison killed
+/// and restarted, and is shared by every Garrison of one test directory).
+/// Dropping the last handle kills the processes it ran.
+pub struct TensorlakeWorld {
+    mock: Option<tensorlake_mock::MockTensorlake>,
+    runtime: Option<tokio::runtime::Runtime>,
+    pub root: PathBuf,
+}
+
+impl TensorlakeWorld {
+    /// The mock for the test directory holding `state_dir`.
+    pub fn for_state_dir(state_dir: &Path) -> Arc<TensorlakeWorld> {
+        static WORLDS: Mutex<BTreeMap<PathBuf, Weak<TensorlakeWorld>>> =
+            Mutex::new(BTreeMap::new());
+        let dir = state_dir.parent().expect("state dir parent").to_owned();
+        let mut worlds = WORLDS.lock().unwrap();
+        if let Some(world) = worlds.get(&dir).and_then(Weak::upgrade) {
+            return world;
+        }
+        let root = dir.join("tensorlake-mock");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = tensorlake_mock::MockConfig::new(TENSORLAKE_KEY, &root);
+        let mock = std::thread::scope(|s| {
+            s.spawn(|| runtime.block_on(tensorlake_mock::MockTensorlake::start(config)))
+                .join()
+                .unwrap()
+        })
+        .expect("mock Tensorlake starts");
+        let world = Arc::new(TensorlakeWorld {
+            mock: Some(mock),
+            runtime: Some(runtime),
+            root,
+        });
+        worlds.insert(dir, Arc::downgrade(&world));
+        world
+    }
+
+    pub fn mock(&self) -> &tensorlake_mock::MockTensorlake {
+        self.mock.as_ref().expect("mock")
+    }
+
+    /// What `garrison serve` needs to use it.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mock = self.mock();
+        vec![
+            ("TENSORLAKE_API_URL".into(), mock.url().to_owned()),
+            ("TENSORLAKE_API_KEY".into(), TENSORLAKE_KEY.into()),
+            (
+                "TENSORLAKE_SANDBOX_ROOT".into(),
+                mock.sandbox_root_template(),
+            ),
+        ]
+    }
+
+    /// The sandboxes' directories on the host.
+    pub fn sandbox_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.root.join("sandboxes"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TensorlakeWorld {
+    fn drop(&mut self) {
+        // Kills every process the mock ran.
+        drop(self.mock.take());
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 pub struct GarrisonOptions<'a> {
@@ -53,6 +136,8 @@ pub struct GarrisonOptions<'a> {
 pub enum Backend {
     Host,
     Local,
+    /// The mock Tensorlake ([`tensorlake_mock`]), one per test directory.
+    Tensorlake,
 }
 
 impl Backend {
@@ -60,6 +145,7 @@ impl Backend {
         match self {
             Backend::Host => "host",
             Backend::Local => "local",
+            Backend::Tensorlake => "tensorlake",
         }
     }
 
@@ -68,7 +154,7 @@ impl Backend {
     /// (`GARRISON_TEST_IMAGES`, exported by `scripts/test`).
     pub fn available(self) -> bool {
         match self {
-            Backend::Host => true,
+            Backend::Host | Backend::Tensorlake => true,
             Backend::Local => {
                 if !nix_is_root() {
                     eprintln!("skipped: the local backend needs root");
@@ -119,6 +205,12 @@ impl Garrison {
                 std::os::unix::fs::symlink(images, link).unwrap();
             }
         }
+        let mut extra_env = extra_env;
+        let tensorlake = (backend == Backend::Tensorlake).then(|| {
+            let world = TensorlakeWorld::for_state_dir(opts.state_dir);
+            extra_env.extend(world.env());
+            world
+        });
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--outpost".into(),
@@ -135,7 +227,9 @@ impl Garrison {
             "127.0.0.1:0".into(),
         ];
         args.extend(opts.extra_args);
-        Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env)
+        let mut garrison = Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env);
+        garrison.tensorlake = tensorlake;
+        garrison
     }
 
     /// `garrison` with exactly these arguments (and the test environment).
@@ -184,6 +278,7 @@ impl Garrison {
             log_path,
             args,
             env,
+            tensorlake: None,
         }
     }
 
@@ -366,21 +461,33 @@ pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
 
 /// Sandboxes of either backend present under `state_dir`.
 pub fn sandbox_dirs(state_dir: &Path) -> usize {
-    ["host", "local"]
-        .iter()
-        .map(|b| {
-            std::fs::read_dir(state_dir.join(b).join("sandboxes"))
-                .map(|d| d.count())
-                .unwrap_or(0)
-        })
-        .sum()
+    let tensorlake = state_dir
+        .parent()
+        .map(|dir| dir.join("tensorlake-mock"))
+        .unwrap_or_default();
+    [
+        state_dir.join("host").join("sandboxes"),
+        state_dir.join("local").join("sandboxes"),
+        tensorlake.join("sandboxes"),
+    ]
+    .iter()
+    .map(|dir| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0))
+    .sum()
 }
 
 /// The workspace of the only sandbox under `state_dir`, as the host sees it.
 pub fn only_workdir(state_dir: &Path) -> PathBuf {
     let mut found = Vec::new();
-    for (backend, inner) in [("host", "fs/workspace"), ("local", "rootfs/workspace")] {
-        if let Ok(entries) = std::fs::read_dir(state_dir.join(backend).join("sandboxes")) {
+    let tensorlake = state_dir
+        .parent()
+        .map(|dir| dir.join("tensorlake-mock"))
+        .unwrap_or_default();
+    for (dir, inner) in [
+        (state_dir.join("host"), "fs/workspace"),
+        (state_dir.join("local"), "rootfs/workspace"),
+        (tensorlake, "workspace"),
+    ] {
+        if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
             found.extend(entries.flatten().map(|e| e.path().join(inner)));
         }
     }

@@ -15,10 +15,14 @@ fn host() -> HostEnv {
     HostEnv::new(1000, vars(&[("HOME", "/home/ada")]))
 }
 
-/// The environment layer for these variables plus a token and an outpost,
-/// which nearly every test needs and none is about.
+/// The environment layer for these variables plus a token, an outpost and
+/// a Tensorlake key, which nearly every test needs and none is about.
 fn env(pairs: &[(&str, &str)]) -> RawSettings {
-    let mut all = vars(&[(TOKEN_ENV, TOKEN), ("OUTPOST_ID", "op-1")]);
+    let mut all = vars(&[
+        (TOKEN_ENV, TOKEN),
+        ("OUTPOST_ID", "op-1"),
+        ("TENSORLAKE_API_KEY", TL_KEY),
+    ]);
     all.extend(vars(pairs));
     RawSettings::from_env(&HostEnv::new(1000, all))
 }
@@ -1269,4 +1273,113 @@ fn the_git_token_is_never_read_from_the_file() {
         "{message}"
     );
     assert!(!message.contains(GIT_TOKEN), "{message}");
+}
+
+// ---------------------------------------------------------------------------
+// Tensorlake
+// ---------------------------------------------------------------------------
+
+const TL_KEY: &str = "tl_test_key_do_not_print_0123456789";
+
+#[test]
+fn tensorlake_settings_are_resolved_only_for_tensorlake_outposts() {
+    assert_eq!(ok(env(&[("GARRISON_BACKEND", "host")])).tensorlake, None);
+    let config = ok(env(&[
+        ("GARRISON_BACKEND", "tensorlake"),
+        ("TENSORLAKE_API_KEY", TL_KEY),
+    ]));
+    let tl = config.tensorlake.expect("tensorlake settings");
+    assert_eq!(tl.api_key.expose(), TL_KEY);
+    assert_eq!(tl.api_url, tensorlake::DEFAULT_API_URL);
+    assert_eq!(tl.timeout_secs, DEFAULT_SANDBOX_TIMEOUT_SECS);
+    assert_eq!(tl.sandbox_root, tensorlake::backend::DEFAULT_SANDBOX_ROOT);
+    assert_eq!(tl.image, None);
+    assert!(!format!("{tl:?}").contains(TL_KEY));
+
+    let tl = ok(env(&[
+        ("GARRISON_BACKEND", "tensorlake"),
+        ("TENSORLAKE_API_KEY", TL_KEY),
+        ("TENSORLAKE_API_URL", "http://127.0.0.1:9000"),
+        ("TENSORLAKE_IMAGE", "devin-outposts"),
+        ("SANDBOX_TIMEOUT_SECS", "600"),
+        ("TENSORLAKE_SANDBOX_ROOT", "/srv/garrison/{id}"),
+    ]))
+    .tensorlake
+    .unwrap();
+    assert_eq!(tl.api_url, "http://127.0.0.1:9000");
+    assert_eq!(tl.image.as_deref(), Some("devin-outposts"));
+    assert_eq!(tl.timeout_secs, 600);
+    assert_eq!(tl.sandbox_root, "/srv/garrison/{id}");
+}
+
+#[test]
+fn tensorlake_settings_come_from_the_file_too() {
+    let raw = env(&[("TENSORLAKE_API_KEY", TL_KEY)]).or(file(
+        "backend = \"tensorlake\"\ntensorlake_image = \"img\"\nsandbox_timeout_secs = 60\n",
+    ));
+    let tl = ok(raw).tensorlake.unwrap();
+    assert_eq!(tl.image.as_deref(), Some("img"));
+    assert_eq!(tl.timeout_secs, 60);
+    assert!(file_err("tensorlake_api_key = \"x\"").contains("TENSORLAKE_API_KEY"));
+}
+
+#[test]
+fn tensorlake_errors_name_the_setting() {
+    let mut no_key = env(&[("GARRISON_BACKEND", "tensorlake")]);
+    no_key.tensorlake_api_key = None;
+    let message = err(no_key);
+    assert!(message.contains("TENSORLAKE_API_KEY"), "{message}");
+    let base = [
+        ("GARRISON_BACKEND", "tensorlake"),
+        ("TENSORLAKE_API_KEY", TL_KEY),
+    ];
+    for (var, value) in [
+        ("SANDBOX_TIMEOUT_SECS", "soon"),
+        ("TENSORLAKE_API_URL", "not a url"),
+        ("TENSORLAKE_SANDBOX_ROOT", "relative/dir"),
+        ("TENSORLAKE_SANDBOX_ROOT", "/a/../b"),
+    ] {
+        let mut pairs = base.to_vec();
+        pairs.push((var, value));
+        let message = err(env(&pairs));
+        assert!(message.contains(var), "{var}: {message}");
+        assert!(!message.contains(TL_KEY), "{message}");
+    }
+    let message = err(env(&[
+        ("GARRISON_BACKEND", "tensorlake"),
+        ("TENSORLAKE_API_KEY", "two words"),
+    ]));
+    assert!(message.contains("TENSORLAKE_API_KEY"), "{message}");
+    assert!(!message.contains("two words"), "{message}");
+}
+
+#[test]
+fn the_tensorlake_key_file_must_be_private() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tensorlake-key");
+    fs::write(&path, format!("{TL_KEY}\n")).unwrap();
+    let path_text = path.to_str().unwrap();
+    let from_file = || {
+        let mut raw = env(&[
+            ("GARRISON_BACKEND", "tensorlake"),
+            ("TENSORLAKE_API_KEY_FILE", path_text),
+        ]);
+        raw.tensorlake_api_key = None;
+        raw
+    };
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let message = err(from_file());
+    assert!(message.contains("chmod 600"), "{message}");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    let tl = ok(from_file()).tensorlake.unwrap();
+    assert_eq!(tl.api_key.expose(), TL_KEY);
+    // The variable wins over the file.
+    let tl = ok(env(&[
+        ("GARRISON_BACKEND", "tensorlake"),
+        ("TENSORLAKE_API_KEY", "from-the-environment"),
+        ("TENSORLAKE_API_KEY_FILE", path_text),
+    ]))
+    .tensorlake
+    .unwrap();
+    assert_eq!(tl.api_key.expose(), "from-the-environment");
 }

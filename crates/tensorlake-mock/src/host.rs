@@ -1,0 +1,260 @@
+//! What the mock does on the host: paths inside a sandbox's directory,
+//! processes in their own process groups, snapshot archives.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::watch;
+
+/// Longest output line kept; the rest of a longer line is dropped.
+const MAX_LINE: usize = 64 * 1024;
+/// Lines kept per process; older ones are dropped.
+const MAX_LINES: usize = 200_000;
+
+/// A host path for `path` given to sandbox `dir`: absolute, only normal
+/// components, inside `dir`, and through no symbolic link (one made inside
+/// the sandbox could point out of it).
+pub fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
+    let p = Path::new(path);
+    let clean = p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    let relative = p.strip_prefix(dir).ok().filter(|_| clean)?;
+    let mut walked = dir.to_path_buf();
+    for component in relative.components() {
+        walked.push(component);
+        if std::fs::symlink_metadata(&walked).is_ok_and(|m| m.file_type().is_symlink()) {
+            return None;
+        }
+    }
+    Some(p.to_path_buf())
+}
+
+pub fn kill_group(pgid: i32, signal: Signal) {
+    if pgid > 1 {
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+#[derive(Default)]
+pub struct ProcState {
+    pub exit: Option<Exit>,
+    /// `(stream, line)`.
+    pub lines: Vec<(&'static str, String)>,
+    /// Lines dropped from the front.
+    pub dropped: usize,
+}
+
+/// A process the mock started.
+pub struct Proc {
+    pub pid: i64,
+    pub name: Option<String>,
+    pub command: String,
+    pub args: Vec<String>,
+    pub started_ms: i64,
+    pub state: Mutex<ProcState>,
+    /// Bumped on every new line and on exit.
+    pub changed: watch::Sender<u64>,
+}
+
+impl Proc {
+    pub fn info(&self) -> serde_json::Value {
+        let state = self.state.lock().expect("proc");
+        let (status, exit_code, signal) = match state.exit {
+            None => ("running", None, None),
+            Some(Exit::Code(c)) => ("exited", Some(c), None),
+            Some(Exit::Signal(s)) => ("signaled", None, Some(s)),
+        };
+        serde_json::json!({
+            "pid": self.pid,
+            "status": status,
+            "exit_code": exit_code,
+            "signal": signal,
+            "command": self.command,
+            "args": self.args,
+            "started_at": self.started_ms,
+            "stdin_writable": false,
+            "managed": self.name.as_ref().map(|n| serde_json::json!({
+                "id": n, "name": n, "status": if exit_code.is_some() || signal.is_some() { "stopped" } else { "running" },
+                "restart_count": 0, "restart": {"policy": "never"},
+            })),
+        })
+    }
+
+    pub fn running(&self) -> bool {
+        self.state.lock().expect("proc").exit.is_none()
+    }
+
+    fn push(&self, stream: &'static str, line: String) {
+        let mut state = self.state.lock().expect("proc");
+        state.lines.push((stream, line));
+        if state.lines.len() > MAX_LINES {
+            state.lines.remove(0);
+            state.dropped += 1;
+        }
+        drop(state);
+        self.changed.send_modify(|v| *v += 1);
+    }
+}
+
+/// What to run.
+pub struct Launch {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    pub name: Option<String>,
+}
+
+/// Starts a process in its own process group with exactly `env`, its
+/// output collected line by line.
+pub fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
+    let mut child = tokio::process::Command::new(&launch.command)
+        .args(&launch.args)
+        .env_clear()
+        .envs(&launch.env)
+        .current_dir(&launch.cwd)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = child.id().unwrap_or(0) as i64;
+    let proc = Arc::new(Proc {
+        pid,
+        name: launch.name,
+        command: launch.command,
+        args: launch.args,
+        started_ms: now_ms(),
+        state: Mutex::new(ProcState::default()),
+        changed: watch::channel(0).0,
+    });
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| read_lines(proc.clone(), "stdout", s));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| read_lines(proc.clone(), "stderr", s));
+    let waiter = proc.clone();
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        // Output still in the pipes belongs before the exit; a child left
+        // holding them (a daemon) must not keep the exit from being seen.
+        for reader in [stdout, stderr].into_iter().flatten() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+        }
+        let exit = match status {
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (s.code(), s.signal()) {
+                    (Some(c), _) => Exit::Code(c),
+                    (None, Some(sig)) => Exit::Signal(sig),
+                    _ => Exit::Code(255),
+                }
+            }
+            Err(_) => Exit::Code(255),
+        };
+        waiter.state.lock().expect("proc").exit = Some(exit);
+        waiter.changed.send_modify(|v| *v += 1);
+    });
+    Ok(proc)
+}
+
+fn read_lines(
+    proc: Arc<Proc>,
+    stream: &'static str,
+    pipe: impl AsyncRead + Unpin + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if buf.last() == Some(&b'\n') {
+                        buf.pop();
+                    }
+                    buf.truncate(MAX_LINE);
+                    proc.push(stream, String::from_utf8_lossy(&buf).into_owned());
+                }
+            }
+        }
+    })
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Archives `dir` into `archive` (symlinks kept as links); its size.
+pub fn pack(dir: &Path, archive: &Path) -> std::io::Result<u64> {
+    let tmp = archive.with_extension("partial");
+    let file = std::fs::File::create(&tmp)?;
+    let mut builder = tar::Builder::new(file);
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", dir)?;
+    let file = builder.into_inner()?;
+    file.sync_all()?;
+    let size = file.metadata()?.len();
+    std::fs::rename(&tmp, archive)?;
+    Ok(size)
+}
+
+/// Restores an archive made by [`pack`] into `dir`.
+pub fn unpack(archive: &Path, dir: &Path) -> std::io::Result<()> {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
+    tar.set_preserve_permissions(true);
+    tar.set_preserve_mtime(true);
+    tar.unpack(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbolic_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sb");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+        let at = |rel: &str| format!("{}/{rel}", root.display());
+        assert!(inside(&root, &at("real/new.txt")).is_some());
+        assert!(inside(&root, &at("out/passwd")).is_none());
+        assert!(inside(&root, &at("out")).is_none());
+    }
+
+    #[test]
+    fn paths_must_stay_inside() {
+        let dir = Path::new("/r/sandboxes/abc");
+        assert!(inside(dir, "/r/sandboxes/abc/workspace/f").is_some());
+        for bad in [
+            "/r/sandboxes/abc/../def/f",
+            "/r/sandboxes/abcd/f",
+            "relative",
+            "/etc/passwd",
+        ] {
+            assert!(inside(dir, bad).is_none(), "{bad}");
+        }
+    }
+}

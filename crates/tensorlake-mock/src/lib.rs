@@ -1,0 +1,256 @@
+//! A mock of Tensorlake's sandbox API for tests, following the behaviour
+//! its SDKs and documentation publish (`crates/cloud-sdk/src/sandboxes`,
+//! `src/tensorlake/sandbox/{models,pty}.py` in
+//! <https://github.com/tensorlakeai/tensorlake>):
+//!
+//! - lifecycle: `POST/GET /sandboxes`, `GET/PATCH/DELETE /sandboxes/{id}`,
+//!   `POST /sandboxes/{id}/{suspend,resume,snapshot}`,
+//!   `GET/DELETE /snapshots/{id}`, `GET /snapshots`; states
+//!   `pending -> running -> suspending -> suspended -> running`, and gone
+//!   (404) once deleted; 409 on a reused name and on a suspend or resume
+//!   mid-transition; idle named sandboxes suspended after `timeout_secs`
+//!   when [`MockConfig::idle_suspend`] is on;
+//! - data plane, on the same address, the sandbox named by the
+//!   `X-Tensorlake-Sandbox-Id` header: `/api/v1/processes` (start, get,
+//!   signal, output, output/follow as server-sent events), `/api/v1/files`,
+//!   `/api/v1/pty` with its binary websocket;
+//! - bearer authentication on everything (401).
+//!
+//! Processes really run, on the host, in a directory per sandbox
+//! (`<root>/sandboxes/<id>`): paths given to the files and process APIs
+//! are host paths that must lie inside it. Suspending a sandbox stops its
+//! processes (`SIGSTOP`) and resuming continues them, so memory is kept.
+//! Snapshots are tar archives of the directory.
+//!
+//! Where the published material is silent the mock chooses, and says so:
+//! a data-plane request to a sandbox that is not running answers 409
+//! `SANDBOX_NOT_RUNNING` (unless it was created with `auto_resume`), and a
+//! resume is immediate.
+
+// Handlers fail with the response to send, as axum handlers do; boxing
+// every error response would buy nothing in a test mock.
+#![allow(clippy::result_large_err)]
+
+mod dataplane;
+mod host;
+mod lifecycle;
+mod pty;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::task::JoinHandle;
+
+use state::Shared;
+
+/// How the mock behaves.
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    /// The only bearer token accepted.
+    pub api_key: String,
+    /// Holds `sandboxes/<id>/` and `snapshots/`.
+    pub root: PathBuf,
+    /// How long `pending` and `suspending` last.
+    pub transition: Duration,
+    /// Suspend named sandboxes left idle (no data-plane request) for their
+    /// `timeout_secs`.
+    pub idle_suspend: bool,
+}
+
+impl MockConfig {
+    pub fn new(api_key: impl Into<String>, root: impl Into<PathBuf>) -> Self {
+        Self {
+            api_key: api_key.into(),
+            root: root.into(),
+            transition: Duration::from_millis(30),
+            idle_suspend: false,
+        }
+    }
+}
+
+/// An error the mock answers instead of handling a request.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// `GET`, `POST`... or `None` for any.
+    pub method: Option<String>,
+    /// Requests whose path starts with this.
+    pub path_prefix: String,
+    pub status: u16,
+    /// Tensorlake error code for the body.
+    pub code: Option<String>,
+    /// How many requests fail before the next succeed.
+    pub times: usize,
+}
+
+/// A running mock. Dropping it stops the server and kills every process
+/// it started.
+pub struct MockTensorlake {
+    url: String,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+    ticker: JoinHandle<()>,
+}
+
+impl MockTensorlake {
+    /// Serves on `127.0.0.1` at a free port.
+    pub async fn start(config: MockConfig) -> anyhow::Result<Self> {
+        Self::start_on("127.0.0.1:0".parse()?, config).await
+    }
+
+    pub async fn start_on(addr: SocketAddr, config: MockConfig) -> anyhow::Result<Self> {
+        for dir in ["sandboxes", "snapshots"] {
+            std::fs::create_dir_all(config.root.join(dir))?;
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        let shared = Arc::new(Shared::new(config, url.clone()));
+        let app = router(shared.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let ticker = tokio::spawn(lifecycle::idle_ticker(shared.clone()));
+        Ok(Self {
+            url,
+            addr,
+            shared,
+            server,
+            ticker,
+        })
+    }
+
+    /// The API's base URL (lifecycle and data plane).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The template of Garrison's sandbox root for this mock: every
+    /// sandbox's host directory, `{id}` standing for its id.
+    pub fn sandbox_root_template(&self) -> String {
+        format!(
+            "{}/{{id}}",
+            self.shared.config.root.join("sandboxes").display()
+        )
+    }
+
+    /// Makes the next matching requests fail.
+    pub fn inject(&self, fault: Fault) {
+        self.shared.faults.lock().expect("faults").push(fault);
+    }
+
+    /// How many requests (after authentication) had a path starting with
+    /// `prefix`.
+    pub fn requests(&self, prefix: &str) -> usize {
+        self.shared
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|p| p.starts_with(prefix))
+            .count()
+    }
+
+    /// The body of the last `POST /sandboxes`, as sent.
+    pub fn last_create(&self) -> Option<serde_json::Value> {
+        self.shared.last_create.lock().expect("last create").clone()
+    }
+
+    /// Suspends a sandbox as Tensorlake does after an idle window.
+    pub fn suspend_for_idleness(&self, sandbox_id: &str) -> bool {
+        lifecycle::begin_suspend(&self.shared, sandbox_id).is_ok()
+    }
+
+    /// A sandbox's state, `None` once deleted.
+    pub fn status(&self, sandbox_id: &str) -> Option<String> {
+        self.shared.status_of(sandbox_id)
+    }
+}
+
+impl Drop for MockTensorlake {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.ticker.abort();
+        self.shared.kill_everything();
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .merge(lifecycle::routes())
+        .merge(dataplane::routes())
+        .merge(pty::routes())
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
+        .with_state(shared)
+}
+
+/// Authentication, the request log and injected faults.
+async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let expected = format!("Bearer {}", shared.config.api_key);
+    let authorized = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == expected);
+    if !authorized {
+        return error(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "invalid API key");
+    }
+    let path = request.uri().path().to_owned();
+    {
+        let mut log = shared.log.lock().expect("log");
+        if log.len() >= MAX_LOG {
+            log.drain(..MAX_LOG / 2);
+        }
+        log.push(path.clone());
+    }
+    let method = request.method().as_str().to_owned();
+    let fault = {
+        let mut faults = shared.faults.lock().expect("faults");
+        let hit = faults.iter_mut().find(|f| {
+            f.times > 0
+                && path.starts_with(&f.path_prefix)
+                && f.method
+                    .as_deref()
+                    .is_none_or(|m| m.eq_ignore_ascii_case(&method))
+        });
+        hit.map(|f| {
+            f.times -= 1;
+            f.clone()
+        })
+    };
+    if let Some(fault) = fault {
+        let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        return error(
+            status,
+            fault.code.as_deref().unwrap_or("INJECTED"),
+            "injected fault",
+        );
+    }
+    next.run(request).await
+}
+
+/// Tensorlake's error body: `{"error": ..., "code": ...}`.
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": message, "code": code })),
+    )
+        .into_response()
+}
+
+pub(crate) type Reply = Result<Response, Response>;
+
+/// Paths kept in the request log (older ones are dropped).
+const MAX_LOG: usize = 100_000;

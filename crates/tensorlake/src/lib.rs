@@ -1,0 +1,30 @@
+//! Tensorlake sandboxes for Garrison.
+//!
+//! - [`Client`]: the lifecycle API (`/sandboxes`, `/snapshots`: create, get,
+//!   list, suspend, resume, snapshot, delete).
+//! - [`SandboxClient`]: one sandbox's data-plane API (`/api/v1/processes`,
+//!   `/api/v1/files`, `/api/v1/pty`), reached through the sandbox proxy.
+//! - [`pty`]: the PTY websocket and its binary frame format.
+//! - [`backend::TensorlakeBackend`]: the [`sandbox::Sandbox`] implementation.
+//!
+//! The wire shapes follow Tensorlake's published SDKs (read, not copied):
+//! `crates/cloud-sdk/src/sandboxes/{mod,models}.rs`,
+//! `src/tensorlake/sandbox/{models,pty,_defaults}.py` and
+//! `typescript/src/sandbox.ts` in <https://github.com/tensorlakeai/tensorlake>,
+//! and the retry policy in `src/retry.rs` of the `tensorlake` crate
+//! (<https://docs.rs/crate/tensorlake/latest/source/src/retry.rs>).
+
+pub mod backend;
+mod client;
+pub mod dataplane;
+mod error;
+pub mod models;
+pub mod pty;
+pub mod retry;
+mod sse;
+
+pub use backend::{TensorlakeBackend, TensorlakeConfig};
+pub use client::{Client, DEFAULT_API_URL};
+pub use dataplane::SandboxClient;
+pub use error::{Error, Result};
+pub use fleet::Secret;

@@ -1,0 +1,118 @@
+//! When to try a failed request again, and how long to wait. Pure: the
+//! client supplies the randomness and sleeps.
+//!
+//! Follows Tensorlake's SDK policy (`src/retry.rs` of the `tensorlake`
+//! crate, `RETRYABLE_STATUS_CODES` in `src/tensorlake/sandbox/_defaults.py`):
+//! - 502, 503 and 504 may come after the server acted, so they are retried
+//!   only for requests that can safely run twice;
+//! - 429 means the request was refused before it ran: always retried;
+//! - a proxy answering [`UNDELIVERED_CODES`] (it could not route the
+//!   request) and a failed connect never reached the sandbox: retried even
+//!   for creating a sandbox or starting a process.
+
+use std::time::Duration;
+
+/// Error codes with which Tensorlake's sandbox proxy says the request was
+/// not forwarded.
+pub const UNDELIVERED_CODES: &[&str] = &["SANDBOX_UPSTREAM_ERROR"];
+
+/// How many times and how patiently to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Wait before the first retry (doubled each time, then jittered).
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 6,
+            base: Duration::from_millis(150),
+            cap: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Whether a request is safe to send twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idempotency {
+    Idempotent,
+    NotIdempotent,
+}
+
+/// Whether an HTTP answer `status` with error `code` is worth retrying.
+pub fn retryable_status(status: u16, code: Option<&str>, idem: Idempotency) -> bool {
+    if code.is_some_and(|c| UNDELIVERED_CODES.contains(&c)) {
+        return true;
+    }
+    match status {
+        429 => true,
+        502..=504 => idem == Idempotency::Idempotent,
+        _ => false,
+    }
+}
+
+/// Whether a transport failure is worth retrying: a connect failure never
+/// reached the server; anything else may have.
+pub fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
+    connect_failed || idem == Idempotency::Idempotent
+}
+
+/// Wait before retry number `retry` (1-based): exponential, capped, then
+/// scaled by `jitter` in `[0, 1)` into the upper half so that clients that
+/// failed together do not retry together. A `Retry-After` hint is honoured
+/// up to the cap.
+pub fn backoff(
+    policy: &RetryPolicy,
+    retry: u32,
+    jitter: f64,
+    retry_after: Option<Duration>,
+) -> Duration {
+    let exp = policy
+        .base
+        .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
+        .min(policy.cap);
+    let jittered = exp.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0));
+    match retry_after {
+        Some(hint) => hint.min(policy.cap).max(jittered),
+        None => jittered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Idempotency::*;
+
+    #[test]
+    fn statuses() {
+        assert!(retryable_status(429, None, NotIdempotent));
+        assert!(retryable_status(503, None, Idempotent));
+        assert!(!retryable_status(503, None, NotIdempotent));
+        assert!(retryable_status(
+            503,
+            Some("SANDBOX_UPSTREAM_ERROR"),
+            NotIdempotent
+        ));
+        assert!(!retryable_status(500, None, Idempotent));
+        assert!(!retryable_status(404, None, Idempotent));
+        assert!(!retryable_status(409, None, Idempotent));
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_into_the_upper_half() {
+        let p = RetryPolicy::default();
+        assert_eq!(backoff(&p, 1, 1.0, None), Duration::from_millis(150));
+        assert_eq!(backoff(&p, 1, 0.0, None), Duration::from_millis(75));
+        assert_eq!(backoff(&p, 3, 1.0, None), Duration::from_millis(600));
+        assert_eq!(backoff(&p, 30, 1.0, None), p.cap);
+        assert_eq!(
+            backoff(&p, 1, 0.0, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+        assert_eq!(backoff(&p, 1, 0.0, Some(Duration::from_secs(600))), p.cap);
+    }
+}

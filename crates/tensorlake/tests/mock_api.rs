@@ -1,0 +1,526 @@
+//! The client and the backend against the mock: the state machine, its
+//! conflicts, authentication, retries, output following, files, the PTY
+//! websocket, and what Garrison sends when it creates a sandbox.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{KEY, World};
+use futures::StreamExt;
+use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
+use tensorlake::models::{
+    CreatePty, CreateSandbox, ProcessState, Resources as TlResources, SandboxStatus, StartProcess,
+};
+use tensorlake::pty::PtyEvent;
+use tensorlake::{Client, Secret};
+use tensorlake_mock::Fault;
+
+/// Bounds a wait that should end; never an assertion about speed.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn client(world: &World) -> Client {
+    let config = world.config();
+    Client::with_retry(&config.api_url, Secret::new(KEY), config.retry).unwrap()
+}
+
+fn named(name: &str) -> CreateSandbox {
+    CreateSandbox {
+        image: None,
+        resources: TlResources {
+            cpus: 1.0,
+            memory_mb: 512,
+            disk_mb: None,
+        },
+        timeout_secs: None,
+        network: None,
+        snapshot_id: None,
+        name: Some(name.into()),
+        auto_resume: Some(false),
+    }
+}
+
+async fn wait_status(client: &Client, id: &str, want: SandboxStatus) {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            if client.get_sandbox(id).await.unwrap().status == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("sandbox never became {want}"));
+}
+
+fn spec(session: &str) -> SandboxSpec {
+    SandboxSpec {
+        name: SandboxName::for_session(session),
+        labels: sandbox::session_labels(session, "outpost_test"),
+        image: None,
+        restore_from: None,
+        resources: Resources {
+            cpus: 2.0,
+            memory_mb: 4096,
+            disk_mb: 8192,
+        },
+        network: Default::default(),
+    }
+}
+
+fn sh(name: &str, workdir: &str, script: &str) -> ProcessSpec {
+    ProcessSpec {
+        name: name.into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+        cwd: workdir.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_refused_with_401() {
+    let world = World::start().await;
+    let wrong = Client::new(world.mock.url(), Secret::new("not-the-key")).unwrap();
+    let error = wrong.list_sandboxes().await.unwrap_err();
+    assert_eq!(error.status(), Some(401), "{error}");
+    assert!(!error.to_string().contains(KEY));
+    assert!(client(&world).list_sandboxes().await.is_ok());
+}
+
+#[tokio::test]
+async fn lifecycle_follows_the_state_machine_with_conflicts_and_404_after_delete() {
+    let world = World::start_with(|c| c.transition = Duration::from_millis(400)).await;
+    let client = client(&world);
+    let created = client.create_sandbox(&named("life-1")).await.unwrap();
+    assert_eq!(created.status, SandboxStatus::Pending);
+    // Mid-transition requests are refused.
+    let early = client
+        .suspend_sandbox(&created.sandbox_id)
+        .await
+        .unwrap_err();
+    assert_eq!(early.status(), Some(409), "{early}");
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Running).await;
+
+    let reused = client.create_sandbox(&named("life-1")).await.unwrap_err();
+    assert_eq!(reused.status(), Some(409), "{reused}");
+
+    client.suspend_sandbox(&created.sandbox_id).await.unwrap();
+    assert_eq!(
+        client
+            .get_sandbox(&created.sandbox_id)
+            .await
+            .unwrap()
+            .status,
+        SandboxStatus::Suspending
+    );
+    let again = client
+        .resume_sandbox(&created.sandbox_id)
+        .await
+        .unwrap_err();
+    assert_eq!(again.status(), Some(409), "{again}");
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Suspended).await;
+    client.resume_sandbox(&created.sandbox_id).await.unwrap();
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Running).await;
+
+    client.delete_sandbox(&created.sandbox_id).await.unwrap();
+    let gone = client.get_sandbox(&created.sandbox_id).await.unwrap_err();
+    assert!(gone.is_not_found(), "{gone}");
+    assert!(
+        client
+            .delete_sandbox(&created.sandbox_id)
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+    // The name is free again.
+    client.create_sandbox(&named("life-1")).await.unwrap();
+}
+
+#[tokio::test]
+async fn unnamed_sandboxes_cannot_suspend() {
+    let world = World::start().await;
+    let client = client(&world);
+    let mut request = named("x");
+    request.name = None;
+    let created = client.create_sandbox(&request).await.unwrap();
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Running).await;
+    let refused = client
+        .suspend_sandbox(&created.sandbox_id)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(400), "{refused}");
+}
+
+#[tokio::test]
+async fn idempotent_requests_retry_503_until_success() {
+    let world = World::start().await;
+    world.mock.inject(Fault {
+        method: Some("GET".into()),
+        path_prefix: "/sandboxes".into(),
+        status: 503,
+        code: None,
+        times: 2,
+    });
+    client(&world).list_sandboxes().await.unwrap();
+    assert_eq!(world.mock.requests("/sandboxes"), 3);
+}
+
+#[tokio::test]
+async fn a_create_is_retried_only_when_it_provably_did_not_run() {
+    let world = World::start().await;
+    let client = client(&world);
+    let fault = |status, code: Option<&str>| Fault {
+        method: Some("POST".into()),
+        path_prefix: "/sandboxes".into(),
+        status,
+        code: code.map(str::to_owned),
+        times: 1,
+    };
+    // A plain 503 may come after the sandbox was made: not retried.
+    world.mock.inject(fault(503, None));
+    let error = client.create_sandbox(&named("retry-a")).await.unwrap_err();
+    assert_eq!(error.status(), Some(503));
+    assert!(error.is_transient());
+    // Rate limited and undelivered requests never ran: retried.
+    world.mock.inject(fault(429, None));
+    client.create_sandbox(&named("retry-b")).await.unwrap();
+    world
+        .mock
+        .inject(fault(503, Some("SANDBOX_UPSTREAM_ERROR")));
+    client.create_sandbox(&named("retry-c")).await.unwrap();
+    assert_eq!(world.mock.requests("/sandboxes"), 5);
+}
+
+#[tokio::test]
+async fn retries_give_up_after_the_policy_allows() {
+    let world = World::start().await;
+    world.mock.inject(Fault {
+        method: None,
+        path_prefix: "/sandboxes".into(),
+        status: 502,
+        code: None,
+        times: 100,
+    });
+    let error = client(&world).list_sandboxes().await.unwrap_err();
+    assert_eq!(error.status(), Some(502));
+    assert_eq!(
+        world.mock.requests("/sandboxes"),
+        world.config().retry.max_attempts as usize
+    );
+}
+
+#[tokio::test]
+async fn garrison_creates_a_named_sized_sandbox_without_auto_resume_and_with_the_gateway_allowed() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let mut spec = spec("create-shape");
+    spec.network = sandbox::NetworkSpec {
+        policy: fleet::NetworkPolicy {
+            enabled: true,
+            allow: vec![fleet::AllowRule::Hostname("api.github.com".into())],
+        },
+        gateway_url: Some("http://127.0.0.1:9/gateway".into()),
+    };
+    let handle = backend.create(&spec).await.unwrap();
+    let sent = world.mock.last_create().unwrap();
+    assert_eq!(sent["name"], spec.name.as_str());
+    assert_eq!(sent["auto_resume"], false);
+    assert_eq!(sent["timeout_secs"], 1800);
+    assert_eq!(sent["image"], "garrison-test");
+    assert_eq!(
+        sent["resources"],
+        serde_json::json!({"cpus": 2.0, "memory_mb": 4096, "disk_mb": 8192})
+    );
+    let allow: Vec<&str> = sent["network"]["allow_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(allow, ["127.0.0.1", "api.github.com"]);
+    backend.destroy(&handle).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_real_service_refuses_a_loopback_gateway_before_any_request() {
+    let world = World::start().await;
+    let mut config = world.config();
+    config.api_url = "https://api.tensorlake.invalid".into();
+    let backend = tensorlake::TensorlakeBackend::new(config).unwrap();
+    let mut spec = spec("loopback");
+    spec.network.gateway_url = Some("http://127.0.0.1:8080".into());
+    let error = backend.create(&spec).await.unwrap_err();
+    assert!(error.to_string().contains("loopback"), "{error}");
+}
+
+fn proc_state(pid: i64) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(") ")
+        .next()
+        .and_then(|rest| rest.chars().next())
+        .unwrap_or('?')
+}
+
+#[tokio::test]
+async fn suspend_stops_processes_and_resume_continues_the_same_ones() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("suspend")).await.unwrap();
+    let stop = format!("{}/stop", handle.workdir);
+    let process = backend
+        .spawn(
+            &handle,
+            &sh(
+                "remote-1",
+                &handle.workdir,
+                &format!("echo started; while [ ! -e {stop} ]; do sleep 0.02; done; echo resumed"),
+            ),
+        )
+        .await
+        .unwrap();
+    let dp = backend.client().sandbox(&handle.id, None).unwrap();
+    let pid = dp
+        .get_process(&tensorlake::dataplane::ProcessKey::Name("remote-1".into()))
+        .await
+        .unwrap()
+        .pid;
+
+    backend.suspend(&handle).await.unwrap();
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    tokio::time::timeout(GUARD, async {
+        while proc_state(pid) != 'T' {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the process was not stopped");
+
+    backend.resume(&handle).await.unwrap();
+    assert_ne!(proc_state(pid), 'T');
+    assert_eq!(
+        backend.status(&handle, &process).await.unwrap(),
+        ProcessStatus::Running
+    );
+    backend.put_file(&handle, &stop, b"", 0o644).await.unwrap();
+    let status = tokio::time::timeout(
+        GUARD,
+        sandbox::wait_exit(
+            backend.as_ref(),
+            &handle,
+            &process,
+            Duration::from_millis(20),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(status, ProcessStatus::Exited(0));
+    let output = backend
+        .read_output(&handle, &process, 0, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(output.data, b"started\nresumed\n");
+    backend.destroy(&handle).await.unwrap();
+    assert!(backend.resume(&handle).await.unwrap_err().is_gone());
+}
+
+#[tokio::test]
+async fn a_sandbox_suspended_for_idleness_is_resumed_while_its_session_runs() {
+    let world = World::start_with(|c| c.idle_suspend = true).await;
+    let mut config = world.config();
+    config.timeout_secs = 1;
+    let backend = tensorlake::TensorlakeBackend::new(config).unwrap();
+    let handle = backend.create(&spec("idle")).await.unwrap();
+    let process = backend
+        .spawn(&handle, &sh("remote-1", &handle.workdir, "sleep 1000"))
+        .await
+        .unwrap();
+    tokio::time::timeout(GUARD, async {
+        while world.mock.status(&handle.id).as_deref() != Some("suspended") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the mock never suspended the idle sandbox");
+    assert_eq!(
+        backend.status(&handle, &process).await.unwrap(),
+        ProcessStatus::Running
+    );
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("running"));
+    backend.destroy(&handle).await.unwrap();
+}
+
+#[tokio::test]
+async fn data_plane_refuses_a_suspended_sandbox_without_auto_resume() {
+    let world = World::start().await;
+    let client = client(&world);
+    let created = client.create_sandbox(&named("dp-suspended")).await.unwrap();
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Running).await;
+    client.suspend_sandbox(&created.sandbox_id).await.unwrap();
+    wait_status(&client, &created.sandbox_id, SandboxStatus::Suspended).await;
+    let dp = client.sandbox(&created.sandbox_id, None).unwrap();
+    let refused = dp.get_file("/nothing").await.unwrap_err();
+    assert_eq!(refused.status(), Some(409), "{refused}");
+    assert_eq!(
+        client
+            .get_sandbox(&created.sandbox_id)
+            .await
+            .unwrap()
+            .status,
+        SandboxStatus::Suspended
+    );
+}
+
+#[tokio::test]
+async fn follow_streams_output_until_the_process_exits() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("follow")).await.unwrap();
+    let dp = backend.client().sandbox(&handle.id, None).unwrap();
+    let started = dp
+        .start_process(&StartProcess {
+            command: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c".into(),
+            ],
+            env: BTreeMap::new(),
+            working_dir: Some(handle.workdir.clone()),
+            name: None,
+            restart: None,
+        })
+        .await
+        .unwrap();
+    let key = tensorlake::dataplane::ProcessKey::Pid(started.pid);
+    let events: Vec<_> = tokio::time::timeout(GUARD, async {
+        dp.follow_output(&key)
+            .await
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect::<Vec<_>>()
+            .await
+    })
+    .await
+    .unwrap();
+    let lines: Vec<(&str, Option<&str>)> = events
+        .iter()
+        .map(|e| (e.line.as_str(), e.stream.as_deref()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("a", Some("stdout")),
+            ("b", Some("stderr")),
+            ("c", Some("stdout"))
+        ]
+    );
+    let info = dp.get_process(&key).await.unwrap();
+    assert_eq!(info.status, ProcessState::Exited);
+    assert_eq!(info.exit_code, Some(0));
+}
+
+#[tokio::test]
+async fn the_files_api_refuses_paths_outside_the_sandbox() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("files")).await.unwrap();
+    let dp = backend.client().sandbox(&handle.id, None).unwrap();
+    let inside = format!("{}/a/b.txt", handle.workdir);
+    dp.put_file(&inside, b"hello").await.unwrap();
+    assert_eq!(dp.get_file(&inside).await.unwrap(), b"hello");
+    for outside in [
+        format!("{}/../../escape", handle.workdir),
+        "/tmp/escape".to_owned(),
+        "relative".to_owned(),
+    ] {
+        let refused = dp.put_file(&outside, b"x").await.unwrap_err();
+        assert_eq!(refused.status(), Some(400), "{outside}: {refused}");
+    }
+}
+
+#[tokio::test]
+async fn pty_frames_carry_input_output_and_exit_and_reattach_after_a_suspend() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("pty")).await.unwrap();
+    let client = backend.client();
+    let dp = client.sandbox(&handle.id, None).unwrap();
+    let session = dp
+        .create_pty(&CreatePty {
+            command: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "echo one; read line; echo got:$line; exit 5".into(),
+            ],
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            working_dir: Some(handle.workdir.clone()),
+            rows: 24,
+            cols: 80,
+        })
+        .await
+        .unwrap();
+
+    let mut pty = dp.connect_pty(&session).await.unwrap();
+    pty.resize(120, 40).await.unwrap();
+    let first = tokio::time::timeout(GUARD, pty.next_event()).await.unwrap();
+    assert_eq!(first, Some(PtyEvent::Output(b"one\n".to_vec())));
+
+    // Suspending closes the websocket; attaching waits for the resume.
+    backend.suspend(&handle).await.unwrap();
+    match tokio::time::timeout(GUARD, pty.next_event()).await.unwrap() {
+        Some(PtyEvent::Closed { reason }) => assert!(reason.contains("suspended"), "{reason}"),
+        other => panic!("expected a close, got {other:?}"),
+    }
+    let refused = dp
+        .connect_pty(&session)
+        .await
+        .err()
+        .expect("attached while suspended");
+    assert_eq!(refused.status(), Some(409), "{refused}");
+    backend.resume(&handle).await.unwrap();
+
+    let mut pty = dp.connect_pty(&session).await.unwrap();
+    pty.send_input(b"hi\n").await.unwrap();
+    let mut output = Vec::new();
+    let exit = tokio::time::timeout(GUARD, async {
+        loop {
+            match pty.next_event().await {
+                Some(PtyEvent::Output(data)) => output.extend(data),
+                Some(PtyEvent::Exited(code)) => return code,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit, 5);
+    assert_eq!(output, b"got:hi\n");
+
+    let bad = tensorlake::models::PtySession {
+        session_id: session.session_id.clone(),
+        token: "wrong-token".into(),
+    };
+    let refused = dp
+        .connect_pty(&bad)
+        .await
+        .err()
+        .expect("a wrong token attached");
+    assert_eq!(refused.status(), Some(401));
+}
+
+#[tokio::test]
+async fn sandbox_if_running_never_wakes_a_suspended_sandbox() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("attach")).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_some());
+    backend.suspend(&handle).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_none());
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    backend.resume(&handle).await.unwrap();
+    assert!(backend.sandbox_if_running(&handle).await.unwrap().is_some());
+    backend.destroy(&handle).await.unwrap();
+    let gone = backend.sandbox_if_running(&handle).await.expect_err("gone");
+    assert!(gone.is_gone(), "{gone}");
+}

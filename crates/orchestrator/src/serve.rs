@@ -475,7 +475,8 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left
 /// by a crash before their session was recorded). Snapshots are kept, and
-/// so are sandboxes suspended for a resume where suspending keeps memory.
+/// so are the sandboxes of this store's sleeping sessions where suspending
+/// keeps memory.
 async fn clean_orphans(deps: &Arc<Deps>) {
     let keeps_suspended = deps.backend.capabilities().suspend_keeps_memory;
     let sandboxes = match deps.backend.list().await {
@@ -497,9 +498,11 @@ async fn clean_orphans(deps: &Arc<Deps>) {
             Some(s) => {
                 !s.stage.is_done() || (keeps_suspended && s.stage == Stage::Done(Finish::Suspended))
             }
-            // Sandboxes that outlive a suspend live in an account several
-            // Garrisons may share: one this store does not know is theirs.
-            None => keeps_suspended,
+            // Unknown to this store: left by a crash before its session
+            // was recorded, and costing compute until the provider's
+            // timeout. (Were it another Garrison's sleeping sandbox on a
+            // shared account, that Garrison still has its snapshot.)
+            None => false,
         };
         if !owned {
             warn!(

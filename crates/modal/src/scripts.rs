@@ -52,10 +52,10 @@ echo lost"#;
 pub const KILL: &str = r#"d="$1"; n="$2"
 [ -f "$d/exit" ] && exit 0
 pid=$(cat "$d/pid" 2>/dev/null) || exit 0
-kill -TERM -- "-$pid" 2>/dev/null || exit 0
+kill -TERM "-$pid" 2>/dev/null || exit 0
 i=0
-while [ "$i" -lt "$n" ] && kill -0 -- "-$pid" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
-kill -KILL -- "-$pid" 2>/dev/null
+while [ "$i" -lt "$n" ] && kill -0 "-$pid" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
+kill -KILL "-$pid" 2>/dev/null
 exit 0"#;
 
 /// `sh -c READ sh DIR OFFSET MAX`: up to MAX bytes of `output.log` from

@@ -8,7 +8,9 @@
 //! [`crate::scripts`]; a snapshot is a Modal filesystem snapshot, i.e. an
 //! image id a later sandbox starts from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -18,12 +20,12 @@ use sandbox::{
     Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
     SandboxError, SandboxSpec, SnapshotRef, policy,
 };
-use tokio::sync::OnceCell;
 use tonic::{Code, Status};
 use tracing::warn;
 
 use crate::client::{Client, ClientConfig};
 use crate::exec::{self, Command};
+use crate::image;
 use crate::scripts::{self, Reported};
 use crate::wire;
 
@@ -38,33 +40,50 @@ const SNAPSHOT_WAIT_SECS: f32 = 55.0;
 /// Modal's longest sandbox lifetime.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// How an outpost's sandboxes are made on Modal.
+/// How sandboxes are made on Modal.
 #[derive(Clone, Debug)]
 pub struct ModalSettings {
     pub client: ClientConfig,
-    /// The Modal app holding the outpost's sandboxes (made if missing).
-    pub app_name: String,
-    /// Only sandboxes tagged with this outpost are listed.
-    pub outpost_id: String,
-    /// The image id sandboxes start from when the spec names none.
+    /// When set, [`Sandbox::list`] reports only this outpost's sandboxes
+    /// (from its app); otherwise every Garrison sandbox of the account's
+    /// environment.
+    pub outpost_id: Option<String>,
+    /// The image sandboxes start from when the spec names none: a Modal
+    /// image id (`im-...`) or a name built by `garrison image build
+    /// --backend modal`; `None` is the name [`DEFAULT_IMAGE`].
     pub image: Option<String>,
+    /// Where image names are looked up (see [`crate::image::ImageCache`]).
+    pub image_cache: Option<PathBuf>,
     /// Where Modal may place sandboxes; empty lets Modal choose.
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime (Modal terminates it then).
     pub timeout: Duration,
 }
 
-impl ModalSettings {
-    /// The app name Garrison uses for an outpost.
-    pub fn app_name_for(outpost_id: &str) -> String {
-        format!("garrison-{outpost_id}")
-    }
+/// The image name used when none is configured, as for the local backend.
+pub const DEFAULT_IMAGE: &str = "default";
+
+/// The Modal app holding an outpost's sandboxes.
+pub fn app_name_for(outpost_id: &str) -> String {
+    let clean: String = outpost_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(54)
+        .collect();
+    format!("garrison-{clean}")
 }
 
 pub struct ModalBackend {
     client: Client,
     settings: ModalSettings,
-    app_id: OnceCell<String>,
+    /// App ids by app name, looked up once.
+    apps: Mutex<HashMap<String, String>>,
 }
 
 impl ModalBackend {
@@ -76,29 +95,56 @@ impl ModalBackend {
         Ok(Self {
             client: Client::new(&settings.client)?,
             settings,
-            app_id: OnceCell::new(),
+            apps: Mutex::new(HashMap::new()),
         })
     }
 
-    async fn app_id(&self) -> Result<&str> {
-        self.app_id
-            .get_or_try_init(|| async {
-                let request = wire::AppGetOrCreateRequest {
-                    app_name: self.settings.app_name.clone(),
-                    environment_name: String::new(),
-                    object_creation_type: wire::ObjectCreationType::CreateIfMissing as i32,
-                };
-                self.client
-                    .retrying("AppGetOrCreate", |mut rpc| {
-                        let request = request.clone();
-                        async move { rpc.app_get_or_create(request).await }
-                    })
-                    .await
-                    .map(|r| r.app_id)
-                    .map_err(|s| status_error("looking up the Modal app", s))
+    /// The id of the app `app_name`, made if missing.
+    async fn app_id(&self, app_name: &str) -> Result<String> {
+        if let Some(id) = self.apps.lock().unwrap().get(app_name) {
+            return Ok(id.clone());
+        }
+        let request = wire::AppGetOrCreateRequest {
+            app_name: app_name.to_owned(),
+            environment_name: String::new(),
+            object_creation_type: wire::ObjectCreationType::CreateIfMissing as i32,
+        };
+        let id = self
+            .client
+            .retrying("AppGetOrCreate", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.app_get_or_create(request).await }
             })
             .await
-            .map(String::as_str)
+            .map(|r| r.app_id)
+            .map_err(|s| status_error("looking up the Modal app", s))?;
+        self.apps
+            .lock()
+            .unwrap()
+            .insert(app_name.to_owned(), id.clone());
+        Ok(id)
+    }
+
+    /// The image id for a configured image id or name.
+    fn image_id(&self, wanted: Option<&str>) -> Result<String> {
+        let wanted = wanted
+            .or(self.settings.image.as_deref())
+            .unwrap_or(DEFAULT_IMAGE);
+        if image::is_image_id(wanted) {
+            return Ok(wanted.to_owned());
+        }
+        let missing = || {
+            SandboxError::Fatal(anyhow!(
+                "no Modal image named {wanted:?}: build it with \
+                 `garrison image build {wanted} --backend modal`, or set MODAL_IMAGE to an image id"
+            ))
+        };
+        let path = self.settings.image_cache.as_deref().ok_or_else(missing)?;
+        let cache = image::ImageCache::load(path).map_err(SandboxError::Fatal)?;
+        cache
+            .image_for(wanted)
+            .map(str::to_owned)
+            .ok_or_else(missing)
     }
 
     /// The running task of a sandbox; gone once the sandbox has finished.
@@ -323,15 +369,14 @@ impl Sandbox for ModalBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let image = match &spec.restore_from {
-            Some(snapshot) => Some(snapshot.id.clone()),
-            None => spec.image.clone().or_else(|| self.settings.image.clone()),
-        }
-        .ok_or_else(|| {
-            SandboxError::Fatal(anyhow!(
-                "no Modal image: set MODAL_IMAGE or run `garrison image build --backend modal`"
-            ))
-        })?;
-        let app_id = self.app_id().await?.to_owned();
+            Some(snapshot) => snapshot.id.clone(),
+            None => self.image_id(spec.image.as_deref())?,
+        };
+        let outpost = spec
+            .labels
+            .get(sandbox::LABEL_OUTPOST_ID)
+            .map_or("default", String::as_str);
+        let app_id = self.app_id(&app_name_for(outpost)).await?;
         let definition = wire::Sandbox {
             entrypoint_args: scripts::entrypoint(),
             image_id: image.clone(),
@@ -630,7 +675,17 @@ impl Sandbox for ModalBackend {
     }
 
     async fn list(&self) -> Result<Vec<Handle>> {
-        let app_id = self.app_id().await?.to_owned();
+        // Without an outpost, every app of the environment ("" = all).
+        let (app_id, tag_filter) = match &self.settings.outpost_id {
+            Some(outpost) => (
+                self.app_id(&app_name_for(outpost)).await?,
+                vec![wire::SandboxTag {
+                    tag_name: sandbox::LABEL_OUTPOST_ID.to_owned(),
+                    tag_value: outpost.clone(),
+                }],
+            ),
+            None => (String::new(), Vec::new()),
+        };
         let mut handles = Vec::new();
         let mut before = 0.0;
         loop {
@@ -639,10 +694,7 @@ impl Sandbox for ModalBackend {
                 before_timestamp: before,
                 environment_name: String::new(),
                 include_finished: false,
-                tags: vec![wire::SandboxTag {
-                    tag_name: sandbox::LABEL_OUTPOST_ID.to_owned(),
-                    tag_value: self.settings.outpost_id.clone(),
-                }],
+                tags: tag_filter.clone(),
             };
             let page = self
                 .client
@@ -656,7 +708,15 @@ impl Sandbox for ModalBackend {
             let Some(oldest) = page.iter().map(|s| s.created_at).reduce(f64::min) else {
                 break;
             };
+            // Only sandboxes Garrison made (they carry a session label).
             for info in page {
+                if !info
+                    .tags
+                    .iter()
+                    .any(|t| t.tag_name == sandbox::LABEL_SESSION_ID)
+                {
+                    continue;
+                }
                 let mut labels: BTreeMap<String, String> = info
                     .tags
                     .into_iter()

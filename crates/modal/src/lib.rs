@@ -8,8 +8,9 @@
 pub mod backend;
 pub mod client;
 pub mod exec;
+pub mod image;
 pub mod scripts;
 pub mod wire;
 
-pub use backend::{ModalBackend, ModalSettings};
+pub use backend::{ModalBackend, ModalSettings, app_name_for};
 pub use client::{Client, ClientConfig, Credentials, RetryPolicy};

@@ -35,9 +35,9 @@ pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
                 max_backoff: Duration::from_millis(50),
             },
         },
-        app_name: ModalSettings::app_name_for(OUTPOST),
-        outpost_id: OUTPOST.to_owned(),
+        outpost_id: Some(OUTPOST.to_owned()),
         image: Some(mock.base_image_id()),
+        image_cache: None,
         regions: vec!["us-east".to_owned()],
         timeout: Duration::from_secs(3600),
     };

@@ -1,7 +1,7 @@
-//! The account token and `GIT_TOKEN` never reach a sandbox, on every backend
-//! that runs here: while sessions run, every process of each sandbox (its
-//! environment and command line) and the sandbox's whole filesystem are
-//! scanned for both.
+//! The account token and `GIT_TOKEN` (and, on Modal, the Modal token) never
+//! reach a sandbox, on every backend that runs here: while sessions run,
+//! every process of each sandbox (its environment and command line) and the
+//! sandbox's whole filesystem are scanned for them.
 
 mod common;
 
@@ -16,10 +16,15 @@ const GIT_TOKEN: &str = "gtok_isolation_check_4f1e9a77c2";
 /// Pids of the processes that belong to the sandboxes under `state`.
 fn sandbox_pids(state: &Path, backend: Backend) -> Vec<u32> {
     match backend {
-        // A host sandbox's processes run with their working directory
-        // inside its directory.
-        Backend::Host => {
-            let root = state.join("host").join("sandboxes");
+        // A host sandbox's processes (and the mock Modal's) run with their
+        // working directory inside its directory.
+        Backend::Host | Backend::Modal => {
+            let dir = if backend == Backend::Host {
+                "host"
+            } else {
+                "modal-mock"
+            };
+            let root = state.join(dir).join("sandboxes");
             let root = std::fs::canonicalize(&root).unwrap_or(root);
             all_pids()
                 .into_iter()
@@ -66,6 +71,7 @@ fn sandbox_roots(state: &Path, backend: Backend) -> Vec<PathBuf> {
     let (dir, inner) = match backend {
         Backend::Host => ("host", "fs"),
         Backend::Local => ("local", "rootfs"),
+        Backend::Modal => ("modal-mock", "garrison"),
     };
     sandbox_names(state, dir)
         .into_iter()
@@ -107,15 +113,18 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
     .await;
 
     let account = emu.account_token();
-    let secrets = [account.as_bytes(), GIT_TOKEN.as_bytes()];
+    let mut secrets = vec![account.as_bytes(), GIT_TOKEN.as_bytes()];
+    if let Some(mock) = &g.modal {
+        secrets.extend([mock.token_id().as_bytes(), mock.token_secret().as_bytes()]);
+    }
     let pids = sandbox_pids(&state, backend);
     assert!(pids.len() >= 2, "found the sandboxes' processes: {pids:?}");
     for pid in &pids {
         for file in ["environ", "cmdline"] {
             let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
-            for secret in secrets {
+            for secret in &secrets {
                 assert!(
-                    !bytes.windows(secret.len()).any(|w| w == secret),
+                    !bytes.windows(secret.len()).any(|w| w == *secret),
                     "a secret is in /proc/{pid}/{file}"
                 );
             }
@@ -126,7 +135,7 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
     let roots = sandbox_roots(&state, backend);
     assert_eq!(roots.len(), 2);
     for root in &roots {
-        for secret in secrets {
+        for secret in &secrets {
             let hits = grep_tree(root, secret);
             assert!(
                 hits.is_empty(),
@@ -150,6 +159,11 @@ async fn local_no_token_reaches_a_running_sandbox() {
     if Backend::Local.available() {
         no_token_reaches_a_running_sandbox(Backend::Local).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_no_token_reaches_a_running_sandbox() {
+    no_token_reaches_a_running_sandbox(Backend::Modal).await;
 }
 
 /// A hostile session id is served under a hashed name and never becomes a

@@ -228,6 +228,8 @@ impl State {
             (roots, previous)
         };
         kill_all(&roots);
+        // A finished sandbox's filesystem is gone (a snapshot keeps a copy).
+        let _ = std::fs::remove_dir_all(self.sandbox_dir(sandbox_id));
         previous
     }
 

@@ -40,6 +40,9 @@ pub struct Garrison {
     pub log_path: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// The mock Modal API a `modal` Garrison talks to; lives as long as the
+    /// Garrison (restarts included).
+    pub modal: Option<std::sync::Arc<modal_mock::MockModal>>,
 }
 
 pub struct GarrisonOptions<'a> {
@@ -53,6 +56,8 @@ pub struct GarrisonOptions<'a> {
 pub enum Backend {
     Host,
     Local,
+    /// Modal's API served by `modal_mock`, in the test process.
+    Modal,
 }
 
 impl Backend {
@@ -60,6 +65,7 @@ impl Backend {
         match self {
             Backend::Host => "host",
             Backend::Local => "local",
+            Backend::Modal => "modal",
         }
     }
 
@@ -68,7 +74,7 @@ impl Backend {
     /// (`GARRISON_TEST_IMAGES`, exported by `scripts/test`).
     pub fn available(self) -> bool {
         match self {
-            Backend::Host => true,
+            Backend::Host | Backend::Modal => true,
             Backend::Local => {
                 if !nix_is_root() {
                     eprintln!("skipped: the local backend needs root");
@@ -135,7 +141,15 @@ impl Garrison {
             "127.0.0.1:0".into(),
         ];
         args.extend(opts.extra_args);
-        Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env)
+        let mut extra_env = extra_env;
+        let modal = (backend == Backend::Modal).then(|| {
+            let mock = start_modal_mock(opts.state_dir);
+            extra_env.extend(modal_env(&mock));
+            mock
+        });
+        let mut g = Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env);
+        g.modal = modal;
+        g
     }
 
     /// `garrison` with exactly these arguments (and the test environment).
@@ -184,6 +198,7 @@ impl Garrison {
             log_path,
             args,
             env,
+            modal: None,
         }
     }
 
@@ -205,6 +220,32 @@ impl Garrison {
     pub fn store(&self) -> orchestrator::store::Store {
         orchestrator::store::Store::open(&self.state_dir.join("garrison.db")).expect("state store")
     }
+}
+
+/// A mock Modal API keeping its sandboxes under `<state>/modal-mock`, with
+/// credentials made up for this test. Needs a multi-thread runtime.
+pub fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModal> {
+    let mut config = modal_mock::MockConfig::new(state_dir.join("modal-mock"));
+    config.token_id = format!("ak-{:016x}", rand::random::<u64>());
+    config.token_secret = format!("as-{:016x}", rand::random::<u64>());
+    let mock = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(modal_mock::MockModal::start(config))
+    })
+    .expect("mock Modal starts");
+    std::sync::Arc::new(mock)
+}
+
+/// How `garrison` finds the mock: URL, token and base image, by environment.
+pub fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
+    vec![
+        ("MODAL_API_URL".to_owned(), mock.url()),
+        ("MODAL_TOKEN_ID".to_owned(), mock.token_id().to_owned()),
+        (
+            "MODAL_TOKEN_SECRET".to_owned(),
+            mock.token_secret().to_owned(),
+        ),
+        ("MODAL_IMAGE".to_owned(), mock.base_image_id()),
+    ]
 }
 
 fn spawn(args: &[String], env: &[(String, String)], log_path: &Path) -> Child {
@@ -364,9 +405,9 @@ pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Sandboxes of either backend present under `state_dir`.
+/// Sandboxes of any backend present under `state_dir`.
 pub fn sandbox_dirs(state_dir: &Path) -> usize {
-    ["host", "local"]
+    ["host", "local", "modal-mock"]
         .iter()
         .map(|b| {
             std::fs::read_dir(state_dir.join(b).join("sandboxes"))
@@ -379,7 +420,11 @@ pub fn sandbox_dirs(state_dir: &Path) -> usize {
 /// The workspace of the only sandbox under `state_dir`, as the host sees it.
 pub fn only_workdir(state_dir: &Path) -> PathBuf {
     let mut found = Vec::new();
-    for (backend, inner) in [("host", "fs/workspace"), ("local", "rootfs/workspace")] {
+    for (backend, inner) in [
+        ("host", "fs/workspace"),
+        ("local", "rootfs/workspace"),
+        ("modal-mock", "garrison/workspace"),
+    ] {
         if let Ok(entries) = std::fs::read_dir(state_dir.join(backend).join("sandboxes")) {
             found.extend(entries.flatten().map(|e| e.path().join(inner)));
         }

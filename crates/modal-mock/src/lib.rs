@@ -9,7 +9,9 @@
 //! tags; named sandboxes are unique per app; `ContainerExec` runs a
 //! command whose output is streamed in numbered batches, the last carrying
 //! the exit code; filesystem snapshots are images that expire (after a
-//! configurable time, `NOT_FOUND` from then on); image builds record their
+//! configurable time, `NOT_FOUND` from then on: Modal keeps them until
+//! deleted, so expiry stands for a deletion behind Garrison's back); image
+//! builds record their
 //! Dockerfile commands and stream a build result.
 //!
 //! There is no container: a sandbox is a directory on the host
@@ -40,19 +42,22 @@ pub struct MockConfig {
     pub token_secret: String,
     /// Where sandbox directories and snapshots are kept.
     pub root: PathBuf,
-    /// Snapshot images older than this are gone; `None` keeps them.
+    /// Snapshot images older than this are gone; `None` keeps them until
+    /// deleted, as Modal does with filesystem snapshots. A TTL stands for
+    /// a snapshot deleted behind Garrison's back (by someone else's
+    /// clean-up, say).
     pub snapshot_ttl: Option<Duration>,
 }
 
 impl MockConfig {
-    /// Default credentials (`ak-mock` / `as-mock`), snapshots kept for 30
-    /// days (Modal's documented retention for filesystem snapshots).
+    /// Default credentials (`ak-mock` / `as-mock`); snapshots are kept until
+    /// deleted (Modal keeps filesystem snapshots indefinitely).
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             token_id: "ak-mock".to_owned(),
             token_secret: "as-mock".to_owned(),
             root: root.into(),
-            snapshot_ttl: Some(Duration::from_secs(30 * 24 * 3600)),
+            snapshot_ttl: None,
         }
     }
 }

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! A local stand-in for the part of Modal's gRPC API (service
 //! `modal.client.ModalClient`) that Garrison uses, for tests.
 //!
@@ -38,7 +39,9 @@ pub use state::{ImageView, SandboxView};
 /// How the mock behaves.
 #[derive(Clone, Debug)]
 pub struct MockConfig {
+    /// The only `x-modal-token-id` accepted.
     pub token_id: String,
+    /// The only `x-modal-token-secret` accepted.
     pub token_secret: String,
     /// Where sandbox directories and snapshots are kept.
     pub root: PathBuf,
@@ -104,10 +107,12 @@ impl MockModal {
         format!("http://{}", self.addr)
     }
 
+    /// The token id the mock accepts.
     pub fn token_id(&self) -> &str {
         &self.state.config.token_id
     }
 
+    /// The token secret the mock accepts.
     pub fn token_secret(&self) -> &str {
         &self.state.config.token_secret
     }

@@ -20,22 +20,34 @@ pub const BASE_IMAGE_ID: &str = "im-mockbase";
 /// What a test may look at of a sandbox.
 #[derive(Clone, Debug)]
 pub struct SandboxView {
+    /// `sb-...`.
     pub id: String,
+    /// The app it was created in.
     pub app_id: String,
+    /// Its Modal name, unique among the app's running sandboxes.
     pub name: Option<String>,
+    /// Its tags, as last set.
     pub tags: Vec<(String, String)>,
+    /// The definition it was created with.
     pub definition: wire::Sandbox,
+    /// Its filesystem on the host (removed when it ends).
     pub dir: PathBuf,
+    /// Not yet terminated, timed out or ended.
     pub running: bool,
 }
 
 /// What a test may look at of an image.
 #[derive(Clone, Debug)]
 pub struct ImageView {
+    /// `im-...`.
     pub id: String,
+    /// The Dockerfile commands of a build.
     pub dockerfile_commands: Vec<String>,
+    /// The image ids it was built on.
     pub base_images: Vec<String>,
+    /// The image builder version a build asked for.
     pub builder_version: String,
+    /// For a filesystem snapshot, the sandbox it was taken of.
     pub snapshot_of: Option<String>,
 }
 

@@ -43,6 +43,7 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// How sandboxes are made on Modal.
 #[derive(Clone, Debug)]
 pub struct ModalSettings {
+    /// How to reach Modal.
     pub client: ClientConfig,
     /// When set, [`Sandbox::list`] reports only this outpost's sandboxes
     /// (from its app); otherwise every Garrison sandbox of the account's
@@ -79,6 +80,7 @@ pub fn app_name_for(outpost_id: &str) -> String {
     format!("garrison-{clean}")
 }
 
+/// The [`Sandbox`] implementation on Modal (see the module documentation).
 pub struct ModalBackend {
     client: Client,
     settings: ModalSettings,
@@ -87,6 +89,7 @@ pub struct ModalBackend {
 }
 
 impl ModalBackend {
+    /// A backend for `settings`; Modal is first called when it is used.
     pub fn new(settings: ModalSettings) -> anyhow::Result<Self> {
         anyhow::ensure!(
             !settings.timeout.is_zero() && settings.timeout <= MAX_TIMEOUT,

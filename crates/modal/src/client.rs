@@ -20,7 +20,9 @@ pub const DEFAULT_API_URL: &str = "https://api.modal.com";
 /// is ever printed: `Debug` shows only that they are set.
 #[derive(Clone)]
 pub struct Credentials {
+    /// `MODAL_TOKEN_ID` (`ak-...`).
     pub token_id: Secret,
+    /// `MODAL_TOKEN_SECRET` (`as-...`).
     pub token_secret: Secret,
 }
 
@@ -35,7 +37,9 @@ impl std::fmt::Debug for Credentials {
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub attempts: u32,
+    /// The wait after the first failure; doubled after each one.
     pub initial_backoff: Duration,
+    /// The longest wait between two attempts.
     pub max_backoff: Duration,
 }
 
@@ -65,8 +69,11 @@ impl RetryPolicy {
 /// Everything needed to talk to Modal.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
+    /// `https://api.modal.com`, or `http://` for a local mock.
     pub api_url: String,
+    /// The token sent with every call.
     pub credentials: Credentials,
+    /// How failed calls are retried.
     pub retry: RetryPolicy,
 }
 

@@ -21,13 +21,16 @@ const LONG_POLL_SECS: f32 = 55.0;
 /// A command to run.
 #[derive(Clone, Debug, Default)]
 pub struct Command {
+    /// The program and its arguments (no shell unless asked for).
     pub argv: Vec<String>,
+    /// The working directory; `None` is the image's.
     pub workdir: Option<String>,
 }
 
 /// What a command that ran to completion printed and returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finished {
+    /// The exit code (128 + N for death by signal N).
     pub exit_code: i32,
     /// stdout and stderr merged, at most the requested number of bytes.
     pub output: Vec<u8>,

@@ -65,13 +65,16 @@ pub fn recipe_key(commands: &[String]) -> String {
 /// name points at. Written with mode 0600 (it names the account's images).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ImageCache {
+    /// Image id by [`recipe_key`].
     #[serde(default)]
     pub by_recipe: BTreeMap<String, String>,
+    /// Recipe key by image name.
     #[serde(default)]
     pub names: BTreeMap<String, String>,
 }
 
 impl ImageCache {
+    /// Where the cache of a state directory lives.
     pub fn path(state_dir: &Path) -> PathBuf {
         state_dir.join("modal").join("images.json")
     }
@@ -128,6 +131,7 @@ pub fn is_image_id(image: &str) -> bool {
 /// What a build did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Built {
+    /// The Modal image id (`im-...`).
     pub image_id: String,
     /// The cache already had a live image for this recipe.
     pub reused: bool,

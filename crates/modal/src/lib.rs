@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The Modal backend: Garrison sessions in Modal Sandboxes.
 //!
 //! [`client`] talks gRPC to Modal (`modal.client.ModalClient`), [`wire`]

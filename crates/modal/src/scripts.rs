@@ -131,12 +131,17 @@ pub fn inside(root: &str, path: &str) -> bool {
 /// The parsed output of [`STATUS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reported {
+    /// Ended with this code.
     Exited(i32),
+    /// Still running.
     Running,
+    /// Gone without an exit code (its launcher died).
     Lost,
+    /// Never spawned in this sandbox.
     Unknown,
 }
 
+/// Reads [`STATUS`]'s output; `None` if it is not one of its lines.
 pub fn parse_status(output: &str) -> Option<Reported> {
     let line = output.trim();
     match line {

@@ -36,7 +36,6 @@ async fn create_passes_resources_region_timeout_policy_and_tags() {
         policy: fleet::NetworkPolicy {
             enabled: true,
             allow: vec![fleet::AllowRule::Ipv4("198.51.100.0/24".into())],
-            ..Default::default()
         },
         gateway_url: Some("https://203.0.113.5:8443/gw".into()),
     };
@@ -76,7 +75,6 @@ async fn an_enabled_policy_without_reachable_destinations_blocks_the_network() {
     spec.network.policy = fleet::NetworkPolicy {
         enabled: true,
         allow: vec![fleet::AllowRule::Hostname("github.com".into())],
-        ..Default::default()
     };
     let handle = backend.create(&spec).await.unwrap();
     let def = setup.mock.sandbox(&handle.id).unwrap().definition;

@@ -41,11 +41,15 @@ pub const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
 /// The Modal settings, validated.
 #[derive(Clone, Debug)]
 pub struct ModalEnv {
+    /// Modal's API, without a trailing slash.
     pub api_url: String,
+    /// The Modal token; never printed.
     pub credentials: modal::Credentials,
     /// An image id or name; `None` uses the outpost's image or `default`.
     pub image: Option<String>,
+    /// Regions sandboxes may run in; empty lets Modal choose.
     pub regions: Vec<String>,
+    /// A sandbox's maximum lifetime.
     pub timeout: Duration,
 }
 

@@ -282,15 +282,19 @@ fn gateway_of(url: &str) -> Option<policy::Gateway> {
 /// Modal's `NetworkAccess` for a mapped policy.
 pub fn network_access(mapped: &policy::Modal) -> wire::NetworkAccess {
     use wire::network_access::NetworkAccessType;
-    let (kind, cidrs) = match (&mapped.cidr_allowlist, mapped.block_network) {
-        (_, true) => (NetworkAccessType::Blocked, Vec::new()),
-        (Some(cidrs), false) => (NetworkAccessType::Allowlist, cidrs.clone()),
-        (None, false) => (NetworkAccessType::Open, Vec::new()),
+    let (kind, cidrs, domains) = match (&mapped.cidr_allowlist, mapped.block_network) {
+        (_, true) => (NetworkAccessType::Blocked, Vec::new(), Vec::new()),
+        (Some(cidrs), false) => (
+            NetworkAccessType::Allowlist,
+            cidrs.clone(),
+            mapped.domain_allowlist.clone(),
+        ),
+        (None, false) => (NetworkAccessType::Open, Vec::new(), Vec::new()),
     };
     wire::NetworkAccess {
         network_access_type: kind as i32,
         allowed_cidrs: cidrs,
-        allowed_domains: Vec::new(),
+        allowed_domains: domains,
     }
 }
 
@@ -675,6 +679,19 @@ impl Sandbox for ModalBackend {
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {
         self.terminate(&handle.id).await
+    }
+
+    /// The policy is applied when a sandbox is created (and so again on
+    /// resume); changing it on a running sandbox needs Modal's per-task
+    /// command router, which this backend does not use.
+    async fn update_network_policy(
+        &self,
+        _handle: &Handle,
+        _policy: &fleet::NetworkPolicy,
+    ) -> Result<()> {
+        Err(SandboxError::Unsupported(
+            "changing the network policy of a running Modal sandbox",
+        ))
     }
 
     async fn list(&self) -> Result<Vec<Handle>> {

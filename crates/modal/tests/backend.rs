@@ -68,13 +68,40 @@ async fn create_passes_resources_region_timeout_policy_and_tags() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enabled_policy_without_reachable_destinations_blocks_the_network() {
+async fn hostnames_and_a_named_gateway_go_in_the_domain_allowlist() {
+    let setup = common::start(|_| {}).await;
+    let backend = setup.backend();
+    let mut spec = spec("session-domains");
+    spec.network = sandbox::NetworkSpec {
+        policy: fleet::NetworkPolicy {
+            enabled: true,
+            allow: vec![fleet::AllowRule::Hostname("*.github.com".into())],
+        },
+        gateway_url: Some("wss://gateway.devin.example/ws".into()),
+    };
+    let handle = backend.create(&spec).await.unwrap();
+    let def = setup.mock.sandbox(&handle.id).unwrap().definition;
+    let network = def.network_access.unwrap();
+    assert_eq!(
+        network.network_access_type,
+        NetworkAccessType::Allowlist as i32
+    );
+    assert!(network.allowed_cidrs.is_empty());
+    assert_eq!(
+        network.allowed_domains,
+        ["gateway.devin.example", "*.github.com"]
+    );
+    backend.destroy(&handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enabled_policy_with_nothing_reachable_blocks_the_network() {
     let setup = common::start(|_| {}).await;
     let backend = setup.backend();
     let mut spec = spec("session-blocked");
     spec.network.policy = fleet::NetworkPolicy {
         enabled: true,
-        allow: vec![fleet::AllowRule::Hostname("github.com".into())],
+        allow: vec![fleet::AllowRule::Ipv4("not an address".into())],
     };
     let handle = backend.create(&spec).await.unwrap();
     let def = setup.mock.sandbox(&handle.id).unwrap().definition;

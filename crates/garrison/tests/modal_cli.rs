@@ -1,4 +1,6 @@
-//! `garrison image build NAME --backend modal` against the mock Modal API.
+//! The `garrison` CLI on Modal: `image build NAME --backend modal` against
+//! the mock Modal API, and `serve --backend modal` refusing to start
+//! without a token.
 
 mod common;
 
@@ -77,4 +79,45 @@ async fn image_build_on_modal_builds_the_recipe_and_caches_the_id() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("reused"));
     assert_eq!(mock.calls("ImageGetOrCreate"), 1);
+}
+
+/// `serve --backend modal` without a Modal token stops at once and says
+/// which setting is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_modal_without_a_token_names_the_setting() {
+    let emu = common::emulator().await;
+    let outpost = common::outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let args: Vec<String> = vec![
+        "serve".into(),
+        "--outpost".into(),
+        outpost.clone(),
+        "--api-url".into(),
+        emu.base_url(),
+        "--state-dir".into(),
+        state.display().to_string(),
+        "--backend".into(),
+        "modal".into(),
+    ];
+    let out = tokio::process::Command::new(common::garrison_bin())
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("GARRISON_CONFIG", dir.path().join("no-config"))
+        .env("DEVIN_OUTPOSTS_TOKEN", emu.account_token())
+        .env("MODAL_TOKEN_ID", "ak-only-half")
+        .output();
+    let out = tokio::time::timeout(common::HANG_GUARD, out)
+        .await
+        .expect("serve exits")
+        .unwrap();
+    assert!(!out.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("MODAL_TOKEN_SECRET"), "{text}");
 }

@@ -37,6 +37,9 @@ const HELPER_OUTPUT: usize = 64 * 1024;
 const SCHEDULE_WAIT_SECS: f32 = 55.0;
 /// How long a filesystem snapshot may take on Modal's side per call.
 const SNAPSHOT_WAIT_SECS: f32 = 55.0;
+/// `SandboxWait` calls after a terminate, and how long each may wait.
+const TERMINATE_WAITS: u32 = 3;
+const TERMINATE_WAIT_SECS: f32 = 20.0;
 /// Modal's longest sandbox lifetime.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
@@ -678,7 +681,32 @@ impl Sandbox for ModalBackend {
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {
-        self.terminate(&handle.id).await
+        self.terminate(&handle.id).await?;
+        // Termination is asynchronous on Modal's side: wait for the result,
+        // so that nothing of the sandbox runs once destroy has returned.
+        for _ in 0..TERMINATE_WAITS {
+            let request = wire::SandboxWaitRequest {
+                sandbox_id: handle.id.clone(),
+                timeout: TERMINATE_WAIT_SECS,
+            };
+            match self
+                .client
+                .retrying("SandboxWait", |mut rpc| {
+                    let request = request.clone();
+                    async move { rpc.sandbox_wait(request).await }
+                })
+                .await
+            {
+                Ok(response) if response.result.is_some() => return Ok(()),
+                Ok(_) => {}
+                Err(s) if s.code() == Code::NotFound => return Ok(()),
+                Err(s) => return Err(status_error("waiting for the sandbox to stop", s)),
+            }
+        }
+        Err(SandboxError::Transient(anyhow!(
+            "sandbox {} was terminated but has not stopped yet",
+            handle.id
+        )))
     }
 
     /// The policy is applied when a sandbox is created (and so again on

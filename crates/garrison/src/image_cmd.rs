@@ -44,6 +44,11 @@ enum ImageCommand {
         /// The recipe file.
         #[arg(long, value_name = "FILE")]
         recipe: Option<PathBuf>,
+        /// Where to build: `local` (mmdebstrap on this machine) or `modal`
+        /// (Modal's image builder, from the same recipe; the image id is
+        /// cached by name and recipe for `serve --backend modal`).
+        #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "modal"])]
+        backend: String,
     },
     /// Import an OCI image layout (directory or tar) or a `docker save`
     /// tarball (plain, gzip or zstd).
@@ -76,10 +81,19 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
         .snapshot_dir
         .clone()
         .unwrap_or_else(|| state_dir.join("snapshots"));
+    if let ImageCommand::Build {
+        name,
+        recipe,
+        backend,
+    } = &args.command
+        && backend == "modal"
+    {
+        return crate::image_modal::build(name, recipe.as_deref(), &state_dir).await;
+    }
     let store = ImageStore::open(&state_dir.join("images"))
         .with_context(|| format!("opening the images of {}", state_dir.display()))?;
     match args.command {
-        ImageCommand::Build { name, recipe } => {
+        ImageCommand::Build { name, recipe, .. } => {
             let recipe = match recipe {
                 Some(path) => Recipe::load(&path)?,
                 None => Recipe::default_recipe(),

@@ -6,6 +6,7 @@ mod connect;
 mod demo;
 mod doctor;
 mod image_cmd;
+mod image_modal;
 mod logging;
 mod mock_cmd;
 mod outposts_cmd;

@@ -43,12 +43,17 @@ async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up(backend: Back
     assert_eq!(v.events("duplicate_connection").count(), 0);
     let outputs = step_outputs(&emu, &id);
     assert_eq!(outputs[0].trim(), "built");
-    wait_until("sandbox directory removed", Some(&g), || {
-        sandbox_dirs(&state) == 0
-    })
+    // The sandbox goes first, then the runner records the end.
+    wait_until(
+        "sandbox directory removed and the end recorded",
+        Some(&g),
+        || {
+            sandbox_dirs(&state) == 0
+                && g.store().session(&id).unwrap().expect("recorded").stage
+                    == Stage::Done(Finish::Terminated)
+        },
+    )
     .await;
-    let rec = g.store().session(&id).unwrap().expect("recorded");
-    assert_eq!(rec.stage, Stage::Done(Finish::Terminated));
     // The remote's output and Garrison's events are in the session log.
     let events = std::fs::read_to_string(
         state
@@ -458,6 +463,14 @@ macro_rules! on_each_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test(super::Backend::Tensorlake).await
+                }
+            )+
+        }
+        mod modal {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Modal).await
                 }
             )+
         }

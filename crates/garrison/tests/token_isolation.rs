@@ -1,7 +1,8 @@
-//! The account token, `GIT_TOKEN` and the Tensorlake API key never reach a
-//! sandbox, on every backend that runs here: while sessions run, every process of each sandbox (its
+//! The account token, `GIT_TOKEN` and the cloud credentials (the Tensorlake
+//! API key, the Modal token) never reach a sandbox, on every backend that
+//! runs here: while sessions run, every process of each sandbox (its
 //! environment and command line) and the sandbox's whole filesystem are
-//! scanned for both.
+//! scanned for them.
 
 mod common;
 
@@ -16,11 +17,13 @@ const GIT_TOKEN: &str = "gtok_isolation_check_4f1e9a77c2";
 /// Pids of the processes that belong to the sandboxes under `state`.
 fn sandbox_pids(state: &Path, backend: Backend) -> Vec<u32> {
     match backend {
-        // A host sandbox's processes, and the mock Tensorlake's, run with
-        // their working directory inside the sandbox's directory.
-        Backend::Host | Backend::Tensorlake => {
+        // A host sandbox's processes, and those of the mock Tensorlake and
+        // the mock Modal, run with their working directory inside the
+        // sandbox's directory.
+        Backend::Host | Backend::Tensorlake | Backend::Modal => {
             let root = match backend {
                 Backend::Host => state.join("host").join("sandboxes"),
+                Backend::Modal => state.join("modal-mock").join("sandboxes"),
                 _ => state.parent().unwrap().join("tensorlake-mock/sandboxes"),
             };
             let root = std::fs::canonicalize(&root).unwrap_or(root);
@@ -75,6 +78,7 @@ fn sandbox_roots(state: &Path, backend: Backend) -> Vec<PathBuf> {
                 .map(|d| d.flatten().map(|e| e.path()).collect())
                 .unwrap_or_default();
         }
+        Backend::Modal => ("modal-mock", "garrison"),
     };
     sandbox_names(state, dir)
         .into_iter()
@@ -116,19 +120,22 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
     .await;
 
     let account = emu.account_token();
-    let secrets = [
+    let mut secrets = vec![
         account.as_bytes(),
         GIT_TOKEN.as_bytes(),
         TENSORLAKE_KEY.as_bytes(),
     ];
+    if let Some(mock) = &g.modal {
+        secrets.extend([mock.token_id().as_bytes(), mock.token_secret().as_bytes()]);
+    }
     let pids = sandbox_pids(&state, backend);
     assert!(pids.len() >= 2, "found the sandboxes' processes: {pids:?}");
     for pid in &pids {
         for file in ["environ", "cmdline"] {
             let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
-            for secret in secrets {
+            for secret in &secrets {
                 assert!(
-                    !bytes.windows(secret.len()).any(|w| w == secret),
+                    !bytes.windows(secret.len()).any(|w| w == *secret),
                     "a secret is in /proc/{pid}/{file}"
                 );
             }
@@ -139,7 +146,7 @@ async fn no_token_reaches_a_running_sandbox(backend: Backend) {
     let roots = sandbox_roots(&state, backend);
     assert_eq!(roots.len(), 2);
     for root in &roots {
-        for secret in secrets {
+        for secret in &secrets {
             let hits = grep_tree(root, secret);
             assert!(
                 hits.is_empty(),
@@ -168,6 +175,11 @@ async fn local_no_token_reaches_a_running_sandbox() {
     if Backend::Local.available() {
         no_token_reaches_a_running_sandbox(Backend::Local).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_no_token_reaches_a_running_sandbox() {
+    no_token_reaches_a_running_sandbox(Backend::Modal).await;
 }
 
 /// A hostile session id is served under a hashed name and never becomes a

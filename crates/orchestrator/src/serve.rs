@@ -164,11 +164,28 @@ pub fn make_backend(
                 },
             )?))
         }
-        other => anyhow::bail!(
-            "the {} backend is not available in this build yet; use --backend local or host",
-            other.as_str()
-        ),
+        BackendKind::Modal => Ok(Arc::new(modal_backend(state_dir)?)),
     }
+}
+
+/// The Modal backend, configured from the environment (see
+/// [`crate::settings::modal`]); image names are looked up in the cache that
+/// `garrison image build --backend modal` writes under `state_dir`.
+fn modal_backend(state_dir: &std::path::Path) -> anyhow::Result<modal::ModalBackend> {
+    let env = crate::settings::modal::resolve(&crate::settings::HostEnv::current())?;
+    modal::ModalBackend::new(modal::ModalSettings {
+        client: modal::ClientConfig {
+            api_url: env.api_url,
+            credentials: env.credentials,
+            retry: modal::RetryPolicy::default(),
+        },
+        // The orchestrator keeps to its outpost's sandboxes by their labels.
+        outpost_id: None,
+        image: env.image,
+        image_cache: Some(modal::image::ImageCache::path(state_dir)),
+        regions: env.regions,
+        timeout: env.timeout,
+    })
 }
 
 /// Serves every configured outpost until `stop` is cancelled; then stops

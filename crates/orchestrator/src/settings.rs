@@ -41,6 +41,8 @@ use crate::config::{
 use crate::planner::Policy;
 use crate::repos::GIT_TOKEN_ENV;
 
+pub mod modal;
+
 /// The backend used when none is configured: a container per session on
 /// this machine. `host` (no isolation) must be asked for.
 pub const DEFAULT_BACKEND: BackendKind = BackendKind::Local;

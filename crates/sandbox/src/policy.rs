@@ -271,13 +271,19 @@ pub fn tensorlake(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> T
     out
 }
 
-/// Modal's `Sandbox.create` network arguments: `block_network` and
-/// `cidr_allowlist` (`None` = unrestricted). Modal's sandbox API takes CIDRs
-/// only, so every hostname (and a gateway given by name) is `unsupported`.
+/// Modal's `Sandbox.create` network arguments: `block_network`,
+/// `outbound_cidr_allowlist` and `outbound_domain_allowlist` (Modal's
+/// `NetworkAccess`). Modal documents `*.` prefixes in its domain allow-list
+/// but not whether they also match the bare domain; the parsed policy
+/// itself never allows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Modal {
     pub block_network: bool,
+    /// `None` = unrestricted; `Some` = only these CIDRs and
+    /// [`Modal::domain_allowlist`] are reachable.
     pub cidr_allowlist: Option<Vec<String>>,
+    /// Hostnames (`name` or `*.name`) reachable when restricted.
+    pub domain_allowlist: Vec<String>,
     pub unsupported: Vec<Unsupported>,
 }
 
@@ -289,28 +295,23 @@ pub fn modal(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> Modal 
         return out;
     }
     let mut cidrs: Vec<String> = Vec::new();
+    let mut domains: Vec<String> = Vec::new();
     if let Some(g) = gateway {
         match g.host.parse::<IpAddr>() {
             Ok(ip) => cidrs.push(cidr_text(&Cidr::host(ip))),
-            Err(_) => out.unsupported.push(Unsupported {
-                rule: format!("gateway {}", g.host),
-                reason: "Modal's cidr_allowlist takes CIDRs; the gateway is named by host".into(),
-            }),
+            Err(_) => domains.push(gateway_destination(g)),
         }
     }
-    for host in &parsed.hosts {
-        out.unsupported.push(Unsupported {
-            rule: host.to_string(),
-            reason: "Modal's cidr_allowlist takes CIDRs, not hostnames".into(),
-        });
-    }
+    domains.extend(parsed.hosts.iter().map(HostPattern::to_string));
     cidrs.extend(parsed.nets.iter().map(cidr_text));
     dedup(&mut cidrs);
-    if cidrs.is_empty() {
+    dedup(&mut domains);
+    if cidrs.is_empty() && domains.is_empty() {
         // An empty allow-list is not "no restriction": block everything.
         out.block_network = true;
     } else {
         out.cidr_allowlist = Some(cidrs);
+        out.domain_allowlist = domains;
     }
     out
 }
@@ -484,15 +485,16 @@ mod tests {
         let m = modal(&p, Some(&gw("203.0.113.5")));
         assert!(!m.block_network);
         assert_eq!(m.cidr_allowlist, Some(vec!["203.0.113.5/32".to_owned()]));
+        assert!(m.domain_allowlist.is_empty());
         let m = modal(&p, Some(&gw("2001:db8::5")));
         assert_eq!(m.cidr_allowlist, Some(vec!["2001:db8::5/128".to_owned()]));
 
-        // A named gateway Modal cannot express: fail closed and say so.
-        let m = modal(&p, Some(&gw("gw.example")));
-        assert!(m.block_network);
-        assert_eq!(m.cidr_allowlist, None);
-        assert_eq!(m.unsupported.len(), 1);
-        assert!(m.unsupported[0].rule.contains("gw.example"));
+        // A named gateway goes in the domain allow-list.
+        let m = modal(&p, Some(&gw("GW.example.")));
+        assert!(!m.block_network);
+        assert_eq!(m.cidr_allowlist, Some(Vec::new()));
+        assert_eq!(m.domain_allowlist, ["gw.example"]);
+        assert!(m.unsupported.is_empty());
 
         // No gateway at all: nothing is reachable.
         let t = tensorlake(&p, None);
@@ -541,15 +543,11 @@ mod tests {
             m.cidr_allowlist.unwrap(),
             ["203.0.113.5/32", "198.51.100.0/24", "2001:db8::/48"]
         );
+        assert_eq!(m.domain_allowlist, ["api.openai.com", "*.github.com"]);
         let rules: Vec<&str> = m.unsupported.iter().map(|u| u.rule.as_str()).collect();
         assert_eq!(
             rules,
-            [
-                r#"{"cidr":"0.0.0.0/0"}"#,
-                r#"{"ipv4":"not an address"}"#,
-                "api.openai.com",
-                "*.github.com"
-            ]
+            [r#"{"cidr":"0.0.0.0/0"}"#, r#"{"ipv4":"not an address"}"#]
         );
     }
 

@@ -44,6 +44,9 @@ pub struct Garrison {
     env: Vec<(String, String)>,
     /// The mock Tensorlake this Garrison uses, kept alive while it runs.
     pub tensorlake: Option<Arc<TensorlakeWorld>>,
+    /// The mock Modal API a `modal` Garrison talks to; lives as long as the
+    /// Garrison (restarts included).
+    pub modal: Option<std::sync::Arc<modal_mock::MockModal>>,
 }
 
 /// The API key the mock Tensorlake accepts.
@@ -138,6 +141,8 @@ pub enum Backend {
     Local,
     /// The mock Tensorlake ([`tensorlake_mock`]), one per test directory.
     Tensorlake,
+    /// Modal's API served by `modal_mock`, in the test process.
+    Modal,
 }
 
 impl Backend {
@@ -146,6 +151,7 @@ impl Backend {
             Backend::Host => "host",
             Backend::Local => "local",
             Backend::Tensorlake => "tensorlake",
+            Backend::Modal => "modal",
         }
     }
 
@@ -154,7 +160,7 @@ impl Backend {
     /// (`GARRISON_TEST_IMAGES`, exported by `scripts/test`).
     pub fn available(self) -> bool {
         match self {
-            Backend::Host | Backend::Tensorlake => true,
+            Backend::Host | Backend::Tensorlake | Backend::Modal => true,
             Backend::Local => {
                 if !nix_is_root() {
                     eprintln!("skipped: the local backend needs root");
@@ -227,8 +233,14 @@ impl Garrison {
             "127.0.0.1:0".into(),
         ];
         args.extend(opts.extra_args);
+        let modal = (backend == Backend::Modal).then(|| {
+            let mock = start_modal_mock(opts.state_dir);
+            extra_env.extend(modal_env(&mock));
+            mock
+        });
         let mut garrison = Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env);
         garrison.tensorlake = tensorlake;
+        garrison.modal = modal;
         garrison
     }
 
@@ -279,6 +291,7 @@ impl Garrison {
             args,
             env,
             tensorlake: None,
+            modal: None,
         }
     }
 
@@ -300,6 +313,32 @@ impl Garrison {
     pub fn store(&self) -> orchestrator::store::Store {
         orchestrator::store::Store::open(&self.state_dir.join("garrison.db")).expect("state store")
     }
+}
+
+/// A mock Modal API keeping its sandboxes under `<state>/modal-mock`, with
+/// credentials made up for this test. Needs a multi-thread runtime.
+pub fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModal> {
+    let mut config = modal_mock::MockConfig::new(state_dir.join("modal-mock"));
+    config.token_id = format!("ak-{:016x}", rand::random::<u64>());
+    config.token_secret = format!("as-{:016x}", rand::random::<u64>());
+    let mock = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(modal_mock::MockModal::start(config))
+    })
+    .expect("mock Modal starts");
+    std::sync::Arc::new(mock)
+}
+
+/// How `garrison` finds the mock: URL, token and base image, by environment.
+pub fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
+    vec![
+        ("MODAL_API_URL".to_owned(), mock.url()),
+        ("MODAL_TOKEN_ID".to_owned(), mock.token_id().to_owned()),
+        (
+            "MODAL_TOKEN_SECRET".to_owned(),
+            mock.token_secret().to_owned(),
+        ),
+        ("MODAL_IMAGE".to_owned(), mock.base_image_id()),
+    ]
 }
 
 fn spawn(args: &[String], env: &[(String, String)], log_path: &Path) -> Child {
@@ -459,7 +498,7 @@ pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Sandboxes of either backend present under `state_dir`.
+/// Sandboxes of any backend present under `state_dir`.
 pub fn sandbox_dirs(state_dir: &Path) -> usize {
     let tensorlake = state_dir
         .parent()
@@ -468,6 +507,7 @@ pub fn sandbox_dirs(state_dir: &Path) -> usize {
     [
         state_dir.join("host").join("sandboxes"),
         state_dir.join("local").join("sandboxes"),
+        state_dir.join("modal-mock").join("sandboxes"),
         tensorlake.join("sandboxes"),
     ]
     .iter()
@@ -485,6 +525,7 @@ pub fn only_workdir(state_dir: &Path) -> PathBuf {
     for (dir, inner) in [
         (state_dir.join("host"), "fs/workspace"),
         (state_dir.join("local"), "rootfs/workspace"),
+        (state_dir.join("modal-mock"), "garrison/workspace"),
         (tensorlake, "workspace"),
     ] {
         if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {

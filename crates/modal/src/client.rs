@@ -1,0 +1,248 @@
+//! A thin client for Modal's gRPC API: authentication metadata on every
+//! call, TLS for `https` URLs, and retries with backoff on the codes Modal's
+//! own clients retry.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fleet::Secret;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::wire::{self, modal_client_client::ModalClientClient};
+
+/// Where Modal's API lives unless `MODAL_API_URL` says otherwise.
+pub const DEFAULT_API_URL: &str = "https://api.modal.com";
+
+/// A Modal token pair (`MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`). Neither part
+/// is ever printed: `Debug` shows only that they are set.
+#[derive(Clone)]
+pub struct Credentials {
+    /// `MODAL_TOKEN_ID` (`ak-...`).
+    pub token_id: Secret,
+    /// `MODAL_TOKEN_SECRET` (`as-...`).
+    pub token_secret: Secret,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials([redacted])")
+    }
+}
+
+/// How often and how patiently a failed call is retried.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub attempts: u32,
+    /// The wait after the first failure; doubled after each one.
+    pub initial_backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempt + 1` (doubling, capped, with up to
+    /// a quarter of jitter so many clients do not retry in step).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let base = self
+            .initial_backoff
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_backoff);
+        let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
+        base + jitter
+    }
+}
+
+/// Everything needed to talk to Modal.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `https://api.modal.com`, or `http://` for a local mock.
+    pub api_url: String,
+    /// The token sent with every call.
+    pub credentials: Credentials,
+    /// How failed calls are retried.
+    pub retry: RetryPolicy,
+}
+
+/// Adds Modal's metadata to every request. The token values are marked
+/// sensitive so HTTP/2 never indexes them.
+#[derive(Clone)]
+pub struct Auth {
+    headers: Vec<(&'static str, AsciiMetadataValue)>,
+}
+
+impl Auth {
+    fn new(credentials: &Credentials) -> anyhow::Result<Self> {
+        let secret = |value: &Secret, name: &str| -> anyhow::Result<AsciiMetadataValue> {
+            let mut v = AsciiMetadataValue::try_from(value.expose())
+                .map_err(|_| anyhow::anyhow!("{name} holds characters a header cannot carry"))?;
+            v.set_sensitive(true);
+            Ok(v)
+        };
+        let plain = |value: &str| AsciiMetadataValue::try_from(value).expect("ASCII constant");
+        Ok(Self {
+            headers: vec![
+                (
+                    wire::HEADER_TOKEN_ID,
+                    secret(&credentials.token_id, "MODAL_TOKEN_ID")?,
+                ),
+                (
+                    wire::HEADER_TOKEN_SECRET,
+                    secret(&credentials.token_secret, "MODAL_TOKEN_SECRET")?,
+                ),
+                (wire::HEADER_CLIENT_VERSION, plain(wire::CLIENT_VERSION)),
+                (
+                    wire::HEADER_CLIENT_TYPE,
+                    plain(&(wire::CLIENT_TYPE as i32).to_string()),
+                ),
+            ],
+        })
+    }
+
+    fn apply(&self, metadata: &mut MetadataMap) {
+        for (name, value) in &self.headers {
+            metadata.insert(*name, value.clone());
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        self.apply(request.metadata_mut());
+        Ok(request)
+    }
+}
+
+/// The generated client with [`Auth`] in front.
+pub type Rpc = ModalClientClient<InterceptedService<Channel, Auth>>;
+
+/// A connection to Modal. Cheap to clone; calls share one HTTP/2 channel.
+#[derive(Clone)]
+pub struct Client {
+    rpc: Rpc,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// Prepares a client; the connection is opened on first use, so a
+    /// client for an unreachable URL is made without error.
+    pub fn new(config: &ClientConfig) -> anyhow::Result<Self> {
+        let url = url::Url::parse(&config.api_url)
+            .map_err(|e| anyhow::anyhow!("MODAL_API_URL {:?}: {e}", config.api_url))?;
+        let mut endpoint = Endpoint::from_shared(config.api_url.clone())
+            .map_err(|e| anyhow::anyhow!("MODAL_API_URL {:?}: {e}", config.api_url))?
+            .connect_timeout(Duration::from_secs(20))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        match url.scheme() {
+            "https" => {
+                endpoint = endpoint
+                    .tls_config(ClientTlsConfig::new().with_webpki_roots())
+                    .map_err(|e| anyhow::anyhow!("TLS for {}: {e}", config.api_url))?;
+            }
+            "http" => {}
+            other => anyhow::bail!(
+                "MODAL_API_URL {:?}: scheme {other:?} is not http or https",
+                config.api_url
+            ),
+        }
+        let channel = endpoint.connect_lazy();
+        let rpc = ModalClientClient::with_interceptor(channel, Auth::new(&config.credentials)?)
+            .max_decoding_message_size(64 * 1024 * 1024);
+        Ok(Self {
+            rpc,
+            retry: config.retry,
+        })
+    }
+
+    /// The generated client, for calls that must not be retried blindly.
+    pub fn rpc(&self) -> Rpc {
+        self.rpc.clone()
+    }
+
+    /// Runs `call` until it succeeds, fails with a code that is not
+    /// retryable, or the attempts run out.
+    pub async fn retrying<T, F, Fut>(&self, what: &'static str, mut call: F) -> Result<T, Status>
+    where
+        F: FnMut(Rpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call(self.rpc.clone()).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status)
+                    if wire::is_retryable(status.code()) && attempt + 1 < self.retry.attempts =>
+                {
+                    let wait = self.retry.backoff(attempt);
+                    tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "Modal call failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                Err(status) => return Err(status),
+            }
+        }
+    }
+}
+
+/// Whether `status` says the object does not exist (any more).
+pub fn is_not_found(status: &Status) -> bool {
+    status.code() == Code::NotFound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let policy = RetryPolicy {
+            attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        };
+        let first = policy.backoff(0);
+        assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
+        let third = policy.backoff(2);
+        assert!(third >= Duration::from_millis(400) && third <= Duration::from_millis(500));
+        let late = policy.backoff(30);
+        assert!(late >= Duration::from_secs(1) && late <= Duration::from_millis(1250));
+    }
+
+    #[test]
+    fn credentials_never_print() {
+        let c = Credentials {
+            token_id: Secret::new("ak-visible"),
+            token_secret: Secret::new("as-visible"),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("visible"), "{shown}");
+    }
+
+    #[test]
+    fn only_http_and_https_urls() {
+        let config = |url: &str| ClientConfig {
+            api_url: url.into(),
+            credentials: Credentials {
+                token_id: Secret::new("a"),
+                token_secret: Secret::new("b"),
+            },
+            retry: RetryPolicy::default(),
+        };
+        assert!(Client::new(&config("ftp://api.modal.com")).is_err());
+        assert!(Client::new(&config("not a url")).is_err());
+    }
+}

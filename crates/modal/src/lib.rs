@@ -1,0 +1,17 @@
+#![warn(missing_docs)]
+//! The Modal backend: Garrison sessions in Modal Sandboxes.
+//!
+//! [`client`] talks gRPC to Modal (`modal.client.ModalClient`), [`wire`]
+//! holds everything tied to Modal's wire format, [`backend`] implements
+//! [`sandbox::Sandbox`] on top, and [`image`] builds the session image on
+//! Modal from the same recipe the local backend uses.
+
+pub mod backend;
+pub mod client;
+pub mod exec;
+pub mod image;
+pub mod scripts;
+pub mod wire;
+
+pub use backend::{ModalBackend, ModalSettings, app_name_for};
+pub use client::{Client, ClientConfig, Credentials, RetryPolicy};

@@ -1,0 +1,338 @@
+//! The settings of the Modal backend (`--backend modal`).
+//!
+//! All come from the environment, so they sit beside the outpost's own
+//! settings without changing the file format:
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | the Modal token | Modal's own `~/.modal.toml` (0600) |
+//! | `MODAL_PROFILE` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
+//! | `MODAL_CONFIG_PATH` | another place for Modal's TOML file | `~/.modal.toml` |
+//! | `MODAL_API_URL` | Modal's API | `https://api.modal.com` |
+//! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
+//! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
+//! | `SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
+//!
+//! The token is never taken from a flag (argv is visible to every user of
+//! the machine) and never printed: it is kept in [`fleet::Secret`]s.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fleet::Secret;
+
+use super::{HostEnv, Origin, SettingsError, Sourced};
+
+pub const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
+pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
+pub const PROFILE_ENV: &str = "MODAL_PROFILE";
+pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
+pub const API_URL_ENV: &str = "MODAL_API_URL";
+pub const IMAGE_ENV: &str = "MODAL_IMAGE";
+pub const REGION_ENV: &str = "MODAL_REGION";
+pub const TIMEOUT_ENV: &str = "SANDBOX_TIMEOUT_SECS";
+
+/// Modal's longest sandbox lifetime, and the default.
+pub const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
+
+/// The Modal settings, validated.
+#[derive(Clone, Debug)]
+pub struct ModalEnv {
+    /// Modal's API, without a trailing slash.
+    pub api_url: String,
+    /// The Modal token; never printed.
+    pub credentials: modal::Credentials,
+    /// An image id or name; `None` uses the outpost's image or `default`.
+    pub image: Option<String>,
+    /// Regions sandboxes may run in; empty lets Modal choose.
+    pub regions: Vec<String>,
+    /// A sandbox's maximum lifetime.
+    pub timeout: Duration,
+}
+
+/// Reads the Modal settings from `host`'s environment and, for the token,
+/// Modal's own configuration file.
+pub fn resolve(host: &HostEnv) -> Result<ModalEnv, SettingsError> {
+    let env = |name: &'static str| {
+        host.var(name)
+            .map(|v| Sourced::new(v.to_owned(), Origin::Env(name)))
+    };
+    let api_url = match env(API_URL_ENV) {
+        Some(value) => {
+            let url = url::Url::parse(&value.value).map_err(|e| value.invalid(e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(value.invalid("expected an https:// URL such as https://api.modal.com"));
+            }
+            value.value.trim_end_matches('/').to_owned()
+        }
+        None => modal::client::DEFAULT_API_URL.to_owned(),
+    };
+    let credentials = credentials(host)?;
+    let image = match env(IMAGE_ENV) {
+        Some(value) => {
+            let ok = value.value.len() <= 128
+                && value
+                    .value
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if !ok {
+                return Err(value.invalid("expected an image id (im-...) or an image name"));
+            }
+            Some(value.value)
+        }
+        None => None,
+    };
+    let regions = match env(REGION_ENV) {
+        Some(value) => {
+            let regions: Vec<String> = value
+                .value
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if regions.is_empty()
+                || regions
+                    .iter()
+                    .any(|r| !r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            {
+                return Err(
+                    value.invalid("expected regions such as \"us-east\" or \"us-east,eu-west\"")
+                );
+            }
+            regions
+        }
+        None => Vec::new(),
+    };
+    let timeout = match env(TIMEOUT_ENV) {
+        Some(value) => {
+            let secs = super::integer(&value, 1..=MAX_TIMEOUT_SECS as i64)?;
+            Duration::from_secs(super::to_u64(secs))
+        }
+        None => Duration::from_secs(MAX_TIMEOUT_SECS),
+    };
+    Ok(ModalEnv {
+        api_url,
+        credentials,
+        image,
+        regions,
+        timeout,
+    })
+}
+
+fn credentials(host: &HostEnv) -> Result<modal::Credentials, SettingsError> {
+    match (host.var(TOKEN_ID_ENV), host.var(TOKEN_SECRET_ENV)) {
+        (Some(id), Some(secret)) => return Ok(pair(id, secret)),
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(SettingsError::Invalid {
+                origin: Origin::Env(if host.var(TOKEN_ID_ENV).is_some() {
+                    TOKEN_SECRET_ENV
+                } else {
+                    TOKEN_ID_ENV
+                }),
+                reason: format!("set both {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or neither"),
+            });
+        }
+        (None, None) => {}
+    }
+    let path = match host.var(CONFIG_PATH_ENV) {
+        Some(path) => PathBuf::from(path),
+        None => host
+            .home()
+            .ok_or(SettingsError::NoHome {
+                what: "Modal token file",
+                hint: "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
+            })?
+            .join(".modal.toml"),
+    };
+    let profile = host.var(PROFILE_ENV);
+    from_modal_toml(&path, profile)?.ok_or_else(|| SettingsError::Invalid {
+        origin: Origin::Env(TOKEN_ID_ENV),
+        reason: format!(
+            "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
+             (which writes {})",
+            path.display()
+        ),
+    })
+}
+
+fn pair(id: &str, secret: &str) -> modal::Credentials {
+    modal::Credentials {
+        token_id: Secret::new(id),
+        token_secret: Secret::new(secret),
+    }
+}
+
+/// The token of a profile in Modal's `~/.modal.toml`: `profile` if given,
+/// else the one marked `active = true`, else the only one. `Ok(None)` when
+/// there is no file. Like Garrison's own credentials, a file other users
+/// may read is refused.
+pub fn from_modal_toml(
+    path: &Path,
+    profile: Option<&str>,
+) -> Result<Option<modal::Credentials>, SettingsError> {
+    let read_error = |error| SettingsError::Read {
+        path: path.to_owned(),
+        error,
+    };
+    let mut file = match fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_error(e)),
+    };
+    let mode = file.metadata().map_err(read_error)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(SettingsError::InsecureCredentials {
+            path: path.to_owned(),
+            mode: mode & 0o7777,
+        });
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(read_error)?;
+    let parse = |reason: String| SettingsError::Parse {
+        path: path.to_owned(),
+        reason,
+    };
+    // Never echo toml's message: it may quote a line holding the secret.
+    let table: toml::Table = toml::from_str(&text).map_err(|_| parse("not valid TOML".into()))?;
+    let profiles: Vec<(&String, &toml::Table)> = table
+        .iter()
+        .filter_map(|(name, value)| value.as_table().map(|t| (name, t)))
+        .collect();
+    let chosen = match profile {
+        Some(wanted) => profiles.iter().find(|(name, _)| name.as_str() == wanted),
+        None => profiles
+            .iter()
+            .find(|(_, t)| t.get("active").and_then(toml::Value::as_bool) == Some(true))
+            .or(if profiles.len() == 1 {
+                profiles.first()
+            } else {
+                None
+            }),
+    };
+    let Some((name, table)) = chosen else {
+        return Err(parse(match profile {
+            Some(wanted) => format!("no profile [{wanted}] ({PROFILE_ENV})"),
+            None => format!("several profiles and none is active; set {PROFILE_ENV}"),
+        }));
+    };
+    let field = |key: &str| {
+        table
+            .get(key)
+            .and_then(toml::Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    match (field("token_id"), field("token_secret")) {
+        (Some(id), Some(secret)) => Ok(Some(pair(id, secret))),
+        _ => Err(parse(format!(
+            "profile [{name}] lacks token_id or token_secret"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    use super::*;
+
+    fn host(vars: &[(&str, &str)]) -> HostEnv {
+        HostEnv::new(
+            1000,
+            vars.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    }
+
+    fn write(path: &Path, text: &str, mode: u32) {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn defaults_with_a_token_from_the_environment() {
+        let m = resolve(&host(&[(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")])).unwrap();
+        assert_eq!(m.api_url, "https://api.modal.com");
+        assert_eq!(m.credentials.token_id.expose(), "ak-1");
+        assert_eq!(m.credentials.token_secret.expose(), "as-1");
+        assert_eq!(m.timeout, Duration::from_secs(86400));
+        assert!(m.regions.is_empty() && m.image.is_none());
+        assert!(!format!("{m:?}").contains("as-1"));
+    }
+
+    #[test]
+    fn every_setting_is_read_and_checked() {
+        let base = [(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            resolve(&host(&vars))
+        };
+        let m = with(&[
+            (API_URL_ENV, "http://127.0.0.1:9000/"),
+            (IMAGE_ENV, "im-abc"),
+            (REGION_ENV, "us-east, eu-west"),
+            (TIMEOUT_ENV, "600"),
+        ])
+        .unwrap();
+        assert_eq!(m.api_url, "http://127.0.0.1:9000");
+        assert_eq!(m.image.as_deref(), Some("im-abc"));
+        assert_eq!(m.regions, ["us-east", "eu-west"]);
+        assert_eq!(m.timeout, Duration::from_secs(600));
+        for (var, bad) in [
+            (API_URL_ENV, "ftp://x"),
+            (IMAGE_ENV, "../etc"),
+            (REGION_ENV, "us east"),
+            (TIMEOUT_ENV, "0"),
+            (TIMEOUT_ENV, "86401"),
+        ] {
+            let err = with(&[(var, bad)]).unwrap_err().to_string();
+            assert!(err.contains(var), "{var}={bad}: {err}");
+        }
+        let err = resolve(&host(&[(TOKEN_ID_ENV, "ak-1"), ("HOME", "/nonexistent")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(TOKEN_SECRET_ENV), "{err}");
+    }
+
+    #[test]
+    fn the_token_comes_from_modals_own_file_when_not_in_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".modal.toml");
+        write(
+            &path,
+            "[a]\ntoken_id = \"ak-a\"\ntoken_secret = \"as-a\"\n\n[b]\ntoken_id = \"ak-b\"\ntoken_secret = \"as-b\"\nactive = true\n",
+            0o600,
+        );
+        let home = dir.path().to_str().unwrap();
+        let m = resolve(&host(&[("HOME", home)])).unwrap();
+        assert_eq!(m.credentials.token_id.expose(), "ak-b");
+        let m = resolve(&host(&[("HOME", home), (PROFILE_ENV, "a")])).unwrap();
+        assert_eq!(m.credentials.token_secret.expose(), "as-a");
+        let err = resolve(&host(&[("HOME", home), (PROFILE_ENV, "c")])).unwrap_err();
+        assert!(err.to_string().contains("[c]"), "{err}");
+
+        // A file other users can read is refused, and never quoted.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = resolve(&host(&[("HOME", home)])).unwrap_err().to_string();
+        assert!(err.contains("chmod 600") && !err.contains("as-b"), "{err}");
+
+        // No file, no variables: the message says what to do.
+        let err = resolve(&host(&[("HOME", "/nonexistent")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("modal token new"), "{err}");
+    }
+}

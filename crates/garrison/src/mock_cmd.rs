@@ -20,6 +20,7 @@ enum Service {
     /// TENSORLAKE_API_KEY (never a flag). Prints its URL and the
     /// TENSORLAKE_SANDBOX_ROOT to use with it, then serves until stopped.
     Tensorlake {
+        /// A loopback address (others are refused).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
         /// Holds the sandboxes' directories and the snapshots.
@@ -37,6 +38,10 @@ pub async fn run(args: MockArgs) -> anyhow::Result<()> {
         root,
         idle_suspend,
     } = args.service;
+    // It runs whatever a key holder asks for, on this host, unsandboxed.
+    if !listen.ip().is_loopback() {
+        anyhow::bail!("--listen {listen}: the mock listens on loopback addresses only");
+    }
     let key = std::env::var("TENSORLAKE_API_KEY")
         .ok()
         .filter(|k| !k.is_empty())

@@ -41,3 +41,18 @@ async fn the_mock_tensorlake_command_serves_the_api_with_the_key_from_the_enviro
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn the_mock_refuses_to_listen_beyond_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["mock", "tensorlake", "--listen", "0.0.0.0:0", "--root"])
+        .arg(dir.path())
+        .env_clear()
+        .env("TENSORLAKE_API_KEY", "tl_cli_mock_key_123")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
+}

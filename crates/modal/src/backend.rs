@@ -320,7 +320,14 @@ fn root_of(handle: &Handle) -> Result<&str> {
     handle
         .workdir
         .strip_suffix("/workspace")
-        .filter(|root| root.starts_with('/'))
+        // The root comes back from Modal as a tag: plain absolute paths only.
+        .filter(|root| {
+            root.len() > 1
+                && root.starts_with('/')
+                && root[1..]
+                    .split('/')
+                    .all(|part| !part.is_empty() && part != "." && part != "..")
+        })
         .ok_or_else(|| SandboxError::Fatal(anyhow!("not a Modal sandbox handle: {}", handle.name)))
 }
 
@@ -379,6 +386,13 @@ impl Sandbox for ModalBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let image = match &spec.restore_from {
+            Some(snapshot) if snapshot.backend != "modal" => {
+                return Err(SandboxError::Fatal(anyhow!(
+                    "snapshot {} was made by the {} backend",
+                    snapshot.id,
+                    snapshot.backend
+                )));
+            }
             Some(snapshot) => snapshot.id.clone(),
             None => self.image_id(spec.image.as_deref())?,
         };
@@ -414,7 +428,7 @@ impl Sandbox for ModalBackend {
         };
         let created = self
             .client
-            .retrying("SandboxCreate", |mut rpc| {
+            .retrying_creation("SandboxCreate", |mut rpc| {
                 let request = request.clone();
                 async move { rpc.sandbox_create(request).await }
             })
@@ -619,7 +633,7 @@ impl Sandbox for ModalBackend {
         };
         let response = self
             .client
-            .retrying("SandboxSnapshotFs", |mut rpc| {
+            .retrying_creation("SandboxSnapshotFs", |mut rpc| {
                 let request = request.clone();
                 async move { rpc.sandbox_snapshot_fs(request).await }
             })
@@ -813,6 +827,23 @@ mod tests {
             NetworkAccessType::Allowlist as i32
         );
         assert_eq!(listed.allowed_cidrs, ["203.0.113.5/32"]);
+    }
+
+    #[test]
+    fn a_root_from_a_tag_must_be_a_plain_absolute_path() {
+        let with_root = |root: &str| {
+            handle_for(
+                "sb-1".into(),
+                "garrison-x".into(),
+                None,
+                root,
+                Default::default(),
+            )
+        };
+        assert_eq!(root_of(&with_root("/garrison")).unwrap(), "/garrison");
+        for bad in ["/", "garrison", "/a/../etc", "/a//b", "/./a"] {
+            assert!(root_of(&with_root(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

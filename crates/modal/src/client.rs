@@ -174,8 +174,38 @@ impl Client {
     }
 
     /// Runs `call` until it succeeds, fails with a code that is not
-    /// retryable, or the attempts run out.
-    pub async fn retrying<T, F, Fut>(&self, what: &'static str, mut call: F) -> Result<T, Status>
+    /// retryable, or the attempts run out. For calls that are safe to
+    /// repeat (reads, idempotent writes).
+    pub async fn retrying<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, Status>
+    where
+        F: FnMut(Rpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.retrying_when(what, wire::is_retryable, call).await
+    }
+
+    /// [`Client::retrying`] for calls that make something (a sandbox, an
+    /// exec, a snapshot): repeated only when the service says it did not
+    /// act on the request.
+    pub async fn retrying_creation<T, F, Fut>(
+        &self,
+        what: &'static str,
+        call: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut(Rpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.retrying_when(what, wire::is_retryable_unapplied, call)
+            .await
+    }
+
+    async fn retrying_when<T, F, Fut>(
+        &self,
+        what: &'static str,
+        retryable: fn(tonic::Code) -> bool,
+        mut call: F,
+    ) -> Result<T, Status>
     where
         F: FnMut(Rpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -184,9 +214,7 @@ impl Client {
         loop {
             match call(self.rpc.clone()).await {
                 Ok(response) => return Ok(response.into_inner()),
-                Err(status)
-                    if wire::is_retryable(status.code()) && attempt + 1 < self.retry.attempts =>
-                {
+                Err(status) if retryable(status.code()) && attempt + 1 < self.retry.attempts => {
                     let wait = self.retry.backoff(attempt);
                     tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "Modal call failed; retrying");
                     tokio::time::sleep(wait).await;

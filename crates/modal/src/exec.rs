@@ -47,7 +47,7 @@ pub async fn start(client: &Client, task_id: &str, command: &Command) -> Result<
         workdir: command.workdir.clone(),
     };
     let response = client
-        .retrying("ContainerExec", |mut rpc| {
+        .retrying_creation("ContainerExec", |mut rpc| {
             let request = request.clone();
             async move { rpc.container_exec(request).await }
         })

@@ -25,7 +25,8 @@ pub const SETUP: &str = "set -e; umask 077; \
 /// the exit code when ARGV ends (128 + N for signal N).
 pub const LAUNCH: &str = r#"d="$1"; shift
 mkdir "$d" 2>/dev/null || { echo exists; exit 17; }
-(umask 077; cat > "$d/env") || exit 18
+echo "$$" > "$d/launcher"
+(umask 077; cat > "$d/env") || { rm -rf "$d"; exit 18; }
 setsid env -i /bin/sh -c '. "$0/env"; rm -f "$0/env"; exec "$@"' "$d" "$@" > "$d/output.log" 2>&1 < /dev/null &
 child=$!
 echo "$child" > "$d/pid"
@@ -37,13 +38,15 @@ echo "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit""#;
 /// Exit code of [`LAUNCH`] when the process name is taken.
 pub const LAUNCH_EXISTS: i32 = 17;
 
-/// `sh -c STATUS sh DIR`: prints `exit N`, `running`, `lost` or `none`.
+/// `sh -c STATUS sh DIR`: prints `exit N`, `running` (also while the
+/// launcher is still starting it), `lost` (gone without an exit code, or
+/// its launcher died before starting it) or `none`.
 pub const STATUS: &str = r#"d="$1"
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 if [ ! -d "$d" ]; then echo none; exit 0; fi
 if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then echo running; exit 0; fi
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
-if [ ! -f "$d/pid" ]; then echo running; exit 0; fi
+if [ ! -f "$d/pid" ] && kill -0 "$(cat "$d/launcher" 2>/dev/null)" 2>/dev/null; then echo running; exit 0; fi
 echo lost"#;
 
 /// `sh -c KILL sh DIR TENTHS`: SIGTERM to the process's session group,
@@ -217,6 +220,36 @@ mod tests {
         ] {
             assert!(!inside("/garrison", bad), "{bad}");
         }
+    }
+
+    fn status_of(dir: &std::path::Path) -> String {
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", STATUS, "sh"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    #[test]
+    fn a_launcher_that_died_before_starting_the_process_is_lost_not_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("p");
+        assert_eq!(status_of(&d), "none");
+        std::fs::create_dir(&d).unwrap();
+        // Still starting: the launcher (this test) is alive.
+        std::fs::write(d.join("launcher"), std::process::id().to_string()).unwrap();
+        assert_eq!(status_of(&d), "running");
+        // A launcher that is gone, with no pid written: lost.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        std::fs::write(d.join("launcher"), pid.to_string()).unwrap();
+        assert_eq!(status_of(&d), "lost");
+        std::fs::remove_file(d.join("launcher")).unwrap();
+        assert_eq!(status_of(&d), "lost");
+        std::fs::write(d.join("exit"), "3").unwrap();
+        assert_eq!(status_of(&d), "exit 3");
     }
 
     #[test]

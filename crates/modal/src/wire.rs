@@ -29,6 +29,13 @@ pub const HEADER_CLIENT_TYPE: &str = "x-modal-client-type";
 pub const IMAGE_BUILDER_VERSION: &str = "2025.06";
 
 /// The status codes Modal's own clients retry with backoff.
+/// Retryable for calls that make something (a sandbox, an exec, a
+/// snapshot): only a code that says the request was not acted on, since a
+/// repeat of one that was would make a second.
+pub fn is_retryable_unapplied(code: tonic::Code) -> bool {
+    code == tonic::Code::Unavailable
+}
+
 pub fn is_retryable(code: tonic::Code) -> bool {
     matches!(
         code,

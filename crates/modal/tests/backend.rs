@@ -156,10 +156,25 @@ async fn retryable_codes_are_retried_and_others_are_not() {
     // Retries run out: the error is transient, for the orchestrator to retry later.
     setup
         .mock
-        .fail_next("SandboxSnapshotFs", tonic::Code::Internal, 10);
+        .fail_next("SandboxSnapshotFs", tonic::Code::Unavailable, 10);
     let err = backend.snapshot(&handle).await.unwrap_err();
     assert!(err.is_transient(), "{err}");
     assert_eq!(setup.mock.calls("SandboxSnapshotFs"), 4);
+
+    // A call that makes something is not repeated after a code that does
+    // not say it was left undone: a second snapshot (or sandbox, or
+    // remote) could result.
+    setup
+        .mock
+        .fail_next("SandboxSnapshotFs", tonic::Code::Internal, 1);
+    let err = backend.snapshot(&handle).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(setup.mock.calls("SandboxSnapshotFs"), 5);
+    setup
+        .mock
+        .fail_next("SandboxCreate", tonic::Code::DeadlineExceeded, 1);
+    assert!(backend.create(&spec("session-once")).await.is_err());
+    assert_eq!(setup.mock.calls("SandboxCreate"), 4);
     backend.destroy(&handle).await.unwrap();
 }
 

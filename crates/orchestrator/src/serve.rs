@@ -245,6 +245,12 @@ pub async fn run_prepared(
     if let Some(tensorlake) = &config.tensorlake {
         redactor.add(tensorlake.api_key.expose());
     }
+    // The Modal backend reads its credentials itself (see `modal_backend`);
+    // wherever they are set, they are scrubbed from session logs too.
+    if let Ok(modal) = crate::settings::modal::resolve(&crate::settings::HostEnv::current()) {
+        redactor.add(modal.credentials.token_id.expose());
+        redactor.add(modal.credentials.token_secret.expose());
+    }
     let logs = SessionLogs::new(config.state_dir.join("sessions"), redactor)?;
     let resolver = Arc::new(RemoteResolver::new(
         &config.static_base_url,
@@ -504,24 +510,21 @@ async fn clean_orphans(deps: &Arc<Deps>) {
         }
     };
     for handle in sandboxes {
-        if handle.labels.get(sandbox::LABEL_OUTPOST_ID) != Some(&deps.outpost.outpost_id) {
-            continue;
-        }
         let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
             continue;
         };
-        let record = deps.store.session(session_id).ok().flatten();
-        let owned = match record {
-            Some(s) => {
-                !s.stage.is_done() || (keeps_suspended && s.stage == Stage::Done(Finish::Suspended))
-            }
-            // Unknown to this store: left by a crash before its session
-            // was recorded, and costing compute until the provider's
-            // timeout. (Were it another Garrison's sleeping sandbox on a
-            // shared account, that Garrison still has its snapshot.)
-            None => false,
+        let stage = deps
+            .store
+            .session(session_id)
+            .ok()
+            .flatten()
+            .map(|s| s.stage);
+        let mine = Mine {
+            outpost_id: &deps.outpost.outpost_id,
+            acceptor_id: &deps.acceptor_id,
+            keeps_suspended,
         };
-        if !owned {
+        if is_orphan(&handle.labels, stage, &mine) {
             warn!(
                 session_id,
                 sandbox = handle.name,
@@ -531,6 +534,43 @@ async fn clean_orphans(deps: &Arc<Deps>) {
                 warn!(sandbox = handle.name, error = %e, "destroying an orphan failed");
             }
         }
+    }
+}
+
+/// Who is cleaning up, for [`is_orphan`].
+struct Mine<'a> {
+    outpost_id: &'a str,
+    acceptor_id: &'a str,
+    /// The backend's suspend keeps memory, so sleeping sessions keep their
+    /// sandboxes.
+    keeps_suspended: bool,
+}
+
+/// Whether a sandbox with these labels, whose session this store has at
+/// `stage` (or not at all), is an orphan of ours to destroy.
+fn is_orphan(
+    labels: &std::collections::BTreeMap<String, String>,
+    stage: Option<Stage>,
+    mine: &Mine<'_>,
+) -> bool {
+    let label = |key: &str| labels.get(key).map(String::as_str);
+    if label(sandbox::LABEL_OUTPOST_ID) != Some(mine.outpost_id)
+        || label(sandbox::LABEL_SESSION_ID).is_none()
+    {
+        return false;
+    }
+    // Another Garrison's, on a cloud account both use: its own clean-up
+    // decides.
+    if label(sandbox::LABEL_ACCEPTOR_ID).is_some_and(|a| a != mine.acceptor_id) {
+        return false;
+    }
+    match stage {
+        Some(Stage::Done(Finish::Suspended)) => !mine.keeps_suspended,
+        Some(stage) => stage.is_done(),
+        // Ours but unknown to this store: left by a crash before its
+        // session was recorded, and costing compute until the provider's
+        // timeout.
+        None => true,
     }
 }
 
@@ -581,6 +621,40 @@ pub async fn expire_snapshots(
 mod tests {
     use super::*;
     use crate::store::{SnapshotReason, StoredSnapshot};
+
+    #[test]
+    fn orphans_are_ours_on_this_outpost_and_owned_by_no_live_session() {
+        let labels = |acceptor: Option<&str>, outpost: &str| {
+            let mut l = sandbox::session_labels("s1", outpost);
+            if let Some(a) = acceptor {
+                l.insert(sandbox::LABEL_ACCEPTOR_ID.into(), a.into());
+            }
+            l
+        };
+        let cloud = Mine {
+            outpost_id: "o",
+            acceptor_id: "me",
+            keeps_suspended: true,
+        };
+        let local = Mine {
+            keeps_suspended: false,
+            ..cloud
+        };
+        let asleep = Some(Stage::Done(Finish::Suspended));
+        let ended = Some(Stage::Done(Finish::Terminated));
+        let mine = labels(Some("me"), "o");
+        // Unknown to the store: a crash before the session was recorded.
+        assert!(is_orphan(&mine, None, &cloud));
+        assert!(is_orphan(&labels(None, "o"), None, &cloud));
+        assert!(is_orphan(&mine, ended, &cloud));
+        // A sleeping session keeps its sandbox only where suspend keeps memory.
+        assert!(!is_orphan(&mine, asleep, &cloud));
+        assert!(is_orphan(&mine, asleep, &local));
+        // Another Garrison's, another outpost's, or not Garrison's at all.
+        assert!(!is_orphan(&labels(Some("them"), "o"), None, &cloud));
+        assert!(!is_orphan(&labels(Some("me"), "other"), None, &cloud));
+        assert!(!is_orphan(&Default::default(), None, &cloud));
+    }
 
     #[tokio::test]
     async fn snapshots_expire_by_age_only() {

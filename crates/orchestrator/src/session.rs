@@ -620,6 +620,9 @@ impl SessionRunner {
                     );
                     return Ok(None);
                 }
+                // A passing failure must not cost the kept memory: this
+                // start fails and is tried again, the sandbox kept.
+                Err(e) if e.is_transient() => return Err(e.into()),
                 Err(e) => {
                     warn!(session_id = self.id(), error = %e, "resuming the suspended sandbox failed; restoring from the snapshot");
                 }
@@ -640,7 +643,14 @@ impl SessionRunner {
         let restore = self.latest_snapshot(&name).await;
         let mut spec = SandboxSpec {
             name: name.clone(),
-            labels: sandbox::session_labels(self.id(), &self.rec.outpost_id),
+            labels: {
+                let mut labels = sandbox::session_labels(self.id(), &self.rec.outpost_id);
+                labels.insert(
+                    sandbox::LABEL_ACCEPTOR_ID.to_owned(),
+                    self.deps.acceptor_id.clone(),
+                );
+                labels
+            },
             image: self.deps.outpost.image.clone(),
             restore_from: restore.clone(),
             resources: self.deps.outpost.resources,

@@ -29,6 +29,9 @@ pub use names::SandboxName;
 /// leftover sandbox back to its session.
 pub const LABEL_SESSION_ID: &str = "garrison.session_id";
 pub const LABEL_OUTPOST_ID: &str = "garrison.outpost_id";
+/// The acceptor id of the Garrison that made the sandbox: on a cloud
+/// account several Garrisons share, each cleans up only its own orphans.
+pub const LABEL_ACCEPTOR_ID: &str = "garrison.acceptor_id";
 
 /// Labels for a session's sandbox.
 pub fn session_labels(session_id: &str, outpost_id: &str) -> BTreeMap<String, String> {

@@ -173,6 +173,12 @@ impl MockTensorlake {
         lifecycle::begin_suspend(&self.shared, sandbox_id).is_ok()
     }
 
+    /// A sandbox's network rules as last set (create or update); `None`
+    /// for open egress or an unknown sandbox.
+    pub fn network(&self, sandbox_id: &str) -> Option<serde_json::Value> {
+        self.shared.network_of(sandbox_id)
+    }
+
     /// A sandbox's state, `None` once deleted.
     pub fn status(&self, sandbox_id: &str) -> Option<String> {
         self.shared.status_of(sandbox_id)

@@ -217,6 +217,13 @@ impl Shared {
             .map(|s| s.status.as_str().to_owned())
     }
 
+    pub fn network_of(&self, id: &str) -> Option<serde_json::Value> {
+        self.lock()
+            .sandboxes
+            .get(id)
+            .and_then(|s| s.network.clone())
+    }
+
     pub fn kill_everything(&self) {
         let inner = self.lock();
         for sandbox in inner.sandboxes.values() {

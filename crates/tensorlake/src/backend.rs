@@ -47,6 +47,9 @@ use fleet::Secret;
 
 const KIND: &str = "tensorlake";
 const LABELS_FILE: &str = "garrison-labels.json";
+/// The gateway's origin (scheme, host, port), kept with the labels so a
+/// policy update keeps the gateway allowed.
+const LABEL_GATEWAY: &str = "garrison.gateway";
 /// Placeholder for the sandbox id in [`TensorlakeConfig::sandbox_root`].
 pub const ID_PLACEHOLDER: &str = "{id}";
 /// Where Garrison keeps its directories in a real Tensorlake sandbox.
@@ -492,13 +495,12 @@ impl Sandbox for TensorlakeBackend {
             Err(e) => return Err(map_err(e)),
         };
         check_id(&created.sandbox_id)?;
-        let handle = self.handle_for(
-            &created.sandbox_id,
-            spec.name.as_str(),
-            spec.labels.clone(),
-            image,
-        );
-        self.save_labels(&spec.name, &spec.labels);
+        let mut labels = spec.labels.clone();
+        if let Some(origin) = spec.network.gateway_url.as_deref().and_then(gateway_origin) {
+            labels.insert(LABEL_GATEWAY.to_owned(), origin);
+        }
+        self.save_labels(&spec.name, &labels);
+        let handle = self.handle_for(&created.sandbox_id, spec.name.as_str(), labels, image);
         let ready = async {
             self.wait_created(&handle).await?;
             self.prepare(&handle).await
@@ -726,7 +728,8 @@ impl Sandbox for TensorlakeBackend {
             resources: Default::default(),
             network: sandbox::NetworkSpec {
                 policy: policy.clone(),
-                gateway_url: None,
+                // The gateway stays allowed whatever the new policy says.
+                gateway_url: handle.labels.get(LABEL_GATEWAY).cloned(),
             },
         };
         let network = self.network(&spec)?.unwrap_or(NetworkConfig {
@@ -828,6 +831,13 @@ fn gateway_of(url: &str) -> Result<sandbox::policy::Gateway> {
             .to_owned(),
         port: parsed.port_or_known_default(),
     })
+}
+
+/// `scheme://host[:port]` of a gateway URL: what the policy needs, without
+/// its path or query.
+fn gateway_origin(url: &str) -> Option<String> {
+    let origin = url::Url::parse(url).ok()?.origin();
+    origin.is_tuple().then(|| origin.ascii_serialization())
 }
 
 fn is_loopback_host(host: &str) -> bool {

@@ -239,6 +239,38 @@ async fn garrison_creates_a_named_sized_sandbox_without_auto_resume_and_with_the
         .map(|v| v.as_str().unwrap())
         .collect();
     assert_eq!(allow, ["127.0.0.1", "api.github.com"]);
+
+    // A policy update keeps the gateway allowed, even one with nothing in it.
+    let narrower = fleet::NetworkPolicy {
+        enabled: true,
+        allow: vec![],
+    };
+    backend
+        .update_network_policy(&handle, &narrower)
+        .await
+        .unwrap();
+    let network = world
+        .mock
+        .network(&handle.id)
+        .expect("rules after the update");
+    assert_eq!(
+        network["allow_out"],
+        serde_json::json!(["127.0.0.1"]),
+        "{network}"
+    );
+    // So does one made from a handle `list` found after a restart.
+    let listed = backend.list().await.unwrap();
+    let found = listed.iter().find(|h| h.id == handle.id).unwrap();
+    backend
+        .update_network_policy(found, &narrower)
+        .await
+        .unwrap();
+    let network = world.mock.network(&handle.id).unwrap();
+    assert_eq!(
+        network["allow_out"],
+        serde_json::json!(["127.0.0.1"]),
+        "{network}"
+    );
     backend.destroy(&handle).await.unwrap();
 }
 

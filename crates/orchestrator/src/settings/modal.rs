@@ -11,7 +11,7 @@
 //! | `MODAL_API_URL` | Modal's API | `https://api.modal.com` |
 //! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
 //! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
-//! | `SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
+//! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
 //!
 //! The token is never taken from a flag (argv is visible to every user of
 //! the machine) and never printed: it is kept in [`fleet::Secret`]s.
@@ -33,7 +33,7 @@ pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
 pub const API_URL_ENV: &str = "MODAL_API_URL";
 pub const IMAGE_ENV: &str = "MODAL_IMAGE";
 pub const REGION_ENV: &str = "MODAL_REGION";
-pub const TIMEOUT_ENV: &str = "SANDBOX_TIMEOUT_SECS";
+pub const TIMEOUT_ENV: &str = "MODAL_SANDBOX_TIMEOUT_SECS";
 
 /// Modal's longest sandbox lifetime, and the default.
 pub const MAX_TIMEOUT_SECS: u64 = 24 * 3600;

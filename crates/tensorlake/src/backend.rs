@@ -897,6 +897,8 @@ mod tests {
             exit_code,
             signal,
             command: None,
+            args: Vec::new(),
+            started_at: None,
             managed: None,
         };
         assert_eq!(

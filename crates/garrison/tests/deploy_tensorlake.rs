@@ -382,3 +382,79 @@ async fn deploy_refuses_forwarded_flags_it_sets_and_a_bad_name() {
         );
     }
 }
+
+/// Collects a child's stdout as it comes.
+fn collect(stdout: tokio::process::ChildStdout) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use tokio::io::AsyncReadExt;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        let mut stdout = stdout;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_waits_across_a_suspend_without_waking_the_sandbox() {
+    let host = Host::new().await;
+    let first = host.deploy(&[]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    let (id, _) = host.deployments().await[0].clone();
+
+    let mut follower = tokio::process::Command::new(garrison_bin())
+        .args(["deploy", "tensorlake", "--logs", "-f"])
+        .env_clear()
+        .envs(host.env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let seen = collect(follower.stdout.take().unwrap());
+    let before = session(&host.emu, &host.outpost, vec![run("echo one")], Then::End);
+    wait_until("the follower shows the first session", None, || {
+        seen.lock().unwrap().contains(&before)
+    })
+    .await;
+
+    assert!(host.mock().suspend_for_idleness(&id));
+    wait_until("suspended", None, || {
+        host.mock().status(&id).as_deref() == Some("suspended")
+    })
+    .await;
+    let after = session(&host.emu, &host.outpost, vec![run("echo two")], Then::End);
+    // Asleep: the follower waits, and wakes nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(host.mock().status(&id).as_deref(), Some("suspended"));
+    assert_eq!(host.mock().requests(&format!("/sandboxes/{id}/resume")), 0);
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follower gave up"
+    );
+
+    // The keep-alive run resumes it; the follower goes on.
+    let again = host.deploy(&[]).await;
+    assert!(again.status.success(), "{}", text(&again));
+    wait_until(
+        "the follower shows the session claimed after the resume",
+        None,
+        || seen.lock().unwrap().contains(&after),
+    )
+    .await;
+    let text = seen.lock().unwrap().clone();
+    assert_eq!(
+        text.matches("garrison serving").count(),
+        1,
+        "printed once, not again on a reconnect:\n{text}"
+    );
+    let _ = follower.kill().await;
+}

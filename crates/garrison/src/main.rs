@@ -12,6 +12,7 @@ mod mock_cmd;
 mod outposts_cmd;
 mod serve_args;
 mod signals;
+mod tensorlake_access;
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;

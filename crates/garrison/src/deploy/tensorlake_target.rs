@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use futures::StreamExt;
 use orchestrator::config::ServeConfig;
-use orchestrator::settings::{self, HostEnv, RawSettings};
+use orchestrator::settings::HostEnv;
 use tensorlake::dataplane::ProcessKey;
 use tensorlake::models::{
     CreateSandbox, ProcessInfo, ProcessState, Resources, RestartConfig, RestartPolicy, SandboxInfo,
@@ -98,26 +98,14 @@ fn resolve(args: &TensorlakeDeployArgs) -> anyhow::Result<Resolved> {
     })
 }
 
-/// `--config`, else the default settings file if it exists.
 fn config_path(args: &TensorlakeDeployArgs) -> Option<PathBuf> {
-    if let Some(path) = &args.config {
-        return Some(path.clone());
-    }
-    let path = HostEnv::current().config_file_path().ok()?;
-    path.exists().then_some(path)
+    crate::tensorlake_access::config_path(args.config.as_deref())
 }
 
 /// A client from the Tensorlake settings alone: `--status`, `--logs` and
 /// `--terminate` need no Devin token.
 fn client_for_reading(args: &TensorlakeDeployArgs) -> anyhow::Result<Client> {
-    let host = HostEnv::current();
-    let file = match config_path(args) {
-        Some(path) => settings::load_file(&path)?.unwrap_or_default(),
-        None => RawSettings::default(),
-    };
-    let raw = RawSettings::from_env(&host).or(file);
-    let tl = settings::tensorlake_settings(&raw)?;
-    Ok(Client::new(&tl.api_url, tl.api_key)?)
+    Ok(crate::tensorlake_access::client(args.config.as_deref())?.0)
 }
 
 /// The live sandbox of that name, if any.

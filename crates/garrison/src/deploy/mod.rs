@@ -44,8 +44,9 @@ Settings:
 
 Keep-alive:
   Run this command every few minutes, more often than your plan's idle window,
-  e.g. the cron line
-    */5 * * * * . $HOME/.config/garrison/deploy.env && garrison deploy tensorlake >>$HOME/garrison-deploy.log 2>&1
+  e.g. the cron line (deploy.env: TENSORLAKE_API_KEY=..., DEVIN_OUTPOSTS_TOKEN=...,
+  mode 0600)
+    */5 * * * * set -a && . $HOME/.config/garrison/deploy.env && set +a && /usr/local/bin/garrison deploy tensorlake >>$HOME/garrison-deploy.log 2>&1
   or the systemd units packaging/garrison-deploy.service and
   packaging/garrison-deploy.timer (see the README).
 

@@ -158,3 +158,110 @@ async fn logs_follow_waits_across_a_suspend_without_waking_and_goes_on_after_the
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+async fn admin_url(g: &Garrison) -> String {
+    const MARK: &str = "admin listening on http://";
+    wait_until("the admin listener", Some(g), || g.log().contains(MARK)).await;
+    let log = g.log();
+    let rest = &log[log.find(MARK).unwrap() + MARK.len()..];
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_and_resume() {
+    use emulator::{Script, Then};
+    use orchestrator::planner::{Finish, Stage};
+
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start_on(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+        Backend::Tensorlake,
+    );
+    let stage = |id: &str| g.store().session(id).ok().flatten().map(|s| s.stage);
+    let id = session(&emu, &outpost, vec![run("echo first")], Then::Sleep);
+    wait_until("the claim", Some(&g), || stage(&id).is_some()).await;
+    let admin = admin_url(&g).await;
+
+    let world = g.tensorlake.clone().unwrap();
+    let out_path = dir.path().join("follow.out");
+    let err_path = dir.path().join("follow.err");
+    let mut follower = std::process::Command::new(garrison_bin())
+        .args(["logs", "-f", &id, "--admin", &admin])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("GARRISON_CONFIG", dir.path().join("no-config"))
+        .envs(world.env())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+
+    wait_until("the suspend", Some(&g), || {
+        stage(&id) == Some(Stage::Done(Finish::Suspended)) && released(&emu, &id)
+    })
+    .await;
+    wait_until("the follower to show the first half", Some(&g), || {
+        std::fs::read_to_string(&out_path)
+            .unwrap_or_default()
+            .contains("session sleep; exiting")
+    })
+    .await;
+    wait_until(
+        "the follower to wait for the suspended sandbox",
+        Some(&g),
+        || {
+            std::fs::read_to_string(&err_path)
+                .unwrap_or_default()
+                .contains("following does not wake it")
+        },
+    )
+    .await;
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follower stopped at the suspend:\n{}",
+        std::fs::read_to_string(&err_path).unwrap_or_default()
+    );
+
+    emu.resume(
+        &id,
+        Script {
+            // Long enough to attach again before the session ends and its
+            // sandbox (with its output) is deleted.
+            steps: vec![run("echo second"), run("sleep 3")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    let mut exit = None;
+    wait_until("the follower to exit by itself", Some(&g), || {
+        exit = follower.try_wait().unwrap();
+        exit.is_some()
+    })
+    .await;
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(exit.unwrap().success(), "{exit:?}\n{out}\n{err}");
+    // Both remotes' output, each once, in order, read from the sandbox.
+    assert_eq!(
+        out.matches("devin-remote-sim: connected").count(),
+        2,
+        "{out}\n{err}"
+    );
+    let slept = out.find("session sleep; exiting").expect("first half");
+    let ended = out.find("session end; exiting").expect("second half");
+    assert!(slept < ended, "{out}");
+}

@@ -10,6 +10,12 @@
 //! and a resume (the same session is claimed again and gets a new remote;
 //! its output is appended to the same log) and ends, with exit code 0, once
 //! the session is over here: done in any way but `suspended`.
+//!
+//! A session on Tensorlake is followed in its sandbox instead, over the PTY
+//! websocket ([`super::logs_pty`]), when the Tensorlake settings are set
+//! here: the events so far, then the sandbox's output log, waiting without
+//! waking the sandbox while it is suspended. A session unknown here (served
+//! by `garrison deploy tensorlake`) is followed from its sandbox alone.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -305,6 +311,37 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     if let Some(event) = first.events.last() {
         last_event = event.id;
     }
+    // A Tensorlake session is followed in its sandbox, whose output log
+    // holds the whole output: it is printed from there, not from
+    // Garrison's copy, so that nothing falls between the two.
+    let sandbox_follower = if args.follow && first.backend == "tensorlake" {
+        tensorlake_follower(&id)?
+    } else {
+        None
+    };
+    if let Some(mut follower) = sandbox_follower {
+        let mut start = args
+            .lines
+            .map_or(Start::Beginning, |n| Start::LastLines(n as u64));
+        loop {
+            follow_sandbox(&mut follower, &mut printer, start).await?;
+            // A sandbox made later (a fresh one after a failed resume)
+            // is new output from its beginning.
+            start = Start::Beginning;
+            match reader.look(&id).await? {
+                Some(look) if !is_final(&look.stage) => {
+                    tokio::time::sleep(FOLLOW_POLL).await;
+                }
+                look => {
+                    printer.end()?;
+                    let stage = look.map_or_else(|| "gone".to_owned(), |l| l.stage);
+                    note(&format!("session {} {stage}", printable(&id)));
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     let start = match args.lines {
         Some(n) => {
             let window = (n as u64)
@@ -323,29 +360,6 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     if !args.follow {
         printer.end()?;
         return Ok(());
-    }
-
-    if first.backend == "tensorlake"
-        && let Some(mut follower) = tensorlake_follower(&id)?
-    {
-        // From inside the sandbox, over the PTY websocket, from now on
-        // (the history above came from Garrison's copy).
-        let mut start = Start::End;
-        loop {
-            follow_sandbox(&mut follower, &mut printer, start).await?;
-            start = Start::Beginning;
-            match reader.look(&id).await? {
-                Some(look) if !is_final(&look.stage) => {
-                    tokio::time::sleep(FOLLOW_POLL).await;
-                }
-                look => {
-                    printer.end()?;
-                    let stage = look.map_or_else(|| "gone".to_owned(), |l| l.stage);
-                    note(&format!("session {} {stage}", printable(&id)));
-                    return Ok(());
-                }
-            }
-        }
     }
 
     // Following: the stream (when the daemon has one) only wakes us up;

@@ -19,14 +19,21 @@ use tensorlake::pty::PtyEvent;
 use tensorlake::{Client, SandboxClient};
 
 /// How often a sandbox that is not running is looked at.
-const POLL: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(500);
 
 /// Prints the first line (the offset `tail` starts from) and then the file
-/// from there; `end` starts at its current end. The terminal is put in raw
-/// mode so that the bytes arrive as written (no `\n` -> `\r\n`).
+/// from there; `end` starts at its current end, `lines:N` at its last N
+/// lines. The terminal is put in raw mode so that the bytes arrive as
+/// written (no `\n` -> `\r\n`).
 const TAIL_SCRIPT: &str = r#"stty raw -echo 2>/dev/null
 f=$1; o=$2
-if [ "$o" = end ]; then o=$( (wc -c <"$f") 2>/dev/null || echo 0); fi
+case "$o" in
+  end) o=$( (wc -c <"$f") 2>/dev/null || echo 0) ;;
+  lines:*)
+    size=$( (wc -c <"$f") 2>/dev/null || echo 0)
+    last=$( (tail -n "${o#lines:}" -- "$f" | wc -c) 2>/dev/null || echo 0)
+    o=$((size - last)) ;;
+esac
 o=$((o + 0))
 printf 'garrison-offset %s\n' "$o"
 exec tail -c +$((o + 1)) -F -- "$f" 2>/dev/null"#;
@@ -36,8 +43,8 @@ const OFFSET_PREFIX: &[u8] = b"garrison-offset ";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
     Beginning,
-    /// Only what is written from now on.
-    End,
+    /// The last N lines so far.
+    LastLines(u64),
 }
 
 /// A session's sandbox on Tensorlake, and how to reach it.
@@ -49,6 +56,13 @@ pub struct Follower {
     position: Option<(String, u64)>,
     /// PTY sessions to remove once their sandbox runs again.
     stale: Vec<(String, String)>,
+}
+
+/// Where one attachment starts; `None` is the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum From {
+    Offset(u64),
+    LastLines(u64),
 }
 
 /// What ended a [`Follower::follow`].
@@ -110,12 +124,14 @@ impl Follower {
             }
             said_asleep = false;
             let offset = match &self.position {
-                Some((id, offset)) if *id == info.sandbox_id => Some(*offset),
+                Some((id, offset)) if *id == info.sandbox_id => Some(From::Offset(*offset)),
                 // Another sandbox (the session came back in a new one): what
                 // it holds may repeat what was printed.
                 Some(_) => None,
-                None if start == Start::Beginning => Some(0),
-                None => None,
+                None => match start {
+                    Start::Beginning => Some(From::Offset(0)),
+                    Start::LastLines(n) => Some(From::LastLines(n)),
+                },
             };
             let dp = self
                 .client
@@ -143,11 +159,15 @@ impl Follower {
         &mut self,
         dp: &SandboxClient,
         sandbox_id: &str,
-        offset: Option<u64>,
+        offset: Option<From>,
         out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> anyhow::Result<()> {
         let file = tensorlake::backend::output_log_of(&self.sandbox_root, sandbox_id);
-        let from = offset.map_or_else(|| "end".to_owned(), |o| o.to_string());
+        let from = match offset {
+            None => "end".to_owned(),
+            Some(From::Offset(o)) => o.to_string(),
+            Some(From::LastLines(n)) => format!("lines:{n}"),
+        };
         let pty = dp
             .create_pty(&CreatePty {
                 command: "/bin/sh".into(),

@@ -190,7 +190,21 @@ async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_a
         Backend::Tensorlake,
     );
     let stage = |id: &str| g.store().session(id).ok().flatten().map(|s| s.stage);
-    let id = session(&emu, &outpost, vec![run("echo first")], Then::Sleep);
+    // The first half waits for the follower to be attached: the output of
+    // a sandbox that is already suspended cannot be read without waking it.
+    let go = dir.path().join("go");
+    let id = session(
+        &emu,
+        &outpost,
+        vec![
+            run("echo first"),
+            run(&format!(
+                "while [ ! -e {} ]; do sleep 0.1; done",
+                go.display()
+            )),
+        ],
+        Then::Sleep,
+    );
     wait_until("the claim", Some(&g), || stage(&id).is_some()).await;
     let admin = admin_url(&g).await;
 
@@ -209,6 +223,14 @@ async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_a
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
+
+    wait_until("the follower to attach", Some(&g), || {
+        std::fs::read_to_string(&out_path)
+            .unwrap_or_default()
+            .contains("devin-remote-sim: connected")
+    })
+    .await;
+    std::fs::write(&go, b"").unwrap();
 
     wait_until("the suspend", Some(&g), || {
         stage(&id) == Some(Stage::Done(Finish::Suspended)) && released(&emu, &id)

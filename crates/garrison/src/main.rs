@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod connect;
 mod demo;
+mod deploy;
 mod doctor;
 mod image_cmd;
 mod image_modal;
@@ -12,6 +13,7 @@ mod mock_cmd;
 mod outposts_cmd;
 mod serve_args;
 mod signals;
+mod tensorlake_access;
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -57,6 +59,9 @@ enum Command {
     /// Check settings, token, scopes, outpost, backend prerequisites, disk
     /// and clock; exit 1 if a required check fails.
     Doctor(doctor::DoctorArgs),
+    /// Run Garrison itself in a cloud sandbox, idempotently (--status,
+    /// --logs, --terminate).
+    Deploy(deploy::DeployArgs),
     /// Mocks of cloud APIs for trying backends without an account.
     #[command(hide = true)]
     Mock(mock_cmd::MockArgs),
@@ -85,6 +90,7 @@ fn main() -> anyhow::Result<()> {
             Command::Image(args) => image_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
+            Command::Deploy(args) => deploy::run(args).await,
             Command::Mock(args) => mock_cmd::run(args).await,
         }
     })

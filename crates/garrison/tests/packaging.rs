@@ -1,7 +1,8 @@
 //! The files in `packaging/` say what they mean: the sample configuration
 //! loads through the same parser `garrison serve` uses and gives its
 //! documented values, the systemd unit runs `garrison serve` and lets
-//! sandboxes outlive the daemon, and the Containerfile runs garrison.
+//! sandboxes outlive the daemon, the deploy units run the Tensorlake
+//! keep-alive every five minutes, and the Containerfile runs garrison.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -172,4 +173,47 @@ fn the_containerfile_copies_the_binaries_and_runs_garrison() {
     );
     let cmd: Vec<String> = serde_json::from_str(first("CMD")).expect("CMD is an array");
     assert_eq!(cmd, ["serve"]);
+}
+
+#[test]
+fn the_deploy_units_run_garrison_deploy_tensorlake_every_five_minutes() {
+    let service = parse_unit(&read("garrison-deploy.service"));
+    let get = |unit: &Unit, section: &str, key: &str| -> String {
+        let values = unit
+            .get(section)
+            .and_then(|s| s.get(key))
+            .unwrap_or_else(|| panic!("[{section}] has no {key}"));
+        assert_eq!(values.len(), 1, "[{section}] {key} given twice");
+        values[0].clone()
+    };
+    assert_eq!(get(&service, "Service", "Type"), "oneshot");
+    assert_eq!(
+        get(&service, "Service", "ExecStart"),
+        "/usr/local/bin/garrison deploy tensorlake"
+    );
+    // The credentials come from a root-only file, never the command line.
+    assert_eq!(
+        get(&service, "Service", "EnvironmentFile"),
+        "/etc/garrison/deploy.env"
+    );
+    let text = read("garrison-deploy.service");
+    assert!(
+        text.contains("chmod 600 /etc/garrison/deploy.env"),
+        "{text}"
+    );
+    assert!(!text.contains("ExecStart=/usr/local/bin/garrison deploy tensorlake --"));
+
+    let timer = parse_unit(&read("garrison-deploy.timer"));
+    assert_eq!(get(&timer, "Timer", "Unit"), "garrison-deploy.service");
+    assert_eq!(get(&timer, "Timer", "OnUnitActiveSec"), "5min");
+    assert_eq!(get(&timer, "Timer", "Persistent"), "yes");
+    assert_eq!(get(&timer, "Install", "WantedBy"), "timers.target");
+
+    // The command line the service runs parses as a deploy (no network is
+    // needed for --help).
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["deploy", "tensorlake", "--help"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
 }

@@ -982,7 +982,7 @@ pub fn resolve(
 /// The Tensorlake backend's settings: the API key from
 /// `TENSORLAKE_API_KEY`, else from the file `TENSORLAKE_API_KEY_FILE` names
 /// (refused if other users may read it).
-fn tensorlake_settings(raw: &RawSettings) -> Result<TensorlakeSettings, SettingsError> {
+pub fn tensorlake_settings(raw: &RawSettings) -> Result<TensorlakeSettings, SettingsError> {
     let api_key = match (&raw.tensorlake_api_key, &raw.tensorlake_api_key_file) {
         (Some(key), _) => key.clone(),
         (None, Some(path)) => Sourced::new(read_secret_file(&path.value)?, path.origin.clone()),

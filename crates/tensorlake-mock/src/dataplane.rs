@@ -149,9 +149,16 @@ struct StartBody {
 async fn start(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    Json(body): Json<StartBody>,
+    Json(raw): Json<serde_json::Value>,
 ) -> Reply {
     let (id, dir) = target(&shared, &headers)?;
+    shared
+        .process_starts
+        .lock()
+        .expect("process starts")
+        .push(raw.clone());
+    let body: StartBody = serde_json::from_value(raw)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", &e.to_string()))?;
     if let Some(name) = &body.name
         && (name.is_empty() || name.contains('/') || name.bytes().all(|b| b.is_ascii_digit()))
     {

@@ -168,6 +168,16 @@ impl MockTensorlake {
         self.shared.last_create.lock().expect("last create").clone()
     }
 
+    /// The body of every process start so far (`POST /api/v1/processes`),
+    /// as sent: for checking what a client put in argv and environment.
+    pub fn process_starts(&self) -> Vec<serde_json::Value> {
+        self.shared
+            .process_starts
+            .lock()
+            .expect("process starts")
+            .clone()
+    }
+
     /// Suspends a sandbox as Tensorlake does after an idle window.
     pub fn suspend_for_idleness(&self, sandbox_id: &str) -> bool {
         lifecycle::begin_suspend(&self.shared, sandbox_id).is_ok()

@@ -192,6 +192,8 @@ pub struct Shared {
     pub faults: Mutex<Vec<Fault>>,
     pub log: Mutex<Vec<String>>,
     pub last_create: Mutex<Option<serde_json::Value>>,
+    /// The body of every `POST /api/v1/processes`, as sent.
+    pub process_starts: Mutex<Vec<serde_json::Value>>,
 }
 
 impl Shared {
@@ -203,6 +205,7 @@ impl Shared {
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             last_create: Mutex::new(None),
+            process_starts: Mutex::new(Vec::new()),
         }
     }
 

@@ -50,6 +50,28 @@ const LABELS_FILE: &str = "garrison-labels.json";
 /// The gateway's origin (scheme, host, port), kept with the labels so a
 /// policy update keeps the gateway allowed.
 const LABEL_GATEWAY: &str = "garrison.gateway";
+/// Every process Garrison starts in a sandbox also appends its output
+/// here (under the sandbox root), so that it can be followed from inside
+/// the sandbox: `garrison logs -f` runs `tail -F` on it over the PTY
+/// websocket. The daemon keeps the output it captures as before.
+pub const OUTPUT_LOG: &str = "output.log";
+/// Runs `"$@"` with its output (stdout and stderr) through `tee -a "$1"`:
+/// a fifo, so the process is `exec`ed and keeps its pid, exit status and
+/// signals; the shell's own exported variables are dropped, so the
+/// process still sees exactly its environment. Without `mkfifo` or `tee`
+/// the process simply runs.
+const TEE_SCRIPT: &str = r#"log=$1; shift
+if command -v mkfifo >/dev/null 2>&1 && command -v tee >/dev/null 2>&1; then
+  fifo="$log.$$.fifo"
+  rm -f "$fifo"
+  if mkfifo -m 600 "$fifo"; then
+    { rm -f "$fifo"; umask 077; exec tee -a "$log"; } <"$fifo" &
+    unset PWD OLDPWD SHLVL _
+    exec "$@" >"$fifo" 2>&1
+  fi
+fi
+unset PWD OLDPWD SHLVL _
+exec "$@""#;
 /// Placeholder for the sandbox id in [`TensorlakeConfig::sandbox_root`].
 pub const ID_PLACEHOLDER: &str = "{id}";
 /// Where Garrison keeps its directories in a real Tensorlake sandbox.
@@ -110,11 +132,7 @@ impl TensorlakeBackend {
 
     /// The root of Garrison's directories in sandbox `id`.
     fn root(&self, id: &str) -> String {
-        self.config
-            .sandbox_root
-            .replace(ID_PLACEHOLDER, id)
-            .trim_end_matches('/')
-            .to_owned()
+        root_of(&self.config.sandbox_root, id)
     }
 
     fn handle_for(
@@ -547,9 +565,13 @@ impl Sandbox for TensorlakeBackend {
             .split_first()
             .ok_or_else(|| SandboxError::Fatal(anyhow!("empty argv")))?;
         let dp = self.dataplane(handle).await?;
+        let log = format!("{}/{OUTPUT_LOG}", self.root(&handle.id));
+        let mut wrapped = vec!["-c".to_owned(), TEE_SCRIPT.to_owned(), "sh".to_owned(), log];
+        wrapped.push(command.clone());
+        wrapped.extend(args.iter().cloned());
         let request = StartProcess {
-            command: command.clone(),
-            args: args.to_vec(),
+            command: "/bin/sh".to_owned(),
+            args: wrapped,
             env: process.env.clone(),
             working_dir: Some(cwd),
             name: Some(process.name.clone()),
@@ -751,6 +773,20 @@ impl Sandbox for TensorlakeBackend {
     }
 }
 
+/// The root of Garrison's directories in sandbox `id`, from the
+/// [`TensorlakeConfig::sandbox_root`] template.
+pub fn root_of(sandbox_root: &str, id: &str) -> String {
+    sandbox_root
+        .replace(ID_PLACEHOLDER, id)
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// Where the output of sandbox `id`'s processes is appended ([`OUTPUT_LOG`]).
+pub fn output_log_of(sandbox_root: &str, id: &str) -> String {
+    format!("{}/{OUTPUT_LOG}", root_of(sandbox_root, id))
+}
+
 /// Signal numbers (Linux): the daemon takes numbers.
 mod signal_number {
     pub const TERM: i32 = 15;
@@ -907,6 +943,8 @@ mod tests {
             exit_code,
             signal,
             command: None,
+            args: Vec::new(),
+            started_at: None,
             managed: None,
         };
         assert_eq!(

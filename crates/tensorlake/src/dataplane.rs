@@ -12,7 +12,8 @@ use serde::de::DeserializeOwned;
 use crate::client::{Http, read_bounded};
 use crate::error::{Error, Result};
 use crate::models::{
-    CreatePty, OutputEvent, OutputResponse, ProcessInfo, PtySession, SignalRequest, StartProcess,
+    CreatePty, OutputEvent, OutputResponse, ProcessInfo, ProcessList, PtySession, SignalRequest,
+    StartProcess,
 };
 use crate::pty::PtyConnection;
 use crate::retry::Idempotency;
@@ -132,6 +133,19 @@ impl SandboxClient {
             Idempotency::NotIdempotent,
         )
         .await
+    }
+
+    /// Every process the daemon knows, running or exited.
+    pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
+        let list: ProcessList = self
+            .json(
+                Method::GET,
+                &["processes"],
+                None::<&()>,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        Ok(list.processes)
     }
 
     pub async fn get_process(&self, process: &ProcessKey) -> Result<ProcessInfo> {

@@ -286,7 +286,18 @@ pub struct ProcessInfo {
     #[serde(default)]
     pub command: Option<String>,
     #[serde(default)]
+    pub args: Vec<String>,
+    /// When it started, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub started_at: Option<i64>,
+    #[serde(default)]
     pub managed: Option<ManagedInfo>,
+}
+
+/// `GET /api/v1/processes`.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct ProcessList {
+    pub processes: Vec<ProcessInfo>,
 }
 
 /// `GET /api/v1/processes/{pid_or_name}/output`: every line so far.

@@ -556,3 +556,68 @@ async fn sandbox_if_running_never_wakes_a_suspended_sandbox() {
     let gone = backend.sandbox_if_running(&handle).await.expect_err("gone");
     assert!(gone.is_gone(), "{gone}");
 }
+
+#[tokio::test]
+async fn spawned_output_is_also_appended_to_the_sandbox_output_log() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("output-log")).await.unwrap();
+    let first = backend
+        .spawn(
+            &handle,
+            &sh(
+                "first",
+                &handle.workdir,
+                "echo out-1; echo err-1 >&2; exit 4",
+            ),
+        )
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(GUARD, async {
+        loop {
+            match backend.status(&handle, &first).await.unwrap() {
+                ProcessStatus::Running => tokio::time::sleep(Duration::from_millis(20)).await,
+                done => return done,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    // The exit status and the daemon's copy of the output are unchanged.
+    assert_eq!(status, ProcessStatus::Exited(4));
+    let captured = backend.read_output(&handle, &first, 0, 4096).await.unwrap();
+    let captured = String::from_utf8_lossy(&captured.data).into_owned();
+    assert!(
+        captured.contains("out-1") && captured.contains("err-1"),
+        "{captured}"
+    );
+    let second = backend
+        .spawn(&handle, &sh("second", &handle.workdir, "echo out-2"))
+        .await
+        .unwrap();
+    let dp = backend.client().sandbox(&handle.id, None).unwrap();
+    let path = tensorlake::backend::output_log_of(&world.config().sandbox_root, &handle.id);
+    let log = tokio::time::timeout(GUARD, async {
+        loop {
+            let log = dp
+                .get_file(&path)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned());
+            if let Ok(log) = log
+                && log.contains("out-2")
+            {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        ["out-1", "err-1", "out-2"],
+        "{log}"
+    );
+    let _ = second;
+    backend.destroy(&handle).await.unwrap();
+}

@@ -10,6 +10,12 @@
 //! and a resume (the same session is claimed again and gets a new remote;
 //! its output is appended to the same log) and ends, with exit code 0, once
 //! the session is over here: done in any way but `suspended`.
+//!
+//! A session on Tensorlake is followed in its sandbox instead, over the PTY
+//! websocket ([`super::logs_pty`]), when the Tensorlake settings are set
+//! here: the events so far, then the sandbox's output log, waiting without
+//! waking the sandbox while it is suspended. A session unknown here (served
+//! by `garrison deploy tensorlake`) is followed from its sandbox alone.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -19,6 +25,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use orchestrator::store::Event;
 
+use super::logs_pty::{Follower, Start};
 use super::{Admin, AdminError, Local, SourceArgs, is_final, note, printable, should_fall_back};
 
 /// How often a followed session is looked at when the stream is quiet.
@@ -52,6 +59,7 @@ pub struct LogsArgs {
 /// What one look at the session shows.
 struct Look {
     stage: String,
+    backend: String,
     events: Vec<Event>,
     log_bytes: u64,
 }
@@ -89,6 +97,7 @@ impl Reader {
                 Ok(detail) => {
                     return Ok(detail.map(|d| Look {
                         stage: d.summary.stage,
+                        backend: d.summary.backend,
                         events: d.events,
                         log_bytes: d.log_bytes,
                     }));
@@ -104,6 +113,7 @@ impl Reader {
         };
         Ok(Some(Look {
             stage: orchestrator::store::stage_label(&rec.stage).to_owned(),
+            backend: rec.backend.clone(),
             events: local.store.events(id, 0)?,
             log_bytes: local.log_len(id),
         }))
@@ -263,8 +273,29 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         source: args.source.clone(),
         local: None,
     };
-    let Some(first) = reader.look(&id).await? else {
-        bail!("no session {:?} is known here", printable(&id));
+    let first = match reader.look(&id).await {
+        Ok(Some(first)) => first,
+        unknown => {
+            // Not known here, or nothing here to ask: served elsewhere (by
+            // `garrison deploy tensorlake`, say), its sandbox may still be
+            // followed.
+            if args.follow
+                && let Some(mut follower) = tensorlake_follower(&id)?
+                && follower.exists().await?
+            {
+                note("not known here; following its Tensorlake sandbox");
+                let mut printer = Printer::new();
+                follow_sandbox(&mut follower, &mut printer, Start::Beginning).await?;
+                printer.end()?;
+                note(&format!(
+                    "the sandbox of session {} is gone",
+                    printable(&id)
+                ));
+                return Ok(());
+            }
+            unknown?;
+            bail!("no session {:?} is known here", printable(&id));
+        }
     };
 
     // The history.
@@ -280,6 +311,37 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     if let Some(event) = first.events.last() {
         last_event = event.id;
     }
+    // A Tensorlake session is followed in its sandbox, whose output log
+    // holds the whole output: it is printed from there, not from
+    // Garrison's copy, so that nothing falls between the two.
+    let sandbox_follower = if args.follow && first.backend == "tensorlake" {
+        tensorlake_follower(&id)?
+    } else {
+        None
+    };
+    if let Some(mut follower) = sandbox_follower {
+        let mut start = args
+            .lines
+            .map_or(Start::Beginning, |n| Start::LastLines(n as u64));
+        loop {
+            follow_sandbox(&mut follower, &mut printer, start).await?;
+            // A sandbox made later (a fresh one after a failed resume)
+            // is new output from its beginning.
+            start = Start::Beginning;
+            match reader.look(&id).await? {
+                Some(look) if !is_final(&look.stage) => {
+                    tokio::time::sleep(FOLLOW_POLL).await;
+                }
+                look => {
+                    printer.end()?;
+                    let stage = look.map_or_else(|| "gone".to_owned(), |l| l.stage);
+                    note(&format!("session {} {stage}", printable(&id)));
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     let start = match args.lines {
         Some(n) => {
             let window = (n as u64)
@@ -368,6 +430,40 @@ async fn follow(
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
         }
     }
+}
+
+/// A follower of the session's Tensorlake sandbox, if Tensorlake is
+/// configured here (`TENSORLAKE_API_KEY`...).
+fn tensorlake_follower(id: &str) -> anyhow::Result<Option<Follower>> {
+    let Some(settings) = crate::tensorlake_access::settings(None)? else {
+        return Ok(None);
+    };
+    let client = tensorlake::Client::new(&settings.api_url, settings.api_key.clone())?;
+    Ok(Some(Follower::new(client, &settings, id)))
+}
+
+/// Prints the sandbox's output until the sandbox is gone.
+async fn follow_sandbox(
+    follower: &mut Follower,
+    printer: &mut Printer,
+    start: Start,
+) -> anyhow::Result<()> {
+    // A character split between two reads is printed whole.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut out = |bytes: &[u8]| -> std::io::Result<()> {
+        carry.extend_from_slice(bytes);
+        let complete = match std::str::from_utf8(&carry) {
+            Ok(text) => text.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => carry.len(),
+        };
+        let text = String::from_utf8_lossy(&carry[..complete]).into_owned();
+        carry.drain(..complete);
+        printer.output(&text)
+    };
+    let mut said = |text: &str| note(text);
+    follower.follow(start, &mut out, &mut said).await?;
+    Ok(())
 }
 
 /// Reads the daemon's `/stream` for the session and wakes the follower on

@@ -8,6 +8,7 @@
 //! can stop a session.
 
 pub mod logs;
+mod logs_pty;
 pub mod sessions;
 pub mod status;
 pub mod terminate;

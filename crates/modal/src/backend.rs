@@ -386,14 +386,7 @@ impl Sandbox for ModalBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let image = match &spec.restore_from {
-            Some(snapshot) if snapshot.backend != "modal" => {
-                return Err(SandboxError::Fatal(anyhow!(
-                    "snapshot {} was made by the {} backend",
-                    snapshot.id,
-                    snapshot.backend
-                )));
-            }
-            Some(snapshot) => snapshot.id.clone(),
+            Some(snapshot) => snapshot.id_for("modal")?.to_owned(),
             None => self.image_id(spec.image.as_deref())?,
         };
         let outpost = spec

@@ -162,6 +162,22 @@ pub struct SnapshotRef {
     pub base_image: Option<String>,
 }
 
+impl SnapshotRef {
+    /// Its id, when backend `kind` made it: a backend restores only its
+    /// own snapshots (a session moved to another backend starts afresh).
+    pub fn id_for(&self, kind: &str) -> Result<&str> {
+        if self.backend == kind {
+            Ok(&self.id)
+        } else {
+            Err(SandboxError::Fatal(anyhow::anyhow!(
+                "snapshot {} was made by the {} backend, not {kind}",
+                self.id,
+                self.backend
+            )))
+        }
+    }
+}
+
 /// A chunk of a process's combined output.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutputChunk {

@@ -469,16 +469,10 @@ impl Sandbox for TensorlakeBackend {
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let network = self.network(spec)?;
         let snapshot_id = match &spec.restore_from {
-            Some(s) if s.backend != KIND => {
-                return Err(SandboxError::Fatal(anyhow!(
-                    "snapshot {} was made by the {} backend",
-                    s.id,
-                    s.backend
-                )));
-            }
             Some(s) => {
-                check_id(&s.id)?;
-                Some(s.id.clone())
+                let id = s.id_for(KIND)?;
+                check_id(id)?;
+                Some(id.to_owned())
             }
             None => None,
         };

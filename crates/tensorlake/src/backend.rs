@@ -409,6 +409,31 @@ impl TensorlakeBackend {
         }))
     }
 
+    /// After a create refused because the name is taken: the holder is a
+    /// leftover of this session (the caller holds its claim and found no
+    /// sandbox under that name, so one made by a create whose answer was
+    /// lost), so it is deleted and the create is for the caller to retry.
+    async fn clear_name(&self, name: &SandboxName, refused: Error) -> SandboxError {
+        let holders = match self.client.list_sandboxes().await {
+            Ok(all) => all,
+            Err(e) => return map_err(e),
+        };
+        for info in holders {
+            if info.name.as_deref() == Some(name.as_str())
+                && !info.status.is_final()
+                && plain(&info.sandbox_id)
+            {
+                warn!(sandbox = %name, id = info.sandbox_id, "deleting a leftover sandbox that holds the session's name");
+                if let Err(e) = found(self.client.delete_sandbox(&info.sandbox_id).await) {
+                    return map_err(e);
+                }
+            }
+        }
+        SandboxError::Transient(anyhow!(
+            "sandbox name {name} was taken ({refused}); the leftover was deleted, create again"
+        ))
+    }
+
     /// Suspends (`target` suspended) or resumes (running) and waits for it,
     /// asking again when a request is refused mid-transition (409).
     async fn transition(&self, handle: &Handle, target: SandboxStatus) -> Result<()> {
@@ -498,12 +523,7 @@ impl Sandbox for TensorlakeBackend {
                     snapshot_id.unwrap_or_default()
                 )));
             }
-            Err(e) if e.is_conflict() => {
-                return Err(SandboxError::Fatal(anyhow!(
-                    "sandbox {} exists already: {e}",
-                    spec.name
-                )));
-            }
+            Err(e) if e.is_conflict() => return Err(self.clear_name(&spec.name, e).await),
             Err(e) => return Err(map_err(e)),
         };
         check_id(&created.sandbox_id)?;

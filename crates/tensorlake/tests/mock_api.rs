@@ -621,3 +621,22 @@ async fn spawned_output_is_also_appended_to_the_sandbox_output_log() {
     let _ = second;
     backend.destroy(&handle).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_create_refused_for_a_taken_name_clears_the_leftover_for_the_retry() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let spec = spec("name-taken");
+    // A create whose answer was lost left a sandbox under the name.
+    let leftover = backend.create(&spec).await.unwrap();
+    let error = backend.create(&spec).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(
+        world.mock.status(&leftover.id),
+        None,
+        "the leftover is deleted"
+    );
+    let again = backend.create(&spec).await.unwrap();
+    assert_ne!(again.id, leftover.id);
+    backend.destroy(&again).await.unwrap();
+}

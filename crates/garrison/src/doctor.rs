@@ -8,6 +8,7 @@
 
 mod api;
 pub mod check;
+mod cloud;
 pub mod host;
 
 use std::collections::BTreeSet;
@@ -152,7 +153,9 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
             .collect(),
         None => BTreeSet::from([settings::DEFAULT_BACKEND.as_str()]),
     };
-    sections.extend(backend_sections(&backends, &state_dir));
+    sections.extend(
+        backend_sections(&backends, &state_dir, resolved.as_ref().map(|r| &r.config)).await,
+    );
     sections.push((
         format!("State directory {}", state_dir.display()),
         vec![host::disk_space(&state_dir)],
@@ -321,7 +324,11 @@ fn client(api_url: &str, token: &Secret) -> anyhow::Result<FleetClient> {
 
 /// The configured backends' prerequisites (required), and the local
 /// backend's as advice when it is not configured.
-fn backend_sections(backends: &BTreeSet<&'static str>, state_dir: &Path) -> Vec<Section> {
+async fn backend_sections(
+    backends: &BTreeSet<&'static str>,
+    state_dir: &Path,
+    config: Option<&ServeConfig>,
+) -> Vec<Section> {
     let mut sections = Vec::new();
     let local = BackendKind::Local.as_str();
     for &kind in backends {
@@ -332,6 +339,8 @@ fn backend_sections(backends: &BTreeSet<&'static str>, state_dir: &Path) -> Vec<
                  would give the agent anyway",
             )],
             "local" => host::local_prerequisites(state_dir),
+            "tensorlake" => cloud::checks(BackendKind::Tensorlake, config).await,
+            "modal" => cloud::checks(BackendKind::Modal, config).await,
             other => vec![Check::info(
                 format!("{other} backend"),
                 "its prerequisites are not checked by this version",

@@ -127,3 +127,47 @@ async fn no_token_and_a_readable_credentials_file_are_reported() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("(mode 0600)"), "{text}");
 }
+
+/// `garrison doctor --backend tensorlake` against the mock Tensorlake.
+async fn doctor_tensorlake(emu: &Emulator, outpost: &str, dir: &Path, key: &str) -> Output {
+    let world = common::TensorlakeWorld::for_state_dir(&dir.join("state"));
+    let mut cmd = Command::new(garrison_bin());
+    cmd.args(["doctor", "--api-url", &emu.base_url(), "--outpost", outpost])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--backend", "tensorlake"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GARRISON_CONFIG", dir.join("config"))
+        .env("DEVIN_OUTPOSTS_TOKEN", emu.account_token())
+        .envs(world.env())
+        .env("TENSORLAKE_API_KEY", key);
+    cmd.output().await.expect("garrison doctor runs")
+}
+
+#[tokio::test]
+async fn the_tensorlake_backend_is_checked_against_its_api() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor_tensorlake(&emu, &op, dir.path(), common::TENSORLAKE_KEY).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("✓ tensorlake API: credentials accepted; 0 Garrison sandboxes listed"),
+        "{text}"
+    );
+    assert!(!dir.path().join("state").exists(), "doctor wrote state");
+
+    let wrong = "tl_not_the_key_0000";
+    let out = doctor_tensorlake(&emu, &op, dir.path(), wrong).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("✗ tensorlake API"), "{text}");
+    assert!(
+        text.contains("TENSORLAKE_API_KEY"),
+        "the remedy names the setting: {text}"
+    );
+    assert!(!text.contains(wrong), "the key is printed: {text}");
+}

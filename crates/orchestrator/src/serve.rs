@@ -342,7 +342,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
         }
         Err(e) => error!(error = %e, "reading the state store failed"),
     }
-    clean_orphans(&deps).await;
+    clean_orphans(&deps, retention).await;
 
     let mut changes = deps.view.subscribe();
     let mut sweep = tokio::time::interval(RETENTION_SWEEP);
@@ -360,7 +360,10 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
             _ = changes.changed() => {}
             _ = tokio::time::sleep(CLAIM_TICK) => {}
             _ = deps.stopping.cancelled() => {}
-            _ = sweep.tick() => sweep_snapshots(&deps, retention).await,
+            _ = sweep.tick() => {
+                sweep_snapshots(&deps, retention).await;
+                clean_orphans(&deps, retention).await;
+            }
             Some(done) = runners.join_next(), if !runners.is_empty() => {
                 runner_done(done, &mut held, &mut cooldown);
             }
@@ -499,8 +502,8 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
 /// Destroys sandboxes of this outpost that no recorded session owns (left
 /// by a crash before their session was recorded). Snapshots are kept, and
 /// so are the sandboxes of this store's sleeping sessions where suspending
-/// keeps memory.
-async fn clean_orphans(deps: &Arc<Deps>) {
+/// keeps memory, for as long as their snapshots are (`retention`).
+async fn clean_orphans(deps: &Arc<Deps>, retention: Option<Duration>) {
     let keeps_suspended = deps.backend.capabilities().suspend_keeps_memory;
     let sandboxes = match deps.backend.list().await {
         Ok(list) => list,
@@ -513,18 +516,19 @@ async fn clean_orphans(deps: &Arc<Deps>) {
         let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
             continue;
         };
-        let stage = deps
+        let record = deps
             .store
             .session(session_id)
             .ok()
             .flatten()
-            .map(|s| s.stage);
+            .map(|s| (s.stage, s.updated_at));
         let mine = Mine {
             outpost_id: &deps.outpost.outpost_id,
             acceptor_id: &deps.acceptor_id,
             keeps_suspended,
+            asleep_since_cutoff: retention.map(|r| now_ms() - r.as_millis() as i64),
         };
-        if is_orphan(&handle.labels, stage, &mine) {
+        if is_orphan(&handle.labels, record, &mine) {
             warn!(
                 session_id,
                 sandbox = handle.name,
@@ -544,13 +548,16 @@ struct Mine<'a> {
     /// The backend's suspend keeps memory, so sleeping sessions keep their
     /// sandboxes.
     keeps_suspended: bool,
+    /// A session asleep since before this (Unix ms) no longer keeps its
+    /// sandbox: its snapshots expire at the same age. `None`: kept for good.
+    asleep_since_cutoff: Option<i64>,
 }
 
 /// Whether a sandbox with these labels, whose session this store has at
-/// `stage` (or not at all), is an orphan of ours to destroy.
+/// `(stage, updated_at)` (or not at all), is an orphan of ours to destroy.
 fn is_orphan(
     labels: &std::collections::BTreeMap<String, String>,
-    stage: Option<Stage>,
+    record: Option<(Stage, i64)>,
     mine: &Mine<'_>,
 ) -> bool {
     let label = |key: &str| labels.get(key).map(String::as_str);
@@ -564,9 +571,14 @@ fn is_orphan(
     if label(sandbox::LABEL_ACCEPTOR_ID).is_some_and(|a| a != mine.acceptor_id) {
         return false;
     }
-    match stage {
-        Some(Stage::Done(Finish::Suspended)) => !mine.keeps_suspended,
-        Some(stage) => stage.is_done(),
+    match record {
+        Some((Stage::Done(Finish::Suspended), since)) => {
+            !mine.keeps_suspended
+                || mine
+                    .asleep_since_cutoff
+                    .is_some_and(|cutoff| since < cutoff)
+        }
+        Some((stage, _)) => stage.is_done(),
         // Ours but unknown to this store: left by a crash before its
         // session was recorded, and costing compute until the provider's
         // timeout.
@@ -635,13 +647,14 @@ mod tests {
             outpost_id: "o",
             acceptor_id: "me",
             keeps_suspended: true,
+            asleep_since_cutoff: Some(1_000),
         };
         let local = Mine {
             keeps_suspended: false,
             ..cloud
         };
-        let asleep = Some(Stage::Done(Finish::Suspended));
-        let ended = Some(Stage::Done(Finish::Terminated));
+        let asleep = Some((Stage::Done(Finish::Suspended), 2_000));
+        let ended = Some((Stage::Done(Finish::Terminated), 2_000));
         let mine = labels(Some("me"), "o");
         // Unknown to the store: a crash before the session was recorded.
         assert!(is_orphan(&mine, None, &cloud));
@@ -650,6 +663,17 @@ mod tests {
         // A sleeping session keeps its sandbox only where suspend keeps memory.
         assert!(!is_orphan(&mine, asleep, &cloud));
         assert!(is_orphan(&mine, asleep, &local));
+        // ... until its snapshots would have expired; for good without a
+        // retention.
+        let long_asleep = Some((Stage::Done(Finish::Suspended), 500));
+        assert!(is_orphan(&mine, long_asleep, &cloud));
+        let forever = Mine {
+            asleep_since_cutoff: None,
+            ..cloud
+        };
+        assert!(!is_orphan(&mine, long_asleep, &forever));
+        // A live session's sandbox is never an orphan.
+        assert!(!is_orphan(&mine, Some((Stage::Running, 0)), &cloud));
         // Another Garrison's, another outpost's, or not Garrison's at all.
         assert!(!is_orphan(&labels(Some("them"), "o"), None, &cloud));
         assert!(!is_orphan(&labels(Some("me"), "other"), None, &cloud));

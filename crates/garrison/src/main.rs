@@ -51,7 +51,7 @@ enum Command {
     Logs(cli::logs::LogsArgs),
     /// Stop a session's sandbox, keep or drop its snapshot, release the claim.
     Terminate(cli::terminate::TerminateArgs),
-    /// Build, import, list and remove the local backend's images.
+    /// Build, import, list and remove the local backend's images (`image build --backend modal` builds on Modal).
     Image(image_cmd::ImageArgs),
     /// A self-contained demo: scripted sessions against a local emulator of
     /// Devin, served in this process, with a summary at the end.

@@ -183,7 +183,7 @@ async fn build(
     let base = rules::BaseRules {
         host_loopback: BTreeSet::from([IpAddr::V4(host_gateway)]),
         gateway_port,
-        host_addrs: parse_addresses(&host_addrs),
+        host_addrs: non_loopback(&host_addrs),
     };
 
     let net = SandboxNet {
@@ -418,15 +418,30 @@ fn read_dir_names(dir: &Path) -> Result<Vec<String>> {
     }
 }
 
-/// Addresses in `ip -j address show` output, loopback excluded.
-fn parse_addresses(json: &str) -> BTreeSet<IpAddr> {
+/// Each address in `ip -j address show` output, with its link's name.
+fn link_addresses(json: &str) -> Vec<(String, IpAddr)> {
     let links: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
+    let mut out = Vec::new();
+    for link in &links {
+        let name = link.get("ifname").and_then(|n| n.as_str()).unwrap_or("?");
+        let addrs = link.get("addr_info").and_then(|a| a.as_array());
+        out.extend(
+            addrs
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.get("local")?.as_str()?.parse::<IpAddr>().ok())
+                .map(|ip| (name.to_owned(), ip)),
+        );
+    }
+    out
+}
+
+/// The addresses of `links`, loopback excluded.
+fn non_loopback(links: &[(String, IpAddr)]) -> BTreeSet<IpAddr> {
     links
         .iter()
-        .filter_map(|l| l.get("addr_info")?.as_array())
-        .flatten()
-        .filter_map(|a| a.get("local")?.as_str()?.parse::<IpAddr>().ok())
-        .filter(|a| !a.is_loopback())
+        .map(|(_, ip)| *ip)
+        .filter(|ip| !ip.is_loopback())
         .collect()
 }
 
@@ -440,7 +455,7 @@ mod tests {
             {"family":"inet6","local":"::1"}]},
             {"ifname":"eth0","addr_info":[{"family":"inet","local":"192.0.2.2"},
             {"family":"inet6","local":"fd00::2"}]},{"ifname":"ifb0","addr_info":[]}]"#;
-        let got: Vec<String> = parse_addresses(addrs)
+        let got: Vec<String> = non_loopback(&link_addresses(addrs))
             .iter()
             .map(|a| a.to_string())
             .collect();

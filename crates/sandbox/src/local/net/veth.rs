@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use anyhow::anyhow;
@@ -79,50 +79,40 @@ fn choose(used: &BTreeSet<u32>, preferred: u32) -> Option<Slot> {
         .map(Slot)
 }
 
-/// Slots taken according to `ip -j address show`, or an error naming a link
-/// that is not ours but uses the pool.
-fn used_slots(addresses_json: &str) -> std::result::Result<BTreeSet<u32>, String> {
-    let links: Vec<serde_json::Value> = serde_json::from_str(addresses_json).unwrap_or_default();
+/// Slots taken by the host's `(link, address)` pairs, or an error naming a
+/// link that is not ours but uses the pool.
+fn used_slots(links: &[(String, IpAddr)]) -> std::result::Result<BTreeSet<u32>, String> {
     let mut used = BTreeSet::new();
-    for link in &links {
-        let name = link.get("ifname").and_then(|n| n.as_str()).unwrap_or("?");
-        let addrs = link.get("addr_info").and_then(|a| a.as_array());
-        for addr in addrs.into_iter().flatten() {
-            let Some(ip) = addr
-                .get("local")
-                .and_then(|a| a.as_str())
-                .and_then(|a| a.parse::<Ipv4Addr>().ok())
-            else {
-                continue;
-            };
-            let Some(slot) = Slot::of(ip) else { continue };
-            if !name.starts_with(HOST_IF_PREFIX) {
-                return Err(format!(
-                    "the host's link {name} has the address {ip}, inside {}/{}, the network \
-                     the local backend gives its sandboxes",
-                    POOL.0, POOL.1
-                ));
-            }
-            used.insert(slot.0);
+    for (name, ip) in links {
+        let IpAddr::V4(ip) = *ip else { continue };
+        let Some(slot) = Slot::of(ip) else { continue };
+        if !name.starts_with(HOST_IF_PREFIX) {
+            return Err(format!(
+                "the host's link {name} has the address {ip}, inside {}/{}, the network \
+                 the local backend gives its sandboxes",
+                POOL.0, POOL.1
+            ));
         }
+        used.insert(slot.0);
     }
     Ok(used)
 }
 
 /// Makes the pair for the namespace at `netns` (named `netns_name`),
 /// addresses both ends and routes the sandbox through the host. Returns the
-/// host-side link name, the slot, and the host's addresses as
-/// `ip -j address show` printed them before the pair was made.
+/// host-side link name, the slot, and the host's `(link, address)` pairs
+/// as they were before the pair was made.
 pub(crate) async fn attach(
     tools: &Tools,
     netns: &Path,
     netns_name: &str,
-) -> Result<(String, Slot, String)> {
+) -> Result<(String, Slot, Vec<(String, IpAddr)>)> {
     let _lock = lock().await?;
     super::host_rules::ensure(tools).await?;
     let host_if = host_ifname(netns_name);
     let json = tools::run(&tools.ip, ["-j", "address", "show"], None, None).await?;
-    let used = used_slots(&json).map_err(|e| SandboxError::Fatal(anyhow!(e)))?;
+    let links = super::link_addresses(&json);
+    let used = used_slots(&links).map_err(|e| SandboxError::Fatal(anyhow!(e)))?;
     let preferred = u32::from_str_radix(&hashed_id(netns_name)[..8], 16).unwrap_or(0) % SLOTS;
     let slot = choose(&used, preferred).ok_or_else(|| {
         SandboxError::Transient(anyhow!(
@@ -153,7 +143,7 @@ pub(crate) async fn attach(
         Some(&batch_sandbox),
     )
     .await?;
-    Ok((host_if, slot, json))
+    Ok((host_if, slot, links))
 }
 
 /// Deletes the host's end of a pair, and with it the sandbox's; a link
@@ -225,9 +215,10 @@ mod tests {
         let ours = r#"[{"ifname":"lo","addr_info":[{"local":"127.0.0.1"}]},
             {"ifname":"gv0123456789","addr_info":[{"local":"10.213.0.5"}]},
             {"ifname":"eth0","addr_info":[{"local":"192.0.2.2"}]}]"#;
-        assert_eq!(used_slots(ours), Ok(BTreeSet::from([1])));
+        let ours = super::super::link_addresses(ours);
+        assert_eq!(used_slots(&ours), Ok(BTreeSet::from([1])));
         let clash = r#"[{"ifname":"wg0","addr_info":[{"local":"10.213.7.1"}]}]"#;
-        let err = used_slots(clash).unwrap_err();
+        let err = used_slots(&super::super::link_addresses(clash)).unwrap_err();
         assert!(
             err.contains("wg0") && err.contains("10.213.0.0/16"),
             "{err}"

@@ -259,7 +259,11 @@ impl ModalBackend {
     }
 
     fn network_access(&self, spec: &SandboxSpec) -> wire::NetworkAccess {
-        let gateway = spec.network.gateway_url.as_deref().and_then(gateway_of);
+        let gateway = spec
+            .network
+            .gateway_url
+            .as_deref()
+            .and_then(policy::Gateway::from_url);
         let mapped = policy::modal(&spec.network.policy, gateway.as_ref());
         for left_out in &mapped.unsupported {
             warn!(sandbox = %spec.name, rule = left_out.rule, reason = left_out.reason, "network rule left out on Modal");
@@ -269,19 +273,6 @@ impl ModalBackend {
 }
 
 /// The gateway's host and port from its URL.
-fn gateway_of(url: &str) -> Option<policy::Gateway> {
-    let url = url::Url::parse(url).ok()?;
-    let host = match url.host()? {
-        url::Host::Domain(d) => d.to_owned(),
-        url::Host::Ipv4(a) => a.to_string(),
-        url::Host::Ipv6(a) => a.to_string(),
-    };
-    Some(policy::Gateway {
-        host,
-        port: url.port_or_known_default(),
-    })
-}
-
 /// Modal's `NetworkAccess` for a mapped policy.
 pub fn network_access(mapped: &policy::Modal) -> wire::NetworkAccess {
     use wire::network_access::NetworkAccessType;
@@ -837,14 +828,5 @@ mod tests {
         for bad in ["/", "garrison", "/a/../etc", "/a//b", "/./a"] {
             assert!(root_of(&with_root(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn gateway_host_and_port_come_from_the_url() {
-        let g = gateway_of("wss://203.0.113.5:8443/ws").unwrap();
-        assert_eq!((g.host.as_str(), g.port), ("203.0.113.5", Some(8443)));
-        let g = gateway_of("https://[2001:db8::5]/x").unwrap();
-        assert_eq!((g.host.as_str(), g.port), ("2001:db8::5", Some(443)));
-        assert!(gateway_of("not a url").is_none());
     }
 }

@@ -220,6 +220,23 @@ pub struct Gateway {
     pub port: Option<u16>,
 }
 
+impl Gateway {
+    /// The gateway of a claim's gateway URL (its port, or the scheme's
+    /// default); `None` when it does not parse or has no host.
+    pub fn from_url(url: &str) -> Option<Self> {
+        let url = url::Url::parse(url).ok()?;
+        let host = match url.host()? {
+            url::Host::Domain(d) => d.to_owned(),
+            url::Host::Ipv4(a) => a.to_string(),
+            url::Host::Ipv6(a) => a.to_string(),
+        };
+        Some(Self {
+            host,
+            port: url.port_or_known_default(),
+        })
+    }
+}
+
 /// Something a provider cannot express, left out of its controls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unsupported {
@@ -344,6 +361,15 @@ mod tests {
     use super::*;
     use fleet::{AllowRule, NetworkPolicy};
     use serde_json::json;
+
+    #[test]
+    fn gateway_host_and_port_come_from_the_url() {
+        let g = Gateway::from_url("wss://203.0.113.5:8443/ws").unwrap();
+        assert_eq!((g.host.as_str(), g.port), ("203.0.113.5", Some(8443)));
+        let g = Gateway::from_url("https://[2001:db8::5]/x").unwrap();
+        assert_eq!((g.host.as_str(), g.port), ("2001:db8::5", Some(443)));
+        assert!(Gateway::from_url("not a url").is_none());
+    }
 
     fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
         NetworkPolicy { enabled, allow }

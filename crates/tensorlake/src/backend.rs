@@ -869,17 +869,8 @@ fn check_id(id: &str) -> Result<()> {
 }
 
 fn gateway_of(url: &str) -> Result<sandbox::policy::Gateway> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| SandboxError::Fatal(anyhow!("gateway URL {url:?}: {e}")))?;
-    let host = parsed
-        .host_str()
-        .ok_or_else(|| SandboxError::Fatal(anyhow!("gateway URL {url:?} has no host")))?;
-    Ok(sandbox::policy::Gateway {
-        host: host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned(),
-        port: parsed.port_or_known_default(),
+    sandbox::policy::Gateway::from_url(url).ok_or_else(|| {
+        SandboxError::Fatal(anyhow!("gateway URL {url:?} does not parse or has no host"))
     })
 }
 

@@ -224,6 +224,8 @@ async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
         assert_eq!(step_outputs(&emu, id)[0].trim(), format!("session-{i}"));
     }
     // Both served, and each session is recorded as served by exactly one.
+    // A Garrison records a session as done only after releasing its claim,
+    // so the emulator can see the release first.
     let served = |g: &Garrison| {
         g.store()
             .sessions()
@@ -233,6 +235,11 @@ async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
             .map(|s| s.session_id)
             .collect::<std::collections::BTreeSet<_>>()
     };
+    wait_until("both stores record every session as done", Some(&a), || {
+        let (sa, sb) = (served(&a), served(&b));
+        ids.iter().all(|id| sa.contains(id) || sb.contains(id))
+    })
+    .await;
     let (sa, sb) = (served(&a), served(&b));
     assert_eq!(sa.len() + sb.len(), 20, "a={} b={}", sa.len(), sb.len());
     assert!(sa.is_disjoint(&sb));

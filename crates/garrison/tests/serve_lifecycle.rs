@@ -83,7 +83,11 @@ async fn sigterm_leaves_running_sessions_alone_and_a_restart_adopts_them() {
         1,
         "the restarted Garrison re-adopted the same remote"
     );
-    assert_eq!(stage(&g, &id), Some(Stage::Done(Finish::Terminated)));
+    // The store records the session as done just after the release.
+    wait_until("recorded as terminated", Some(&g), || {
+        stage(&g, &id) == Some(Stage::Done(Finish::Terminated))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,6 +107,12 @@ async fn drain_waits_for_running_sessions_to_end() {
     let id = session(&emu, &outpost, vec![run("true")], Then::Wait);
     wait_until("running", Some(&g), || view(&emu, &id).steps_done == 1).await;
     sigterm(&g);
+    // The signal is handled asynchronously: a session queued before the
+    // claim loop stopped could rightly still be claimed.
+    wait_until("claiming stopped", Some(&g), || {
+        g.log().contains("stopped claiming")
+    })
+    .await;
     // No new claims while draining.
     let late = session(&emu, &outpost, vec![run("true")], Then::End);
     tokio::time::sleep(Duration::from_millis(1500)).await;

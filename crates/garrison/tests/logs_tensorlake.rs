@@ -258,16 +258,32 @@ async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_a
         std::fs::read_to_string(&err_path).unwrap_or_default()
     );
 
+    // The second half, too, waits for the follower to attach again before
+    // the session ends and its sandbox (with its output) is deleted.
+    let go_again = dir.path().join("go-again");
     emu.resume(
         &id,
         Script {
-            // Long enough to attach again before the session ends and its
-            // sandbox (with its output) is deleted.
-            steps: vec![run("echo second"), run("sleep 3")],
+            steps: vec![
+                run("echo second"),
+                run(&format!(
+                    "while [ ! -e {} ]; do sleep 0.1; done",
+                    go_again.display()
+                )),
+            ],
             then: Then::End,
         },
     )
     .unwrap();
+    wait_until("the follower to attach again", Some(&g), || {
+        std::fs::read_to_string(&out_path)
+            .unwrap_or_default()
+            .matches("devin-remote-sim: connected")
+            .count()
+            == 2
+    })
+    .await;
+    std::fs::write(&go_again, b"").unwrap();
     let mut exit = None;
     wait_until("the follower to exit by itself", Some(&g), || {
         exit = follower.try_wait().unwrap();

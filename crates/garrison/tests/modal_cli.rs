@@ -99,6 +99,8 @@ async fn serve_on_modal_without_a_token_names_the_setting() {
         state.display().to_string(),
         "--backend".into(),
         "modal".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
     ];
     let out = tokio::process::Command::new(common::garrison_bin())
         .args(&args)

@@ -144,7 +144,12 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     }
     assert!(!outputs[3].contains("GIT_TOKEN") && !outputs[3].contains("GIT_USERNAME"));
 
-    // Cloned before the remote started, once.
+    // Cloned before the remote started, once. (`remote_started` is written
+    // once the spawn returns, which can be after the remote's first steps.)
+    wait_until("the start recorded", Some(&g), || {
+        event_kinds(&g, &id).iter().any(|k| k == "remote_started")
+    })
+    .await;
     let kinds = event_kinds(&g, &id);
     let cloned = kinds.iter().position(|k| k == "repo_cloned");
     let started = kinds.iter().position(|k| k == "remote_started");

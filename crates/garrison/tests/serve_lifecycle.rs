@@ -260,6 +260,8 @@ async fn one_process_serves_several_outposts_from_a_config_file() {
             config.display().to_string(),
             "--state-dir".into(),
             state.display().to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
         ],
     );
     let a = session(&emu, &first, vec![run("echo one")], Then::End);

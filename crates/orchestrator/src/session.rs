@@ -845,9 +845,11 @@ impl SessionRunner {
             other => other,
         };
         Metrics::inc(&self.deps.metrics.sessions_finished);
+        // The event before the stage: whoever sees the stage final (status
+        // commands, `logs -f`, the dashboard) finds the whole history.
+        self.event("done", json!({ "finish": done }));
         self.set_stage(Stage::Done(done));
         info!(session_id = self.id(), finish = ?done, "session done");
-        self.event("done", json!({ "finish": done }));
     }
 
     async fn wind_down(&mut self, finish: Finish) -> anyhow::Result<()> {

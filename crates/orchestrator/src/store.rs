@@ -220,9 +220,11 @@ impl Store {
     fn init(conn: Connection) -> Result<Self> {
         // WAL survives a kill -9 at any point and lets readers (status
         // commands) run beside the daemon.
+        // The busy timeout first: switching to WAL needs a lock that a
+        // status command reading beside the daemon may briefly hold.
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.execute_batch(SCHEMA)
             .context("creating the state schema")?;
         Ok(Self {

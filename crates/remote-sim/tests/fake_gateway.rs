@@ -374,11 +374,11 @@ async fn dials_localhost_by_name() {
 
 #[tokio::test]
 async fn exits_4_when_the_gateway_is_unreachable() {
-    // A port that was just free: nothing listens there.
-    let port = {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    // A port bound but never listened on: held for the whole test, so no
+    // other test can take it, and every connection to it is refused.
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = reserved.local_addr().unwrap().port();
     let url = format!("ws://127.0.0.1:{port}/gateway");
     let mut sim = Sim::start(SimEnv {
         gateway_url: &url,

@@ -90,7 +90,9 @@ async fn a_wrong_key_is_refused_with_401() {
 
 #[tokio::test]
 async fn lifecycle_follows_the_state_machine_with_conflicts_and_404_after_delete() {
-    let world = World::start_with(|c| c.transition = Duration::from_millis(400)).await;
+    // Transitions long enough that the requests meant to land mid-way do,
+    // even on a loaded machine.
+    let world = World::start_with(|c| c.transition = Duration::from_secs(2)).await;
     let client = client(&world);
     let created = client.create_sandbox(&named("life-1")).await.unwrap();
     assert_eq!(created.status, SandboxStatus::Pending);

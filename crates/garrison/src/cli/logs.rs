@@ -401,8 +401,8 @@ async fn follow(
         }
 
         if is_final(&look.stage) {
-            // One more look after a moment: the last event is written just
-            // after the stage.
+            // One more look after a moment: the output and the events are
+            // read apart from the stage, so a round can miss the last lines.
             final_rounds += 1;
             if final_rounds > 1 {
                 printer.end()?;

@@ -310,8 +310,26 @@ impl Garrison {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// The Garrison's state store, once it has created it: creating or
+    /// converting it here would race with the Garrison's own start.
     pub fn store(&self) -> orchestrator::store::Store {
-        orchestrator::store::Store::open(&self.state_dir.join("garrison.db")).expect("state store")
+        use orchestrator::store::Store;
+        let path = self.state_dir.join("garrison.db");
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        loop {
+            if let Ok(store) = Store::open_existing(&path)
+                && store.sessions().is_ok()
+            {
+                return store;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the state store {} never appeared\n{}",
+                path.display(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -30,12 +30,13 @@ impl Backoff {
 
     /// A random delay in `[0, ceiling(attempt)]`.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let ceiling = self.ceiling(attempt);
-        if ceiling.is_zero() {
-            return ceiling;
-        }
-        let nanos = rand::rng().random_range(0..=ceiling.as_nanos().min(u64::MAX as u128) as u64);
-        Duration::from_nanos(nanos)
+        self.delay_at(attempt, rand::rng().random_range(0.0..=1.0))
+    }
+
+    /// The delay for a given draw `unit` in `[0, 1]` (clamped): the pure
+    /// part of [`Backoff::delay`], for callers that supply the randomness.
+    pub fn delay_at(&self, attempt: u32, unit: f64) -> Duration {
+        self.ceiling(attempt).mul_f64(unit.clamp(0.0, 1.0))
     }
 }
 
@@ -91,5 +92,14 @@ mod tests {
             Backoff::new(Duration::ZERO, Duration::ZERO).delay(3),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn delay_at_scales_the_ceiling_by_the_draw() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        assert_eq!(b.delay_at(2, 1.0), Duration::from_millis(400));
+        assert_eq!(b.delay_at(2, 0.5), Duration::from_millis(200));
+        assert_eq!(b.delay_at(2, 0.0), Duration::ZERO);
+        assert_eq!(b.delay_at(9, 7.0), Duration::from_secs(1));
     }
 }

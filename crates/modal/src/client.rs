@@ -54,15 +54,10 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt + 1` (doubling, capped, with up to
-    /// a quarter of jitter so many clients do not retry in step).
+    /// The wait before attempt `attempt + 1`: the fleet client's doubling,
+    /// capped, full-jitter backoff, so many clients do not retry in step.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let base = self
-            .initial_backoff
-            .saturating_mul(1u32 << attempt.min(16))
-            .min(self.max_backoff);
-        let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
-        base + jitter
+        fleet::retry::Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt)
     }
 }
 
@@ -236,18 +231,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_and_is_capped() {
+    fn backoff_stays_under_the_doubling_capped_ceiling() {
         let policy = RetryPolicy {
             attempts: 10,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         };
-        let first = policy.backoff(0);
-        assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
-        let third = policy.backoff(2);
-        assert!(third >= Duration::from_millis(400) && third <= Duration::from_millis(500));
-        let late = policy.backoff(30);
-        assert!(late >= Duration::from_secs(1) && late <= Duration::from_millis(1250));
+        for _ in 0..50 {
+            assert!(policy.backoff(0) <= Duration::from_millis(100));
+            assert!(policy.backoff(2) <= Duration::from_millis(400));
+            assert!(policy.backoff(30) <= Duration::from_secs(1));
+        }
     }
 
     #[test]

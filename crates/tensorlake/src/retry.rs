@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use fleet::retry::Backoff;
+
 /// Error codes with which Tensorlake's sandbox proxy says the request was
 /// not forwarded.
 pub const UNDELIVERED_CODES: &[&str] = &["SANDBOX_UPSTREAM_ERROR"];
@@ -21,7 +23,8 @@ pub const UNDELIVERED_CODES: &[&str] = &["SANDBOX_UPSTREAM_ERROR"];
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
-    /// Wait before the first retry (doubled each time, then jittered).
+    /// The longest wait before the first retry (doubled for each next one,
+    /// up to `cap`; the wait itself is drawn below it).
     pub base: Duration,
     pub cap: Duration,
 }
@@ -61,21 +64,17 @@ pub fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
     connect_failed || idem == Idempotency::Idempotent
 }
 
-/// Wait before retry number `retry` (1-based): exponential, capped, then
-/// scaled by `jitter` in `[0, 1)` into the upper half so that clients that
-/// failed together do not retry together. A `Retry-After` hint is honoured
-/// up to the cap.
+/// Wait before retry number `retry` (1-based): the fleet client's full-
+/// jitter backoff for the draw `jitter` in `[0, 1]`, so that clients that
+/// failed together do not retry together. A `Retry-After` hint is
+/// honoured up to the cap.
 pub fn backoff(
     policy: &RetryPolicy,
     retry: u32,
     jitter: f64,
     retry_after: Option<Duration>,
 ) -> Duration {
-    let exp = policy
-        .base
-        .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
-        .min(policy.cap);
-    let jittered = exp.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0));
+    let jittered = Backoff::new(policy.base, policy.cap).delay_at(retry.saturating_sub(1), jitter);
     match retry_after {
         Some(hint) => hint.min(policy.cap).max(jittered),
         None => jittered,
@@ -103,10 +102,10 @@ mod tests {
     }
 
     #[test]
-    fn backoff_grows_is_capped_and_jittered_into_the_upper_half() {
+    fn backoff_grows_is_capped_and_jittered() {
         let p = RetryPolicy::default();
         assert_eq!(backoff(&p, 1, 1.0, None), Duration::from_millis(150));
-        assert_eq!(backoff(&p, 1, 0.0, None), Duration::from_millis(75));
+        assert_eq!(backoff(&p, 1, 0.5, None), Duration::from_millis(75));
         assert_eq!(backoff(&p, 3, 1.0, None), Duration::from_millis(600));
         assert_eq!(backoff(&p, 30, 1.0, None), p.cap);
         assert_eq!(

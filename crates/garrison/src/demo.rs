@@ -222,6 +222,7 @@ fn serve_config(
         }],
         admin_listen: Some(listen),
         tensorlake: None,
+        modal: None,
     }
 }
 
@@ -296,6 +297,7 @@ async fn clean_leftovers(kind: BackendKind, state_dir: &Path, shim_exe: &Path) {
         &state_dir.join("snapshots"),
         shim_exe,
         None,
+        None,
     ) else {
         return;
     };
@@ -326,6 +328,7 @@ async fn no_sandbox_left(config: &ServeConfig, shim_exe: &Path) -> Expectation {
         &config.snapshot_dir,
         shim_exe,
         config.tensorlake.as_ref(),
+        config.modal.as_ref(),
     ) {
         Ok(backend) => backend.list().await.map_err(anyhow::Error::from),
         Err(e) => Err(e),

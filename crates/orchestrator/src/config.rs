@@ -118,6 +118,8 @@ pub struct ServeConfig {
     pub admin_listen: Option<std::net::SocketAddr>,
     /// Set when an outpost uses the Tensorlake backend.
     pub tensorlake: Option<TensorlakeSettings>,
+    /// Set when an outpost uses the Modal backend.
+    pub modal: Option<crate::settings::modal::ModalEnv>,
 }
 
 /// Idle seconds before Tensorlake suspends a session's sandbox (the seed's

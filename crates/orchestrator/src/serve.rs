@@ -23,6 +23,7 @@ use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
 use crate::session::{Deps, OperatorStops, SessionRunner, now_ms};
 use crate::session_log::SessionLogs;
+use crate::settings::modal::ModalEnv;
 use crate::store::{SessionRecord, Store};
 
 /// How often the claim loop looks at the queue when nothing wakes it.
@@ -122,6 +123,7 @@ pub fn make_backend(
     snapshot_dir: &std::path::Path,
     shim_exe: &std::path::Path,
     tensorlake: Option<&TensorlakeSettings>,
+    modal: Option<&ModalEnv>,
 ) -> anyhow::Result<Arc<dyn Sandbox>> {
     match kind {
         BackendKind::Host => Ok(Arc::new(HostBackend::new(HostConfig {
@@ -164,26 +166,33 @@ pub fn make_backend(
                 },
             )?))
         }
-        BackendKind::Modal => Ok(Arc::new(modal_backend(state_dir)?)),
+        BackendKind::Modal => {
+            let settings = modal.ok_or_else(|| {
+                anyhow::anyhow!("the modal backend needs its settings (MODAL_TOKEN_ID)")
+            })?;
+            Ok(Arc::new(modal_backend(settings, state_dir)?))
+        }
     }
 }
 
-/// The Modal backend, configured from the environment (see
-/// [`crate::settings::modal`]); image names are looked up in the cache that
-/// `garrison image build --backend modal` writes under `state_dir`.
-fn modal_backend(state_dir: &std::path::Path) -> anyhow::Result<modal::ModalBackend> {
-    let env = crate::settings::modal::resolve(&crate::settings::HostEnv::current())?;
+/// The Modal backend with its settings (see [`crate::settings::modal`]);
+/// image names are looked up in the cache that `garrison image build
+/// --backend modal` writes under `state_dir`.
+fn modal_backend(
+    env: &ModalEnv,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<modal::ModalBackend> {
     modal::ModalBackend::new(modal::ModalSettings {
         client: modal::ClientConfig {
-            api_url: env.api_url,
-            credentials: env.credentials,
+            api_url: env.api_url.clone(),
+            credentials: env.credentials.clone(),
             retry: modal::RetryPolicy::default(),
         },
         // The orchestrator keeps to its outpost's sandboxes by their labels.
         outpost_id: None,
-        image: env.image,
+        image: env.image.clone(),
         image_cache: Some(modal::image::ImageCache::path(state_dir)),
-        regions: env.regions,
+        regions: env.regions.clone(),
         timeout: env.timeout,
     })
 }
@@ -245,9 +254,7 @@ pub async fn run_prepared(
     if let Some(tensorlake) = &config.tensorlake {
         redactor.add(tensorlake.api_key.expose());
     }
-    // The Modal backend reads its credentials itself (see `modal_backend`);
-    // wherever they are set, they are scrubbed from session logs too.
-    if let Ok(modal) = crate::settings::modal::resolve(&crate::settings::HostEnv::current()) {
+    if let Some(modal) = &config.modal {
         redactor.add(modal.credentials.token_id.expose());
         redactor.add(modal.credentials.token_secret.expose());
     }
@@ -278,6 +285,7 @@ pub async fn run_prepared(
             &config.snapshot_dir,
             &shim_exe,
             config.tensorlake.as_ref(),
+            config.modal.as_ref(),
         )?;
         let deps = Arc::new(Deps {
             client: serving.client.clone(),

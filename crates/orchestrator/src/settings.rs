@@ -955,6 +955,11 @@ pub fn resolve(
         .any(|o| o.backend == BackendKind::Tensorlake)
         .then(|| tensorlake_settings(&raw))
         .transpose()?;
+    let modal = outposts
+        .iter()
+        .any(|o| o.backend == BackendKind::Modal)
+        .then(|| modal::resolve(host))
+        .transpose()?;
 
     Ok(ServeConfig {
         api_url,
@@ -976,6 +981,7 @@ pub fn resolve(
         // Set by the caller from `--listen`.
         admin_listen: None,
         tensorlake,
+        modal,
     })
 }
 

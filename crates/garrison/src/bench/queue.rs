@@ -364,6 +364,7 @@ fn serve_config(
         }],
         admin_listen: None,
         tensorlake: None,
+        modal: None,
     }
 }
 

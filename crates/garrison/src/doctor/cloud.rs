@@ -46,6 +46,7 @@ pub async fn checks(kind: BackendKind, config: Option<&ServeConfig>) -> Vec<Chec
         scratch.path(),
         Path::new("/nonexistent"),
         config.tensorlake.as_ref(),
+        config.modal.as_ref(),
     ) {
         Ok(backend) => backend,
         Err(e) => return vec![Check::fail(name, format!("{e:#}"), remedy)],

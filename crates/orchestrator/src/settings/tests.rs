@@ -11,8 +11,17 @@ fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// An ordinary user with a home directory and nothing else set.
+/// A host with a Modal token in its environment, which tests of outposts
+/// on Modal need and none is about.
 fn host() -> HostEnv {
-    HostEnv::new(1000, vars(&[("HOME", "/home/ada")]))
+    HostEnv::new(
+        1000,
+        vars(&[
+            ("HOME", "/home/ada"),
+            ("MODAL_TOKEN_ID", "ak-host"),
+            ("MODAL_TOKEN_SECRET", "as-host"),
+        ]),
+    )
 }
 
 /// The environment layer for these variables plus a token, an outpost and
@@ -1310,6 +1319,38 @@ fn tensorlake_settings_are_resolved_only_for_tensorlake_outposts() {
     assert_eq!(tl.image.as_deref(), Some("devin-outposts"));
     assert_eq!(tl.timeout_secs, 600);
     assert_eq!(tl.sandbox_root, "/srv/garrison/{id}");
+}
+
+#[test]
+fn modal_settings_are_resolved_once_and_only_for_modal_outposts() {
+    assert!(ok(env(&[("GARRISON_BACKEND", "host")])).modal.is_none());
+    let with_token = HostEnv::new(
+        1000,
+        vars(&[
+            ("HOME", "/nonexistent-home"),
+            ("MODAL_TOKEN_ID", "ak-settings-test"),
+            ("MODAL_TOKEN_SECRET", "as-settings-test"),
+            ("MODAL_REGION", "us-east"),
+        ]),
+    );
+    let config = resolve(env(&[("GARRISON_BACKEND", "modal")]), None, &with_token).unwrap();
+    let modal = config.modal.expect("modal settings");
+    assert_eq!(modal.credentials.token_id.expose(), "ak-settings-test");
+    assert_eq!(modal.regions, ["us-east"]);
+    assert!(!format!("{modal:?}").contains("as-settings-test"));
+
+    // Half a token stops `serve` at start, naming the missing setting.
+    let half = HostEnv::new(
+        1000,
+        vars(&[
+            ("HOME", "/nonexistent-home"),
+            ("MODAL_TOKEN_ID", "ak-settings-test"),
+        ]),
+    );
+    let error = resolve(env(&[("GARRISON_BACKEND", "modal")]), None, &half)
+        .expect_err("no token secret")
+        .to_string();
+    assert!(error.contains("MODAL_TOKEN_SECRET"), "{error}");
 }
 
 #[test]

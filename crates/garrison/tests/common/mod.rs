@@ -556,6 +556,16 @@ pub fn only_workdir(state_dir: &Path) -> PathBuf {
 
 /// Files under `root` (snapshots decompressed) that contain `needle`.
 pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    grep_tree_for_any(root, &[needle])
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Like [`grep_tree`] for several needles in one walk: each file holding
+/// any of them, with the index of the first needle found.
+pub fn grep_tree_for_any(root: &Path, needles: &[&[u8]]) -> Vec<(PathBuf, usize)> {
+    let finders: Vec<_> = needles.iter().map(memchr::memmem::Finder::new).collect();
     let mut hits = Vec::new();
     let mut stack = vec![root.to_owned()];
     while let Some(dir) = stack.pop() {
@@ -575,8 +585,8 @@ pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
                 } else {
                     std::fs::read(&path).unwrap_or_default()
                 };
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    hits.push(path);
+                if let Some(found) = finders.iter().position(|f| f.find(&bytes).is_some()) {
+                    hits.push((path, found));
                 }
             }
         }

@@ -10,9 +10,8 @@ fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// An ordinary user with a home directory and nothing else set.
-/// A host with a Modal token in its environment, which tests of outposts
-/// on Modal need and none is about.
+/// An ordinary user with a home directory and a Modal token in the
+/// environment, which tests of outposts on Modal need and none is about.
 fn host() -> HostEnv {
     HostEnv::new(
         1000,

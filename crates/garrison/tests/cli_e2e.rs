@@ -257,15 +257,7 @@ async fn logs_follow_a_session_across_suspend_and_resume_and_exit_when_it_ends()
         },
     )
     .unwrap();
-    let mut exit = None;
-    wait_until("the follower to exit by itself", Some(&g), || {
-        exit = follower.try_wait().unwrap();
-        exit.is_some()
-    })
-    .await;
-    let out = std::fs::read_to_string(&out_path).unwrap();
-    let err = std::fs::read_to_string(&err_path).unwrap();
-    assert!(exit.unwrap().success(), "{exit:?}\n{out}\n{err}");
+    let (out, _) = follower_exit(&g, &mut follower, &out_path, &err_path).await;
     assert_eq!(
         stage(&g, &id),
         Some(Stage::Done(Finish::Terminated)),

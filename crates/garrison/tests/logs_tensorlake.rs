@@ -280,15 +280,7 @@ async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_a
     })
     .await;
     std::fs::write(&go_again, b"").unwrap();
-    let mut exit = None;
-    wait_until("the follower to exit by itself", Some(&g), || {
-        exit = follower.try_wait().unwrap();
-        exit.is_some()
-    })
-    .await;
-    let out = std::fs::read_to_string(&out_path).unwrap();
-    let err = std::fs::read_to_string(&err_path).unwrap();
-    assert!(exit.unwrap().success(), "{exit:?}\n{out}\n{err}");
+    let (out, err) = follower_exit(&g, &mut follower, &out_path, &err_path).await;
     // Both remotes' output, each once, in order, read from the sandbox.
     assert_eq!(
         out.matches("devin-remote-sim: connected").count(),

@@ -554,6 +554,26 @@ pub fn only_workdir(state_dir: &Path) -> PathBuf {
     found.remove(0)
 }
 
+/// Waits for a `garrison logs -f` whose output goes to `out` and `err` to
+/// exit by itself, checks that it succeeded and returns what it printed.
+pub async fn follower_exit(
+    g: &Garrison,
+    follower: &mut std::process::Child,
+    out: &Path,
+    err: &Path,
+) -> (String, String) {
+    let mut exit = None;
+    wait_until("the follower to exit by itself", Some(g), || {
+        exit = follower.try_wait().unwrap();
+        exit.is_some()
+    })
+    .await;
+    let out = std::fs::read_to_string(out).unwrap();
+    let err = std::fs::read_to_string(err).unwrap();
+    assert!(exit.unwrap().success(), "{exit:?}\n{out}\n{err}");
+    (out, err)
+}
+
 /// Files under `root` (snapshots decompressed) that contain `needle`.
 pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
     grep_tree_for_any(root, &[needle])

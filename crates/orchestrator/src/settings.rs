@@ -781,22 +781,17 @@ pub struct Credentials {
     pub token: Secret,
 }
 
-/// Reads the credentials file; `Ok(None)` if there is none.
-///
-/// Refuses a file whose mode grants any permission to group or others: a
-/// token readable by other users must be fixed, not used.
-pub fn load_credentials(path: &Path) -> Result<Option<Credentials>, SettingsError> {
+/// The text of `path`, at most `limit` bytes, from a file only its owner
+/// may read: one whose mode grants group or others anything is refused (a
+/// secret readable by other users must be fixed, not used). The mode is
+/// that of the file actually opened, not of whatever the path names by the
+/// time anyone looks again.
+pub(crate) fn read_owner_only(path: &Path, limit: u64) -> Result<String, SettingsError> {
     let read_error = |error| SettingsError::Read {
         path: path.to_owned(),
         error,
     };
-    let mut file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(read_error(error)),
-    };
-    // The mode of the file actually opened, not of whatever the path names
-    // by the time we look again.
+    let file = fs::File::open(path).map_err(read_error)?;
     let mode = file.metadata().map_err(read_error)?.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(SettingsError::InsecureCredentials {
@@ -805,7 +800,34 @@ pub fn load_credentials(path: &Path) -> Result<Option<Credentials>, SettingsErro
         });
     }
     let mut text = String::new();
-    file.read_to_string(&mut text).map_err(read_error)?;
+    file.take(limit)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    Ok(text)
+}
+
+/// [`read_owner_only`] for a file that may not exist: `Ok(None)` then.
+pub(crate) fn read_owner_only_if_present(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<String>, SettingsError> {
+    match read_owner_only(path, limit) {
+        Ok(text) => Ok(Some(text)),
+        Err(SettingsError::Read { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads the credentials file; `Ok(None)` if there is none.
+///
+/// Refuses a file whose mode grants any permission to group or others: a
+/// token readable by other users must be fixed, not used.
+pub fn load_credentials(path: &Path) -> Result<Option<Credentials>, SettingsError> {
+    let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
+        return Ok(None);
+    };
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| SettingsError::Parse {
@@ -1044,22 +1066,7 @@ pub fn tensorlake_settings(raw: &RawSettings) -> Result<TensorlakeSettings, Sett
 /// Reads a secret from a file that only its owner may read; one trailing
 /// newline is dropped.
 fn read_secret_file(path: &Path) -> Result<Secret, SettingsError> {
-    let read_error = |error| SettingsError::Read {
-        path: path.to_owned(),
-        error,
-    };
-    let file = fs::File::open(path).map_err(read_error)?;
-    let mode = file.metadata().map_err(read_error)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        return Err(SettingsError::InsecureCredentials {
-            path: path.to_owned(),
-            mode: mode & 0o7777,
-        });
-    }
-    let mut text = String::new();
-    file.take(64 * 1024)
-        .read_to_string(&mut text)
-        .map_err(read_error)?;
+    let text = read_owner_only(path, 64 * 1024)?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
     let text = text.strip_suffix('\r').unwrap_or(text);
     Ok(Secret::new(text))

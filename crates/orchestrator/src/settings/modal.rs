@@ -16,15 +16,12 @@
 //! The token is never taken from a flag (argv is visible to every user of
 //! the machine) and never printed: it is kept in [`fleet::Secret`]s.
 
-use std::fs;
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleet::Secret;
 
-use super::{HostEnv, Origin, SettingsError, Sourced};
+use super::{HostEnv, Origin, SettingsError, Sourced, read_owner_only_if_present};
 
 pub const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
 pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
@@ -174,24 +171,9 @@ pub fn from_modal_toml(
     path: &Path,
     profile: Option<&str>,
 ) -> Result<Option<modal::Credentials>, SettingsError> {
-    let read_error = |error| SettingsError::Read {
-        path: path.to_owned(),
-        error,
+    let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
+        return Ok(None);
     };
-    let mut file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(read_error(e)),
-    };
-    let mode = file.metadata().map_err(read_error)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        return Err(SettingsError::InsecureCredentials {
-            path: path.to_owned(),
-            mode: mode & 0o7777,
-        });
-    }
-    let mut text = String::new();
-    file.read_to_string(&mut text).map_err(read_error)?;
     let parse = |reason: String| SettingsError::Parse {
         path: path.to_owned(),
         reason,
@@ -236,7 +218,9 @@ pub fn from_modal_toml(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::fs;
     use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
 

@@ -1,0 +1,376 @@
+//! Unit tests of the state transitions: paging, claims, expiry, lingering
+//! rows, resume, the gateway's admission, PKCE codes and token scopes, all
+//! driven with explicit `now` values against short timings.
+
+use super::*;
+use crate::model::{Step, Then};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn state() -> (State, String) {
+    let mut s = State::new(Timing {
+        claim_ttl_ms: 1_000,
+        linger_ms: 500,
+        status_lag_ms: 100,
+        connect_token_ttl_ms: 10_000,
+        code_ttl_ms: 1_000,
+    });
+    let o = s.create_outpost("lab", Platform::Linux, None, T0);
+    (s, o)
+}
+
+fn session(s: &mut State, outpost: &str, id: &str) -> String {
+    s.create_session(
+        NewSession {
+            outpost_id: outpost.into(),
+            session_id: Some(id.into()),
+            ..Default::default()
+        },
+        T0,
+    )
+    .unwrap()
+}
+
+fn query(outpost: &str, first: usize, cursor: Option<&str>) -> ListQuery {
+    ListQuery {
+        outpost_id: outpost.into(),
+        phase: None,
+        acceptor_id: None,
+        first,
+        cursor: cursor.map(|c| Cursor::parse(c).unwrap()),
+    }
+}
+
+fn ids(p: &Page) -> Vec<&str> {
+    p.items.iter().map(|e| e.session_id()).collect()
+}
+
+fn status(s: &State, id: &str) -> SessionStatus {
+    s.sessions[id].status.clone()
+}
+
+#[test]
+fn paging_repeats_the_boundary_item_and_ends_with_an_event_cursor() {
+    let (mut s, o) = state();
+    for i in 0..5 {
+        session(&mut s, &o, &format!("devin-{i}"));
+    }
+    let p1 = s.list(&query(&o, 2, None)).unwrap();
+    assert_eq!(ids(&p1), ["devin-0", "devin-1"]);
+    assert!(p1.has_next_page);
+    assert_eq!(p1.total, 5);
+    let p2 = s.list(&query(&o, 2, Some(&p1.cursor))).unwrap();
+    assert_eq!(ids(&p2), ["devin-1", "devin-2"]);
+    let p3 = s.list(&query(&o, 2, Some(&p2.cursor))).unwrap();
+    assert_eq!(ids(&p3), ["devin-2", "devin-3"]);
+    let p4 = s.list(&query(&o, 2, Some(&p3.cursor))).unwrap();
+    assert_eq!(ids(&p4), ["devin-3", "devin-4"]);
+    assert!(!p4.has_next_page);
+    assert_eq!(Cursor::parse(&p4.cursor), Some(Cursor::Event(s.log.head())));
+}
+
+#[test]
+fn paging_with_one_per_page_still_advances() {
+    let (mut s, o) = state();
+    for i in 0..3 {
+        session(&mut s, &o, &format!("devin-{i}"));
+    }
+    let mut cursor = None;
+    let mut seen = Vec::new();
+    loop {
+        let p = s.list(&query(&o, 1, cursor.as_deref())).unwrap();
+        seen.extend(ids(&p).iter().map(|x| x.to_string()));
+        if !p.has_next_page {
+            break;
+        }
+        cursor = Some(p.cursor);
+    }
+    assert_eq!(seen, ["devin-0", "devin-1", "devin-2"]);
+}
+
+#[test]
+fn final_cursor_replays_changes_made_while_paging() {
+    let (mut s, o) = state();
+    for i in 0..3 {
+        session(&mut s, &o, &format!("devin-{i}"));
+    }
+    let p1 = s.list(&query(&o, 2, None)).unwrap();
+    s.claim("devin-0", "a", T0).unwrap();
+    let p2 = s.list(&query(&o, 2, Some(&p1.cursor))).unwrap();
+    let Some(Cursor::Event(c)) = Cursor::parse(&p2.cursor) else {
+        panic!("final cursor is an event cursor");
+    };
+    let (evs, _) = s.events_after(&o, c, 100).unwrap();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(evs[0].object.status.phase, Phase::Claimed);
+}
+
+#[test]
+fn filters_by_phase_and_acceptor() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-a");
+    session(&mut s, &o, "devin-b");
+    s.claim("devin-b", "w1", T0).unwrap();
+    let mut q = query(&o, 100, None);
+    q.phase = Some("claimed".into());
+    q.acceptor_id = Some("w1".into());
+    assert_eq!(ids(&s.list(&q).unwrap()), ["devin-b"]);
+    q.acceptor_id = Some("w2".into());
+    assert!(s.list(&q).unwrap().items.is_empty());
+}
+
+#[test]
+fn claim_is_a_compare_and_swap() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    let (entry, token) = s.claim("devin-1", "a", T0).unwrap();
+    assert_eq!(entry.status.phase, Phase::Claimed);
+    assert_eq!(entry.status.acceptor_id.as_deref(), Some("a"));
+    assert_eq!(entry.status.connect_token.unwrap().expose(), token);
+    assert_eq!(
+        entry.status.claim_deadline.unwrap().unix_millis(),
+        T0 + 1_000
+    );
+    let err = s.claim("devin-1", "b", T0 + 10).unwrap_err();
+    assert!(matches!(err, StateError::Conflict(_)));
+    assert!(matches!(
+        s.claim("devin-x", "a", T0),
+        Err(StateError::NotFound(_))
+    ));
+}
+
+#[test]
+fn reclaim_by_holder_renews_with_a_fresh_token() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    let (_, t1) = s.claim("devin-1", "a", T0).unwrap();
+    let (e, t2) = s.claim("devin-1", "a", T0 + 500).unwrap();
+    assert_ne!(t1, t2);
+    assert_eq!(e.status.claim_deadline.unwrap().unix_millis(), T0 + 1_500);
+    // The first token stays valid for the session.
+    assert!(
+        s.gateway_open(Some(&t1), Some("devin-1"), 1, T0 + 600)
+            .is_ok()
+    );
+}
+
+#[test]
+fn lazy_expiry_returns_idle_claims_but_keeps_running_sessions() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-idle");
+    session(&mut s, &o, "devin-live");
+    s.claim("devin-idle", "a", T0).unwrap();
+    let (_, token) = s.claim("devin-live", "a", T0).unwrap();
+    s.gateway_open(Some(&token), Some("devin-live"), 1, T0)
+        .unwrap();
+    assert_eq!(status(&s, "devin-live"), SessionStatus::Running);
+
+    let later = T0 + 5_000;
+    s.expire_claims(later);
+    let idle = s.render("devin-idle").unwrap();
+    assert_eq!(idle.status.phase, Phase::Pending);
+    assert_eq!(idle.status.acceptor_id, None);
+    let live = s.render("devin-live").unwrap();
+    assert_eq!(live.status.phase, Phase::Claimed);
+    assert!(matches!(
+        s.claim("devin-live", "b", later),
+        Err(StateError::Conflict(_))
+    ));
+    assert!(s.claim("devin-idle", "b", later).is_ok());
+    // The holder of the running session may still renew.
+    assert!(s.claim("devin-live", "a", later).is_ok());
+}
+
+#[test]
+fn expired_claim_on_a_non_running_session_can_be_taken_over() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    s.claim("devin-1", "a", T0).unwrap();
+    // Without a lazy sweep in between the CAS itself honours expiry.
+    let (e, _) = s.claim("devin-1", "b", T0 + 1_000).unwrap();
+    assert_eq!(e.status.acceptor_id.as_deref(), Some("b"));
+}
+
+#[test]
+fn release_needs_the_holder_and_an_entry() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    assert!(matches!(
+        s.release("devin-1", "a", T0),
+        Err(StateError::Conflict(_))
+    ));
+    s.claim("devin-1", "a", T0).unwrap();
+    assert!(matches!(
+        s.release("devin-1", "b", T0),
+        Err(StateError::Conflict(_))
+    ));
+    let e = s.release("devin-1", "a", T0).unwrap();
+    assert_eq!(e.status.phase, Phase::Pending);
+    assert_eq!(e.status.acceptor_id, None);
+    s.remove_entry("devin-1", T0);
+    assert!(matches!(
+        s.release("devin-1", "a", T0),
+        Err(StateError::NotFound(_))
+    ));
+}
+
+#[test]
+fn released_finished_rows_linger_then_are_deleted() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    let (_, token) = s.claim("devin-1", "a", T0).unwrap();
+    s.gateway_open(Some(&token), Some("devin-1"), 1, T0)
+        .unwrap();
+    s.request_stop("devin-1", Stop::End, T0).unwrap();
+    s.gateway_closed("devin-1", 1, "closed", T0 + 10);
+    s.tick(T0 + 50);
+    assert_eq!(status(&s, "devin-1"), SessionStatus::Running, "status lags");
+    s.tick(T0 + 110);
+    assert_eq!(status(&s, "devin-1"), SessionStatus::Terminated);
+
+    s.release("devin-1", "a", T0 + 200).unwrap();
+    let row = s.render("devin-1").unwrap();
+    assert_eq!(row.status.phase, Phase::Pending);
+    assert_eq!(row.status.session_status, SessionStatus::Terminated);
+    s.tick(T0 + 600);
+    assert!(s.render("devin-1").is_some(), "still lingering");
+    let head = s.log.head();
+    s.tick(T0 + 700);
+    assert!(s.render("devin-1").is_none());
+    let (evs, _) = s.events_after(&o, head, 10).unwrap();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(evs[0].kind, EventType::Deleted);
+}
+
+#[test]
+fn replay_after_a_cursor_sees_every_later_change() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    let cursor = s.log.head();
+    s.claim("devin-1", "a", T0).unwrap();
+    s.release("devin-1", "a", T0).unwrap();
+    s.remove_entry("devin-1", T0);
+    let (evs, _) = s.events_after(&o, cursor, 100).unwrap();
+    let kinds: Vec<_> = evs.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        [EventType::Modified, EventType::Modified, EventType::Deleted]
+    );
+    let (from_start, _) = s.events_after(&o, 0, 100).unwrap();
+    assert_eq!(from_start.len(), 4, "creation is a MODIFIED event too");
+    assert_eq!(s.events_after(&o, 999, 10).unwrap_err(), StateError::Gone);
+}
+
+#[test]
+fn resume_enqueues_a_new_entry_only_when_suspended() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    let script = Script {
+        steps: vec![Step::Run {
+            command: "true".into(),
+        }],
+        then: Then::End,
+    };
+    assert!(matches!(
+        s.resume("devin-1", script.clone(), T0),
+        Err(StateError::Conflict(_))
+    ));
+    s.request_stop("devin-1", Stop::Sleep, T0).unwrap();
+    s.tick(T0 + 100);
+    assert_eq!(status(&s, "devin-1"), SessionStatus::Suspended);
+    s.remove_entry("devin-1", T0 + 100);
+
+    s.resume("devin-1", script.clone(), T0 + 200).unwrap();
+    let row = s.render("devin-1").unwrap();
+    assert_eq!(row.spec.kind, SessionKind::Resume);
+    assert_eq!(row.status.phase, Phase::Pending);
+    assert_eq!(row.status.session_status, SessionStatus::Pending);
+    assert_eq!(s.sessions["devin-1"].script, script);
+}
+
+#[test]
+fn gateway_admits_one_remote_with_the_right_token() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    session(&mut s, &o, "devin-2");
+    let (_, token) = s.claim("devin-1", "a", T0).unwrap();
+    assert_eq!(
+        s.gateway_open(None, Some("devin-1"), 1, T0),
+        Err(GatewayRefusal::Unauthorized)
+    );
+    assert_eq!(
+        s.gateway_open(Some("ct_nope"), Some("devin-1"), 1, T0),
+        Err(GatewayRefusal::Unauthorized)
+    );
+    assert_eq!(
+        s.gateway_open(Some(&token), Some("devin-2"), 1, T0),
+        Err(GatewayRefusal::Forbidden)
+    );
+    assert_eq!(
+        s.gateway_open(Some(&token), Some("devin-1"), 1, T0 + 20_000),
+        Err(GatewayRefusal::Forbidden),
+        "expired"
+    );
+    s.gateway_open(Some(&token), Some("devin-1"), 1, T0)
+        .unwrap();
+    assert_eq!(
+        s.gateway_open(Some(&token), Some("devin-1"), 2, T0),
+        Err(GatewayRefusal::Duplicate)
+    );
+    assert_eq!(
+        s.view("devin-1")
+            .unwrap()
+            .events("duplicate_connection")
+            .count(),
+        1
+    );
+    s.gateway_closed("devin-1", 1, "closed", T0);
+    assert!(s.gateway_open(Some(&token), Some("devin-1"), 3, T0).is_ok());
+}
+
+#[test]
+fn pkce_codes_are_single_use_and_bound_to_the_challenge() {
+    let (mut s, o) = state();
+    let code = s.mint_code("chal", &o, T0);
+    assert_eq!(
+        s.redeem_code(&code, "chal", T0).unwrap().0.id,
+        o,
+        "right verifier"
+    );
+    assert_eq!(
+        s.redeem_code(&code, "chal", T0).unwrap_err(),
+        GrantError::InvalidGrant
+    );
+    let code = s.mint_code("chal", &o, T0);
+    assert!(s.redeem_code(&code, "other", T0).is_err());
+    let code = s.mint_code("chal", &o, T0);
+    assert!(s.redeem_code(&code, "chal", T0 + 5_000).is_err(), "expired");
+}
+
+#[test]
+fn account_token_scopes() {
+    let (mut s, _) = state();
+    let machine = s.mint_account_token(&[SCOPE_MACHINE]);
+    assert_eq!(s.check_account_token(&machine, &[SCOPE_MACHINE]), Ok(()));
+    assert_eq!(
+        s.check_account_token(&machine, &[SCOPE_ORCHESTRATOR]),
+        Err(AuthError::Forbidden)
+    );
+    assert_eq!(
+        s.check_account_token("cog_unknown", &[SCOPE_MACHINE]),
+        Err(AuthError::Unauthorized)
+    );
+}
+
+#[test]
+fn outposts_count_pending_and_claimed_rows() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-1");
+    session(&mut s, &o, "devin-2");
+    s.claim("devin-1", "a", T0).unwrap();
+    let out = s.outpost(&o).unwrap();
+    assert_eq!(out.status.queue_depth, 1);
+    assert_eq!(out.status.active_claims, 1);
+    s.delete_outpost(&o, T0).unwrap();
+    assert!(s.entries.is_empty());
+}

@@ -2,8 +2,11 @@
 //! rows, resume, the gateway's admission, PKCE codes and token scopes, all
 //! driven with explicit `now` values against short timings.
 
+use fleet::{EventType, Phase, Platform, SessionKind, SessionStatus};
+
+use super::listing::Page;
 use super::*;
-use crate::model::{Step, Then};
+use crate::model::{NewSession, Script, Step, Then};
 
 const T0: i64 = 1_700_000_000_000;
 

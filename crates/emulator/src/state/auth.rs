@@ -1,0 +1,40 @@
+//! Account tokens and their scopes: minting a bearer token and checking it
+//! against the scopes an endpoint accepts.
+
+use super::{State, random_hex};
+
+/// Scope that reads the queue and claims/releases entries.
+pub const SCOPE_MACHINE: &str = "account.outposts.machine";
+/// Scope that also creates and deletes outposts.
+pub const SCOPE_ORCHESTRATOR: &str = "account.outposts.orchestrator";
+
+/// Why an account token is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AuthError {
+    Unauthorized,
+    Forbidden,
+}
+
+impl State {
+    pub fn mint_account_token(&mut self, scopes: &[&str]) -> String {
+        let token = format!("cog_{}", random_hex(24));
+        self.account_tokens.insert(
+            token.clone(),
+            scopes.iter().map(|s| (*s).to_owned()).collect(),
+        );
+        token
+    }
+
+    /// Checks a bearer token for any one of `scopes`.
+    pub fn check_account_token(&self, token: &str, scopes: &[&str]) -> Result<(), AuthError> {
+        let granted = self
+            .account_tokens
+            .get(token)
+            .ok_or(AuthError::Unauthorized)?;
+        if scopes.iter().any(|s| granted.contains(*s)) {
+            Ok(())
+        } else {
+            Err(AuthError::Forbidden)
+        }
+    }
+}

@@ -2,7 +2,7 @@
 
 use tracing_subscriber::EnvFilter;
 
-pub use crate::serve_args::LogFormat;
+pub use crate::commands::serve::LogFormat;
 
 /// Installs the subscriber: `RUST_LOG` when set, else `info`.
 pub fn init(format: LogFormat) {

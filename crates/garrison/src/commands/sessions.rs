@@ -3,7 +3,7 @@
 use clap::Args;
 use orchestrator::api::SessionSummary;
 
-use super::{
+use crate::admin_client::{
     SourceArgs, age, bytes, fallback_note, is_done, now_ms, printable, should_fall_back, table,
 };
 

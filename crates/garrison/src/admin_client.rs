@@ -7,12 +7,6 @@
 //! stderr). `terminate` has no fallback: only the daemon holding the claim
 //! can stop a session.
 
-pub mod logs;
-mod logs_pty;
-pub mod sessions;
-pub mod status;
-pub mod terminate;
-
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

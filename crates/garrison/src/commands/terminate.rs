@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::{AdminError, SourceArgs, printable};
+use crate::admin_client::{AdminError, SourceArgs, printable};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  garrison terminate devin-abc123\n  \

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use fleet::{ClientOptions, CreateOutpost, FleetClient, FleetError, Outpost, Platform, Secret};
 use orchestrator::settings::{self, TOKEN_ENV};
 
-use crate::connect::printable;
+use crate::commands::connect::printable;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -141,7 +141,7 @@ fn client(api_url_flag: Option<&str>) -> anyhow::Result<(FleetClient, String)> {
             orchestrator::config::DEFAULT_API_URL.to_owned(),
         ),
     };
-    let api_url = crate::connect::base_url(what, &api_url)?;
+    let api_url = crate::commands::connect::base_url(what, &api_url)?;
     let client = FleetClient::new(&api_url, token, ClientOptions::default())
         .map_err(|e| anyhow!("{e}"))
         .context("cannot build the fleet API client")?;

@@ -22,7 +22,7 @@ use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };
 
-use crate::serve_args::{LogFormat, ServeArgs};
+use crate::commands::serve::{LogFormat, ServeArgs};
 use check::Check;
 
 /// Flags of `garrison doctor`: the subset of `garrison serve`'s that says

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use clap::Args;
 use orchestrator::api::{OutpostView, StatusView};
 
-use super::{Local, SourceArgs, age, fallback_note, now_ms, printable, should_fall_back, table};
+use crate::admin_client::{
+    Local, SourceArgs, age, fallback_note, now_ms, printable, should_fall_back, table,
+};
 
 #[derive(Args, Debug)]
 #[command(

@@ -2,8 +2,10 @@
 
 mod admin_client;
 mod commands;
+mod format;
 mod logging;
 mod signals;
+mod store_fallback;
 mod tensorlake_access;
 
 use clap::Parser;

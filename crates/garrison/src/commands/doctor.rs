@@ -22,7 +22,8 @@ use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };
 
-use crate::commands::serve::{LogFormat, ServeArgs};
+use crate::commands::serve::ServeArgs;
+use crate::logging::LogFormat;
 use check::Check;
 
 /// Flags of `garrison doctor`: the subset of `garrison serve`'s that says

@@ -27,9 +27,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use orchestrator::store::Event;
 
-use crate::admin_client::{
-    Admin, AdminError, Local, SourceArgs, is_final, note, printable, should_fall_back,
-};
+use crate::admin_client::{Admin, AdminError};
+use crate::format::{is_final, note, printable};
+use crate::store_fallback::{Local, SourceArgs, should_fall_back};
 use tensorlake_pty::{Follower, Start};
 
 /// How often a followed session is looked at when the stream is quiet.
@@ -88,7 +88,7 @@ impl Reader {
                     self.admin.base()
                 )
             })?;
-            crate::admin_client::fallback_note(&self.admin, &e, &local);
+            crate::store_fallback::fallback_note(&self.admin, &e, &local);
             self.local = Some(local);
         }
         Ok(self.local.as_ref().expect("just set"))

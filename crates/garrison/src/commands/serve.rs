@@ -3,7 +3,7 @@
 
 mod args;
 
-pub use args::{LogFormat, ServeArgs, resolve};
+pub use args::{ServeArgs, resolve};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {

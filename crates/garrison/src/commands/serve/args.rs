@@ -10,9 +10,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use orchestrator::config::ServeConfig;
 use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced, names};
+
+use crate::logging::LogFormat;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -145,15 +147,6 @@ pub struct ServeArgs {
     /// Address of the admin listener (health, metrics)
     #[arg(long, default_value = "127.0.0.1:9180", value_name = "ADDR")]
     pub listen: SocketAddr,
-}
-
-/// How log lines are written.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 impl ServeArgs {

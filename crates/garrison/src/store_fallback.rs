@@ -9,14 +9,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 use orchestrator::api::{LogChunk, SessionSummary};
-use orchestrator::settings::HostEnv;
+use orchestrator::settings::{HostEnv, RawSettings};
 use orchestrator::store::Store;
 
 use crate::admin_client::{Admin, AdminError, DEFAULT_ADMIN_URL};
+use crate::commands::serve::with_environment_variable;
 use crate::format::note;
 
 /// Where to read from: the daemon's admin API, else the state directory.
 #[derive(Args, Clone, Debug)]
+#[command(mut_args = with_environment_variable)]
 pub struct SourceArgs {
     /// The admin listener of a running `garrison serve`.
     #[arg(long, env = "GARRISON_ADMIN_URL", value_name = "URL", default_value = DEFAULT_ADMIN_URL)]
@@ -24,7 +26,7 @@ pub struct SourceArgs {
 
     /// State directory to read when the daemon is not reachable [default:
     /// /var/lib/garrison as root, else ~/.local/share/garrison]
-    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 }
 
@@ -33,13 +35,16 @@ impl SourceArgs {
         Admin::new(&self.admin)
     }
 
-    /// The state directory: the flag or `GARRISON_HOME`, else the
-    /// configuration file's `state_dir`, else the default.
+    /// The state directory: the flag, else `GARRISON_HOME`, else the
+    /// default configuration file's `state_dir`, else the default.
     pub fn state_dir(&self) -> anyhow::Result<PathBuf> {
         if let Some(dir) = &self.state_dir {
             return Ok(dir.clone());
         }
         let host = HostEnv::current();
+        if let Some(dir) = RawSettings::from_env(&host).state_dir {
+            return Ok(dir.value);
+        }
         if let Ok(path) = host.config_file_path()
             && let Ok(Some(file)) = orchestrator::settings::load_file(&path)
             && let Some(dir) = file.state_dir

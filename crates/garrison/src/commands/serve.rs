@@ -3,7 +3,7 @@
 
 mod args;
 
-pub use args::{ServeArgs, resolve};
+pub use args::{ServeArgs, file_layer, resolve, with_environment_variable};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {

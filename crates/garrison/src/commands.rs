@@ -49,8 +49,9 @@ pub enum Command {
     /// Run Garrison itself in a cloud sandbox, idempotently (--status,
     /// --logs, --terminate).
     Deploy(deploy::DeployArgs),
-    /// Mocks of cloud APIs for trying backends without an account.
-    #[command(hide = true)]
+    /// Serve a mock of a cloud backend's API on this machine, to try that
+    /// backend and run its tests without an account.
+    #[command(long_about = mock::LONG_ABOUT)]
     Mock(mock::MockArgs),
 }
 

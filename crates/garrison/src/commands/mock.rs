@@ -1,12 +1,39 @@
-//! `garrison mock tensorlake` (hidden): the mock Tensorlake API as a
-//! process, for trying `--backend tensorlake` and for tests of commands that
-//! run in another process. Its processes run on this host.
+//! `garrison mock`: mocks of the cloud backends' APIs as processes, for
+//! trying a backend (`garrison serve --backend tensorlake`) and running its
+//! tests without a cloud account, including tests of commands that run in
+//! another process. The mocks run their sandboxes' processes on this host.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use tokio_util::sync::CancellationToken;
+
+/// `garrison mock --help`.
+pub const LONG_ABOUT: &str = "\
+Serves a mock of a cloud backend's API on this machine, to try that backend
+(`garrison serve --backend tensorlake`) and run its tests without an account.
+
+A mock is not the real service: it answers the API as the published material
+describes it, but its \"sandboxes\" are directories on this host and their
+processes run here, unsandboxed, as the user who started the mock. It listens
+on loopback addresses only, and only until it is stopped (SIGTERM or Ctrl-C);
+its sandboxes end with it.";
+
+const TENSORLAKE_AFTER_HELP: &str = "\
+Output:
+  The first line is TENSORLAKE_API_URL=http://127.0.0.1:PORT (the mock's
+  address), the second TENSORLAKE_SANDBOX_ROOT=<root>/sandboxes/{id}; both are
+  the variables `garrison serve --backend tensorlake` reads, so they can be
+  exported as printed. Nothing else is written to stdout.
+
+Example:
+  # In one terminal (the key is any string; serve must be given the same):
+  TENSORLAKE_API_KEY=tl_try garrison mock tensorlake --root /tmp/tl-mock
+  # In another, with the two lines it printed:
+  export TENSORLAKE_API_KEY=tl_try TENSORLAKE_API_URL=http://127.0.0.1:PORT \\
+         TENSORLAKE_SANDBOX_ROOT=/tmp/tl-mock/sandboxes/{id}
+  garrison serve --backend tensorlake";
 
 #[derive(Args, Debug)]
 pub struct MockArgs {
@@ -16,9 +43,12 @@ pub struct MockArgs {
 
 #[derive(Subcommand, Debug)]
 enum Service {
-    /// Tensorlake's sandbox API. The key it accepts is read from
-    /// TENSORLAKE_API_KEY (never a flag). Prints its URL and the
-    /// TENSORLAKE_SANDBOX_ROOT to use with it, then serves until stopped.
+    /// Tensorlake's sandbox API (lifecycle, processes, files, PTY, snapshots).
+    ///
+    /// The key it accepts is read from TENSORLAKE_API_KEY (never a flag): use
+    /// the same value for `garrison serve`. Prints the variables to use with
+    /// it, then serves until stopped.
+    #[command(after_help = TENSORLAKE_AFTER_HELP)]
     Tensorlake {
         /// A loopback address (others are refused).
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -26,7 +56,8 @@ enum Service {
         /// Holds the sandboxes' directories and the snapshots.
         #[arg(long)]
         root: PathBuf,
-        /// Suspend named sandboxes idle for their `timeout_secs`.
+        /// Suspend named sandboxes idle for their `timeout_secs`, as
+        /// Tensorlake does.
         #[arg(long)]
         idle_suspend: bool,
     },

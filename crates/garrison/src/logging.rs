@@ -1,8 +1,16 @@
 //! Process-wide structured logging.
 
+use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
-pub use crate::serve_args::LogFormat;
+/// How log lines are written (`serve --log-format`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the subscriber: `RUST_LOG` when set, else `info`.
 pub fn init(format: LogFormat) {

@@ -1,4 +1,5 @@
-//! `garrison mock tensorlake` serves the mock Tensorlake API as a process.
+//! `garrison mock tensorlake` serves the mock Tensorlake API as a process,
+//! and `--help` says what the mock is for.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -55,4 +56,40 @@ fn the_mock_refuses_to_listen_beyond_loopback() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("loopback"), "{stderr}");
+}
+
+#[test]
+fn the_mock_is_listed_and_its_help_says_what_it_is_for() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_garrison"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    assert!(
+        top.lines()
+            .any(|l| l.trim_start().starts_with("mock ") && l.contains("without an account")),
+        "{top}"
+    );
+    let mock = help(&["mock", "--help"]);
+    for needle in ["not the real service", "loopback", "tensorlake"] {
+        assert!(
+            mock.contains(needle),
+            "mock --help lacks {needle:?}:\n{mock}"
+        );
+    }
+    let tensorlake = help(&["mock", "tensorlake", "--help"]);
+    for needle in [
+        "TENSORLAKE_API_KEY",
+        "The first line is TENSORLAKE_API_URL=",
+        "TENSORLAKE_SANDBOX_ROOT=",
+    ] {
+        assert!(
+            tensorlake.contains(needle),
+            "mock tensorlake --help lacks {needle:?}:\n{tensorlake}"
+        );
+    }
 }

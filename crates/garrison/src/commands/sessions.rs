@@ -3,9 +3,8 @@
 use clap::Args;
 use orchestrator::api::SessionSummary;
 
-use super::{
-    SourceArgs, age, bytes, fallback_note, is_done, now_ms, printable, should_fall_back, table,
-};
+use crate::format::{age, bytes, is_done, now_ms, printable, table};
+use crate::store_fallback::{SourceArgs, fallback_note, should_fall_back};
 
 /// Done sessions shown without `--all`.
 const RECENT_DONE: usize = 20;

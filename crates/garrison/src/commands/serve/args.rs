@@ -1,18 +1,23 @@
 //! The command line of `garrison serve`, and how it becomes a
 //! [`ServeConfig`].
 //!
-//! clap reads each flag and, when the flag is absent, its environment
-//! variable (so `--help` lists both). Numbers stay text here: they are
-//! checked in [`orchestrator::settings`], where an error can say which flag,
-//! variable or file key held the bad value.
+//! clap reads the flags only: the environment layer is
+//! [`RawSettings::from_env`], so each value's origin is where it was read
+//! (`--cpus`, or `SANDBOX_CPUS (environment)`), never inferred. `--help`
+//! still names each setting's variable ([`with_environment_variable`]).
+//! Numbers stay text here: they are checked in [`orchestrator::settings`],
+//! where an error can say which flag, variable or file key held the bad
+//! value.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use orchestrator::config::ServeConfig;
 use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced, names};
+
+use crate::logging::LogFormat;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -54,48 +59,48 @@ Precedence:
 
 /// Serve Devin sessions of one or more outposts.
 #[derive(Args, Clone, Debug, PartialEq)]
-#[command(after_help = AFTER_HELP)]
+#[command(after_help = AFTER_HELP, mut_args = with_environment_variable)]
 pub struct ServeArgs {
     /// Outpost to serve; repeat or separate with commas for several
     /// [default: the file's [[outpost]] tables, else the one `garrison connect` saved]
-    #[arg(long = "outpost", env = "OUTPOST_ID", value_name = "ID")]
+    #[arg(long = "outpost", value_name = "ID")]
     pub outposts: Vec<String>,
 
     /// Devin API base, without /opbeta [default: https://api.devin.ai]
-    #[arg(long, env = "DEVIN_API_URL", value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     pub api_url: Option<String>,
 
     /// This worker's identity when claiming sessions, 1-128 of [A-Za-z0-9._-]
     /// [default: generated once and kept in the state directory]
-    #[arg(long, env = "DEVIN_WORKER_ACCEPTOR_ID", value_name = "ID")]
+    #[arg(long, value_name = "ID")]
     pub acceptor_id: Option<String>,
 
     /// Where devin-remote is downloaded from
     /// [default: https://static.devin.ai/devin-rs/remote/]
-    #[arg(long, env = "DEVIN_WORKER_STATIC_BASE_URL", value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     pub static_base_url: Option<String>,
 
     /// Sandbox backend: local (a container per session), host (no isolation),
     /// tensorlake (a Tensorlake microVM per session) or modal [default: local]
-    #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
+    #[arg(long, value_name = "KIND")]
     pub backend: Option<String>,
 
     /// Sessions run at once, per outpost, 1-1000 [default: 5]
-    #[arg(long, env = "MAX_CONCURRENT_SESSIONS", value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub max_concurrent: Option<String>,
 
     /// Database, session logs and caches
     /// [default: /var/lib/garrison as root, else ~/.local/share/garrison]
-    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
     /// Where snapshots are kept; may be shared by several Garrisons
     /// [default: <state-dir>/snapshots]
-    #[arg(long, env = "GARRISON_SNAPSHOT_DIR", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
 
     /// How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited [default: 30d]
-    #[arg(long, env = "SNAPSHOT_RETENTION", value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION")]
     pub snapshot_retention: Option<String>,
 
     /// Seconds between full re-lists of the queue, 1-3600 [default: 30]
@@ -107,19 +112,19 @@ pub struct ServeArgs {
     pub drain: bool,
 
     /// vCPUs per session sandbox, more than 0 and at most 256 [default: 2]
-    #[arg(long, env = "SANDBOX_CPUS", value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub cpus: Option<String>,
 
     /// Memory per session sandbox in MiB, at least 128 [default: 8192]
-    #[arg(long, env = "SANDBOX_MEMORY_MB", value_name = "MIB")]
+    #[arg(long, value_name = "MIB")]
     pub memory_mb: Option<String>,
 
     /// Disk per session sandbox in MiB, at least 256 [default: 10240]
-    #[arg(long, env = "SANDBOX_DISK_MB", value_name = "MIB")]
+    #[arg(long, value_name = "MIB")]
     pub disk_mb: Option<String>,
 
     /// Sandbox image [default: the backend's]
-    #[arg(long, env = "SANDBOX_IMAGE", value_name = "IMAGE")]
+    #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
     /// Restarts of a crashing remote before the session is given up, 0-100 [default: 3]
@@ -127,15 +132,15 @@ pub struct ServeArgs {
     pub max_restarts: Option<String>,
 
     /// Repositories cloned into each new sandbox; repeat or separate with commas
-    #[arg(long = "repos", env = "REPOS", value_name = "URLS")]
+    #[arg(long = "repos", value_name = "URLS")]
     pub repos: Vec<String>,
 
     /// User name for cloning private repositories with GIT_TOKEN [default: x-access-token]
-    #[arg(long, env = "GIT_USERNAME", value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     pub git_username: Option<String>,
 
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
-    #[arg(long, env = "GARRISON_CONFIG_FILE", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
     /// Log line format
@@ -147,56 +152,33 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 }
 
-/// How log lines are written.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
 impl ServeArgs {
     /// The flag layer and the environment layer, merged (flags first).
     pub fn to_raw(&self, host: &HostEnv) -> RawSettings {
-        self.flag_layer(host).or(RawSettings::from_env(host))
+        self.flag_layer().or(RawSettings::from_env(host))
     }
 
-    /// The values given as flags.
-    ///
-    /// clap fills an absent flag from its environment variable, so a value
-    /// equal to the variable's is left to [`RawSettings::from_env`]: an error
-    /// then names `SANDBOX_CPUS (environment)` rather than `--cpus`. (Had
-    /// both been given the same value, either name would be right.)
-    pub fn flag_layer(&self, host: &HostEnv) -> RawSettings {
-        let text = |value: &Option<String>, names: Names| {
-            let value = value.as_ref()?;
-            (!from_env(host, names, value)).then(|| flag(value.clone(), names))
-        };
-        let path = |value: &Option<PathBuf>, names: Names| {
-            let value = value.as_ref()?;
-            let same = value.to_str().is_some_and(|v| from_env(host, names, v));
-            (!same).then(|| flag(value.clone(), names))
-        };
-        let outposts = match self.outposts.as_slice() {
-            [] => None,
-            [one] if from_env(host, names::OUTPOST, one) => None,
-            list => Some(flag(list.to_vec(), names::OUTPOST)),
-        };
-        let repos = match self.repos.as_slice() {
-            [] => None,
-            [one] if from_env(host, names::REPOS, one) => None,
-            list => Some(flag(list.to_vec(), names::REPOS)),
+    /// The values given as flags, and only those.
+    pub fn flag_layer(&self) -> RawSettings {
+        let text = |value: &Option<String>, names: Names| Some(flag(value.clone()?, names));
+        let list = |values: &[String], names: Names| {
+            (!values.is_empty()).then(|| flag(values.to_vec(), names))
         };
         RawSettings {
-            outposts,
+            outposts: list(&self.outposts, names::OUTPOST),
             api_url: text(&self.api_url, names::API_URL),
             acceptor_id: text(&self.acceptor_id, names::ACCEPTOR_ID),
             static_base_url: text(&self.static_base_url, names::STATIC_BASE_URL),
             backend: text(&self.backend, names::BACKEND),
             max_concurrent: text(&self.max_concurrent, names::MAX_CONCURRENT),
-            state_dir: path(&self.state_dir, names::STATE_DIR),
-            snapshot_dir: path(&self.snapshot_dir, names::SNAPSHOT_DIR),
+            state_dir: self
+                .state_dir
+                .clone()
+                .map(|dir| flag(dir, names::STATE_DIR)),
+            snapshot_dir: self
+                .snapshot_dir
+                .clone()
+                .map(|dir| flag(dir, names::SNAPSHOT_DIR)),
             snapshot_retention: text(&self.snapshot_retention, names::SNAPSHOT_RETENTION),
             relist_interval_secs: text(&self.relist_interval_secs, names::RELIST_INTERVAL_SECS),
             drain: self.drain.then(|| flag(true, names::DRAIN)),
@@ -207,7 +189,7 @@ impl ServeArgs {
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
             // Never from the command line: see AFTER_HELP.
             token: None,
-            repos,
+            repos: list(&self.repos, names::REPOS),
             git_username: text(&self.git_username, names::GIT_USERNAME),
             git_token: None,
             // Tensorlake's settings have no flags (the key never in argv).
@@ -220,39 +202,68 @@ fn flag<T>(value: T, names: Names) -> Sourced<T> {
     Sourced::new(value, Origin::Flag(names.flag))
 }
 
-/// The setting's environment variable is set to exactly `value`.
-fn from_env(host: &HostEnv, names: Names, value: &str) -> bool {
-    names
-        .env
-        .and_then(|var| host.vars.get(var))
-        .is_some_and(|v| v == value)
+/// Ends the help of a setting's flag with its environment variable, as
+/// clap's own `env` would show it, from [`names::ALL`] (so the two cannot
+/// drift). Flags that are not settings, or have no variable, are left as
+/// they are.
+pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
+    let Some(var) = names::ALL
+        .iter()
+        .find(|names| arg.get_long() == Some(names.flag.trim_start_matches("--")))
+        .and_then(|names| names.env)
+    else {
+        return arg;
+    };
+    let suffix = |help: &clap::builder::StyledStr| format!("{help} [env: {var}]");
+    let help = arg.get_help().map(suffix);
+    let long_help = arg.get_long_help().map(suffix);
+    let arg = match help {
+        Some(help) => arg.help(help),
+        None => arg,
+    };
+    match long_help {
+        Some(long_help) => arg.long_help(long_help),
+        None => arg,
+    }
+}
+
+/// The TOML file layer: the file named by `--config`, else by
+/// `GARRISON_CONFIG_FILE` (which must exist), else the default file if
+/// there is one. (The file's name is not a setting of [`RawSettings`], so
+/// its variable is read here, next to its flag.)
+pub fn file_layer(config_flag: Option<&Path>, host: &HostEnv) -> anyhow::Result<RawSettings> {
+    let named = match config_flag {
+        Some(path) => Some(flag(path.to_owned(), names::CONFIG)),
+        None => names::CONFIG.env.and_then(|var| {
+            Some(Sourced::new(
+                PathBuf::from(host.var(var)?),
+                Origin::Env(var),
+            ))
+        }),
+    };
+    if let Some(path) = named {
+        return settings::load_file(&path.value)?
+            .with_context(|| format!("{}: {} does not exist", path.origin, path.value.display()));
+    }
+    // Without a configuration directory (no HOME) there is simply no
+    // default file; what is then missing is reported by `settings::resolve`.
+    match host.config_file_path() {
+        Ok(path) => Ok(settings::load_file(&path)?.unwrap_or_default()),
+        Err(_) => Ok(RawSettings::default()),
+    }
 }
 
 /// Everything `garrison serve` runs with: the command line and environment,
 /// the TOML file and the credentials file, validated.
 pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     let host = HostEnv::current();
-    // Without a configuration directory (no HOME), there is simply no
-    // default file and no credentials file; what is then missing is
-    // reported by `settings::resolve`.
-    let config_dir = host.config_dir().ok();
+    let file = file_layer(args.config.as_deref(), &host)?;
 
-    let file = match &args.config {
-        Some(path) => settings::load_file(path)?.with_context(|| {
-            format!(
-                "--config / GARRISON_CONFIG_FILE: {} does not exist",
-                path.display()
-            )
-        })?,
-        None => match &config_dir {
-            Some(dir) => {
-                settings::load_file(&dir.join(settings::CONFIG_FILE_NAME))?.unwrap_or_default()
-            }
-            None => RawSettings::default(),
-        },
-    };
-
-    let credentials_path = config_dir.map(|dir| dir.join(settings::CREDENTIALS_FILE_NAME));
+    // Without a configuration directory there is no credentials file either.
+    let credentials_path = host
+        .config_dir()
+        .ok()
+        .map(|dir| dir.join(settings::CREDENTIALS_FILE_NAME));
     let credentials = match &credentials_path {
         Some(path) => settings::load_credentials(path)?,
         None => None,
@@ -285,8 +296,8 @@ mod tests {
         Serve(ServeArgs),
     }
 
-    /// Parses `garrison serve <args>`. clap also reads the process
-    /// environment; the tests use values no real environment would hold.
+    /// Parses `garrison serve <args>`: the flags alone, whatever the
+    /// process environment holds.
     fn parse(args: &[&str]) -> ServeArgs {
         let argv = ["garrison", "serve"].iter().chain(args);
         match Cli::try_parse_from(argv).expect("parses").command {
@@ -302,25 +313,56 @@ mod tests {
         HostEnv::new(1000, vars)
     }
 
+    /// The flags' part of `garrison serve --help`, one entry per flag (its
+    /// line and its help), whitespace collapsed.
+    fn help_entries() -> Vec<String> {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .expect("serve")
+            .render_long_help()
+            .to_string();
+        let options = help.split("Examples:").next().expect("help");
+        let mut entries: Vec<String> = Vec::new();
+        for line in options.lines().map(str::trim) {
+            if line.starts_with('-') {
+                entries.push(String::new());
+            }
+            if let Some(entry) = entries.last_mut() {
+                entry.push_str(line);
+                entry.push(' ');
+            }
+        }
+        entries
+    }
+
     #[test]
     fn every_setting_has_its_flag_and_environment_variable() {
-        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        let entries = help_entries();
         for names in names::ALL {
-            let long = names.flag.trim_start_matches("--");
-            let arg = cmd
-                .get_arguments()
-                .find(|a| a.get_long() == Some(long))
-                .unwrap_or_else(|| panic!("no flag {}", names.flag));
-            let env = arg.get_env().and_then(|e| e.to_str());
-            assert_eq!(env, names.env, "environment variable of {}", names.flag);
+            let entry = entries
+                .iter()
+                .find(|e| e.split_whitespace().next() == Some(names.flag))
+                .unwrap_or_else(|| panic!("--help has no flag {}", names.flag));
+            match names.env {
+                Some(var) => assert!(
+                    entry.contains(&format!("[env: {var}]")),
+                    "--help of {} lacks [env: {var}]: {entry}",
+                    names.flag
+                ),
+                None => assert!(!entry.contains("[env:"), "{entry}"),
+            }
         }
-        // And nothing takes the token.
+        // clap reads no variable: the environment is one layer, read by
+        // `RawSettings::from_env`. And nothing takes the token.
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
         assert!(cmd.get_arguments().all(|a| {
-            let env = a.get_env().and_then(|e| e.to_str());
-            env != Some(settings::TOKEN_ENV)
-                && env != Some(orchestrator::repos::GIT_TOKEN_ENV)
-                && a.get_long().is_none_or(|l| !l.contains("token"))
+            a.get_env().is_none() && a.get_long().is_none_or(|l| !l.contains("token"))
         }));
+        for var in [settings::TOKEN_ENV, orchestrator::repos::GIT_TOKEN_ENV] {
+            let shown = format!("[env: {var}]");
+            assert!(entries.iter().all(|e| !e.contains(&shown)), "{shown}");
+        }
     }
 
     #[test]
@@ -378,10 +420,10 @@ mod tests {
 
     #[test]
     fn values_are_attributed_to_the_flag_or_the_variable() {
-        // As clap leaves it when SANDBOX_CPUS=abc and --cpus is absent.
-        let args = parse(&["--cpus", "abc", "--memory-mb", "4096", "--outpost", "op"]);
+        // SANDBOX_CPUS and OUTPOST_ID are set, --cpus and --outpost absent.
+        let args = parse(&["--memory-mb", "4096"]);
         let h = host(&[("SANDBOX_CPUS", "abc"), ("OUTPOST_ID", "op")]);
-        let flags = args.flag_layer(&h);
+        let flags = args.flag_layer();
         assert_eq!(flags.cpus, None);
         assert_eq!(flags.outposts, None);
         assert_eq!(
@@ -415,6 +457,44 @@ mod tests {
                 Origin::Flag("--state-dir")
             ))
         );
+    }
+
+    #[test]
+    fn a_flag_equal_to_its_variable_is_still_the_flag() {
+        let args = parse(&["--cpus", "3", "--outpost", "op"]);
+        let h = host(&[("SANDBOX_CPUS", "3"), ("OUTPOST_ID", "op")]);
+        let raw = args.to_raw(&h);
+        assert_eq!(raw.cpus.map(|c| c.origin), Some(Origin::Flag("--cpus")));
+        assert_eq!(
+            raw.outposts.map(|o| o.origin),
+            Some(Origin::Flag("--outpost"))
+        );
+    }
+
+    #[test]
+    fn the_configuration_file_is_named_by_the_flag_else_the_variable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("missing.toml");
+        let missing = missing.to_str().expect("utf-8");
+        let h = host(&[
+            ("GARRISON_CONFIG_FILE", missing),
+            ("GARRISON_CONFIG", dir.path().to_str().expect("utf-8")),
+        ]);
+        let from_env = file_layer(None, &h).expect_err("missing");
+        assert!(
+            from_env
+                .to_string()
+                .starts_with("GARRISON_CONFIG_FILE (environment): "),
+            "{from_env}"
+        );
+        let from_flag = file_layer(Some(Path::new(missing)), &h).expect_err("missing");
+        assert!(
+            from_flag.to_string().starts_with("--config: "),
+            "{from_flag}"
+        );
+        // Neither: the default file, absent here, is no error.
+        let h = host(&[("GARRISON_CONFIG", dir.path().to_str().expect("utf-8"))]);
+        assert!(file_layer(None, &h).is_ok());
     }
 
     #[test]

@@ -164,8 +164,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 /// `$GARRISON_HOME/demo`, else `demo` under the default state directory.
 fn default_state_dir() -> anyhow::Result<PathBuf> {
     let host = orchestrator::settings::HostEnv::current();
-    let base = match host.var("GARRISON_HOME") {
-        Some(home) => PathBuf::from(home),
+    let base = match orchestrator::settings::RawSettings::from_env(&host).state_dir {
+        Some(home) => home.value,
         None => host
             .default_state_dir()
             .map_err(|e| anyhow::anyhow!("{e}; pass --state-dir"))?,

@@ -4,7 +4,9 @@
 
 use clap::Args;
 
-use super::{AdminError, SourceArgs, printable};
+use crate::admin_client::AdminError;
+use crate::format::printable;
+use crate::store_fallback::SourceArgs;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  garrison terminate devin-abc123\n  \

@@ -1,6 +1,8 @@
 //! `garrison image`: build, import, list and remove the `local` backend's
 //! images (see `sandbox::local::images`).
 
+mod modal_build;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -88,7 +90,7 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
     } = &args.command
         && backend == "modal"
     {
-        return crate::image_modal::build(name, recipe.as_deref(), &state_dir).await;
+        return modal_build::build(name, recipe.as_deref(), &state_dir).await;
     }
     let store = ImageStore::open(&state_dir.join("images"))
         .with_context(|| format!("opening the images of {}", state_dir.display()))?;

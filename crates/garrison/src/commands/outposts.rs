@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use fleet::{ClientOptions, CreateOutpost, FleetClient, FleetError, Outpost, Platform, Secret};
 use orchestrator::settings::{self, TOKEN_ENV};
 
-use crate::connect::printable;
+use crate::format::printable;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -141,7 +141,7 @@ fn client(api_url_flag: Option<&str>) -> anyhow::Result<(FleetClient, String)> {
             orchestrator::config::DEFAULT_API_URL.to_owned(),
         ),
     };
-    let api_url = crate::connect::base_url(what, &api_url)?;
+    let api_url = crate::commands::connect::base_url(what, &api_url)?;
     let client = FleetClient::new(&api_url, token, ClientOptions::default())
         .map_err(|e| anyhow!("{e}"))
         .context("cannot build the fleet API client")?;
@@ -166,11 +166,10 @@ fn explain(error: FleetError, api_url: &str, action: &str, id: Option<&str>) -> 
 
 /// ID, NAME, PLATFORM, QUEUE, CLAIMS in aligned columns.
 fn table(outposts: &[Outpost]) -> String {
-    let header = ["ID", "NAME", "PLATFORM", "QUEUE", "CLAIMS"];
-    let rows: Vec<[String; 5]> = outposts
+    let rows: Vec<Vec<String>> = outposts
         .iter()
         .map(|o| {
-            [
+            vec![
                 printable(&o.metadata.outpost_id),
                 printable(&o.metadata.name),
                 printable(o.spec.platform.as_str()),
@@ -179,32 +178,7 @@ fn table(outposts: &[Outpost]) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: [&str; 5]| {
-        let mut text = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                text.push_str(cell);
-            } else {
-                let pad = widths[i] - cell.chars().count();
-                text.push_str(cell);
-                text.push_str(&" ".repeat(pad + 2));
-            }
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for row in &rows {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
-    }
-    out
+    crate::format::table(&["ID", "NAME", "PLATFORM", "QUEUE", "CLAIMS"], &rows)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use tensorlake::{Client, SandboxClient};
 
 use super::TensorlakeDeployArgs;
 use super::plan::{self, Layout, ProcessStep, SandboxStep};
-use crate::serve_args::ServeArgs;
+use crate::commands::serve::ServeArgs;
 
 /// Bounds a wait for a state change; never an expectation of speed.
 const TRANSITION_GUARD: Duration = Duration::from_secs(600);
@@ -84,7 +84,7 @@ fn resolve(args: &TensorlakeDeployArgs) -> anyhow::Result<Resolved> {
             e.render().to_string().trim()
         )
     })?;
-    let config = crate::serve_args::resolve(&cli.serve)?;
+    let config = crate::commands::serve::resolve(&cli.serve)?;
     let config_file = match &config_path {
         Some(path) => {
             Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)

@@ -12,10 +12,12 @@
 //! the session is over here: done in any way but `suspended`.
 //!
 //! A session on Tensorlake is followed in its sandbox instead, over the PTY
-//! websocket ([`super::logs_pty`]), when the Tensorlake settings are set
+//! websocket ([`tensorlake_pty`]), when the Tensorlake settings are set
 //! here: the events so far, then the sandbox's output log, waiting without
 //! waking the sandbox while it is suspended. A session unknown here (served
 //! by `garrison deploy tensorlake`) is followed from its sandbox alone.
+
+mod tensorlake_pty;
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -25,8 +27,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use orchestrator::store::Event;
 
-use super::logs_pty::{Follower, Start};
-use super::{Admin, AdminError, Local, SourceArgs, is_final, note, printable, should_fall_back};
+use crate::admin_client::{Admin, AdminError};
+use crate::format::{is_final, note, printable};
+use crate::store_fallback::{Local, SourceArgs, should_fall_back};
+use tensorlake_pty::{Follower, Start};
 
 /// How often a followed session is looked at when the stream is quiet.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
@@ -84,7 +88,7 @@ impl Reader {
                     self.admin.base()
                 )
             })?;
-            super::fallback_note(&self.admin, &e, &local);
+            crate::store_fallback::fallback_note(&self.admin, &e, &local);
             self.local = Some(local);
         }
         Ok(self.local.as_ref().expect("just set"))

@@ -12,8 +12,8 @@ use std::path::Path;
 use orchestrator::config::BackendKind;
 use sandbox::local::images::{DEFAULT_IMAGE, ImageStore, NoProgress, Recipe};
 
-use crate::doctor::check::Check;
-use crate::doctor::host;
+use crate::commands::doctor::check::Check;
+use crate::commands::doctor::host;
 
 /// The backend to use and the sentence that says so.
 pub struct Choice {

@@ -212,7 +212,7 @@ pub fn describe_skew(skew_ms: i64) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::check::Outcome;
+    use crate::commands::doctor::check::Outcome;
 
     #[test]
     fn skew_beyond_the_limit_is_a_warning_either_way() {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use clap::Args;
 use orchestrator::api::{OutpostView, StatusView};
 
-use super::{Local, SourceArgs, age, fallback_note, now_ms, printable, should_fall_back, table};
+use crate::format::{age, now_ms, printable, table};
+use crate::store_fallback::{Local, SourceArgs, fallback_note, should_fall_back};
 
 #[derive(Args, Debug)]
 #[command(

@@ -22,35 +22,37 @@ use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };
 
-use crate::serve_args::{LogFormat, ServeArgs};
+use crate::commands::serve::{ServeArgs, file_layer, with_environment_variable};
+use crate::logging::LogFormat;
 use check::Check;
 
 /// Flags of `garrison doctor`: the subset of `garrison serve`'s that says
-/// where to look. The rest of serve's settings are read from the
-/// environment and the TOML file as serve would.
+/// where to look. Their variables, and the rest of serve's settings, are
+/// read from the environment and the TOML file as serve reads them.
 #[derive(Args, Debug)]
+#[command(mut_args = with_environment_variable)]
 pub struct DoctorArgs {
     /// Outpost to check; repeat for several [default: as `garrison serve`]
-    #[arg(long = "outpost", env = "OUTPOST_ID", value_name = "ID")]
+    #[arg(long = "outpost", value_name = "ID")]
     outposts: Vec<String>,
     /// Devin API base, without /opbeta [default: as `garrison serve`]
-    #[arg(long, env = "DEVIN_API_URL", value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     api_url: Option<String>,
     /// Sandbox backend whose prerequisites are required [default: as `garrison serve`]
-    #[arg(long, env = "GARRISON_BACKEND", value_name = "KIND")]
+    #[arg(long, value_name = "KIND")]
     backend: Option<String>,
     /// Garrison's state directory [default: as `garrison serve`]
-    #[arg(long, env = "GARRISON_HOME", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
-    #[arg(long, env = "GARRISON_CONFIG_FILE", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 
 impl DoctorArgs {
     /// `garrison serve` called with the same flags, parsed by serve's own
-    /// parser (environment fallbacks included), so the flag and environment
-    /// layers are built by the same code.
+    /// parser, so the flag layer is built by the same code (and the
+    /// environment layer by [`ServeArgs::to_raw`]).
     fn as_serve_args(&self) -> anyhow::Result<ServeArgs> {
         let mut argv: Vec<std::ffi::OsString> = vec!["serve".into()];
         for outpost in &self.outposts {
@@ -141,6 +143,7 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
         None => args
             .state_dir
             .clone()
+            .or_else(|| RawSettings::from_env(&host).state_dir.map(|dir| dir.value))
             .or_else(|| host.default_state_dir().ok())
             .unwrap_or_else(|| PathBuf::from("/var/lib/garrison")),
     };
@@ -184,29 +187,15 @@ fn resolve(args: &DoctorArgs, host: &HostEnv) -> (Check, Option<Resolved>) {
             None,
         )
     };
-    let config_dir = host.config_dir().ok();
-    let file = match &args.config {
-        Some(path) => match settings::load_file(path) {
-            Ok(Some(raw)) => raw,
-            Ok(None) => {
-                return fail(&format!(
-                    "--config / GARRISON_CONFIG_FILE: {} does not exist",
-                    path.display()
-                ));
-            }
-            Err(e) => return fail(&e),
-        },
-        None => match config_dir
-            .as_ref()
-            .map(|d| settings::load_file(&d.join(settings::CONFIG_FILE_NAME)))
-        {
-            Some(Ok(Some(raw))) => raw,
-            Some(Err(e)) => return fail(&e),
-            _ => RawSettings::default(),
-        },
+    let file = match file_layer(args.config.as_deref(), host) {
+        Ok(raw) => raw,
+        Err(e) => return fail(&format!("{e:#}")),
     };
     // An unreadable credentials file is the token check's to report.
-    let credentials_path = config_dir.map(|d| d.join(settings::CREDENTIALS_FILE_NAME));
+    let credentials_path = host
+        .config_dir()
+        .ok()
+        .map(|d| d.join(settings::CREDENTIALS_FILE_NAME));
     let credentials = credentials_path
         .as_deref()
         .and_then(|p| settings::load_credentials(p).ok().flatten());

@@ -12,7 +12,7 @@ use sandbox::{
 
 use super::procs::{self, SandboxKey};
 use super::report::{HelperKind, Lifecycle, Memory, Snapshots};
-use crate::bench::report::Summary;
+use crate::commands::bench::report::Summary;
 
 /// Put in the environment of every process the bench spawns, with the
 /// sandbox's name as value, so `procs` can tell whose a process is.

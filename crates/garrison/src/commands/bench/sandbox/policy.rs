@@ -21,7 +21,7 @@ use fleet::{AllowRule, NetworkPolicy};
 use serde_json::{Value, json};
 
 use super::phases::Bench;
-use crate::bench::report::{Summary, round, row, verdict};
+use crate::commands::bench::report::{Summary, round, row, verdict};
 
 pub use self::world::{Transfer, WorldSetup, measure_throughput};
 

@@ -28,6 +28,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use crate::format::printable;
+
 /// Where the admin's browser is sent.
 pub const DEFAULT_APP_URL: &str = "https://app.devin.ai";
 
@@ -542,13 +544,6 @@ pub(crate) fn base_url(what: &str, value: &str) -> anyhow::Result<String> {
         bail!("{what}: {text:?} must not have a user name, query or fragment");
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
-}
-
-/// A server string made safe for a terminal: control characters become `?`.
-pub fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 fn random_token(len: usize) -> String {

@@ -35,7 +35,7 @@ use sandbox::local::{LocalBackend, LocalConfig};
 use sandbox::{Resources, Sandbox};
 
 use super::super::phases::{self, Bench};
-use crate::bench::report::Summary;
+use crate::commands::bench::report::Summary;
 
 /// The sink's address, inside the "internet" only.
 pub const SINK: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 200);

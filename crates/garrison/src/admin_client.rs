@@ -1,0 +1,210 @@
+//! A client of the admin JSON API ([`orchestrator::api`]) of a running
+//! `garrison serve`, for the commands that watch or steer it (`status`,
+//! `sessions`, `logs`, `terminate`).
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use orchestrator::api::{LogChunk, SessionDetail, SessionSummary, StatusView};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::de::DeserializeOwned;
+
+pub const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9180";
+
+/// Characters left as they are in a path segment: RFC 3986 unreserved.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A session id (an untrusted string) as one URL path segment.
+pub fn segment(session_id: &str) -> String {
+    let encoded = utf8_percent_encode(session_id, SEGMENT).to_string();
+    // "." and ".." would be resolved away by URL normalisation.
+    match encoded.as_str() {
+        "." => "%2E".to_owned(),
+        ".." => "%2E%2E".to_owned(),
+        _ => encoded,
+    }
+}
+
+/// Why the admin API gave no answer.
+#[derive(Debug)]
+pub enum AdminError {
+    /// Nothing answered (connection refused, timeout, not an HTTP server).
+    Unreachable(String),
+    /// The daemon answered with this status.
+    Status(u16, String),
+}
+
+impl std::fmt::Display for AdminError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable(why) => write!(f, "not reachable ({why})"),
+            Self::Status(code, body) if body.is_empty() => write!(f, "HTTP {code}"),
+            Self::Status(code, body) => write!(f, "HTTP {code}: {body}"),
+        }
+    }
+}
+
+impl std::error::Error for AdminError {}
+
+/// A client of the admin JSON API.
+#[derive(Clone)]
+pub struct Admin {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Admin {
+    pub fn new(base: &str) -> anyhow::Result<Self> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("--admin must be an http:// or https:// URL, not {base:?}");
+        }
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self { base, http })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn session_path(session_id: &str, rest: &str) -> String {
+        format!("/api/sessions/{}{rest}", segment(session_id))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, AdminError> {
+        let response = self
+            .http
+            .get(self.url(path))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| AdminError::Unreachable(short_error(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(AdminError::Status(status.as_u16(), body_message(&body)));
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| AdminError::Unreachable(format!("unexpected answer: {e}")))
+    }
+
+    pub async fn status(&self) -> Result<StatusView, AdminError> {
+        self.get("/api/status").await
+    }
+
+    pub async fn sessions(&self) -> Result<Vec<SessionSummary>, AdminError> {
+        self.get("/api/sessions").await
+    }
+
+    /// `Ok(None)` for an unknown session.
+    pub async fn session(&self, session_id: &str) -> Result<Option<SessionDetail>, AdminError> {
+        match self.get(&Self::session_path(session_id, "")).await {
+            Ok(detail) => Ok(Some(detail)),
+            Err(AdminError::Status(404, _)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn log(&self, session_id: &str, offset: u64) -> Result<LogChunk, AdminError> {
+        self.get(&Self::session_path(
+            session_id,
+            &format!("/log?offset={offset}"),
+        ))
+        .await
+    }
+
+    /// `POST .../terminate`: the status code and the body's message.
+    pub async fn terminate(
+        &self,
+        session_id: &str,
+        keep_snapshot: bool,
+    ) -> Result<(u16, String), AdminError> {
+        let response = self
+            .http
+            .post(self.url(&Self::session_path(session_id, "/terminate")))
+            .json(&orchestrator::api::TerminateRequest { keep_snapshot })
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| AdminError::Unreachable(short_error(&e)))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Ok((status, body_message(&body)))
+    }
+
+    /// The session's live stream (`/stream`), for wake-ups while following.
+    pub async fn stream(&self, session_id: &str) -> Result<reqwest::Response, AdminError> {
+        let response = self
+            .http
+            .get(self.url(&Self::session_path(session_id, "/stream")))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| AdminError::Unreachable(short_error(&e)))?;
+        if !response.status().is_success() {
+            return Err(AdminError::Status(
+                response.status().as_u16(),
+                String::new(),
+            ));
+        }
+        Ok(response)
+    }
+}
+
+/// The message of an error body (`{"error": ...}` or `{"message": ...}`),
+/// else the body itself, shortened.
+fn body_message(body: &str) -> String {
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(body) {
+        for key in ["error", "message"] {
+            if let Some(text) = value.get(key).and_then(|v| v.as_str()) {
+                return text.to_owned();
+            }
+        }
+    }
+    let body = body.trim();
+    body.chars().take(200).collect()
+}
+
+fn short_error(e: &reqwest::Error) -> String {
+    if e.is_connect() {
+        "connection failed".to_owned()
+    } else if e.is_timeout() {
+        "timed out".to_owned()
+    } else {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(inner) = source {
+            message = format!("{message}: {inner}");
+            source = inner.source();
+        }
+        message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_one_encoded_path_segment() {
+        assert_eq!(segment("devin-abc_1.2~x"), "devin-abc_1.2~x");
+        assert_eq!(segment("a/b?c#d"), "a%2Fb%3Fc%23d");
+        assert_eq!(segment(".."), "%2E%2E");
+        assert_eq!(segment("."), "%2E");
+        assert_eq!(segment("é %"), "%C3%A9%20%25");
+    }
+}

@@ -1,0 +1,18 @@
+//! `garrison serve`: watches outposts and serves their sessions until a
+//! stop signal.
+
+mod args;
+
+pub use args::{ServeArgs, file_layer, resolve, with_environment_variable};
+use tokio_util::sync::CancellationToken;
+
+pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
+    crate::logging::init(args.log_format);
+    let mut config = resolve(&args)?;
+    config.admin_listen = Some(args.listen);
+    // The host backend starts each session process through this binary.
+    let shim_exe = std::env::current_exe()?;
+    let stop = CancellationToken::new();
+    crate::signals::on_stop_signal(stop.clone())?;
+    orchestrator::serve::serve(config, shim_exe, stop).await
+}

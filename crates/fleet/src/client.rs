@@ -18,9 +18,9 @@ use url::Url;
 use crate::error::{ClaimError, FleetError, MAX_SNIPPET_CHARS, snippet};
 use crate::http;
 use crate::retry::{Backoff, RetryPolicy};
-use crate::secret::Secret;
 use crate::stats::{RequestStats, Stats, route};
 use crate::wire::{AcceptorBody, ListPage, Phase, QueueEntry};
+use common::Secret;
 
 /// The path prefix of the fleet API under the API base URL.
 pub const API_PREFIX: &str = "/opbeta/outposts";

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::secret::Secret;
+use common::Secret;
 
 /// Longest server body kept in an error, in characters.
 pub const MAX_SNIPPET_CHARS: usize = 512;

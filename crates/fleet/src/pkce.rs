@@ -19,9 +19,9 @@ use url::Url;
 
 use crate::error::{FleetError, MAX_SNIPPET_CHARS, snippet};
 use crate::http;
-use crate::secret::Secret;
 use crate::stats::route;
 use crate::wire::{ConnectionToken, Platform};
+use common::Secret;
 
 /// Length of a generated verifier (RFC 7636 allows 43 to 128).
 pub const VERIFIER_LEN: usize = 64;

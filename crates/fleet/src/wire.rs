@@ -12,7 +12,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::secret::Secret;
+use common::Secret;
+pub use common::{AllowRule, NetworkPolicy};
 
 /// Longest session id accepted from the server. Real ids are ~40 characters.
 pub const MAX_SESSION_ID_LEN: usize = 256;
@@ -292,55 +293,6 @@ pub struct EntryStatus {
     pub connect_token: Option<Secret>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_url: Option<String>,
-}
-
-/// `spec.network_policy`: with `enabled`, only `allow` may be reached.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetworkPolicy {
-    #[serde(default)]
-    pub enabled: bool,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub allow: Vec<AllowRule>,
-}
-
-/// One entry of an allow list: `{hostname: "*.example.com"}`,
-/// `{ipv4: "10.0.0.0/8"}` or `{ipv6: "..."}`. Any other shape is kept as
-/// `Unknown` so a policy from a newer server never fails to parse; enforcers
-/// must treat `Unknown` as "allows nothing".
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AllowRule {
-    Hostname(String),
-    Ipv4(String),
-    Ipv6(String),
-    Unknown(serde_json::Value),
-}
-
-impl Serialize for AllowRule {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let value = match self {
-            Self::Hostname(h) => serde_json::json!({ "hostname": h }),
-            Self::Ipv4(a) => serde_json::json!({ "ipv4": a }),
-            Self::Ipv6(a) => serde_json::json!({ "ipv6": a }),
-            Self::Unknown(v) => v.clone(),
-        };
-        value.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for AllowRule {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        let field = |name: &str| value.get(name).and_then(|v| v.as_str()).map(str::to_owned);
-        Ok(if let Some(h) = field("hostname") {
-            Self::Hostname(h)
-        } else if let Some(a) = field("ipv4") {
-            Self::Ipv4(a)
-        } else if let Some(a) = field("ipv6") {
-            Self::Ipv6(a)
-        } else {
-            Self::Unknown(value)
-        })
-    }
 }
 
 /// A page of `GET /devins`.

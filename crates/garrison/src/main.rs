@@ -1,12 +1,12 @@
 //! `garrison`: serves Devin Outposts sessions in isolated sandboxes.
 
 mod admin_client;
+mod backends;
 mod commands;
 mod format;
 mod logging;
 mod signals;
 mod store_fallback;
-mod tensorlake_access;
 
 use clap::Parser;
 

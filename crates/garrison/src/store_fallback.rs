@@ -46,7 +46,7 @@ impl SourceArgs {
             return Ok(dir.value);
         }
         if let Ok(path) = host.config_file_path()
-            && let Ok(Some(file)) = orchestrator::settings::load_file(&path)
+            && let Ok(Some(file)) = orchestrator::settings::load_file(&path, &crate::backends::ALL)
             && let Some(dir) = file.state_dir
         {
             return Ok(dir.value);

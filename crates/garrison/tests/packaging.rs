@@ -8,8 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use orchestrator::config::BackendKind;
 use orchestrator::settings::{self, HostEnv};
+
+/// The binary's own registry of backends.
+#[path = "../src/backends.rs"]
+#[allow(dead_code)]
+mod backends;
 
 fn packaging(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,14 +28,20 @@ fn read(name: &str) -> String {
 #[test]
 fn the_sample_config_loads_with_its_documented_values() {
     let path = packaging("garrison.toml.example");
-    let raw = settings::parse_file(&path, &read("garrison.toml.example")).expect("parses");
+    let raw = settings::parse_file(&path, &read("garrison.toml.example"), &backends::ALL)
+        .expect("parses");
     // As root, with the token in the environment, as the unit runs it.
     let host = HostEnv::new(
         0,
         BTreeMap::from([(settings::TOKEN_ENV.to_owned(), "cog_example".to_owned())]),
     );
-    let config = settings::resolve(raw.or(settings::RawSettings::from_env(&host)), None, &host)
-        .expect("resolves");
+    let config = settings::resolve(
+        raw.or(settings::RawSettings::from_env(&host)),
+        None,
+        &host,
+        &backends::ALL,
+    )
+    .expect("resolves");
     assert_eq!(config.api_url, "https://api.devin.ai");
     assert_eq!(
         config.static_base_url,
@@ -54,7 +64,7 @@ fn the_sample_config_loads_with_its_documented_values() {
         panic!("two outposts: {:?}", config.outposts);
     };
     assert_eq!(a.outpost_id, "outpost_env-aaa");
-    assert_eq!(a.backend, BackendKind::Local);
+    assert_eq!(a.backend, "local");
     assert_eq!(a.max_concurrent, 5);
     assert_eq!(
         (a.resources.cpus, a.resources.memory_mb, a.resources.disk_mb),
@@ -62,7 +72,7 @@ fn the_sample_config_loads_with_its_documented_values() {
     );
     assert_eq!(a.image, None);
     assert_eq!(b.outpost_id, "outpost_env-bbb");
-    assert_eq!(b.backend, BackendKind::Host);
+    assert_eq!(b.backend, "host");
     assert_eq!(b.max_concurrent, 2);
     assert_eq!(
         (b.resources.cpus, b.resources.memory_mb, b.resources.disk_mb),

@@ -264,7 +264,7 @@ impl ModalBackend {
             .gateway_url
             .as_deref()
             .and_then(policy::Gateway::from_url);
-        let mapped = policy::modal(&spec.network.policy, gateway.as_ref());
+        let mapped = crate::policy::controls(&spec.network.policy, gateway.as_ref());
         for left_out in &mapped.unsupported {
             warn!(sandbox = %spec.name, rule = left_out.rule, reason = left_out.reason, "network rule left out on Modal");
         }
@@ -274,7 +274,7 @@ impl ModalBackend {
 
 /// The gateway's host and port from its URL.
 /// Modal's `NetworkAccess` for a mapped policy.
-pub fn network_access(mapped: &policy::Modal) -> wire::NetworkAccess {
+pub fn network_access(mapped: &crate::policy::Controls) -> wire::NetworkAccess {
     use wire::network_access::NetworkAccessType;
     let (kind, cidrs, domains) = match (&mapped.cidr_allowlist, mapped.block_network) {
         (_, true) => (NetworkAccessType::Blocked, Vec::new(), Vec::new()),
@@ -713,7 +713,7 @@ impl Sandbox for ModalBackend {
     async fn update_network_policy(
         &self,
         _handle: &Handle,
-        _policy: &fleet::NetworkPolicy,
+        _policy: &common::NetworkPolicy,
     ) -> Result<()> {
         Err(SandboxError::Unsupported(
             "changing the network policy of a running Modal sandbox",
@@ -792,9 +792,9 @@ mod tests {
     #[test]
     fn network_access_follows_the_mapping() {
         use wire::network_access::NetworkAccessType;
-        let open = network_access(&policy::Modal::default());
+        let open = network_access(&crate::policy::Controls::default());
         assert_eq!(open.network_access_type, NetworkAccessType::Open as i32);
-        let blocked = network_access(&policy::Modal {
+        let blocked = network_access(&crate::policy::Controls {
             block_network: true,
             ..Default::default()
         });
@@ -802,7 +802,7 @@ mod tests {
             blocked.network_access_type,
             NetworkAccessType::Blocked as i32
         );
-        let listed = network_access(&policy::Modal {
+        let listed = network_access(&crate::policy::Controls {
             cidr_allowlist: Some(vec!["203.0.113.5/32".into()]),
             ..Default::default()
         });

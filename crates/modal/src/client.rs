@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fleet::Secret;
+use common::Secret;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -54,10 +54,10 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt + 1`: the fleet client's doubling,
+    /// The wait before attempt `attempt + 1`: the shared doubling,
     /// capped, full-jitter backoff, so many clients do not retry in step.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        fleet::retry::Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt)
+        common::Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt)
     }
 }
 

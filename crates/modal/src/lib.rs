@@ -10,8 +10,11 @@ pub mod backend;
 pub mod client;
 pub mod exec;
 pub mod image;
+pub mod policy;
 pub mod scripts;
+pub mod settings;
 pub mod wire;
 
 pub use backend::{ModalBackend, ModalSettings, app_name_for};
 pub use client::{Client, ClientConfig, Credentials, RetryPolicy};
+pub use settings::{ModalEnv, PLUGIN};

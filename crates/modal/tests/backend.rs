@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fleet::Secret;
+use ::common::Secret;
 use modal::ModalBackend;
 use modal::wire::network_access::NetworkAccessType;
 use sandbox::{ProcessSpec, Resources, Sandbox, SandboxError, SandboxName, SandboxSpec};
@@ -33,9 +33,9 @@ async fn create_passes_resources_region_timeout_policy_and_tags() {
     let backend = setup.backend();
     let mut spec = spec("session-create");
     spec.network = sandbox::NetworkSpec {
-        policy: fleet::NetworkPolicy {
+        policy: ::common::NetworkPolicy {
             enabled: true,
-            allow: vec![fleet::AllowRule::Ipv4("198.51.100.0/24".into())],
+            allow: vec![::common::AllowRule::Ipv4("198.51.100.0/24".into())],
         },
         gateway_url: Some("https://203.0.113.5:8443/gw".into()),
     };
@@ -73,9 +73,9 @@ async fn hostnames_and_a_named_gateway_go_in_the_domain_allowlist() {
     let backend = setup.backend();
     let mut spec = spec("session-domains");
     spec.network = sandbox::NetworkSpec {
-        policy: fleet::NetworkPolicy {
+        policy: ::common::NetworkPolicy {
             enabled: true,
-            allow: vec![fleet::AllowRule::Hostname("*.github.com".into())],
+            allow: vec![::common::AllowRule::Hostname("*.github.com".into())],
         },
         gateway_url: Some("wss://gateway.devin.example/ws".into()),
     };
@@ -99,9 +99,9 @@ async fn an_enabled_policy_with_nothing_reachable_blocks_the_network() {
     let setup = common::start(|_| {}).await;
     let backend = setup.backend();
     let mut spec = spec("session-blocked");
-    spec.network.policy = fleet::NetworkPolicy {
+    spec.network.policy = ::common::NetworkPolicy {
         enabled: true,
-        allow: vec![fleet::AllowRule::Ipv4("not an address".into())],
+        allow: vec![::common::AllowRule::Ipv4("not an address".into())],
     };
     let handle = backend.create(&spec).await.unwrap();
     let def = setup.mock.sandbox(&handle.id).unwrap().definition;

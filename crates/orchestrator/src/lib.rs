@@ -7,7 +7,6 @@
 
 pub mod admin;
 pub mod api;
-pub mod config;
 pub mod contract;
 pub mod metrics;
 pub mod planner;
@@ -20,3 +19,8 @@ pub mod session;
 pub mod session_log;
 pub mod settings;
 pub mod store;
+
+/// The validated configuration, under its older name.
+pub mod config {
+    pub use crate::settings::resolved::*;
+}

@@ -9,13 +9,12 @@ use std::time::Duration;
 use anyhow::Context;
 use fleet::{ClaimError, ClientOptions, FleetClient, Timestamp};
 use sandbox::Sandbox;
-use sandbox::host::{HostBackend, HostConfig};
+use sandbox::plugin::Placement;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{BackendKind, ServeConfig, TensorlakeSettings};
 use crate::metrics::Metrics;
 use crate::planner::{ClaimAction, ClaimObs, Finish, OperatorStop, Stage, plan_claims};
 use crate::queue::{self, QueueView};
@@ -23,7 +22,7 @@ use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
 use crate::session::{Deps, OperatorStops, SessionRunner, now_ms};
 use crate::session_log::SessionLogs;
-use crate::settings::modal::ModalEnv;
+use crate::settings::ServeConfig;
 use crate::store::{SessionRecord, Store};
 
 /// How often the claim loop looks at the queue when nothing wakes it.
@@ -116,87 +115,6 @@ fn nix_hostname() -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-/// Builds the backend an outpost is configured for.
-pub fn make_backend(
-    kind: BackendKind,
-    state_dir: &std::path::Path,
-    snapshot_dir: &std::path::Path,
-    shim_exe: &std::path::Path,
-    tensorlake: Option<&TensorlakeSettings>,
-    modal: Option<&ModalEnv>,
-) -> anyhow::Result<Arc<dyn Sandbox>> {
-    match kind {
-        BackendKind::Host => Ok(Arc::new(HostBackend::new(HostConfig {
-            root: state_dir.join("host"),
-            snapshot_dir: snapshot_dir.join("host"),
-            shim_exe: shim_exe.to_owned(),
-        })?)),
-        BackendKind::Local => {
-            let static_shim = std::env::var_os("GARRISON_STATIC_SHIM")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| shim_exe.with_file_name("garrison-shim"));
-            let config =
-                sandbox::local::LocalConfig::for_state_dir(state_dir, snapshot_dir, static_shim)?;
-            // Fail at start, not on the first session, when there is nothing
-            // to run sessions on.
-            config.images.resolve(&config.default_image).map_err(|e| {
-                anyhow::anyhow!(
-                    "the local backend has no image {:?} in {}: {e:#}; build it with \
-                     `garrison image build {}` (as root), or serve with --backend host",
-                    config.default_image,
-                    config.images.root().display(),
-                    config.default_image
-                )
-            })?;
-            Ok(Arc::new(sandbox::local::LocalBackend::new(config)?))
-        }
-        BackendKind::Tensorlake => {
-            let settings = tensorlake.ok_or_else(|| {
-                anyhow::anyhow!("the tensorlake backend needs its settings (TENSORLAKE_API_KEY)")
-            })?;
-            Ok(Arc::new(tensorlake::TensorlakeBackend::new(
-                tensorlake::TensorlakeConfig {
-                    api_url: settings.api_url.clone(),
-                    api_key: settings.api_key.clone(),
-                    default_image: settings.image.clone(),
-                    timeout_secs: settings.timeout_secs,
-                    sandbox_root: settings.sandbox_root.clone(),
-                    state_dir: state_dir.join("tensorlake"),
-                    retry: Default::default(),
-                },
-            )?))
-        }
-        BackendKind::Modal => {
-            let settings = modal.ok_or_else(|| {
-                anyhow::anyhow!("the modal backend needs its settings (MODAL_TOKEN_ID)")
-            })?;
-            Ok(Arc::new(modal_backend(settings, state_dir)?))
-        }
-    }
-}
-
-/// The Modal backend with its settings (see [`crate::settings::modal`]);
-/// image names are looked up in the cache that `garrison image build
-/// --backend modal` writes under `state_dir`.
-fn modal_backend(
-    env: &ModalEnv,
-    state_dir: &std::path::Path,
-) -> anyhow::Result<modal::ModalBackend> {
-    modal::ModalBackend::new(modal::ModalSettings {
-        client: modal::ClientConfig {
-            api_url: env.api_url.clone(),
-            credentials: env.credentials.clone(),
-            retry: modal::RetryPolicy::default(),
-        },
-        // The orchestrator keeps to its outpost's sandboxes by their labels.
-        outpost_id: None,
-        image: env.image.clone(),
-        image_cache: Some(modal::image::ImageCache::path(state_dir)),
-        regions: env.regions.clone(),
-        timeout: env.timeout,
-    })
-}
-
 /// Serves every configured outpost until `stop` is cancelled; then stops
 /// claiming, releases claims whose sandbox never started, leaves running
 /// sessions alone (or, with `drain`, waits for them to end) and returns.
@@ -251,12 +169,10 @@ pub async fn run_prepared(
 ) -> anyhow::Result<()> {
     let redactor = Arc::new(Redactor::default());
     redactor.add(config.token.expose());
-    if let Some(tensorlake) = &config.tensorlake {
-        redactor.add(tensorlake.api_key.expose());
-    }
-    if let Some(modal) = &config.modal {
-        redactor.add(modal.credentials.token_id.expose());
-        redactor.add(modal.credentials.token_secret.expose());
+    for backend in config.backends.values() {
+        for secret in backend.secrets() {
+            redactor.add(secret.expose());
+        }
     }
     let logs = SessionLogs::new(config.state_dir.join("sessions"), redactor)?;
     let resolver = Arc::new(RemoteResolver::new(
@@ -279,14 +195,15 @@ pub async fn run_prepared(
     let mut outposts = JoinSet::new();
     let queue_stop = CancellationToken::new();
     for (outpost, view) in config.outposts.iter().zip(&serving.views) {
-        let backend = make_backend(
-            outpost.backend,
-            &config.state_dir,
-            &config.snapshot_dir,
-            &shim_exe,
-            config.tensorlake.as_ref(),
-            config.modal.as_ref(),
-        )?;
+        let backend = config
+            .backends
+            .get(outpost.backend)
+            .with_context(|| format!("the {} backend was not configured", outpost.backend))?
+            .build(&Placement::new(
+                &config.state_dir,
+                &config.snapshot_dir,
+                &shim_exe,
+            ))?;
         let deps = Arc::new(Deps {
             client: serving.client.clone(),
             backend,
@@ -691,7 +608,7 @@ mod tests {
     #[tokio::test]
     async fn snapshots_expire_by_age_only() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = HostBackend::new(HostConfig {
+        let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
             root: dir.path().join("host"),
             snapshot_dir: dir.path().join("snapshots"),
             shim_exe: "/nonexistent".into(),

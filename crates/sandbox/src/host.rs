@@ -40,6 +40,10 @@ use crate::{
 
 const HANDLE_FILE: &str = "handle.json";
 const SHIM_PID_FILE: &str = "shim.pid";
+mod plugin;
+
+pub use plugin::{HostPlugin, PLUGIN};
+
 /// How long a shim may take to report that it started the process.
 const SHIM_START_TIMEOUT: Duration = Duration::from_secs(30);
 const ZSTD_LEVEL: i32 = 3;

@@ -19,6 +19,7 @@ pub mod conformance;
 pub mod host;
 pub mod local;
 pub mod names;
+pub mod plugin;
 pub mod policy;
 pub mod shim;
 pub mod snapshot_dir;
@@ -64,7 +65,7 @@ impl Default for Resources {
 /// policy must say so in their documentation; `gateway` is always allowed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSpec {
-    pub policy: fleet::NetworkPolicy,
+    pub policy: common::NetworkPolicy,
     /// The gateway URL the remote must reach (host and port are allowed
     /// whatever the policy says).
     pub gateway_url: Option<String>,
@@ -296,7 +297,7 @@ pub trait Sandbox: Send + Sync + 'static {
     async fn update_network_policy(
         &self,
         _handle: &Handle,
-        _policy: &fleet::NetworkPolicy,
+        _policy: &common::NetworkPolicy,
     ) -> Result<()> {
         Ok(())
     }

@@ -3,7 +3,7 @@
 //!
 //! Every rule comes from the server, so each is parsed into a typed value
 //! ([`Rule`]) before anything uses it; a rule that does not parse, and an
-//! [`fleet::AllowRule::Unknown`] shape, allows nothing and is reported.
+//! [`common::AllowRule::Unknown`] shape, allows nothing and is reported.
 //!
 //! The cloud mappings ([`tensorlake`], [`modal`]) fail closed: what a provider
 //! cannot express is left out (so the sandbox reaches less, never more) and
@@ -180,7 +180,7 @@ impl Parsed {
 }
 
 /// Validates `policy`. Duplicates are removed; order is kept otherwise.
-pub fn parse(policy: &fleet::NetworkPolicy) -> Parsed {
+pub fn parse(policy: &common::NetworkPolicy) -> Parsed {
     let mut out = Parsed {
         open: !policy.enabled,
         ..Parsed::default()
@@ -188,16 +188,16 @@ pub fn parse(policy: &fleet::NetworkPolicy) -> Parsed {
     for rule in &policy.allow {
         let json = || serde_json::to_string(rule).unwrap_or_default();
         let parsed = match rule {
-            fleet::AllowRule::Hostname(h) => HostPattern::parse(h)
+            common::AllowRule::Hostname(h) => HostPattern::parse(h)
                 .map(Rule::Host)
                 .ok_or("not a hostname or *.hostname"),
-            fleet::AllowRule::Ipv4(a) => Cidr::parse(a, false)
+            common::AllowRule::Ipv4(a) => Cidr::parse(a, false)
                 .map(Rule::Net)
                 .ok_or("not an IPv4 address or CIDR"),
-            fleet::AllowRule::Ipv6(a) => Cidr::parse(a, true)
+            common::AllowRule::Ipv6(a) => Cidr::parse(a, true)
                 .map(Rule::Net)
                 .ok_or("not an IPv6 address or CIDR"),
-            fleet::AllowRule::Unknown(_) => Err("unknown rule shape"),
+            common::AllowRule::Unknown(_) => Err("unknown rule shape"),
         };
         match parsed {
             Ok(Rule::Host(h)) if !out.hosts.contains(&h) => out.hosts.push(h),
@@ -244,114 +244,29 @@ pub struct Unsupported {
     pub reason: String,
 }
 
-/// Tensorlake's sandbox-create network fields (`allow_internet_access`,
-/// `allow_out`, `deny_out`). `allow_out`, when not empty, is the complete
-/// list of reachable destinations (hostnames, addresses, CIDRs).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tensorlake {
-    pub allow_internet_access: bool,
-    pub allow_out: Vec<String>,
-    pub deny_out: Vec<String>,
-    pub unsupported: Vec<Unsupported>,
-}
-
-/// Tensorlake's controls for `policy`. Glob hostnames are not documented
-/// as supported in `allow_out`, so they are `unsupported` (left out).
-pub fn tensorlake(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> Tensorlake {
-    let parsed = parse(policy);
-    let mut out = Tensorlake {
-        allow_internet_access: true,
-        ..Tensorlake::default()
-    };
-    out.unsupported.extend(rejected(&parsed));
-    if parsed.open {
-        return out;
-    }
-    if let Some(g) = gateway {
-        out.allow_out.push(gateway_destination(g));
-    }
-    for host in &parsed.hosts {
-        match host {
-            HostPattern::Exact(n) => out.allow_out.push(n.clone()),
-            HostPattern::Subdomains(_) => out.unsupported.push(Unsupported {
-                rule: host.to_string(),
-                reason: "Tensorlake's allow_out takes exact hostnames, not globs".into(),
-            }),
-        }
-    }
-    out.allow_out.extend(parsed.nets.iter().map(cidr_text));
-    if out.allow_out.is_empty() {
-        // Nothing at all may be reached (no gateway was given).
-        out.allow_internet_access = false;
-    }
-    dedup(&mut out.allow_out);
-    out
-}
-
-/// Modal's `Sandbox.create` network arguments: `block_network`,
-/// `outbound_cidr_allowlist` and `outbound_domain_allowlist` (Modal's
-/// `NetworkAccess`). Modal documents `*.` prefixes in its domain allow-list
-/// but not whether they also match the bare domain; the parsed policy
-/// itself never allows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Modal {
-    pub block_network: bool,
-    /// `None` = unrestricted; `Some` = only these CIDRs and
-    /// [`Modal::domain_allowlist`] are reachable.
-    pub cidr_allowlist: Option<Vec<String>>,
-    /// Hostnames (`name` or `*.name`) reachable when restricted.
-    pub domain_allowlist: Vec<String>,
-    pub unsupported: Vec<Unsupported>,
-}
-
-pub fn modal(policy: &fleet::NetworkPolicy, gateway: Option<&Gateway>) -> Modal {
-    let parsed = parse(policy);
-    let mut out = Modal::default();
-    out.unsupported.extend(rejected(&parsed));
-    if parsed.open {
-        return out;
-    }
-    let mut cidrs: Vec<String> = Vec::new();
-    let mut domains: Vec<String> = Vec::new();
-    if let Some(g) = gateway {
-        match g.host.parse::<IpAddr>() {
-            Ok(ip) => cidrs.push(cidr_text(&Cidr::host(ip))),
-            Err(_) => domains.push(gateway_destination(g)),
-        }
-    }
-    domains.extend(parsed.hosts.iter().map(HostPattern::to_string));
-    cidrs.extend(parsed.nets.iter().map(cidr_text));
-    dedup(&mut cidrs);
-    dedup(&mut domains);
-    if cidrs.is_empty() && domains.is_empty() {
-        // An empty allow-list is not "no restriction": block everything.
-        out.block_network = true;
-    } else {
-        out.cidr_allowlist = Some(cidrs);
-        out.domain_allowlist = domains;
-    }
-    out
-}
-
-fn rejected(parsed: &Parsed) -> impl Iterator<Item = Unsupported> + '_ {
+/// The rules `parse` refused, as a provider reports them.
+pub fn rejected(parsed: &Parsed) -> impl Iterator<Item = Unsupported> + '_ {
     parsed.rejected.iter().map(|r| Unsupported {
         rule: r.rule.clone(),
         reason: format!("allows nothing: {}", r.reason),
     })
 }
 
-fn gateway_destination(g: &Gateway) -> String {
+/// The gateway as a destination a provider allows: an address, or a
+/// lower-case name without the trailing dot.
+pub fn gateway_destination(g: &Gateway) -> String {
     match g.host.parse::<IpAddr>() {
         Ok(ip) => ip.to_string(),
         Err(_) => g.host.trim_end_matches('.').to_ascii_lowercase(),
     }
 }
 
-fn cidr_text(c: &Cidr) -> String {
+pub fn cidr_text(c: &Cidr) -> String {
     c.to_string()
 }
 
-fn dedup(list: &mut Vec<String>) {
+/// Drops repeated entries, keeping the first of each.
+pub fn dedup(list: &mut Vec<String>) {
     let mut seen = std::collections::BTreeSet::new();
     list.retain(|s| seen.insert(s.clone()));
 }
@@ -359,7 +274,7 @@ fn dedup(list: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet::{AllowRule, NetworkPolicy};
+    use common::{AllowRule, NetworkPolicy};
     use serde_json::json;
 
     #[test]
@@ -382,12 +297,6 @@ mod tests {
     }
     fn v6(a: &str) -> AllowRule {
         AllowRule::Ipv6(a.into())
-    }
-    fn gw(h: &str) -> Gateway {
-        Gateway {
-            host: h.into(),
-            port: Some(443),
-        }
     }
 
     #[test]
@@ -491,101 +400,9 @@ mod tests {
     }
 
     #[test]
-    fn disabled_policy_is_open_everywhere() {
-        let p = policy(false, vec![host("github.com")]);
-        let t = tensorlake(&p, Some(&gw("gw.example")));
-        assert!(t.allow_internet_access);
-        assert!(t.allow_out.is_empty() && t.deny_out.is_empty() && t.unsupported.is_empty());
-        let m = modal(&p, Some(&gw("gw.example")));
-        assert_eq!(m, Modal::default());
-    }
-
-    #[test]
-    fn enabled_and_empty_allows_only_the_gateway() {
-        let p = policy(true, vec![]);
-        let t = tensorlake(&p, Some(&gw("GW.example.")));
-        assert!(t.allow_internet_access);
-        assert_eq!(t.allow_out, ["gw.example"]);
-        assert!(t.unsupported.is_empty());
-
-        let m = modal(&p, Some(&gw("203.0.113.5")));
-        assert!(!m.block_network);
-        assert_eq!(m.cidr_allowlist, Some(vec!["203.0.113.5/32".to_owned()]));
-        assert!(m.domain_allowlist.is_empty());
-        let m = modal(&p, Some(&gw("2001:db8::5")));
-        assert_eq!(m.cidr_allowlist, Some(vec!["2001:db8::5/128".to_owned()]));
-
-        // A named gateway goes in the domain allow-list.
-        let m = modal(&p, Some(&gw("GW.example.")));
-        assert!(!m.block_network);
-        assert_eq!(m.cidr_allowlist, Some(Vec::new()));
-        assert_eq!(m.domain_allowlist, ["gw.example"]);
-        assert!(m.unsupported.is_empty());
-
-        // No gateway at all: nothing is reachable.
-        let t = tensorlake(&p, None);
-        assert!(!t.allow_internet_access);
-        assert!(modal(&p, None).block_network);
-    }
-
-    #[test]
-    fn enabled_policy_maps_rules_and_reports_what_cannot_be_expressed() {
-        let p = policy(
-            true,
-            vec![
-                host("api.openai.com"),
-                host("*.github.com"),
-                v4("198.51.100.0/24"),
-                v4("198.51.100.9/24"),
-                v6("2001:db8::/48"),
-                AllowRule::Unknown(json!({"cidr": "0.0.0.0/0"})),
-                v4("not an address"),
-            ],
-        );
-        let t = tensorlake(&p, Some(&gw("gw.example")));
-        assert!(t.allow_internet_access);
-        assert_eq!(
-            t.allow_out,
-            [
-                "gw.example",
-                "api.openai.com",
-                "198.51.100.0/24",
-                "2001:db8::/48"
-            ]
-        );
-        let rules: Vec<&str> = t.unsupported.iter().map(|u| u.rule.as_str()).collect();
-        assert_eq!(
-            rules,
-            [
-                r#"{"cidr":"0.0.0.0/0"}"#,
-                r#"{"ipv4":"not an address"}"#,
-                "*.github.com"
-            ]
-        );
-
-        let m = modal(&p, Some(&gw("203.0.113.5")));
-        assert!(!m.block_network);
-        assert_eq!(
-            m.cidr_allowlist.unwrap(),
-            ["203.0.113.5/32", "198.51.100.0/24", "2001:db8::/48"]
-        );
-        assert_eq!(m.domain_allowlist, ["api.openai.com", "*.github.com"]);
-        let rules: Vec<&str> = m.unsupported.iter().map(|u| u.rule.as_str()).collect();
-        assert_eq!(
-            rules,
-            [r#"{"cidr":"0.0.0.0/0"}"#, r#"{"ipv4":"not an address"}"#]
-        );
-    }
-
-    #[test]
-    fn unknown_rules_alone_allow_nothing_but_the_gateway() {
+    fn unknown_rules_alone_allow_nothing() {
         let p = policy(true, vec![AllowRule::Unknown(json!({"everything": true}))]);
-        let t = tensorlake(&p, Some(&gw("gw.example")));
-        assert_eq!(t.allow_out, ["gw.example"]);
-        assert_eq!(t.unsupported.len(), 1);
-        let m = modal(&p, None);
-        assert!(m.block_network);
-        assert_eq!(m.unsupported.len(), 1);
         assert!(parse(&p).hosts.is_empty() && parse(&p).nets.is_empty());
+        assert_eq!(rejected(&parse(&p)).count(), 1);
     }
 }

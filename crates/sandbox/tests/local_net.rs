@@ -127,7 +127,7 @@ async fn only_the_gateway_port_of_the_host_loopback_is_reachable() {
         &cfg,
         &name,
         Some(&gateway_url),
-        &fleet::NetworkPolicy::default(),
+        &common::NetworkPolicy::default(),
     )
     .await
     .unwrap();
@@ -231,7 +231,7 @@ async fn create_after_a_crash_replaces_the_leftover() {
     let port = echo_listener();
     let url = format!("ws://localhost:{port}/");
     let name = unique_name("crash");
-    let policy = fleet::NetworkPolicy::default();
+    let policy = common::NetworkPolicy::default();
 
     let first = net::create(&cfg, &name, Some(&url), &policy).await.unwrap();
 
@@ -254,7 +254,7 @@ async fn create_after_a_crash_replaces_the_leftover() {
 
     // apply_policy is idempotent on a running sandbox.
     for enabled in [false, true, false] {
-        let policy = fleet::NetworkPolicy {
+        let policy = common::NetworkPolicy {
             enabled,
             allow: vec![],
         };
@@ -283,7 +283,7 @@ async fn sandboxes_cannot_reach_each_other() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir);
-    let policy = fleet::NetworkPolicy::default();
+    let policy = common::NetworkPolicy::default();
     let a = net::create(&cfg, &unique_name("iso-a"), None, &policy)
         .await
         .unwrap();
@@ -342,7 +342,7 @@ async fn create_destroy_timing() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir);
-    let policy = fleet::NetworkPolicy::default();
+    let policy = common::NetworkPolicy::default();
     let rounds = 5;
     let (mut create, mut destroy) = (Duration::ZERO, Duration::ZERO);
     for i in 0..rounds {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fleet::{AllowRule, NetworkPolicy};
+use common::{AllowRule, NetworkPolicy};
 use sandbox::SandboxName;
 use sandbox::local::net::{self, NetConfig, SandboxNet};
 

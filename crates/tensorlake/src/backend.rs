@@ -4,7 +4,7 @@
 //!   session id: lowercase letters, digits, one hyphen), created with
 //!   `auto_resume` off, sized by the outpost's resources, with
 //!   `timeout_secs` idle seconds before Tensorlake suspends it, and with
-//!   the egress rules of [`sandbox::policy::tensorlake`] (the gateway
+//!   the egress rules of [`crate::policy::controls`] (the gateway
 //!   allowed).
 //! - Garrison keeps its directories under one root inside the sandbox
 //!   ([`TensorlakeConfig::sandbox_root`]): `workspace/`, `state/`, `bin/`,
@@ -43,7 +43,7 @@ use crate::models::{
     StartProcess,
 };
 use crate::retry::RetryPolicy;
-use fleet::Secret;
+use common::Secret;
 
 const KIND: &str = "tensorlake";
 const LABELS_FILE: &str = "garrison-labels.json";
@@ -395,7 +395,7 @@ impl TensorlakeBackend {
                 g.host
             )));
         }
-        let mapped = sandbox::policy::tensorlake(&spec.network.policy, gateway.as_ref());
+        let mapped = crate::policy::controls(&spec.network.policy, gateway.as_ref());
         for left_out in &mapped.unsupported {
             warn!(rule = %left_out.rule, reason = %left_out.reason, "network rule left out on Tensorlake");
         }
@@ -753,7 +753,7 @@ impl Sandbox for TensorlakeBackend {
     async fn update_network_policy(
         &self,
         handle: &Handle,
-        policy: &fleet::NetworkPolicy,
+        policy: &common::NetworkPolicy,
     ) -> Result<()> {
         let spec = SandboxSpec {
             name: SandboxName::parse(&handle.name)

@@ -15,7 +15,7 @@ use crate::models::{
     SandboxInfo, SandboxList, SnapshotInfo, SnapshotList,
 };
 use crate::retry::{self, Idempotency, RetryPolicy};
-use fleet::Secret;
+use common::Secret;
 
 /// Tensorlake's public API endpoint.
 pub const DEFAULT_API_URL: &str = "https://api.tensorlake.ai";

@@ -18,13 +18,17 @@ pub mod backend;
 mod client;
 pub mod dataplane;
 mod error;
+pub mod follow;
 pub mod models;
+pub mod policy;
 pub mod pty;
 pub mod retry;
+pub mod settings;
 mod sse;
 
 pub use backend::{TensorlakeBackend, TensorlakeConfig};
 pub use client::{Client, DEFAULT_API_URL};
+pub use common::Secret;
 pub use dataplane::SandboxClient;
 pub use error::{Error, Result};
-pub use fleet::Secret;
+pub use settings::{PLUGIN, TensorlakeSettings};

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use fleet::retry::Backoff;
+use common::Backoff;
 
 /// Error codes with which Tensorlake's sandbox proxy says the request was
 /// not forwarded.
@@ -64,7 +64,7 @@ pub fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
     connect_failed || idem == Idempotency::Idempotent
 }
 
-/// Wait before retry number `retry` (1-based): the fleet client's full-
+/// Wait before retry number `retry` (1-based): the shared full-
 /// jitter backoff for the draw `jitter` in `[0, 1]`, so that clients that
 /// failed together do not retry together. A `Retry-After` hint is
 /// honoured up to the cap.

@@ -218,9 +218,9 @@ async fn garrison_creates_a_named_sized_sandbox_without_auto_resume_and_with_the
     let backend = world.backend();
     let mut spec = spec("create-shape");
     spec.network = sandbox::NetworkSpec {
-        policy: fleet::NetworkPolicy {
+        policy: ::common::NetworkPolicy {
             enabled: true,
-            allow: vec![fleet::AllowRule::Hostname("api.github.com".into())],
+            allow: vec![::common::AllowRule::Hostname("api.github.com".into())],
         },
         gateway_url: Some("http://127.0.0.1:9/gateway".into()),
     };
@@ -243,7 +243,7 @@ async fn garrison_creates_a_named_sized_sandbox_without_auto_resume_and_with_the
     assert_eq!(allow, ["127.0.0.1", "api.github.com"]);
 
     // A policy update keeps the gateway allowed, even one with nothing in it.
-    let narrower = fleet::NetworkPolicy {
+    let narrower = ::common::NetworkPolicy {
         enabled: true,
         allow: vec![],
     };

@@ -12,6 +12,7 @@ mod follow;
 mod scenario;
 mod summary;
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,9 +22,11 @@ use anyhow::{Context, bail};
 use clap::Args;
 use emulator::{Emulator, EmulatorConfig};
 use fleet::{Platform, Secret};
-use orchestrator::config::{BackendKind, OutpostConfig, QueueMode, ServeConfig};
+use orchestrator::config::{OutpostConfig, QueueMode, ServeConfig};
 use orchestrator::serve::{self, Serving};
+use orchestrator::settings::{BackendSource, HostEnv};
 use sandbox::Resources;
+use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 use tokio_util::sync::CancellationToken;
 
 use follow::Ended;
@@ -39,7 +42,7 @@ pub struct DemoArgs {
     /// Sandbox backend: local or host
     /// [default: local when this machine supports it, else host]
     #[arg(long, value_name = "KIND", value_parser = parse_backend)]
-    backend: Option<BackendKind>,
+    backend: Option<&'static dyn BackendPlugin>,
     /// The demo's state directory
     /// [default: `demo` under the default state directory]
     #[arg(long, value_name = "DIR")]
@@ -50,12 +53,16 @@ pub struct DemoArgs {
     keep_running: bool,
 }
 
-fn parse_backend(text: &str) -> Result<BackendKind, String> {
-    match text.parse()? {
-        kind @ (BackendKind::Local | BackendKind::Host) => Ok(kind),
-        other => Err(format!(
+fn parse_backend(text: &str) -> Result<&'static dyn BackendPlugin, String> {
+    match crate::backends::find(text) {
+        Some(backend) if matches!(backend.name(), "local" | "host") => Ok(backend),
+        Some(other) => Err(format!(
             "the demo runs on the local or host backend, not {}",
-            other.as_str()
+            other.name()
+        )),
+        None => Err(format!(
+            "unknown backend {text:?} (expected {})",
+            crate::backends::names()
         )),
     }
 }
@@ -92,7 +99,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let choice = backend::choose(args.backend, &state_dir).await;
     println!("{}", choice.message);
     let shim_exe = std::env::current_exe().context("locating this binary for the shim")?;
-    clean_leftovers(choice.kind, &state_dir, &shim_exe).await;
+    let configured = configure(choice.backend)?;
+    clean_leftovers(configured.as_ref(), &state_dir, &shim_exe).await;
 
     let sim = emulator::locate_remote_sim().context(
         "devin-remote-sim not found next to this binary (or in $GARRISON_REMOTE_SIM); \
@@ -108,7 +116,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let outpost = emu.create_outpost("demo", Platform::Linux);
 
     let listen = free_listen(args.listen);
-    let config = serve_config(&emu, &state_dir, &outpost, choice.kind, listen);
+    let config = serve_config(
+        &emu,
+        &state_dir,
+        &outpost,
+        (choice.backend.name(), configured),
+        listen,
+    );
     let serving = serve::prepare(&config)?;
     let serve_stop = CancellationToken::new();
     let mut serve_task = tokio::spawn(serve::run_prepared(
@@ -191,7 +205,7 @@ fn serve_config(
     emu: &Emulator,
     state_dir: &Path,
     outpost: &str,
-    backend: BackendKind,
+    (backend, configured): (&'static str, Arc<dyn ConfiguredBackend>),
     listen: SocketAddr,
 ) -> ServeConfig {
     ServeConfig {
@@ -221,9 +235,16 @@ fn serve_config(
             repos: Default::default(),
         }],
         admin_listen: Some(listen),
-        tensorlake: None,
-        modal: None,
+        backends: BTreeMap::from([(backend, configured)]),
     }
+}
+
+/// The demo's backend with its settings from this process's environment
+/// (the local backend's `GARRISON_STATIC_SHIM`, say).
+fn configure(backend: &dyn BackendPlugin) -> anyhow::Result<Arc<dyn ConfiguredBackend>> {
+    let host = HostEnv::current();
+    let none = BTreeMap::new();
+    Ok(backend.configure(&BackendSource::new(&host, &none))?)
 }
 
 /// Enqueues the sessions and follows them to the end (or Ctrl-C, then
@@ -290,15 +311,9 @@ fn report(emu: &Emulator, serving: &Serving, sessions: &[Tracked]) -> Vec<Expect
 
 /// Destroys sandboxes an interrupted earlier demo left in this state
 /// directory: each run has a new emulator, so nothing there can be resumed.
-async fn clean_leftovers(kind: BackendKind, state_dir: &Path, shim_exe: &Path) {
-    let Ok(backend) = serve::make_backend(
-        kind,
-        state_dir,
-        &state_dir.join("snapshots"),
-        shim_exe,
-        None,
-        None,
-    ) else {
+async fn clean_leftovers(configured: &dyn ConfiguredBackend, state_dir: &Path, shim_exe: &Path) {
+    let placement = Placement::new(state_dir, &state_dir.join("snapshots"), shim_exe);
+    let Ok(backend) = configured.build(&placement) else {
         return;
     };
     let Ok(handles) = backend.list().await else {
@@ -322,14 +337,8 @@ async fn clean_leftovers(kind: BackendKind, state_dir: &Path, shim_exe: &Path) {
 async fn no_sandbox_left(config: &ServeConfig, shim_exe: &Path) -> Expectation {
     let outpost = &config.outposts[0];
     let what = "no sandbox left behind".to_owned();
-    let listed = match serve::make_backend(
-        outpost.backend,
-        &config.state_dir,
-        &config.snapshot_dir,
-        shim_exe,
-        config.tensorlake.as_ref(),
-        config.modal.as_ref(),
-    ) {
+    let placement = Placement::new(&config.state_dir, &config.snapshot_dir, shim_exe);
+    let listed = match config.backends[outpost.backend].build(&placement) {
         Ok(backend) => backend.list().await.map_err(anyhow::Error::from),
         Err(e) => Err(e),
     };

@@ -9,6 +9,7 @@
 //! process API: never in an image, never in argv, never printed.
 
 mod plan;
+mod tensorlake_access;
 mod tensorlake_target;
 
 use clap::{Args, Subcommand};

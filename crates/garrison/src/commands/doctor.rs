@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use clap::{Args, FromArgMatches};
 use fleet::{ClientOptions, FleetClient, RetryPolicy, Secret};
-use orchestrator::config::{BackendKind, ServeConfig};
+use orchestrator::config::ServeConfig;
 use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };
+use sandbox::plugin::BackendPlugin;
 
 use crate::commands::serve::{ServeArgs, file_layer, with_environment_variable};
 use crate::logging::LogFormat;
@@ -148,13 +149,8 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
             .unwrap_or_else(|| PathBuf::from("/var/lib/garrison")),
     };
     let backends: BTreeSet<&'static str> = match &resolved {
-        Some(r) => r
-            .config
-            .outposts
-            .iter()
-            .map(|o| o.backend.as_str())
-            .collect(),
-        None => BTreeSet::from([settings::DEFAULT_BACKEND.as_str()]),
+        Some(r) => r.config.outposts.iter().map(|o| o.backend).collect(),
+        None => BTreeSet::from([settings::DEFAULT_BACKEND]),
     };
     sections.extend(
         backend_sections(&backends, &state_dir, resolved.as_ref().map(|r| &r.config)).await,
@@ -212,28 +208,29 @@ fn resolve(args: &DoctorArgs, host: &HostEnv) -> (Check, Option<Resolved>) {
             Origin::Env(TOKEN_ENV),
         ));
     }
-    let (config, outposts) = match settings::resolve(raw.clone(), stored, host) {
-        Ok(config) => {
-            let ids = config
-                .outposts
-                .iter()
-                .map(|o| o.outpost_id.clone())
-                .collect();
-            (config, ids)
-        }
-        Err(SettingsError::NoOutpost) => {
-            raw.outposts = Some(Sourced::new(
-                vec![PLACEHOLDER_OUTPOST.to_owned()],
-                Origin::Flag("--outpost"),
-            ));
-            match settings::resolve(raw, stored, host) {
-                Ok(config) => (config, Vec::new()),
-                Err(e) => return fail(&e),
+    let (config, outposts) =
+        match settings::resolve(raw.clone(), stored, host, &crate::backends::ALL) {
+            Ok(config) => {
+                let ids = config
+                    .outposts
+                    .iter()
+                    .map(|o| o.outpost_id.clone())
+                    .collect();
+                (config, ids)
             }
-        }
-        Err(e) => return fail(&e),
-    };
-    let backends: BTreeSet<&str> = config.outposts.iter().map(|o| o.backend.as_str()).collect();
+            Err(SettingsError::NoOutpost) => {
+                raw.outposts = Some(Sourced::new(
+                    vec![PLACEHOLDER_OUTPOST.to_owned()],
+                    Origin::Flag("--outpost"),
+                ));
+                match settings::resolve(raw, stored, host, &crate::backends::ALL) {
+                    Ok(config) => (config, Vec::new()),
+                    Err(e) => return fail(&e),
+                }
+            }
+            Err(e) => return fail(&e),
+        };
+    let backends: BTreeSet<&str> = config.outposts.iter().map(|o| o.backend).collect();
     let check = Check::pass(
         name,
         format!(
@@ -319,19 +316,18 @@ async fn backend_sections(
     config: Option<&ServeConfig>,
 ) -> Vec<Section> {
     let mut sections = Vec::new();
-    let local = BackendKind::Local.as_str();
+    let local = sandbox::local::PLUGIN.name();
     for &kind in backends {
-        let checks = match kind {
-            "host" => vec![Check::pass(
+        let checks = match crate::backends::find(kind) {
+            Some(b) if b.has_remote_api() => cloud::checks(b, config).await,
+            Some(b) if b.name() == local => host::local_prerequisites(state_dir),
+            Some(b) if b.name() == sandbox::host::PLUGIN.name() => vec![Check::pass(
                 "host backend",
                 "nothing to install; it isolates nothing, so use it only on machines you \
                  would give the agent anyway",
             )],
-            "local" => host::local_prerequisites(state_dir),
-            "tensorlake" => cloud::checks(BackendKind::Tensorlake, config).await,
-            "modal" => cloud::checks(BackendKind::Modal, config).await,
-            other => vec![Check::info(
-                format!("{other} backend"),
+            _ => vec![Check::info(
+                format!("{kind} backend"),
                 "its prerequisites are not checked by this version",
             )],
         };

@@ -11,13 +11,12 @@
 //! its output is appended to the same log) and ends, with exit code 0, once
 //! the session is over here: done in any way but `suspended`.
 //!
-//! A session on Tensorlake is followed in its sandbox instead, over the PTY
-//! websocket ([`tensorlake_pty`]), when the Tensorlake settings are set
-//! here: the events so far, then the sandbox's output log, waiting without
-//! waking the sandbox while it is suspended. A session unknown here (served
-//! by `garrison deploy tensorlake`) is followed from its sandbox alone.
-
-mod tensorlake_pty;
+//! A session on a backend that can follow output from inside its sandbox
+//! (Tensorlake, over its PTY websocket) is followed there instead, when
+//! that backend's settings are set here: the events so far, then the
+//! sandbox's output log, waiting without waking the sandbox while it is
+//! suspended. A session unknown here (served by `garrison deploy
+//! tensorlake`) is followed from its sandbox alone.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -30,7 +29,7 @@ use orchestrator::store::Event;
 use crate::admin_client::{Admin, AdminError};
 use crate::format::{is_final, note, printable};
 use crate::store_fallback::{Local, SourceArgs, should_fall_back};
-use tensorlake_pty::{Follower, Start};
+use sandbox::plugin::{FollowStart as Start, LogFollower};
 
 /// How often a followed session is looked at when the stream is quiet.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
@@ -284,10 +283,9 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
             // `garrison deploy tensorlake`, say), its sandbox may still be
             // followed.
             if args.follow
-                && let Some(mut follower) = tensorlake_follower(&id)?
-                && follower.exists().await?
+                && let Some((backend, mut follower)) = existing_sandbox_follower(&id).await?
             {
-                note("not known here; following its Tensorlake sandbox");
+                note(&format!("not known here; following its {backend} sandbox"));
                 let mut printer = Printer::new();
                 follow_sandbox(&mut follower, &mut printer, Start::Beginning).await?;
                 printer.end()?;
@@ -315,13 +313,12 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     if let Some(event) = first.events.last() {
         last_event = event.id;
     }
-    // A Tensorlake session is followed in its sandbox, whose output log
-    // holds the whole output: it is printed from there, not from
-    // Garrison's copy, so that nothing falls between the two.
-    let sandbox_follower = if args.follow && first.backend == "tensorlake" {
-        tensorlake_follower(&id)?
-    } else {
-        None
+    // A session whose backend follows from inside is followed in its
+    // sandbox, whose output log holds the whole output: it is printed from
+    // there, not from Garrison's copy, so that nothing falls between the two.
+    let sandbox_follower = match crate::backends::find(&first.backend) {
+        Some(backend) if args.follow && backend.follows_logs() => sandbox_follower(backend, &id)?,
+        _ => None,
     };
     if let Some(mut follower) = sandbox_follower {
         let mut start = args
@@ -436,19 +433,36 @@ async fn follow(
     }
 }
 
-/// A follower of the session's Tensorlake sandbox, if Tensorlake is
-/// configured here (`TENSORLAKE_API_KEY`...).
-fn tensorlake_follower(id: &str) -> anyhow::Result<Option<Follower>> {
-    let Some(settings) = crate::tensorlake_access::settings(None)? else {
-        return Ok(None);
-    };
-    let client = tensorlake::Client::new(&settings.api_url, settings.api_key.clone())?;
-    Ok(Some(Follower::new(client, &settings, id)))
+/// A follower of the session's sandbox on `backend`, if that backend is
+/// configured here (e.g. `TENSORLAKE_API_KEY`).
+fn sandbox_follower(
+    backend: &dyn sandbox::plugin::BackendPlugin,
+    id: &str,
+) -> anyhow::Result<Option<Box<dyn LogFollower>>> {
+    match crate::backends::configure_from_environment(backend, None)? {
+        Some(configured) => configured.log_follower(id),
+        None => Ok(None),
+    }
+}
+
+/// For a session unknown here: the first backend configured here that
+/// follows from inside and has a sandbox for it.
+async fn existing_sandbox_follower(
+    id: &str,
+) -> anyhow::Result<Option<(&'static str, Box<dyn LogFollower>)>> {
+    for backend in crate::backends::ALL.iter().filter(|b| b.follows_logs()) {
+        if let Some(follower) = sandbox_follower(*backend, id)?
+            && follower.exists().await?
+        {
+            return Ok(Some((backend.name(), follower)));
+        }
+    }
+    Ok(None)
 }
 
 /// Prints the sandbox's output until the sandbox is gone.
 async fn follow_sandbox(
-    follower: &mut Follower,
+    follower: &mut Box<dyn LogFollower>,
     printer: &mut Printer,
     start: Start,
 ) -> anyhow::Result<()> {

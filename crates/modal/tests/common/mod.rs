@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::Secret;
+use common::Secret;
 use modal::{ClientConfig, Credentials, ModalBackend, ModalSettings, RetryPolicy};
 use modal_mock::{MockConfig, MockModal};
 

@@ -139,7 +139,7 @@ async fn status(State(state): State<Arc<AdminState>>) -> Response {
         .zip(&state.outposts)
         .map(|(view, o)| OutpostView {
             outpost_id: o.outpost_id.clone(),
-            backend: o.backend.as_str().to_owned(),
+            backend: o.backend.to_owned(),
             max_concurrent: o.max_concurrent,
             queue_synced_at_ms: view.synced_at(),
             watch_reconnects: view

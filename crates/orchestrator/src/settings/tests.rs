@@ -1,4 +1,115 @@
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::settings::SettingsSource;
+use fleet::{Platform, Secret};
+use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
+use sandbox::{Resources, Sandbox};
+
+use super::names;
+use super::validate::parse_retention;
 use super::*;
+use crate::planner::Policy;
+
+/// A backend that only records what it read. The orchestrator never names
+/// a real backend; these stand in for the registry's four.
+struct Fake {
+    name: &'static str,
+    /// Declared keys of the file, like Tensorlake's.
+    file_keys: &'static [&'static str],
+    /// A variable without which it is "not configured".
+    required_var: Option<&'static str>,
+}
+
+#[derive(Debug)]
+struct FakeConfigured {
+    /// `(setting, value, origin)` for each file key and the required variable.
+    #[expect(dead_code, reason = "the tests read it through `Debug`")]
+    seen: Vec<(String, String, String)>,
+}
+
+impl BackendPlugin for Fake {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn file_keys(&self) -> &'static [&'static str] {
+        self.file_keys
+    }
+    fn refused_file_keys(&self) -> &'static [(&'static str, &'static str)] {
+        if self.file_keys.is_empty() {
+            &[]
+        } else {
+            &[(
+                "fake_api_key",
+                "the key is read from FAKE_API_KEY, never from this file",
+            )]
+        }
+    }
+    fn configure(
+        &self,
+        settings: &dyn SettingsSource,
+    ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
+        let mut seen = Vec::new();
+        if let Some(var) = self.required_var {
+            let value = settings.var(var).ok_or_else(|| {
+                SettingsError::Missing(format!("the {} backend needs {var}", self.name))
+            })?;
+            seen.push((var.to_owned(), value.value, value.origin.to_string()));
+        }
+        for key in self.file_keys {
+            if let Some(value) = settings.file_key(key) {
+                seen.push(((*key).to_owned(), value.value, value.origin.to_string()));
+            }
+        }
+        Ok(Arc::new(FakeConfigured { seen }))
+    }
+}
+
+impl ConfiguredBackend for FakeConfigured {
+    fn build(&self, _: &Placement) -> anyhow::Result<Arc<dyn Sandbox>> {
+        anyhow::bail!("a fake builds nothing")
+    }
+}
+
+const FAKE_KEY_VAR: &str = "FAKE_API_KEY";
+
+static BACKENDS: [&dyn BackendPlugin; 4] = [
+    &Fake {
+        name: "host",
+        file_keys: &[],
+        required_var: None,
+    },
+    &Fake {
+        name: "local",
+        file_keys: &[],
+        required_var: None,
+    },
+    &Fake {
+        name: "tensorlake",
+        file_keys: &["fake_image", "fake_timeout_secs"],
+        required_var: Some(FAKE_KEY_VAR),
+    },
+    &Fake {
+        name: "modal",
+        file_keys: &[],
+        required_var: None,
+    },
+];
+
+/// What the configured backend `name` read: its `Debug`, which lists
+/// `(setting, value, origin)` for each value.
+fn seen_by(config: &ServeConfig, name: &str) -> String {
+    format!("{:?}", config.backends.get(name).expect("configured"))
+}
+
+/// One entry of [`seen_by`].
+fn saw(setting: &str, value: &str, origin: &str) -> String {
+    format!("{:?}", (setting, value, origin))
+}
 
 const TOKEN: &str = "cog_test_token_do_not_print_0123456789";
 const FILE: &str = "/etc/garrison/garrison.toml";
@@ -19,6 +130,7 @@ fn host() -> HostEnv {
             ("HOME", "/home/ada"),
             ("MODAL_TOKEN_ID", "ak-host"),
             ("MODAL_TOKEN_SECRET", "as-host"),
+            (FAKE_KEY_VAR, TL_KEY),
         ]),
     )
 }
@@ -26,11 +138,7 @@ fn host() -> HostEnv {
 /// The environment layer for these variables plus a token, an outpost and
 /// a Tensorlake key, which nearly every test needs and none is about.
 fn env(pairs: &[(&str, &str)]) -> RawSettings {
-    let mut all = vars(&[
-        (TOKEN_ENV, TOKEN),
-        ("OUTPOST_ID", "op-1"),
-        ("TENSORLAKE_API_KEY", TL_KEY),
-    ]);
+    let mut all = vars(&[(TOKEN_ENV, TOKEN), ("OUTPOST_ID", "op-1")]);
     all.extend(vars(pairs));
     RawSettings::from_env(&HostEnv::new(1000, all))
 }
@@ -41,11 +149,11 @@ fn bare_env(pairs: &[(&str, &str)]) -> RawSettings {
 }
 
 fn file(text: &str) -> RawSettings {
-    parse_file(Path::new(FILE), text).expect("the test file parses")
+    parse_file(Path::new(FILE), text, &BACKENDS).expect("the test file parses")
 }
 
 fn file_err(text: &str) -> String {
-    parse_file(Path::new(FILE), text)
+    parse_file(Path::new(FILE), text, &BACKENDS)
         .expect_err("the test file is refused")
         .to_string()
 }
@@ -89,11 +197,11 @@ fn flag(names: Names, value: &str) -> RawSettings {
 }
 
 fn ok(raw: RawSettings) -> ServeConfig {
-    resolve(raw, None, &host()).unwrap_or_else(|e| panic!("resolve failed: {e}"))
+    resolve(raw, None, &host(), &BACKENDS).unwrap_or_else(|e| panic!("resolve failed: {e}"))
 }
 
 fn err(raw: RawSettings) -> String {
-    let error = resolve(raw, None, &host()).expect_err("resolve must fail");
+    let error = resolve(raw, None, &host(), &BACKENDS).expect_err("resolve must fail");
     let message = error.to_string();
     assert!(!message.contains(TOKEN), "token in error: {message}");
     assert!(
@@ -114,7 +222,7 @@ fn creds(api_url: &str, outpost_id: Option<&str>, token: &str) -> Credentials {
 const CREDS_PATH: &str = "/home/ada/.config/garrison/credentials.json";
 
 fn with_creds(raw: RawSettings, c: &Credentials) -> Result<ServeConfig, SettingsError> {
-    resolve(raw, Some((Path::new(CREDS_PATH), c)), &host())
+    resolve(raw, Some((Path::new(CREDS_PATH), c)), &host(), &BACKENDS)
 }
 
 // ---------------------------------------------------------------------------
@@ -153,7 +261,7 @@ fn defaults_fill_everything_not_given() {
         config.outposts,
         vec![OutpostConfig {
             outpost_id: "op-1".into(),
-            backend: BackendKind::Local,
+            backend: "local",
             max_concurrent: 5,
             resources: Resources {
                 cpus: 2.0,
@@ -223,7 +331,7 @@ fn cases() -> Vec<Case> {
             env: "tensorlake",
             file: "\"host\"",
             expect: ["modal", "tensorlake", "host", "local"],
-            get: |c| first(c).backend.as_str().to_owned(),
+            get: |c| first(c).backend.to_owned(),
         },
         Case {
             names: names::IMAGE,
@@ -545,7 +653,7 @@ fn outpost_tables_fall_back_to_the_merged_top_level_values() {
         vec![
             OutpostConfig {
                 outpost_id: "small".into(),
-                backend: BackendKind::Local,
+                backend: "local",
                 max_concurrent: 9,
                 resources: Resources {
                     cpus: 3.0,
@@ -558,7 +666,7 @@ fn outpost_tables_fall_back_to_the_merged_top_level_values() {
             },
             OutpostConfig {
                 outpost_id: "big".into(),
-                backend: BackendKind::Modal,
+                backend: "modal",
                 max_concurrent: 2,
                 resources: Resources {
                     cpus: 16.0,
@@ -704,9 +812,9 @@ fn an_empty_file_is_an_empty_layer() {
 fn load_file_reads_and_tolerates_a_missing_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("garrison.toml");
-    assert_eq!(load_file(&path).expect("missing is fine"), None);
+    assert_eq!(load_file(&path, &BACKENDS).expect("missing is fine"), None);
     fs::write(&path, "max_concurrent = 2\n").expect("write");
-    let raw = load_file(&path).expect("reads").expect("exists");
+    let raw = load_file(&path, &BACKENDS).expect("reads").expect("exists");
     assert_eq!(
         raw.max_concurrent,
         Some(Sourced::new(
@@ -982,7 +1090,9 @@ fn without_home_the_error_says_what_to_set() {
     // An explicit state directory needs no HOME.
     let raw = flag(names::STATE_DIR, "/srv/g").or(env(&[]));
     assert_eq!(
-        resolve(raw, None, &h).expect("resolves").state_dir,
+        resolve(raw, None, &h, &BACKENDS)
+            .expect("resolves")
+            .state_dir,
         PathBuf::from("/srv/g")
     );
 }
@@ -1284,142 +1394,92 @@ fn the_git_token_is_never_read_from_the_file() {
 }
 
 // ---------------------------------------------------------------------------
-// Tensorlake
+// Backends' own settings
 // ---------------------------------------------------------------------------
 
 const TL_KEY: &str = "tl_test_key_do_not_print_0123456789";
 
-#[test]
-fn tensorlake_settings_are_resolved_only_for_tensorlake_outposts() {
-    assert_eq!(ok(env(&[("GARRISON_BACKEND", "host")])).tensorlake, None);
-    let config = ok(env(&[
-        ("GARRISON_BACKEND", "tensorlake"),
-        ("TENSORLAKE_API_KEY", TL_KEY),
-    ]));
-    let tl = config.tensorlake.expect("tensorlake settings");
-    assert_eq!(tl.api_key.expose(), TL_KEY);
-    assert_eq!(tl.api_url, tensorlake::DEFAULT_API_URL);
-    assert_eq!(tl.timeout_secs, DEFAULT_SANDBOX_TIMEOUT_SECS);
-    assert_eq!(tl.sandbox_root, tensorlake::backend::DEFAULT_SANDBOX_ROOT);
-    assert_eq!(tl.image, None);
-    assert!(!format!("{tl:?}").contains(TL_KEY));
+/// Resolves with the variables in `host` rather than in the raw layers,
+/// as `garrison serve` does: a backend reads the environment itself.
+fn resolve_on(raw: RawSettings, host_vars: &[(&str, &str)]) -> Result<ServeConfig, SettingsError> {
+    let mut all = vars(&[("HOME", "/home/ada")]);
+    all.extend(vars(host_vars));
+    resolve(raw, None, &HostEnv::new(1000, all), &BACKENDS)
+}
 
-    let tl = ok(env(&[
-        ("GARRISON_BACKEND", "tensorlake"),
-        ("TENSORLAKE_API_KEY", TL_KEY),
-        ("TENSORLAKE_API_URL", "http://127.0.0.1:9000"),
-        ("TENSORLAKE_IMAGE", "devin-outposts"),
-        ("SANDBOX_TIMEOUT_SECS", "600"),
-        ("TENSORLAKE_SANDBOX_ROOT", "/srv/garrison/{id}"),
-    ]))
-    .tensorlake
+#[test]
+fn a_backend_is_configured_only_when_an_outpost_uses_it() {
+    let config = resolve_on(env(&[("GARRISON_BACKEND", "host")]), &[]).unwrap();
+    assert_eq!(
+        config.backends.keys().copied().collect::<Vec<_>>(),
+        ["host"]
+    );
+
+    let config = resolve_on(
+        env(&[("GARRISON_BACKEND", "tensorlake")]),
+        &[(FAKE_KEY_VAR, TL_KEY)],
+    )
     .unwrap();
-    assert_eq!(tl.api_url, "http://127.0.0.1:9000");
-    assert_eq!(tl.image.as_deref(), Some("devin-outposts"));
-    assert_eq!(tl.timeout_secs, 600);
-    assert_eq!(tl.sandbox_root, "/srv/garrison/{id}");
-}
-
-#[test]
-fn modal_settings_are_resolved_once_and_only_for_modal_outposts() {
-    assert!(ok(env(&[("GARRISON_BACKEND", "host")])).modal.is_none());
-    let with_token = HostEnv::new(
-        1000,
-        vars(&[
-            ("HOME", "/nonexistent-home"),
-            ("MODAL_TOKEN_ID", "ak-settings-test"),
-            ("MODAL_TOKEN_SECRET", "as-settings-test"),
-            ("MODAL_REGION", "us-east"),
-        ]),
+    assert_eq!(
+        config.backends.keys().copied().collect::<Vec<_>>(),
+        ["tensorlake"]
     );
-    let config = resolve(env(&[("GARRISON_BACKEND", "modal")]), None, &with_token).unwrap();
-    let modal = config.modal.expect("modal settings");
-    assert_eq!(modal.credentials.token_id.expose(), "ak-settings-test");
-    assert_eq!(modal.regions, ["us-east"]);
-    assert!(!format!("{modal:?}").contains("as-settings-test"));
+    assert!(seen_by(&config, "tensorlake").contains(&saw(
+        FAKE_KEY_VAR,
+        TL_KEY,
+        &format!("{FAKE_KEY_VAR} (environment)")
+    )));
 
-    // Half a token stops `serve` at start, naming the missing setting.
-    let half = HostEnv::new(
-        1000,
-        vars(&[
-            ("HOME", "/nonexistent-home"),
-            ("MODAL_TOKEN_ID", "ak-settings-test"),
-        ]),
-    );
-    let error = resolve(env(&[("GARRISON_BACKEND", "modal")]), None, &half)
-        .expect_err("no token secret")
-        .to_string();
-    assert!(error.contains("MODAL_TOKEN_SECRET"), "{error}");
-}
-
-#[test]
-fn tensorlake_settings_come_from_the_file_too() {
-    let raw = env(&[("TENSORLAKE_API_KEY", TL_KEY)]).or(file(
-        "backend = \"tensorlake\"\ntensorlake_image = \"img\"\nsandbox_timeout_secs = 60\n",
+    // Two outposts on two backends: each configured once.
+    let raw = env(&[("OUTPOST_ID", "")]).or(file(
+        "[[outpost]]\nid = \"a\"\nbackend = \"host\"\n[[outpost]]\nid = \"b\"\nbackend = \"tensorlake\"\n[[outpost]]\nid = \"c\"\nbackend = \"tensorlake\"\n",
     ));
-    let tl = ok(raw).tensorlake.unwrap();
-    assert_eq!(tl.image.as_deref(), Some("img"));
-    assert_eq!(tl.timeout_secs, 60);
-    assert!(file_err("tensorlake_api_key = \"x\"").contains("TENSORLAKE_API_KEY"));
+    let mut raw = raw;
+    raw.outposts = None;
+    let config = resolve_on(raw, &[(FAKE_KEY_VAR, TL_KEY)]).unwrap();
+    assert_eq!(
+        config.backends.keys().copied().collect::<Vec<_>>(),
+        ["host", "tensorlake"]
+    );
 }
 
 #[test]
-fn tensorlake_errors_name_the_setting() {
-    let mut no_key = env(&[("GARRISON_BACKEND", "tensorlake")]);
-    no_key.tensorlake_api_key = None;
-    let message = err(no_key);
-    assert!(message.contains("TENSORLAKE_API_KEY"), "{message}");
-    let base = [
-        ("GARRISON_BACKEND", "tensorlake"),
-        ("TENSORLAKE_API_KEY", TL_KEY),
-    ];
-    for (var, value) in [
-        ("SANDBOX_TIMEOUT_SECS", "soon"),
-        ("TENSORLAKE_API_URL", "not a url"),
-        ("TENSORLAKE_SANDBOX_ROOT", "relative/dir"),
-        ("TENSORLAKE_SANDBOX_ROOT", "/a/../b"),
-    ] {
-        let mut pairs = base.to_vec();
-        pairs.push((var, value));
-        let message = err(env(&pairs));
-        assert!(message.contains(var), "{var}: {message}");
-        assert!(!message.contains(TL_KEY), "{message}");
-    }
-    let message = err(env(&[
-        ("GARRISON_BACKEND", "tensorlake"),
-        ("TENSORLAKE_API_KEY", "two words"),
-    ]));
-    assert!(message.contains("TENSORLAKE_API_KEY"), "{message}");
-    assert!(!message.contains("two words"), "{message}");
+fn a_backend_in_use_stops_resolution_with_its_own_error() {
+    let message = resolve_on(env(&[("GARRISON_BACKEND", "tensorlake")]), &[])
+        .expect_err("no key")
+        .to_string();
+    assert_eq!(
+        message,
+        format!("the tensorlake backend needs {FAKE_KEY_VAR}")
+    );
 }
 
 #[test]
-fn the_tensorlake_key_file_must_be_private() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("tensorlake-key");
-    fs::write(&path, format!("{TL_KEY}\n")).unwrap();
-    let path_text = path.to_str().unwrap();
-    let from_file = || {
-        let mut raw = env(&[
-            ("GARRISON_BACKEND", "tensorlake"),
-            ("TENSORLAKE_API_KEY_FILE", path_text),
-        ]);
-        raw.tensorlake_api_key = None;
-        raw
-    };
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-    let message = err(from_file());
-    assert!(message.contains("chmod 600"), "{message}");
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
-    let tl = ok(from_file()).tensorlake.unwrap();
-    assert_eq!(tl.api_key.expose(), TL_KEY);
-    // The variable wins over the file.
-    let tl = ok(env(&[
-        ("GARRISON_BACKEND", "tensorlake"),
-        ("TENSORLAKE_API_KEY", "from-the-environment"),
-        ("TENSORLAKE_API_KEY_FILE", path_text),
-    ]))
-    .tensorlake
-    .unwrap();
-    assert_eq!(tl.api_key.expose(), "from-the-environment");
+fn a_backend_reads_the_file_keys_it_declared() {
+    let raw = env(&[("GARRISON_BACKEND", "tensorlake")])
+        .or(file("fake_image = \"img\"\nfake_timeout_secs = 60\n"));
+    let config = resolve_on(raw, &[(FAKE_KEY_VAR, TL_KEY)]).unwrap();
+    let seen = seen_by(&config, "tensorlake");
+    assert!(
+        seen.contains(&saw("fake_image", "img", &format!("fake_image in {FILE}"))),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(&saw(
+            "fake_timeout_secs",
+            "60",
+            &format!("fake_timeout_secs in {FILE}")
+        )),
+        "{seen}"
+    );
+    // Not a declared key: an error, with its position; a refused one says why.
+    assert!(file_err("fake_imag = 1").starts_with(&format!(
+        "invalid {FILE}: line 1, column 1: unknown field `fake_imag`"
+    )));
+    let message = file_err("fake_api_key = \"x\"");
+    assert!(message.contains("never from this file"), "{message}");
+    assert!(
+        file_err("fake_image = [1]")
+            .contains("line 1, column 14: fake_image must be a string or a number")
+    );
 }

@@ -507,7 +507,7 @@ impl Sandbox for LocalBackend {
     async fn update_network_policy(
         &self,
         handle: &Handle,
-        policy: &fleet::NetworkPolicy,
+        policy: &common::NetworkPolicy,
     ) -> Result<()> {
         let dir = self.existing_dir(handle)?;
         let sandbox_net = self

@@ -119,7 +119,7 @@ pub async fn create(
     cfg: &NetConfig,
     name: &SandboxName,
     gateway_url: Option<&str>,
-    policy: &fleet::NetworkPolicy,
+    policy: &common::NetworkPolicy,
 ) -> Result<SandboxNet> {
     tools::require_root()?;
     let tools = Tools::find()?;
@@ -170,7 +170,7 @@ async fn build(
     paths: &Paths,
     name: &SandboxName,
     (gateway_port, gateway_host): (Option<u16>, Option<String>),
-    policy: &fleet::NetworkPolicy,
+    policy: &common::NetworkPolicy,
 ) -> Result<SandboxNet> {
     mkdir_private(&cfg.run_dir)?;
     mkdir_private(&paths.state_dir)?;
@@ -213,7 +213,7 @@ async fn build(
 pub async fn apply_policy(
     cfg: &NetConfig,
     net: &SandboxNet,
-    policy: &fleet::NetworkPolicy,
+    policy: &common::NetworkPolicy,
 ) -> Result<()> {
     enforce(cfg, net, policy, "").await
 }
@@ -222,7 +222,7 @@ pub async fn apply_policy(
 async fn enforce(
     cfg: &NetConfig,
     net: &SandboxNet,
-    policy: &fleet::NetworkPolicy,
+    policy: &common::NetworkPolicy,
     before: &str,
 ) -> Result<()> {
     let paths = checked_paths(cfg, net)?;
@@ -254,11 +254,11 @@ pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
     if net.dns.is_none() || dns::is_running(&paths.netns) {
         return Ok(());
     }
-    let policy: fleet::NetworkPolicy = std::fs::read(paths.state_dir.join(POLICY_FILE))
+    let policy: common::NetworkPolicy = std::fs::read(paths.state_dir.join(POLICY_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         // Unknown: allow only the gateway (fail closed).
-        .unwrap_or(fleet::NetworkPolicy {
+        .unwrap_or(common::NetworkPolicy {
             enabled: true,
             allow: Vec::new(),
         });
@@ -270,7 +270,7 @@ pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
 /// the names, or its address to the returned always-allowed networks).
 fn enforced(
     net: &SandboxNet,
-    policy: &fleet::NetworkPolicy,
+    policy: &common::NetworkPolicy,
 ) -> (crate::policy::Parsed, Vec<crate::policy::Cidr>) {
     let mut parsed = crate::policy::parse(policy);
     let mut always = Vec::new();

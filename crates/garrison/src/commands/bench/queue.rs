@@ -18,9 +18,10 @@ use clap::Args;
 use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Then};
 use fleet::stats::route;
 use fleet::{Platform, RequestStats, Secret, SessionStatus};
-use orchestrator::config::{BackendKind, OutpostConfig, QueueMode, ServeConfig};
+use orchestrator::config::{OutpostConfig, QueueMode, ServeConfig};
 use orchestrator::serve::{self, Serving};
 use rand::Rng;
+use sandbox::plugin::BackendPlugin;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -355,7 +356,7 @@ fn serve_config(
         policy: Default::default(),
         outposts: vec![OutpostConfig {
             outpost_id: outpost.to_owned(),
-            backend: BackendKind::Host,
+            backend: sandbox::host::PLUGIN.name(),
             max_concurrent,
             resources: Default::default(),
             image: None,
@@ -363,8 +364,12 @@ fn serve_config(
             repos: Default::default(),
         }],
         admin_listen: None,
-        tensorlake: None,
-        modal: None,
+        backends: std::collections::BTreeMap::from([(
+            sandbox::host::PLUGIN.name(),
+            sandbox::host::PLUGIN
+                .configure(&common::settings::MapSource::default())
+                .expect("the host backend has no settings to refuse"),
+        )]),
     }
 }
 

@@ -9,24 +9,24 @@
 
 use std::path::Path;
 
-use orchestrator::config::BackendKind;
 use sandbox::local::images::{DEFAULT_IMAGE, ImageStore, NoProgress, Recipe};
+use sandbox::plugin::BackendPlugin;
 
 use crate::commands::doctor::check::Check;
 use crate::commands::doctor::host;
 
 /// The backend to use and the sentence that says so.
 pub struct Choice {
-    pub kind: BackendKind,
+    pub backend: &'static dyn BackendPlugin,
     pub message: String,
 }
 
 /// Picks the backend: `requested` if given, else as described above.
-pub async fn choose(requested: Option<BackendKind>, state_dir: &Path) -> Choice {
-    if let Some(kind) = requested {
+pub async fn choose(requested: Option<&'static dyn BackendPlugin>, state_dir: &Path) -> Choice {
+    if let Some(backend) = requested {
         return Choice {
-            kind,
-            message: format!("using the {} backend (--backend)", kind.as_str()),
+            backend,
+            message: format!("using the {} backend (--backend)", backend.name()),
         };
     }
     let checks = host::local_prerequisites(state_dir);
@@ -50,14 +50,14 @@ pub async fn choose(requested: Option<BackendKind>, state_dir: &Path) -> Choice 
 
 fn local() -> Choice {
     Choice {
-        kind: BackendKind::Local,
+        backend: &sandbox::local::PLUGIN,
         message: "using the local backend (containers)".to_owned(),
     }
 }
 
 fn host_because(reason: &str) -> Choice {
     Choice {
-        kind: BackendKind::Host,
+        backend: &sandbox::host::PLUGIN,
         message: format!(
             "using the host backend: {reason}; run scripts/setup as root for containers \
              (`garrison doctor --backend local` lists what is missing)"

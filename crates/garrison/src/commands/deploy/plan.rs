@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use orchestrator::config::ServeConfig;
 use orchestrator::settings::names;
+use sandbox::plugin::BackendPlugin;
 use tensorlake::models::{ProcessInfo, ProcessState, SandboxStatus};
+use tensorlake::settings as tl;
 
 /// Managed process names are `garrison-serve-<generation>`: a new
 /// generation each time the process is started, so that a name is never
@@ -227,6 +229,14 @@ fn passed_through() -> impl Iterator<Item = &'static str> {
         .chain(["RUST_LOG"])
 }
 
+/// The Tensorlake settings `serve` resolved, if an outpost uses Tensorlake.
+pub fn tensorlake_settings(config: &ServeConfig) -> Option<&tensorlake::TensorlakeSettings> {
+    config
+        .backends
+        .get(tensorlake::PLUGIN.name())
+        .and_then(|b| b.downcast_ref::<tensorlake::TensorlakeSettings>())
+}
+
 /// The inner serve's environment: the credentials (the Devin token, the
 /// Tensorlake key, `GIT_TOKEN` if set here), the resolved settings, and the
 /// serve variables set on this host. Only this map holds the secrets: the
@@ -236,7 +246,7 @@ pub fn serve_env(
     host_vars: &BTreeMap<String, String>,
     layout: &Layout,
 ) -> Result<BTreeMap<String, String>, String> {
-    let tensorlake = config.tensorlake.as_ref().ok_or_else(|| {
+    let tensorlake = tensorlake_settings(config).ok_or_else(|| {
         "no outpost is served with the tensorlake backend (an [[outpost]] table names \
          another backend)"
             .to_owned()
@@ -265,18 +275,12 @@ pub fn serve_env(
     if let Some(id) = &config.acceptor_id {
         set("DEVIN_WORKER_ACCEPTOR_ID", id);
     }
-    set(names::tensorlake::API_KEY_ENV, tensorlake.api_key.expose());
-    set(names::tensorlake::API_URL.env, &tensorlake.api_url);
-    set(
-        names::tensorlake::TIMEOUT_SECS.env,
-        &tensorlake.timeout_secs.to_string(),
-    );
-    set(
-        names::tensorlake::SANDBOX_ROOT.env,
-        &tensorlake.sandbox_root,
-    );
+    set(tl::API_KEY_ENV, tensorlake.api_key.expose());
+    set(tl::API_URL_ENV, &tensorlake.api_url);
+    set(tl::TIMEOUT_SECS_ENV, &tensorlake.timeout_secs.to_string());
+    set(tl::SANDBOX_ROOT_ENV, &tensorlake.sandbox_root);
     if let Some(image) = &tensorlake.image {
-        set(names::tensorlake::IMAGE.env, image);
+        set(tl::IMAGE_ENV, image);
     }
     set("GARRISON_CONFIG", &layout.config_dir());
     set("HOME", &layout.home());
@@ -441,7 +445,8 @@ mod tests {
         .collect();
         let host = orchestrator::settings::HostEnv::new(1000, vars.clone());
         let raw = orchestrator::settings::RawSettings::from_env(&host);
-        let config = orchestrator::settings::resolve(raw, None, &host).unwrap();
+        let config =
+            orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
         let layout = Layout::new("/garrison", "sb1");
         let env = serve_env(&config, &vars, &layout).unwrap();
         let get = |k: &str| env.get(k).map(String::as_str);

@@ -99,13 +99,13 @@ fn resolve(args: &TensorlakeDeployArgs) -> anyhow::Result<Resolved> {
 }
 
 fn config_path(args: &TensorlakeDeployArgs) -> Option<PathBuf> {
-    crate::tensorlake_access::config_path(args.config.as_deref())
+    super::tensorlake_access::config_path(args.config.as_deref())
 }
 
 /// A client from the Tensorlake settings alone: `--status`, `--logs` and
 /// `--terminate` need no Devin token.
 fn client_for_reading(args: &TensorlakeDeployArgs) -> anyhow::Result<Client> {
-    Ok(crate::tensorlake_access::client(args.config.as_deref())?.0)
+    Ok(super::tensorlake_access::client(args.config.as_deref())?.0)
 }
 
 /// The live sandbox of that name, if any.
@@ -133,10 +133,7 @@ impl Poll {
 }
 
 async fn ensure(args: &TensorlakeDeployArgs, resolved: &Resolved) -> anyhow::Result<()> {
-    let tl = resolved
-        .config
-        .tensorlake
-        .as_ref()
+    let tl = plan::tensorlake_settings(&resolved.config)
         .context("no outpost is served with the tensorlake backend")?;
     let client = Client::new(&tl.api_url, tl.api_key.clone())?;
     let info = ensure_sandbox(&client, args, tl.image.as_deref()).await?;

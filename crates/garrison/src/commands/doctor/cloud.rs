@@ -5,26 +5,18 @@
 use std::path::Path;
 use std::time::Duration;
 
-use orchestrator::config::{BackendKind, ServeConfig};
+use orchestrator::config::ServeConfig;
+use sandbox::plugin::{BackendPlugin, Placement};
 
 use super::check::Check;
 
 /// Bounds the listing (the backends retry transient failures).
 const LIST_GUARD: Duration = Duration::from_secs(45);
 
-/// Checks for `kind` (`tensorlake` or `modal`) with the resolved settings.
-pub async fn checks(kind: BackendKind, config: Option<&ServeConfig>) -> Vec<Check> {
-    let name = format!("{} API", kind.as_str());
-    let remedy = match kind {
-        BackendKind::Tensorlake => {
-            "set TENSORLAKE_API_KEY (or TENSORLAKE_API_KEY_FILE, mode 0600) to a key from \
-             cloud.tensorlake.ai, and TENSORLAKE_API_URL only for a non-default endpoint"
-        }
-        _ => {
-            "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes \
-             ~/.modal.toml), and MODAL_API_URL only for a non-default endpoint"
-        }
-    };
+/// Checks for a cloud `backend` with the resolved settings.
+pub async fn checks(backend: &dyn BackendPlugin, config: Option<&ServeConfig>) -> Vec<Check> {
+    let name = format!("{} API", backend.name());
+    let remedy = backend.setup_hint();
     let Some(config) = config else {
         return vec![Check::info(name, "not checked: fix the settings first")];
     };
@@ -40,14 +32,11 @@ pub async fn checks(kind: BackendKind, config: Option<&ServeConfig>) -> Vec<Chec
             )];
         }
     };
-    let backend = match orchestrator::serve::make_backend(
-        kind,
-        scratch.path(),
-        scratch.path(),
-        Path::new("/nonexistent"),
-        config.tensorlake.as_ref(),
-        config.modal.as_ref(),
-    ) {
+    let Some(configured) = config.backends.get(backend.name()) else {
+        return vec![Check::info(name, "not checked: no outpost uses it")];
+    };
+    let placement = Placement::new(scratch.path(), scratch.path(), Path::new("/nonexistent"));
+    let backend = match configured.build(&placement) {
         Ok(backend) => backend,
         Err(e) => return vec![Check::fail(name, format!("{e:#}"), remedy)],
     };

@@ -97,9 +97,9 @@ fn static_shim() -> Check {
 }
 
 /// `$GARRISON_STATIC_SHIM`, else `garrison-shim` beside this binary (as
-/// `orchestrator::serve::make_backend` resolves it).
+/// the local backend's plug-in resolves it).
 pub fn static_shim_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("GARRISON_STATIC_SHIM") {
+    if let Some(path) = std::env::var_os(sandbox::local::STATIC_SHIM_ENV) {
         return PathBuf::from(path);
     }
     std::env::current_exe()

@@ -11,7 +11,10 @@ pub async fn build(name: &str, recipe: Option<&Path>, state_dir: &Path) -> anyho
         Some(path) => Recipe::load(path)?,
         None => Recipe::default_recipe(),
     };
-    let env = orchestrator::settings::modal::resolve(&orchestrator::settings::HostEnv::current())?;
+    let host = orchestrator::settings::HostEnv::current();
+    let no_file = std::collections::BTreeMap::new();
+    let env =
+        modal::settings::resolve(&orchestrator::settings::BackendSource::new(&host, &no_file))?;
     let client = modal::Client::new(&modal::ClientConfig {
         api_url: env.api_url,
         credentials: env.credentials,

@@ -242,13 +242,13 @@ pub fn file_layer(config_flag: Option<&Path>, host: &HostEnv) -> anyhow::Result<
         }),
     };
     if let Some(path) = named {
-        return settings::load_file(&path.value)?
+        return settings::load_file(&path.value, &crate::backends::ALL)?
             .with_context(|| format!("{}: {} does not exist", path.origin, path.value.display()));
     }
     // Without a configuration directory (no HOME) there is simply no
     // default file; what is then missing is reported by `settings::resolve`.
     match host.config_file_path() {
-        Ok(path) => Ok(settings::load_file(&path)?.unwrap_or_default()),
+        Ok(path) => Ok(settings::load_file(&path, &crate::backends::ALL)?.unwrap_or_default()),
         Err(_) => Ok(RawSettings::default()),
     }
 }
@@ -274,6 +274,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
         args.to_raw(&host).or(file),
         stored,
         &host,
+        &crate::backends::ALL,
     )?)
 }
 

@@ -343,14 +343,14 @@ mod tests {
         assert!(s.contains("set gateway_ports { type inet_service; }"));
     }
 
-    fn parsed(enabled: bool, allow: Vec<fleet::AllowRule>) -> Parsed {
-        crate::policy::parse(&fleet::NetworkPolicy { enabled, allow })
+    fn parsed(enabled: bool, allow: Vec<common::AllowRule>) -> Parsed {
+        crate::policy::parse(&common::NetworkPolicy { enabled, allow })
     }
 
     #[test]
     fn disabled_policy_leaves_the_chain_empty() {
         let s = policy_script(
-            &parsed(false, vec![fleet::AllowRule::Ipv4("10.0.0.0/8".into())]),
+            &parsed(false, vec![common::AllowRule::Ipv4("10.0.0.0/8".into())]),
             &[],
         );
         assert!(s.contains("flush chain inet garrison session_policy\n"));
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn enabled_policy_fills_the_sets_and_refuses_the_rest() {
-        use fleet::AllowRule::*;
+        use common::AllowRule::*;
         let gateway = Cidr::parse("203.0.113.7", false).unwrap();
         let s = policy_script(
             &parsed(

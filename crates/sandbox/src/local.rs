@@ -1,5 +1,5 @@
 //! The `local` backend: one OCI container per session on this host, built
-//! from standard parts (runc, overlayfs, tini, pasta, nftables).
+//! from standard parts (runc, overlayfs, tini, a veth pair and nftables).
 
 mod archive;
 mod backend;
@@ -8,7 +8,9 @@ mod disk;
 pub mod images;
 pub mod net;
 pub mod oci;
+mod plugin;
 pub mod rootfs;
 mod runc;
 
 pub use backend::{LocalBackend, LocalConfig};
+pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV};

@@ -3,11 +3,14 @@
 //! How flags, environment and the TOML file are merged into these types is
 //! in [`crate::settings`]; everything downstream sees only validated values.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::{Platform, Secret};
 use sandbox::Resources;
+use sandbox::plugin::ConfiguredBackend;
 
 use crate::planner::Policy;
 
@@ -17,41 +20,6 @@ pub const DEFAULT_API_URL: &str = "https://api.devin.ai";
 pub const DEFAULT_MAX_CONCURRENT: usize = 5;
 pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_SNAPSHOT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// Which sandbox backend serves an outpost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
-    Host,
-    Local,
-    Tensorlake,
-    Modal,
-}
-
-impl BackendKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Host => "host",
-            Self::Local => "local",
-            Self::Tensorlake => "tensorlake",
-            Self::Modal => "modal",
-        }
-    }
-}
-
-impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "host" => Ok(Self::Host),
-            "local" => Ok(Self::Local),
-            "tensorlake" => Ok(Self::Tensorlake),
-            "modal" => Ok(Self::Modal),
-            other => Err(format!(
-                "unknown backend {other:?} (expected host, local, tensorlake or modal)"
-            )),
-        }
-    }
-}
 
 /// How the queue view learns about new entries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,7 +38,9 @@ pub enum QueueMode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutpostConfig {
     pub outpost_id: String,
-    pub backend: BackendKind,
+    /// The backend's name, as its plug-in gives it (one of those passed
+    /// to [`crate::settings::resolve`]).
+    pub backend: &'static str,
     pub max_concurrent: usize,
     pub resources: Resources,
     /// Backend-specific image; `None` is the backend's default.
@@ -116,25 +86,7 @@ pub struct ServeConfig {
     /// Where the admin listener (metrics, health, JSON API, dashboard)
     /// binds; `None` runs without one.
     pub admin_listen: Option<std::net::SocketAddr>,
-    /// Set when an outpost uses the Tensorlake backend.
-    pub tensorlake: Option<TensorlakeSettings>,
-    /// Set when an outpost uses the Modal backend.
-    pub modal: Option<crate::settings::modal::ModalEnv>,
-}
-
-/// Idle seconds before Tensorlake suspends a session's sandbox (the seed's
-/// `SANDBOX_TIMEOUT_SECS` default).
-pub const DEFAULT_SANDBOX_TIMEOUT_SECS: u64 = 1800;
-
-/// How to reach Tensorlake and what its sandboxes get. `Debug` never shows
-/// the key.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TensorlakeSettings {
-    pub api_url: String,
-    pub api_key: Secret,
-    /// The image when the outpost names none.
-    pub image: Option<String>,
-    pub timeout_secs: u64,
-    /// Garrison's directory inside each sandbox (`{id}`: the sandbox id).
-    pub sandbox_root: String,
+    /// The settings of each backend an outpost uses, by name, resolved at
+    /// start so that a bad value stops `serve` before it claims anything.
+    pub backends: BTreeMap<&'static str, Arc<dyn ConfiguredBackend>>,
 }

@@ -12,11 +12,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orchestrator::config::TensorlakeSettings;
+use async_trait::async_trait;
 use sandbox::SandboxName;
-use tensorlake::models::{CreatePty, SandboxInfo, SandboxStatus};
-use tensorlake::pty::PtyEvent;
-use tensorlake::{Client, SandboxClient};
+use sandbox::plugin::{FollowStart, LogFollower};
+
+use crate::TensorlakeSettings;
+use crate::models::{CreatePty, SandboxInfo, SandboxStatus};
+use crate::pty::PtyEvent;
+use crate::{Client, SandboxClient};
 
 /// How often a sandbox that is not running is looked at.
 const POLL: Duration = Duration::from_millis(500);
@@ -39,14 +42,6 @@ printf 'garrison-offset %s\n' "$o"
 exec tail -c +$((o + 1)) -F -- "$f" 2>/dev/null"#;
 const OFFSET_PREFIX: &[u8] = b"garrison-offset ";
 
-/// Where to start in the sandbox's output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
-    Beginning,
-    /// The last N lines so far.
-    LastLines(u64),
-}
-
 /// A session's sandbox on Tensorlake, and how to reach it.
 pub struct Follower {
     client: Client,
@@ -65,13 +60,6 @@ enum From {
     LastLines(u64),
 }
 
-/// What ended a [`Follower::follow`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// No sandbox by the session's name (never made, or deleted).
-    Gone,
-}
-
 impl Follower {
     pub fn new(client: Client, settings: &TensorlakeSettings, session_id: &str) -> Self {
         Self {
@@ -83,11 +71,6 @@ impl Follower {
         }
     }
 
-    /// Whether a sandbox for the session exists now.
-    pub async fn exists(&self) -> anyhow::Result<bool> {
-        Ok(self.find().await?.is_some())
-    }
-
     async fn find(&self) -> anyhow::Result<Option<SandboxInfo>> {
         Ok(self
             .client
@@ -97,62 +80,6 @@ impl Follower {
             .find(|s| s.name.as_deref() == Some(self.name.as_str()) && !s.status.is_final()))
     }
 
-    /// Writes the sandbox's output with `out` until the sandbox is gone;
-    /// `note` says what the follower is waiting for.
-    pub async fn follow(
-        &mut self,
-        start: Start,
-        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-        note: &mut dyn FnMut(&str),
-    ) -> anyhow::Result<Ended> {
-        let mut said_asleep = false;
-        let mut failures = 0u32;
-        loop {
-            let Some(info) = self.find().await? else {
-                return Ok(Ended::Gone);
-            };
-            if info.status != SandboxStatus::Running {
-                if !said_asleep {
-                    note(&format!(
-                        "sandbox {} is {}; waiting for it to run again (following does not wake it)",
-                        self.name, info.status
-                    ));
-                    said_asleep = true;
-                }
-                tokio::time::sleep(POLL).await;
-                continue;
-            }
-            said_asleep = false;
-            let offset = match &self.position {
-                Some((id, offset)) if *id == info.sandbox_id => Some(From::Offset(*offset)),
-                // Another sandbox (the session came back in a new one): what
-                // it holds may repeat what was printed.
-                Some(_) => None,
-                None => match start {
-                    Start::Beginning => Some(From::Offset(0)),
-                    Start::LastLines(n) => Some(From::LastLines(n)),
-                },
-            };
-            let dp = self
-                .client
-                .sandbox(&info.sandbox_id, info.sandbox_url.as_deref())?;
-            self.remove_stale(&info.sandbox_id, &dp).await;
-            match self.attach(&dp, &info.sandbox_id, offset, out).await {
-                Ok(()) => failures = 0,
-                Err(e) => {
-                    failures += 1;
-                    if failures == 3 {
-                        note(&format!(
-                            "attaching to sandbox {} failed: {e:#}; retrying",
-                            self.name
-                        ));
-                    }
-                }
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
     /// One attachment: until the websocket closes (a suspend, an idle
     /// timeout, the sandbox deleted).
     async fn attach(
@@ -160,9 +87,9 @@ impl Follower {
         dp: &SandboxClient,
         sandbox_id: &str,
         offset: Option<From>,
-        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+        out: &mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send),
     ) -> anyhow::Result<()> {
-        let file = tensorlake::backend::output_log_of(&self.sandbox_root, sandbox_id);
+        let file = crate::backend::output_log_of(&self.sandbox_root, sandbox_id);
         let from = match offset {
             None => "end".to_owned(),
             Some(From::Offset(o)) => o.to_string(),
@@ -223,6 +150,69 @@ impl Follower {
         self.stale = elsewhere;
         for (_, session) in here {
             let _ = dp.delete_pty(&session).await;
+        }
+    }
+}
+
+#[async_trait]
+impl LogFollower for Follower {
+    async fn exists(&self) -> anyhow::Result<bool> {
+        Ok(self.find().await?.is_some())
+    }
+
+    /// Returns when no sandbox has the session's name any more (never
+    /// made, or deleted).
+    async fn follow(
+        &mut self,
+        start: FollowStart,
+        out: &mut (dyn for<'b> FnMut(&'b [u8]) -> std::io::Result<()> + Send),
+        note: &mut (dyn for<'b> FnMut(&'b str) + Send),
+    ) -> anyhow::Result<()> {
+        let mut said_asleep = false;
+        let mut failures = 0u32;
+        loop {
+            let Some(info) = self.find().await? else {
+                return Ok(());
+            };
+            if info.status != SandboxStatus::Running {
+                if !said_asleep {
+                    note(&format!(
+                        "sandbox {} is {}; waiting for it to run again (following does not wake it)",
+                        self.name, info.status
+                    ));
+                    said_asleep = true;
+                }
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            said_asleep = false;
+            let offset = match &self.position {
+                Some((id, offset)) if *id == info.sandbox_id => Some(From::Offset(*offset)),
+                // Another sandbox (the session came back in a new one): what
+                // it holds may repeat what was printed.
+                Some(_) => None,
+                None => match start {
+                    FollowStart::Beginning => Some(From::Offset(0)),
+                    FollowStart::LastLines(n) => Some(From::LastLines(n)),
+                },
+            };
+            let dp = self
+                .client
+                .sandbox(&info.sandbox_id, info.sandbox_url.as_deref())?;
+            self.remove_stale(&info.sandbox_id, &dp).await;
+            match self.attach(&dp, &info.sandbox_id, offset, out).await {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 3 {
+                        note(&format!(
+                            "attaching to sandbox {} failed: {e:#}; retrying",
+                            self.name
+                        ));
+                    }
+                }
+            }
+            tokio::time::sleep(POLL).await;
         }
     }
 }

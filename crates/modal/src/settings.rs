@@ -1,4 +1,4 @@
-//! The settings of the Modal backend (`--backend modal`).
+//! The settings of the Modal backend (`--backend modal`), and its plug-in.
 //!
 //! All come from the environment, so they sit beside the outpost's own
 //! settings without changing the file format:
@@ -14,22 +14,34 @@
 //! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
 //!
 //! The token is never taken from a flag (argv is visible to every user of
-//! the machine) and never printed: it is kept in [`fleet::Secret`]s.
+//! the machine) and never printed: it is kept in [`common::Secret`]s.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::Secret;
+use common::Secret;
+use common::settings::{
+    Origin, SettingsError, SettingsSource, read_owner_only_if_present, unsigned,
+};
+use sandbox::Sandbox;
+use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
-use super::{HostEnv, Origin, SettingsError, Sourced, read_owner_only_if_present};
-
+/// The token's id.
 pub const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
+/// The token's secret.
 pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
+/// The profile of `~/.modal.toml` to use.
 pub const PROFILE_ENV: &str = "MODAL_PROFILE";
+/// Another place for Modal's TOML file.
 pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
+/// Modal's API.
 pub const API_URL_ENV: &str = "MODAL_API_URL";
+/// The image sessions boot from.
 pub const IMAGE_ENV: &str = "MODAL_IMAGE";
+/// Regions sandboxes may run in.
 pub const REGION_ENV: &str = "MODAL_REGION";
+/// A sandbox's maximum lifetime in seconds.
 pub const TIMEOUT_ENV: &str = "MODAL_SANDBOX_TIMEOUT_SECS";
 
 /// Modal's longest sandbox lifetime, and the default.
@@ -41,7 +53,7 @@ pub struct ModalEnv {
     /// Modal's API, without a trailing slash.
     pub api_url: String,
     /// The Modal token; never printed.
-    pub credentials: modal::Credentials,
+    pub credentials: crate::Credentials,
     /// An image id or name; `None` uses the outpost's image or `default`.
     pub image: Option<String>,
     /// Regions sandboxes may run in; empty lets Modal choose.
@@ -50,13 +62,10 @@ pub struct ModalEnv {
     pub timeout: Duration,
 }
 
-/// Reads the Modal settings from `host`'s environment and, for the token,
+/// Reads the Modal settings from the environment and, for the token,
 /// Modal's own configuration file.
-pub fn resolve(host: &HostEnv) -> Result<ModalEnv, SettingsError> {
-    let env = |name: &'static str| {
-        host.var(name)
-            .map(|v| Sourced::new(v.to_owned(), Origin::Env(name)))
-    };
+pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
+    let env = |name: &'static str| host.var(name);
     let api_url = match env(API_URL_ENV) {
         Some(value) => {
             let url = url::Url::parse(&value.value).map_err(|e| value.invalid(e.to_string()))?;
@@ -65,7 +74,7 @@ pub fn resolve(host: &HostEnv) -> Result<ModalEnv, SettingsError> {
             }
             value.value.trim_end_matches('/').to_owned()
         }
-        None => modal::client::DEFAULT_API_URL.to_owned(),
+        None => crate::client::DEFAULT_API_URL.to_owned(),
     };
     let credentials = credentials(host)?;
     let image = match env(IMAGE_ENV) {
@@ -105,10 +114,7 @@ pub fn resolve(host: &HostEnv) -> Result<ModalEnv, SettingsError> {
         None => Vec::new(),
     };
     let timeout = match env(TIMEOUT_ENV) {
-        Some(value) => {
-            let secs = super::integer(&value, 1..=MAX_TIMEOUT_SECS as i64)?;
-            Duration::from_secs(super::to_u64(secs))
-        }
+        Some(value) => Duration::from_secs(unsigned(&value, 1..=MAX_TIMEOUT_SECS as i64)?),
         None => Duration::from_secs(MAX_TIMEOUT_SECS),
     };
     Ok(ModalEnv {
@@ -120,9 +126,9 @@ pub fn resolve(host: &HostEnv) -> Result<ModalEnv, SettingsError> {
     })
 }
 
-fn credentials(host: &HostEnv) -> Result<modal::Credentials, SettingsError> {
+fn credentials(host: &dyn SettingsSource) -> Result<crate::Credentials, SettingsError> {
     match (host.var(TOKEN_ID_ENV), host.var(TOKEN_SECRET_ENV)) {
-        (Some(id), Some(secret)) => return Ok(pair(id, secret)),
+        (Some(id), Some(secret)) => return Ok(pair(&id.value, &secret.value)),
         (Some(_), None) | (None, Some(_)) => {
             return Err(SettingsError::Invalid {
                 origin: Origin::Env(if host.var(TOKEN_ID_ENV).is_some() {
@@ -136,7 +142,7 @@ fn credentials(host: &HostEnv) -> Result<modal::Credentials, SettingsError> {
         (None, None) => {}
     }
     let path = match host.var(CONFIG_PATH_ENV) {
-        Some(path) => PathBuf::from(path),
+        Some(path) => PathBuf::from(path.value),
         None => host
             .home()
             .ok_or(SettingsError::NoHome {
@@ -146,7 +152,7 @@ fn credentials(host: &HostEnv) -> Result<modal::Credentials, SettingsError> {
             .join(".modal.toml"),
     };
     let profile = host.var(PROFILE_ENV);
-    from_modal_toml(&path, profile)?.ok_or_else(|| SettingsError::Invalid {
+    from_modal_toml(&path, profile.as_ref().map(|p| p.value.as_str()))?.ok_or_else(|| SettingsError::Invalid {
         origin: Origin::Env(TOKEN_ID_ENV),
         reason: format!(
             "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
@@ -156,8 +162,8 @@ fn credentials(host: &HostEnv) -> Result<modal::Credentials, SettingsError> {
     })
 }
 
-fn pair(id: &str, secret: &str) -> modal::Credentials {
-    modal::Credentials {
+fn pair(id: &str, secret: &str) -> crate::Credentials {
+    crate::Credentials {
         token_id: Secret::new(id),
         token_secret: Secret::new(secret),
     }
@@ -170,7 +176,7 @@ fn pair(id: &str, secret: &str) -> modal::Credentials {
 pub fn from_modal_toml(
     path: &Path,
     profile: Option<&str>,
-) -> Result<Option<modal::Credentials>, SettingsError> {
+) -> Result<Option<crate::Credentials>, SettingsError> {
     let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
         return Ok(None);
     };
@@ -215,22 +221,76 @@ pub fn from_modal_toml(
     }
 }
 
+/// The Modal backend as the registry lists it.
+pub struct ModalPlugin;
+
+/// The one [`ModalPlugin`].
+pub static PLUGIN: ModalPlugin = ModalPlugin;
+
+impl BackendPlugin for ModalPlugin {
+    fn name(&self) -> &'static str {
+        "modal"
+    }
+
+    fn setup_hint(&self) -> &'static str {
+        "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes \
+         ~/.modal.toml), and MODAL_API_URL only for a non-default endpoint"
+    }
+
+    fn has_remote_api(&self) -> bool {
+        true
+    }
+
+    fn configure(
+        &self,
+        settings: &dyn SettingsSource,
+    ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
+        Ok(Arc::new(resolve(settings)?))
+    }
+}
+
+impl ConfiguredBackend for ModalEnv {
+    fn secrets(&self) -> Vec<Secret> {
+        vec![
+            self.credentials.token_id.clone(),
+            self.credentials.token_secret.clone(),
+        ]
+    }
+
+    /// Image names are looked up in the cache that `garrison image build
+    /// --backend modal` writes under the state directory.
+    fn build(&self, placement: &Placement) -> anyhow::Result<Arc<dyn Sandbox>> {
+        Ok(Arc::new(crate::ModalBackend::new(crate::ModalSettings {
+            client: crate::ClientConfig {
+                api_url: self.api_url.clone(),
+                credentials: self.credentials.clone(),
+                retry: crate::RetryPolicy::default(),
+            },
+            // The orchestrator keeps to its outpost's sandboxes by their labels.
+            outpost_id: None,
+            image: self.image.clone(),
+            image_cache: Some(crate::image::ImageCache::path(&placement.state_dir)),
+            regions: self.regions.clone(),
+            timeout: self.timeout,
+        })?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::fs;
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
 
-    fn host(vars: &[(&str, &str)]) -> HostEnv {
-        HostEnv::new(
-            1000,
-            vars.iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect::<BTreeMap<_, _>>(),
-        )
+    fn host(vars: &[(&str, &str)]) -> common::settings::MapSource {
+        let mut source = common::settings::MapSource::vars(vars);
+        source.home = vars
+            .iter()
+            .find(|(k, _)| *k == "HOME")
+            .map(|(_, v)| PathBuf::from(v));
+        source
     }
 
     fn write(path: &Path, text: &str, mode: u32) {

@@ -1,0 +1,14 @@
+//! The few types both Devin's side (`fleet`, `orchestrator`) and the sandbox
+//! backends use, so that a backend never depends on the Devin client:
+//! [`Secret`] (a credential that never prints), [`NetworkPolicy`] (what a
+//! session may reach), [`Backoff`] (jittered retry delays) and the
+//! [`settings`] vocabulary every owner of a setting validates it with.
+
+pub mod backoff;
+pub mod network_policy;
+pub mod secret;
+pub mod settings;
+
+pub use backoff::Backoff;
+pub use network_policy::{AllowRule, NetworkPolicy};
+pub use secret::Secret;

@@ -1,0 +1,142 @@
+//! One layer of settings (flags, environment or file), and how layers
+//! merge.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use fleet::Secret;
+
+use super::names::{self, Names};
+use super::{HostEnv, Origin, Sourced, TOKEN_ENV};
+use crate::repos::GIT_TOKEN_ENV;
+
+/// One layer of settings (flags, environment or file), every field optional.
+///
+/// Numbers are kept as text until [`resolve`], so a bad value is reported
+/// only if it wins the merge, and with its origin. Every layer uses the same
+/// type; fields a layer cannot set stay `None` (the token is only ever set
+/// by [`RawSettings::from_env`], `[[outpost]]` tables only by the file).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawSettings {
+    /// Outpost ids; each item may hold several, comma-separated.
+    pub outposts: Option<Sourced<Vec<String>>>,
+    pub api_url: Option<Sourced<String>>,
+    pub acceptor_id: Option<Sourced<String>>,
+    pub static_base_url: Option<Sourced<String>>,
+    pub backend: Option<Sourced<String>>,
+    pub max_concurrent: Option<Sourced<String>>,
+    pub state_dir: Option<Sourced<PathBuf>>,
+    pub snapshot_dir: Option<Sourced<PathBuf>>,
+    pub snapshot_retention: Option<Sourced<String>>,
+    pub relist_interval_secs: Option<Sourced<String>>,
+    pub drain: Option<Sourced<bool>>,
+    pub cpus: Option<Sourced<String>>,
+    pub memory_mb: Option<Sourced<String>>,
+    pub disk_mb: Option<Sourced<String>>,
+    pub image: Option<Sourced<String>>,
+    pub max_restarts: Option<Sourced<String>>,
+    /// Only from the environment; `Secret` keeps it out of `Debug`.
+    pub token: Option<Sourced<Secret>>,
+    /// Clone URLs; each item may hold several, comma-separated.
+    pub repos: Option<Sourced<Vec<String>>>,
+    pub git_username: Option<Sourced<String>>,
+    /// `GIT_TOKEN`: only from the environment, like `token`.
+    pub git_token: Option<Sourced<Secret>>,
+    /// Top-level keys of the file that belong to a backend (its plug-in
+    /// declared them), numbers as text; the backend reads and checks them.
+    pub backend_keys: BTreeMap<&'static str, Sourced<String>>,
+    /// The file's `[[outpost]]` tables, in file order.
+    pub outpost_tables: Vec<OutpostTable>,
+}
+
+/// One `[[outpost]]` table: per-outpost overrides of the top-level settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutpostTable {
+    pub id: Sourced<String>,
+    pub backend: Option<Sourced<String>>,
+    pub max_concurrent: Option<Sourced<String>>,
+    pub cpus: Option<Sourced<String>>,
+    pub memory_mb: Option<Sourced<String>>,
+    pub disk_mb: Option<Sourced<String>>,
+    pub image: Option<Sourced<String>>,
+    pub platform: Option<Sourced<String>>,
+    pub repos: Option<Sourced<Vec<String>>>,
+}
+
+impl RawSettings {
+    /// This layer over `lower`: each field is this layer's if set, else
+    /// `lower`'s.
+    #[must_use]
+    pub fn or(self, lower: RawSettings) -> RawSettings {
+        RawSettings {
+            outposts: self.outposts.or(lower.outposts),
+            api_url: self.api_url.or(lower.api_url),
+            acceptor_id: self.acceptor_id.or(lower.acceptor_id),
+            static_base_url: self.static_base_url.or(lower.static_base_url),
+            backend: self.backend.or(lower.backend),
+            max_concurrent: self.max_concurrent.or(lower.max_concurrent),
+            state_dir: self.state_dir.or(lower.state_dir),
+            snapshot_dir: self.snapshot_dir.or(lower.snapshot_dir),
+            snapshot_retention: self.snapshot_retention.or(lower.snapshot_retention),
+            relist_interval_secs: self.relist_interval_secs.or(lower.relist_interval_secs),
+            drain: self.drain.or(lower.drain),
+            cpus: self.cpus.or(lower.cpus),
+            memory_mb: self.memory_mb.or(lower.memory_mb),
+            disk_mb: self.disk_mb.or(lower.disk_mb),
+            image: self.image.or(lower.image),
+            max_restarts: self.max_restarts.or(lower.max_restarts),
+            token: self.token.or(lower.token),
+            repos: self.repos.or(lower.repos),
+            git_username: self.git_username.or(lower.git_username),
+            backend_keys: {
+                let mut keys = lower.backend_keys;
+                keys.extend(self.backend_keys);
+                keys
+            },
+            git_token: self.git_token.or(lower.git_token),
+            outpost_tables: if self.outpost_tables.is_empty() {
+                lower.outpost_tables
+            } else {
+                self.outpost_tables
+            },
+        }
+    }
+
+    /// The environment layer. Empty variables count as unset.
+    pub fn from_env(host: &HostEnv) -> RawSettings {
+        let text = |names: Names| {
+            let var = names.env?;
+            Some(Sourced::new(host.var(var)?.to_owned(), Origin::Env(var)))
+        };
+        let path =
+            |names: Names| text(names).map(|s| Sourced::new(PathBuf::from(s.value), s.origin));
+        RawSettings {
+            outposts: text(names::OUTPOST).map(|s| Sourced::new(vec![s.value], s.origin)),
+            api_url: text(names::API_URL),
+            acceptor_id: text(names::ACCEPTOR_ID),
+            static_base_url: text(names::STATIC_BASE_URL),
+            backend: text(names::BACKEND),
+            max_concurrent: text(names::MAX_CONCURRENT),
+            state_dir: path(names::STATE_DIR),
+            snapshot_dir: path(names::SNAPSHOT_DIR),
+            snapshot_retention: text(names::SNAPSHOT_RETENTION),
+            relist_interval_secs: text(names::RELIST_INTERVAL_SECS),
+            drain: None,
+            cpus: text(names::CPUS),
+            memory_mb: text(names::MEMORY_MB),
+            disk_mb: text(names::DISK_MB),
+            image: text(names::IMAGE),
+            max_restarts: text(names::MAX_RESTARTS),
+            token: host
+                .var(TOKEN_ENV)
+                .map(|t| Sourced::new(Secret::new(t), Origin::Env(TOKEN_ENV))),
+            repos: text(names::REPOS).map(|s| Sourced::new(vec![s.value], s.origin)),
+            git_username: text(names::GIT_USERNAME),
+            git_token: host
+                .var(GIT_TOKEN_ENV)
+                .map(|t| Sourced::new(Secret::new(t), Origin::Env(GIT_TOKEN_ENV))),
+            backend_keys: BTreeMap::new(),
+            outpost_tables: Vec::new(),
+        }
+    }
+}

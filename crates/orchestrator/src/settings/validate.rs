@@ -1,0 +1,248 @@
+//! The checks of each of Garrison's own values. Every error names the
+//! value's origin; none quotes a secret.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub(super) use common::settings::{http_url, image, integer};
+use fleet::{Platform, Secret};
+
+use super::{Backends, Credentials, DEFAULT_API_URL, Origin, SettingsError, Sourced};
+
+const RETENTION_EXAMPLES: &str = "e.g. \"30d\", \"12h\", \"90m\", \"3600s\" or \"unlimited\"";
+
+pub(super) fn token(
+    env: Option<&Sourced<Secret>>,
+    credentials: Option<(&Path, &Credentials)>,
+) -> Result<Secret, SettingsError> {
+    let token = match (env, credentials) {
+        (Some(t), _) => t.clone(),
+        (None, Some((path, c))) => Sourced::new(
+            c.token.clone(),
+            Origin::Credentials {
+                path: path.to_owned(),
+                key: "token",
+            },
+        ),
+        (None, None) => return Err(SettingsError::NoToken),
+    };
+    if token.value.is_empty() {
+        return Err(SettingsError::NoToken);
+    }
+    // A token read with `$(cat file)` or pasted with a newline would break
+    // the Authorization header later, with a far worse message. The value is
+    // never echoed.
+    if token
+        .value
+        .expose()
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(token.invalid("contains whitespace or control characters (value not shown)"));
+    }
+    Ok(token.value)
+}
+
+/// The API base, without a trailing slash (paths are appended to it).
+pub(super) fn api_url(value: &Sourced<String>) -> Result<String, SettingsError> {
+    let url = http_url(value)?;
+    if url.path().trim_end_matches('/').ends_with("/opbeta") {
+        return Err(value.invalid(format!(
+            "{:?} ends in /opbeta: give the API base without it, e.g. {DEFAULT_API_URL}",
+            value.value
+        )));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// A directory URL: always ends with '/', so file names join onto it.
+pub(super) fn static_base_url(value: &Sourced<String>) -> Result<String, SettingsError> {
+    let mut url = http_url(value)?.as_str().to_owned();
+    if !url.ends_with('/') {
+        url.push('/');
+    }
+    Ok(url)
+}
+
+/// The protocol's acceptor id: 1-128 characters of `[A-Za-z0-9._-]`.
+pub(super) fn acceptor_id(value: &Sourced<String>) -> Result<String, SettingsError> {
+    let id = &value.value;
+    if id.is_empty() || id.len() > 128 {
+        return Err(value.invalid(format!("{id:?} must be 1 to 128 characters long")));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(value.invalid(format!(
+            "{id:?} contains {c:?}: only letters, digits, '.', '_' and '-' are allowed"
+        )));
+    }
+    Ok(id.clone())
+}
+
+/// Outpost ids are the fleet API's; only what can never be one is refused
+/// (they go into query strings, log lines and comma-separated lists).
+pub(super) fn outpost_id(value: &Sourced<String>) -> Result<(), SettingsError> {
+    let id = &value.value;
+    if id.is_empty() {
+        return Err(value.invalid("the outpost id is empty"));
+    }
+    if id.len() > 256 {
+        return Err(value.invalid(format!("outpost id {id:?} is longer than 256 characters")));
+    }
+    if id
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+    {
+        return Err(value.invalid(format!(
+            "outpost id {id:?} contains whitespace, a control character or a comma"
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn directory(value: &Sourced<PathBuf>) -> Result<PathBuf, SettingsError> {
+    if value.value.as_os_str().is_empty() {
+        return Err(value.invalid("the path is empty"));
+    }
+    Ok(value.value.clone())
+}
+
+/// One of `known` by name, e.g. "unknown backend \"docker\" (expected host,
+/// local, tensorlake or modal)".
+pub(super) fn backend(
+    value: &Sourced<String>,
+    known: &Backends,
+) -> Result<&'static str, SettingsError> {
+    let name = value.value.trim();
+    if let Some(plugin) = super::resolve::find(known, name) {
+        return Ok(plugin.name());
+    }
+    let names: Vec<&str> = known.iter().map(|b| b.name()).collect();
+    let expected = match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "none is built in".to_owned(),
+    };
+    Err(value.invalid(format!("unknown backend {name:?} (expected {expected})")))
+}
+
+pub(super) fn max_concurrent(value: &Sourced<String>) -> Result<usize, SettingsError> {
+    integer(value, 1..=1000).map(|n| to_u64(n) as usize)
+}
+
+pub(super) fn cpus(value: &Sourced<String>) -> Result<f64, SettingsError> {
+    let text = value.value.trim();
+    let cpus: f64 = text
+        .parse()
+        .map_err(|_| value.invalid(format!("{text:?} is not a number")))?;
+    // Written so that NaN fails too.
+    if !(cpus > 0.0 && cpus <= 256.0) {
+        return Err(value.invalid(format!(
+            "{text} is out of range: more than 0 and at most 256"
+        )));
+    }
+    Ok(cpus)
+}
+
+pub(super) fn memory_mb(value: &Sourced<String>) -> Result<u64, SettingsError> {
+    integer(value, 128..=i64::MAX).map(to_u64)
+}
+
+pub(super) fn disk_mb(value: &Sourced<String>) -> Result<u64, SettingsError> {
+    integer(value, 256..=i64::MAX).map(to_u64)
+}
+
+pub(super) fn platform(value: &Sourced<String>) -> Result<Platform, SettingsError> {
+    match Platform::from(value.value.trim()) {
+        Platform::Unknown(other) => Err(value.invalid(format!(
+            "unknown platform {other:?} (expected linux, macos or windows)"
+        ))),
+        known => Ok(known),
+    }
+}
+
+/// Clone URLs (each item may hold several, comma-separated), checked as
+/// [`crate::repos::plan`] will use them. An empty list clones nothing.
+pub(super) fn repo_urls(value: &Sourced<Vec<String>>) -> Result<Vec<String>, SettingsError> {
+    let mut urls: Vec<String> = Vec::new();
+    for url in value
+        .value
+        .iter()
+        .flat_map(|item| item.split(','))
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+    {
+        let url = crate::repos::validate_url(url).map_err(|reason| value.invalid(reason))?;
+        if urls.contains(&url) {
+            return Err(value.invalid(format!("{url:?} is listed twice")));
+        }
+        urls.push(url);
+    }
+    crate::repos::plan(&urls).map_err(|reason| value.invalid(reason))?;
+    Ok(urls)
+}
+
+pub(super) fn git_username(value: &Sourced<String>) -> Result<String, SettingsError> {
+    let name = value.value.trim();
+    if name.is_empty() {
+        return Err(value.invalid("the user name is empty"));
+    }
+    // A newline would forge lines of git's credential protocol.
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(value.invalid("the user name contains whitespace or control characters"));
+    }
+    Ok(name.to_owned())
+}
+
+pub(super) fn git_token(value: &Sourced<Secret>) -> Result<Secret, SettingsError> {
+    if value
+        .value
+        .expose()
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(value.invalid("contains whitespace or control characters (value not shown)"));
+    }
+    Ok(value.value.clone())
+}
+
+/// For numbers [`integer`] has already bounded below by zero or more.
+pub(super) fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// `"30d"`, `"12h"`, `"90m"`, `"3600s"`, or `"unlimited"` (keep forever:
+/// `None`).
+pub(super) fn parse_retention(text: &str) -> Result<Option<Duration>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    if unit.is_empty() && !number.is_empty() {
+        return Err(format!("{text:?} has no unit: {RETENTION_EXAMPLES}"));
+    }
+    let scale: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 24 * 3600,
+        _ => return Err(format!("{text:?} is not a duration: {RETENTION_EXAMPLES}")),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: {RETENTION_EXAMPLES}"))?;
+    if n == 0 {
+        return Err(format!(
+            "{text:?} would keep nothing: give a positive duration, or \"unlimited\" to keep snapshots forever"
+        ));
+    }
+    n.checked_mul(scale)
+        .map(|secs| Some(Duration::from_secs(secs)))
+        .ok_or_else(|| format!("{text:?} is too long"))
+}

@@ -1,0 +1,148 @@
+//! How a backend plugs into Garrison: one [`BackendPlugin`] per backend
+//! crate, listed once in the `garrison` crate's registry.
+//!
+//! A plugin owns everything about its backend that is not the [`Sandbox`]
+//! trait itself: the names, defaults and validation of its settings (read
+//! through a [`SettingsSource`], so the errors name the variable or file
+//! key), the secrets the session logs must never show, and what commands
+//! other than `serve` need from it (a log follower, a credentials check).
+//! The orchestrator sees only [`ConfiguredBackend`]s and the sandboxes they
+//! build; it never names a backend.
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use common::Secret;
+use common::settings::{SettingsError, SettingsSource};
+
+use crate::Sandbox;
+
+/// One backend, as the registry lists it.
+pub trait BackendPlugin: Sync {
+    /// The name users give (`--backend`, `backend =`), e.g. `"local"`.
+    fn name(&self) -> &'static str;
+
+    /// The top-level keys of `garrison.toml` this backend reads (any other
+    /// unknown key is an error).
+    fn file_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Keys of `garrison.toml` that must never hold a value, with what to
+    /// do instead (e.g. an API key, which belongs in the environment or a
+    /// 0600 file).
+    fn refused_file_keys(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    /// What to set when its settings are missing or refused, for `doctor`.
+    fn setup_hint(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether `garrison doctor` should check the provider's API with the
+    /// resolved credentials (cloud backends).
+    fn has_remote_api(&self) -> bool {
+        false
+    }
+
+    /// Whether [`ConfiguredBackend::log_follower`] can follow a session's
+    /// output from inside its sandbox (used by `garrison logs -f` when the
+    /// session's log is not on this machine).
+    fn follows_logs(&self) -> bool {
+        false
+    }
+
+    /// Reads and validates the backend's settings. Called only when an
+    /// outpost uses the backend, so a backend nobody uses needs nothing.
+    /// [`SettingsError::Missing`] means "not configured at all".
+    fn configure(
+        &self,
+        settings: &dyn SettingsSource,
+    ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError>;
+}
+
+impl fmt::Debug for dyn BackendPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BackendPlugin({})", self.name())
+    }
+}
+
+/// Where a backend keeps what it needs on this machine.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// Garrison's state directory (`$GARRISON_HOME`); a backend uses a
+    /// subdirectory named after itself.
+    pub state_dir: PathBuf,
+    /// Where snapshots kept on this machine go (may be shared by several
+    /// Garrisons).
+    pub snapshot_dir: PathBuf,
+    /// The running `garrison` executable (its directory also holds
+    /// `garrison-shim`).
+    pub exe: PathBuf,
+}
+
+impl Placement {
+    pub fn new(state_dir: &Path, snapshot_dir: &Path, exe: &Path) -> Self {
+        Self {
+            state_dir: state_dir.to_owned(),
+            snapshot_dir: snapshot_dir.to_owned(),
+            exe: exe.to_owned(),
+        }
+    }
+}
+
+/// A backend whose settings were read and validated.
+pub trait ConfiguredBackend: Send + Sync + fmt::Debug + Any {
+    /// Values that must never appear in a session log (API keys, tokens).
+    fn secrets(&self) -> Vec<Secret> {
+        Vec::new()
+    }
+
+    /// The backend itself, keeping its files under `placement`. Fails when
+    /// it could not serve a session (e.g. no image to run one on).
+    fn build(&self, placement: &Placement) -> anyhow::Result<Arc<dyn Sandbox>>;
+
+    /// A follower of a session's output from inside its sandbox, for
+    /// backends where that output is not copied to this machine while the
+    /// session runs somewhere else.
+    fn log_follower(&self, _session_id: &str) -> anyhow::Result<Option<Box<dyn LogFollower>>> {
+        Ok(None)
+    }
+}
+
+impl dyn ConfiguredBackend {
+    /// The backend's own settings type, for commands that serve one
+    /// backend only (`garrison deploy tensorlake`).
+    pub fn downcast_ref<T: ConfiguredBackend>(&self) -> Option<&T> {
+        (self as &dyn Any).downcast_ref()
+    }
+}
+
+/// Where a [`LogFollower`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowStart {
+    Beginning,
+    /// The last N lines so far.
+    LastLines(u64),
+}
+
+/// Follows one session's output from inside its sandbox.
+#[async_trait]
+pub trait LogFollower: Send {
+    /// Whether a sandbox for the session exists now.
+    async fn exists(&self) -> anyhow::Result<bool>;
+
+    /// Writes the output with `out` until the sandbox is gone; `note` says
+    /// what the follower is waiting for.
+    async fn follow(
+        &mut self,
+        start: FollowStart,
+        out: &mut (dyn for<'b> FnMut(&'b [u8]) -> io::Result<()> + Send),
+        note: &mut (dyn for<'b> FnMut(&'b str) + Send),
+    ) -> anyhow::Result<()>;
+}

@@ -17,7 +17,9 @@ use tracing::{error, info, warn};
 
 use crate::config::{BackendKind, ServeConfig, TensorlakeSettings};
 use crate::metrics::Metrics;
-use crate::planner::{ClaimAction, ClaimObs, Finish, OperatorStop, Stage, plan_claims};
+use crate::planner::{
+    ClaimAction, ClaimObs, Finish, OperatorStop, Stage, cooldown_until, plan_claims,
+};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
@@ -29,11 +31,6 @@ use crate::store::{SessionRecord, Store};
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
-/// How long a session this Garrison gave back is left to others.
-const RELEASE_COOLDOWN_MS: i64 = 30_000;
-/// How long a session the operator terminated here is not claimed again by
-/// this process (its entry returns to the queue, still running for Devin).
-const OPERATOR_STOP_COOLDOWN_MS: i64 = 600_000;
 
 /// What a running `serve` shares with the admin listener and commands.
 pub struct Serving {
@@ -393,11 +390,8 @@ fn runner_done(
 ) {
     match done {
         Ok((session_id, stage)) => {
-            if matches!(stage, Stage::Done(Finish::Released | Finish::Failed)) {
-                cooldown.insert(session_id.clone(), now_ms() + RELEASE_COOLDOWN_MS);
-            }
-            if matches!(stage, Stage::Done(Finish::Stopped { .. })) {
-                cooldown.insert(session_id.clone(), now_ms() + OPERATOR_STOP_COOLDOWN_MS);
+            if let Some(until) = cooldown_until(stage, now_ms()) {
+                cooldown.insert(session_id.clone(), until);
             }
             held.remove(&session_id);
         }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{FleetClient, QueueEntry};
+use fleet::{FleetClient, NetworkPolicy, QueueEntry};
 use sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -29,6 +29,7 @@ mod claim;
 mod clone_repos;
 mod finish;
 mod observe;
+mod provision;
 mod registry;
 mod run;
 mod start;
@@ -79,6 +80,8 @@ pub struct SessionRunner {
     confirm_attempts: u32,
     last_confirm_at: Option<Millis>,
     operator_stop: Option<OperatorStop>,
+    /// The network policy the sandbox is taken to have.
+    applied_policy: Option<NetworkPolicy>,
 }
 
 impl SessionRunner {
@@ -95,7 +98,7 @@ impl SessionRunner {
         let mut runner = Self::adopted(deps, rec);
         runner.claim = claim;
         runner.entry_obs = EntryObs::Present(entry.status.session_status.clone());
-        runner.entry = Some(entry);
+        runner.note_entry(entry);
         runner
     }
 
@@ -114,6 +117,7 @@ impl SessionRunner {
             confirm_attempts: 0,
             last_confirm_at: None,
             operator_stop: None,
+            applied_policy: None,
         }
     }
 
@@ -157,6 +161,7 @@ impl SessionRunner {
                 SessionAction::KillRemote => self.kill_remote().await,
                 SessionAction::ConfirmEnd => self.confirm_end().await,
                 SessionAction::Finish(finish) => self.finish(finish).await,
+                SessionAction::UpdateNetworkPolicy => self.update_network_policy().await,
             }
         }
     }
@@ -178,6 +183,9 @@ impl SessionRunner {
             last_confirm_at: self.last_confirm_at,
             stopping: self.deps.stopping.is_cancelled(),
             operator_stop: self.operator_stop,
+            has_sandbox: self.rec.handle.is_some(),
+            network_policy: self.entry.as_ref().map(|e| e.spec.network_policy.clone()),
+            applied_policy: self.applied_policy.clone(),
         }
     }
 

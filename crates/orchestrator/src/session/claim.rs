@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::{KILL_GRACE, SessionRunner, now_ms};
 use crate::metrics::Metrics;
-use crate::planner::{EntryObs, Finish, Millis, Stage};
+use crate::planner::{EntryObs, Millis, Stage, finish_on_claim_lost};
 
 /// A slow step is not begun with less claim time left than this.
 const MIN_STEP_BUDGET_MS: Millis = 10_000;
@@ -72,7 +72,7 @@ impl SessionRunner {
                 }
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
-                self.entry = Some(entry);
+                self.note_entry(entry);
                 self.save();
                 self.event(
                     "claim_renewed",
@@ -87,11 +87,7 @@ impl SessionRunner {
                     "the claim was lost to another acceptor"
                 );
                 self.event("claim_lost", json!({}));
-                let finish = if self.rec.stage.may_have_sandbox() {
-                    Finish::Vanished
-                } else {
-                    Finish::Released
-                };
+                let finish = finish_on_claim_lost(self.rec.stage);
                 self.set_stage(Stage::Finishing(finish));
                 if let (Some(handle), Some(process)) =
                     (self.rec.handle.clone(), self.rec.process.clone())

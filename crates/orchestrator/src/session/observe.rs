@@ -1,12 +1,15 @@
 //! Observing a session: its queue entry, the operator's requests, the
 //! remote's status and output.
 
+use fleet::QueueEntry;
 use sandbox::{Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
 use super::{SessionRunner, now_ms};
-use crate::planner::{EntryObs, OperatorStop, RemoteObs, Stage, track_suspended};
+use crate::planner::{
+    EntryObs, OperatorStop, RemoteObs, Stage, track_applied_policy, track_suspended,
+};
 
 /// Output copied per read.
 const OUTPUT_CHUNK: usize = 256 * 1024;
@@ -39,29 +42,8 @@ impl SessionRunner {
         let now = now_ms();
         match self.deps.view.get(self.id()) {
             Some(entry) => {
-                let policy_changed = self
-                    .entry
-                    .as_ref()
-                    .is_some_and(|old| old.spec.network_policy != entry.spec.network_policy);
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
-                if policy_changed && let Some(handle) = self.rec.handle.clone() {
-                    let policy = &entry.spec.network_policy;
-                    match self
-                        .deps
-                        .backend
-                        .update_network_policy(&handle, policy)
-                        .await
-                    {
-                        Ok(()) => self.event(
-                            "network_policy_updated",
-                            json!({ "enabled": policy.enabled, "rules": policy.allow.len() }),
-                        ),
-                        Err(e) => {
-                            warn!(session_id = self.id(), error = %e, "applying the changed network policy failed")
-                        }
-                    }
-                }
-                self.entry = Some(entry);
+                self.note_entry(entry);
             }
             // Absent from a synced view: the entry left the queue. Before the
             // first list, absence means nothing yet.
@@ -99,6 +81,43 @@ impl SessionRunner {
         }
     }
 
+    /// Takes in a reading of the entry (from the view, a claim or a get),
+    /// and with it the network policy it asks for.
+    pub(super) fn note_entry(&mut self, entry: QueueEntry) {
+        self.applied_policy = Some(track_applied_policy(
+            self.applied_policy.as_ref(),
+            &entry.spec.network_policy,
+            self.rec.handle.is_some(),
+        ));
+        self.entry = Some(entry);
+    }
+
+    /// Gives the sandbox the policy the entry asks for now. A failure is
+    /// logged and not retried until the policy changes again, as a
+    /// backend that cannot update a policy would fail every retry.
+    pub(super) async fn update_network_policy(&mut self) {
+        let Some(policy) = self.entry.as_ref().map(|e| e.spec.network_policy.clone()) else {
+            return;
+        };
+        if let Some(handle) = self.rec.handle.clone() {
+            match self
+                .deps
+                .backend
+                .update_network_policy(&handle, &policy)
+                .await
+            {
+                Ok(()) => self.event(
+                    "network_policy_updated",
+                    json!({ "enabled": policy.enabled, "rules": policy.allow.len() }),
+                ),
+                Err(e) => {
+                    warn!(session_id = self.id(), error = %e, "applying the changed network policy failed")
+                }
+            }
+        }
+        self.applied_policy = Some(policy);
+    }
+
     pub(super) async fn copy_output(&mut self, handle: &Handle, process: &ProcessRef) {
         loop {
             let chunk = match self
@@ -129,7 +148,7 @@ impl SessionRunner {
             Ok(Some(entry)) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
-                self.entry = Some(entry);
+                self.note_entry(entry);
             }
             Ok(None) => self.entry_obs = EntryObs::Gone,
             Err(e) => warn!(session_id = self.id(), error = %e, "reading the final status failed"),

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleet::QueueEntry;
-use sandbox::{Handle, SandboxName, SandboxSpec, SnapshotRef};
 use serde_json::json;
-use tracing::{error, info, warn};
+use tracing::{error, warn};
 
 use super::SessionRunner;
 use crate::contract;
@@ -36,7 +35,7 @@ impl SessionRunner {
             .get(self.id())
             .await?
             .context("the entry is gone")?;
-        self.entry = Some(entry.clone());
+        self.note_entry(entry.clone());
         Ok(entry)
     }
 
@@ -101,15 +100,7 @@ impl SessionRunner {
                 json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
             );
         }
-        let name = SandboxName::for_session(self.id());
-        let kept = match self.find_sandbox(&name).await.map_err(StartError::Failed)? {
-            Some(found) => self.resume_kept(found).await.map_err(StartError::Failed)?,
-            None => None,
-        };
-        let (handle, restored) = match kept {
-            Some(handle) => (handle, true),
-            None => self.create_sandbox(&name, &entry).await?,
-        };
+        let (handle, restored) = self.provision(&entry).await?;
         self.rec.handle = Some(handle.clone());
         self.save();
         self.event("sandbox_created", json!({ "sandbox": handle.name }));
@@ -140,131 +131,5 @@ impl SessionRunner {
             return Err(StartError::Deadline);
         }
         self.spawn_remote().await.map_err(StartError::Failed)
-    }
-
-    /// The sandbox this resume claim's session was suspended in, running
-    /// again, on a backend whose suspend keeps memory. Any other sandbox
-    /// found under the session's name is left by an interrupted start and
-    /// never ran a remote (the process is recorded before it is spawned):
-    /// it is destroyed, to start over cleanly.
-    pub(super) async fn resume_kept(&mut self, found: Handle) -> anyhow::Result<Option<Handle>> {
-        let backend = self.deps.backend.clone();
-        if self.rec.kind == "resume"
-            && self.rec.process.is_none()
-            && backend.capabilities().suspend_keeps_memory
-        {
-            match backend.resume(&found).await {
-                Ok(()) => {
-                    info!(
-                        session_id = self.id(),
-                        sandbox = found.name,
-                        "resumed the suspended sandbox"
-                    );
-                    self.event("sandbox_resumed", json!({ "sandbox": found.name }));
-                    return Ok(Some(found));
-                }
-                Err(e) if e.is_gone() => {
-                    warn!(
-                        session_id = self.id(),
-                        "the suspended sandbox is gone; restoring from the snapshot"
-                    );
-                    return Ok(None);
-                }
-                // A passing failure must not cost the kept memory: this
-                // start fails and is tried again, the sandbox kept.
-                Err(e) if e.is_transient() => return Err(e.into()),
-                Err(e) => {
-                    warn!(session_id = self.id(), error = %e, "resuming the suspended sandbox failed; restoring from the snapshot");
-                }
-            }
-        }
-        backend.destroy(&found).await?;
-        Ok(None)
-    }
-
-    /// A new sandbox, restored from the newest snapshot when there is one
-    /// (a fresh one if that snapshot is gone); whether it was restored.
-    pub(super) async fn create_sandbox(
-        &mut self,
-        name: &SandboxName,
-        entry: &QueueEntry,
-    ) -> Result<(Handle, bool), StartError> {
-        let name = name.clone();
-        let restore = self.latest_snapshot(&name).await;
-        let mut spec = SandboxSpec {
-            name: name.clone(),
-            labels: {
-                let mut labels = sandbox::session_labels(self.id(), &self.rec.outpost_id);
-                labels.insert(
-                    sandbox::LABEL_ACCEPTOR_ID.to_owned(),
-                    self.deps.acceptor_id.clone(),
-                );
-                labels
-            },
-            image: self.deps.outpost.image.clone(),
-            restore_from: restore.clone(),
-            resources: self.deps.outpost.resources,
-            network: sandbox::NetworkSpec {
-                policy: entry.spec.network_policy.clone(),
-                gateway_url: self.claim.gateway_url.clone(),
-            },
-        };
-        let handle = match self.deps.backend.create(&spec).await {
-            Err(e) if e.is_gone() && restore.is_some() => {
-                warn!(
-                    session_id = self.id(),
-                    "the snapshot to resume from is gone; starting a fresh sandbox"
-                );
-                self.event("snapshot_missing", json!({}));
-                spec.restore_from = None;
-                self.deps.backend.create(&spec).await
-            }
-            other => other,
-        }
-        .map_err(|e| StartError::Failed(e.into()))?;
-        if let Some(snapshot) = &spec.restore_from {
-            self.event(
-                "restored",
-                json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes }),
-            );
-        }
-        Ok((handle, spec.restore_from.is_some()))
-    }
-
-    pub(super) async fn find_sandbox(&self, name: &SandboxName) -> anyhow::Result<Option<Handle>> {
-        if let Some(handle) = &self.rec.handle {
-            return Ok(Some(handle.clone()));
-        }
-        Ok(self
-            .deps
-            .backend
-            .list()
-            .await?
-            .into_iter()
-            .find(|h| h.name == name.as_str()))
-    }
-
-    /// The newest snapshot of the session, from the state store or, for a
-    /// session another Garrison suspended, from the backend's shared store.
-    pub(super) async fn latest_snapshot(&self, name: &SandboxName) -> Option<SnapshotRef> {
-        for snapshot in self.known_snapshots(name).await.into_iter().rev() {
-            if self
-                .deps
-                .backend
-                .snapshot_exists(&snapshot)
-                .await
-                .unwrap_or(false)
-            {
-                return Some(snapshot);
-            }
-        }
-        if self.rec.kind == "resume" {
-            warn!(
-                session_id = self.id(),
-                "no snapshot to resume from; starting a fresh sandbox"
-            );
-            self.event("snapshot_missing", json!({}));
-        }
-        None
     }
 }

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 mod claims;
 mod start;
 
-pub use claims::{ClaimAction, ClaimObs, cooldown_until, plan_claims};
+pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
 pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
 
 /// Milliseconds since the Unix epoch.

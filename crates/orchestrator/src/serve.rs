@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use crate::config::{BackendKind, ServeConfig, TensorlakeSettings};
 use crate::metrics::Metrics;
 use crate::planner::{
-    ClaimAction, ClaimObs, Finish, OperatorStop, Stage, cooldown_until, plan_claims,
+    ClaimAction, ClaimObs, Finish, OperatorStop, RunnerEnd, Stage, cooldown_until, plan_claims,
 };
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
@@ -330,7 +330,7 @@ pub async fn run_prepared(
 /// Claims for one outpost and keeps a runner per held session.
 async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let outpost_id = deps.outpost.outpost_id.clone();
-    let mut runners: JoinSet<(String, Stage)> = JoinSet::new();
+    let mut runners: JoinSet<(String, RunnerEnd)> = JoinSet::new();
     let mut held: BTreeSet<String> = BTreeSet::new();
     let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
     let mut cooldown: BTreeMap<String, i64> = BTreeMap::new();
@@ -384,13 +384,13 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
 }
 
 fn runner_done(
-    done: Result<(String, Stage), tokio::task::JoinError>,
+    done: Result<(String, RunnerEnd), tokio::task::JoinError>,
     held: &mut BTreeSet<String>,
     cooldown: &mut BTreeMap<String, i64>,
 ) {
     match done {
-        Ok((session_id, stage)) => {
-            if let Some(until) = cooldown_until(stage, now_ms()) {
+        Ok((session_id, end)) => {
+            if let Some(until) = cooldown_until(end, now_ms()) {
                 cooldown.insert(session_id.clone(), until);
             }
             held.remove(&session_id);
@@ -401,7 +401,7 @@ fn runner_done(
 
 async fn claim_round(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<(String, Stage)>,
+    runners: &mut JoinSet<(String, RunnerEnd)>,
     held: &mut BTreeSet<String>,
     lost: &mut BTreeMap<String, Option<Timestamp>>,
     cooldown: &mut BTreeMap<String, i64>,
@@ -436,21 +436,28 @@ async fn claim_round(
                             // restart; still, do not run what we cannot record.
                             error!(session_id, error = %e, "recording the claim failed; releasing it");
                             let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
+                            if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
+                                cooldown.insert(session_id, until);
+                            }
                             continue;
                         }
                         info!(session_id, kind = rec.kind, "claimed");
-                        let _ = deps.store.add_event(
+                        if let Err(e) = deps.store.add_event(
                             &session_id,
                             now_ms(),
                             "claimed",
                             &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
-                        );
-                        let _ = deps.logs.event(
+                        ) {
+                            warn!(session_id, error = %e, "recording an event failed");
+                        }
+                        if let Err(e) = deps.logs.event(
                             &session_id,
                             now_ms(),
                             "claimed",
                             &json!({ "acceptor_id": deps.acceptor_id }),
-                        );
+                        ) {
+                            warn!(session_id, error = %e, "writing an event to the session log failed");
+                        }
                         deps.view.upsert(entry.clone());
                         held.insert(session_id.clone());
                         let runner = SessionRunner::claimed(deps.clone(), rec, entry);

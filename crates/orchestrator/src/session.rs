@@ -4,20 +4,22 @@
 //! remote's output), asks [`plan_session`] what to do, does it, writes the
 //! outcome down, and repeats until the session is done or Garrison stops.
 //! Each step is recorded before it starts, so a runner created from the
-//! state store after a crash continues where the last one stopped.
+//! state store after a crash continues where the last one stopped; a step
+//! whose record cannot be written does not run (see [`SessionRunner::run`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::{FleetClient, NetworkPolicy, QueueEntry};
 use sandbox::Sandbox;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::OutpostConfig;
 use crate::metrics::Metrics;
 use crate::planner::{
-    EntryObs, Millis, OperatorStop, Policy, RemoteObs, SessionAction, SessionObs, Stage,
+    EntryObs, Millis, OperatorStop, Policy, RemoteObs, RunnerEnd, SessionAction, SessionObs, Stage,
     plan_session,
 };
 use crate::queue::QueueView;
@@ -82,6 +84,26 @@ pub struct SessionRunner {
     operator_stop: Option<OperatorStop>,
     /// The network policy the sandbox is taken to have.
     applied_policy: Option<NetworkPolicy>,
+    /// The stage of the last record written (the runner starts from one).
+    recorded_stage: Stage,
+    /// A record that failed during a slow step's renewals, for the step to
+    /// stop on when it returns.
+    failed_record: Option<RecordFailed>,
+}
+
+/// A write to the state store failed: the step it recorded must not run,
+/// and the runner stops (see [`SessionRunner::run`]).
+#[derive(Debug, thiserror::Error)]
+#[error("recording the session in the state store failed: {0:#}")]
+struct RecordFailed(anyhow::Error);
+
+/// Sets a record failure apart from a step's other errors: it stops the
+/// runner, where the others are retried.
+fn record_failure(e: anyhow::Error) -> Result<anyhow::Error, RecordFailed> {
+    match e.downcast::<RecordFailed>() {
+        Ok(failed) => Err(failed),
+        Err(other) => Ok(other),
+    }
 }
 
 impl SessionRunner {
@@ -107,6 +129,8 @@ impl SessionRunner {
     pub fn adopted(deps: Arc<Deps>, rec: SessionRecord) -> Self {
         Self {
             deps,
+            recorded_stage: rec.stage,
+            failed_record: None,
             rec,
             claim: Claim::default(),
             entry: None,
@@ -127,16 +151,31 @@ impl SessionRunner {
 
     /// Drives the session until it is done, or until Garrison stops and the
     /// session may be left running.
-    pub async fn run(mut self) -> Stage {
+    ///
+    /// A step whose record cannot be written to the state store does not
+    /// run: no sandbox is created, no remote started, no sandbox destroyed
+    /// after a write failed. The runner then stops at once, as a crash at
+    /// that point would, leaving the session as its last written record
+    /// describes for a Garrison with a working store to continue. The claim
+    /// is released only when that record shows the session never got past
+    /// `claimed` (no sandbox was made for it), so another acceptor can take
+    /// it at once. Otherwise the claim is no longer renewed and is left to
+    /// expire: a sandbox, and maybe a running remote, exist that only this
+    /// store leads back to, and a release would let a second remote start
+    /// beside ours. Either way this process does not claim the session
+    /// again for a while ([`crate::planner::cooldown_until`]).
+    pub async fn run(mut self) -> RunnerEnd {
         let mut changes = self.deps.view.subscribe();
         let mut registration = self.deps.operator_stops.register(self.id());
         loop {
-            self.observe().await;
+            if let Err(failed) = self.observe().await {
+                return self.halt(failed).await;
+            }
             self.observe_operator(&mut registration.rx);
             let now = now_ms();
             let action = plan_session(&self.observation(now), &self.deps.policy);
             if self.rec.stage.is_done() {
-                return self.rec.stage;
+                return RunnerEnd::Stage(self.rec.stage);
             }
             let leave_running = self.deps.stopping.is_cancelled() && !self.deps.drain;
             if leave_running && matches!(self.rec.stage, Stage::Running) {
@@ -144,9 +183,9 @@ impl SessionRunner {
                     session_id = self.id(),
                     "leaving the running session to the next Garrison"
                 );
-                return self.rec.stage;
+                return RunnerEnd::Stage(self.rec.stage);
             }
-            match action {
+            let done = match action {
                 SessionAction::Wait => {
                     tokio::select! {
                         _ = tokio::time::sleep(POLL) => {}
@@ -154,16 +193,49 @@ impl SessionRunner {
                         _ = registration.rx.changed() => {}
                         _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
                     }
+                    Ok(())
                 }
                 SessionAction::Renew => self.renew().await,
                 SessionAction::Start => self.start().await,
                 SessionAction::RestartRemote => self.restart_remote().await,
-                SessionAction::KillRemote => self.kill_remote().await,
-                SessionAction::ConfirmEnd => self.confirm_end().await,
+                SessionAction::KillRemote => {
+                    self.kill_remote().await;
+                    Ok(())
+                }
+                SessionAction::ConfirmEnd => {
+                    self.confirm_end().await;
+                    Ok(())
+                }
                 SessionAction::Finish(finish) => self.finish(finish).await,
-                SessionAction::UpdateNetworkPolicy => self.update_network_policy().await,
+                SessionAction::UpdateNetworkPolicy => {
+                    self.update_network_policy().await;
+                    Ok(())
+                }
+            };
+            if let Err(failed) = done {
+                return self.halt(failed).await;
             }
         }
+    }
+
+    /// Ends the runner after a failed record (see [`Self::run`]).
+    async fn halt(&mut self, failed: RecordFailed) -> RunnerEnd {
+        let never_started = self.recorded_stage == Stage::Claimed && self.rec.handle.is_none();
+        error!(
+            session_id = self.id(),
+            error = %failed,
+            release = never_started,
+            "a step could not be recorded; it does not run and this runner stops"
+        );
+        // The store is what failed: this reaches the session log at most.
+        self.event(
+            "record_failed",
+            json!({ "error": format!("{failed}"), "release": never_started }),
+        );
+        if never_started {
+            self.release().await;
+        }
+        RunnerEnd::RecordFailed
     }
 
     fn observation(&self, now: Millis) -> SessionObs {
@@ -189,24 +261,43 @@ impl SessionRunner {
         }
     }
 
-    fn save(&mut self) {
+    /// Writes the session's record; the caller must not go on to the step
+    /// it records when this fails.
+    fn save(&mut self) -> Result<(), RecordFailed> {
         self.rec.updated_at = now_ms();
-        if let Err(e) = self.deps.store.put_session(&self.rec) {
-            error!(session_id = self.id(), error = %e, "recording the session failed");
-        }
+        self.deps
+            .store
+            .put_session(&self.rec)
+            .map_err(RecordFailed)?;
+        self.recorded_stage = self.rec.stage;
+        Ok(())
     }
 
-    fn set_stage(&mut self, stage: Stage) {
+    fn set_stage(&mut self, stage: Stage) -> Result<(), RecordFailed> {
         self.rec.stage = stage;
-        self.save();
+        self.save()
     }
 
+    /// Adds to the session's history. Events tell what happened; none is
+    /// the record a step depends on (that is the session row, see
+    /// [`Self::save`], and the snapshot rows), so a failed write is logged
+    /// and the step goes on.
     fn event(&self, kind: &str, detail: serde_json::Value) {
         let at = now_ms();
         if let Err(e) = self.deps.store.add_event(self.id(), at, kind, &detail) {
-            warn!(session_id = self.id(), error = %e, "recording an event failed");
+            warn!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
         }
-        let _ = self.deps.logs.event(self.id(), at, kind, &detail);
+        if let Err(e) = self.deps.logs.event(self.id(), at, kind, &detail) {
+            warn!(session_id = self.id(), event = kind, error = %e, "writing an event to the session log failed");
+        }
+    }
+
+    /// Stops on a record that failed during a slow step's renewals.
+    fn check_renewals(&mut self) -> Result<(), RecordFailed> {
+        match self.failed_record.take() {
+            Some(failed) => Err(failed),
+            None => Ok(()),
+        }
     }
 
     async fn pause(&self, duration: Duration) {
@@ -216,3 +307,6 @@ impl SessionRunner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -240,6 +240,14 @@ impl Store {
         f(&conn).context("state store")
     }
 
+    /// Makes every later write fail as on a read-only database (reads still
+    /// work), for tests of what a failed record stops.
+    #[cfg(test)]
+    pub(crate) fn fail_writes(&self) {
+        self.with(|c| c.pragma_update(None, "query_only", true))
+            .expect("setting query_only");
+    }
+
     /// The acceptor id, generated once and stable across restarts.
     pub fn acceptor_id(&self, generate: impl FnOnce() -> String) -> Result<String> {
         self.with(|c| {

@@ -14,13 +14,28 @@ pub const RELEASE_COOLDOWN_MS: Millis = 30_000;
 /// this process (its entry returns to the queue, still running for Devin).
 pub const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
 
-/// Until when a session whose runner ended here in `stage` must not be
+/// How this process stopped serving a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunnerEnd {
+    /// The runner returned in this stage: done, or left running for the
+    /// next Garrison.
+    Stage(Stage),
+    /// A write to the state store failed, so the session was left as its
+    /// last record describes (see `SessionRunner::run`), or a claim could
+    /// not be recorded and was given back.
+    RecordFailed,
+}
+
+/// Until when a session whose runner ended here this way must not be
 /// claimed again by this process ([`ClaimObs::cooldown`]); `None`: no wait.
-pub fn cooldown_until(stage: Stage, now: Millis) -> Option<Millis> {
-    match stage {
-        Stage::Done(Finish::Released | Finish::Failed) => Some(now + RELEASE_COOLDOWN_MS),
-        Stage::Done(Finish::Stopped { .. }) => Some(now + OPERATOR_STOP_COOLDOWN_MS),
-        _ => None,
+pub fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
+    match end {
+        RunnerEnd::Stage(Stage::Done(Finish::Released | Finish::Failed))
+        | RunnerEnd::RecordFailed => Some(now + RELEASE_COOLDOWN_MS),
+        RunnerEnd::Stage(Stage::Done(Finish::Stopped { .. })) => {
+            Some(now + OPERATOR_STOP_COOLDOWN_MS)
+        }
+        RunnerEnd::Stage(_) => None,
     }
 }
 

@@ -7,7 +7,7 @@ use fleet::{ClaimError, QueueEntry, Secret};
 use serde_json::json;
 use tracing::warn;
 
-use super::{KILL_GRACE, SessionRunner, now_ms};
+use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms};
 use crate::metrics::Metrics;
 use crate::planner::{EntryObs, Millis, Stage, finish_on_claim_lost};
 
@@ -52,7 +52,7 @@ impl SessionRunner {
             .is_none_or(|left| left >= MIN_STEP_BUDGET_MS)
     }
 
-    pub(super) async fn renew(&mut self) {
+    pub(super) async fn renew(&mut self) -> Result<(), RecordFailed> {
         match self
             .deps
             .client
@@ -73,11 +73,12 @@ impl SessionRunner {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
                 self.note_entry(entry);
-                self.save();
+                self.save()?;
                 self.event(
                     "claim_renewed",
                     json!({ "claim_deadline": self.rec.claim_deadline }),
                 );
+                Ok(())
             }
             Err(ClaimError::Conflict) => {
                 // Someone else holds the session now: our remote must not run
@@ -88,17 +89,30 @@ impl SessionRunner {
                 );
                 self.event("claim_lost", json!({}));
                 let finish = finish_on_claim_lost(self.rec.stage);
-                self.set_stage(Stage::Finishing(finish));
+                let recorded = self.set_stage(Stage::Finishing(finish));
+                // Stopping our remote is what keeps it from running beside
+                // theirs, so it happens even when the record failed.
                 if let (Some(handle), Some(process)) =
                     (self.rec.handle.clone(), self.rec.process.clone())
                 {
                     let _ = self.deps.backend.kill(&handle, &process, KILL_GRACE).await;
                 }
+                recorded
             }
             Err(ClaimError::Fleet(e)) => {
                 warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
                 self.pause(Duration::from_secs(1)).await;
+                Ok(())
             }
+        }
+    }
+
+    /// A renewal during a slow step (see [`keep_claim_alive`]): a failed
+    /// record is kept for the step to stop on when it returns
+    /// ([`SessionRunner::check_renewals`]).
+    pub(super) async fn renew_in_step(&mut self) {
+        if let Err(failed) = self.renew().await {
+            self.failed_record.get_or_insert(failed);
         }
     }
 }

@@ -9,7 +9,7 @@ use sandbox::{Handle, SandboxName, SnapshotRef};
 use serde_json::json;
 use tracing::{error, info, warn};
 
-use super::{KILL_GRACE, SessionRunner, keep_claim_alive};
+use super::{KILL_GRACE, RecordFailed, SessionRunner, keep_claim_alive, record_failure};
 use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
 use crate::store::{SnapshotReason, StoredSnapshot};
@@ -18,17 +18,18 @@ use crate::store::{SnapshotReason, StoredSnapshot};
 const FINISH_ATTEMPTS: u32 = 5;
 
 impl SessionRunner {
-    pub(super) async fn finish(&mut self, finish: Finish) {
+    pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
         if self.rec.stage != Stage::Finishing(finish) {
-            self.set_stage(Stage::Finishing(finish));
+            self.set_stage(Stage::Finishing(finish))?;
             self.event("finishing", json!({ "finish": finish }));
         }
         if let Err(e) = self.wind_down(finish).await {
+            let e = record_failure(e)?;
             let message = format!("{e:#}");
             error!(session_id = self.id(), finish = ?finish, error = %message, "finishing the session failed; retrying");
             self.event("finish_failed", json!({ "error": message }));
             self.pause(Duration::from_secs(2)).await;
-            return;
+            return Ok(());
         }
         let done = match finish {
             Finish::Failed => {
@@ -41,8 +42,9 @@ impl SessionRunner {
         // The event before the stage: whoever sees the stage final (status
         // commands, `logs -f`, the dashboard) finds the whole history.
         self.event("done", json!({ "finish": done }));
-        self.set_stage(Stage::Done(done));
+        self.set_stage(Stage::Done(done))?;
         info!(session_id = self.id(), finish = ?done, "session done");
+        Ok(())
     }
 
     pub(super) async fn wind_down(&mut self, finish: Finish) -> anyhow::Result<()> {
@@ -53,7 +55,7 @@ impl SessionRunner {
                     .kill(&handle, &process, KILL_GRACE)
                     .await
                     .map_err(|e| anyhow!(e))?;
-                self.copy_output(&handle, &process).await;
+                self.copy_output(&handle, &process).await?;
             }
             let keep = match finish {
                 Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
@@ -78,7 +80,7 @@ impl SessionRunner {
             }
             self.rec.handle = None;
             self.rec.process = None;
-            self.save();
+            self.save()?;
         }
         if matches!(
             finish,
@@ -126,20 +128,26 @@ impl SessionRunner {
                 self,
                 step,
                 SessionRunner::renewal_due_in,
-                async |runner: &mut SessionRunner| runner.renew().await,
+                async |runner: &mut SessionRunner| runner.renew_in_step().await,
             )
             .await;
+            self.check_renewals()?;
             match result {
                 Ok(snapshot) => {
                     self.deps.metrics.record_snapshot(
                         started.elapsed().as_secs_f64() * 1000.0,
                         snapshot.size_bytes,
                     );
-                    self.deps.store.add_snapshot(&StoredSnapshot {
-                        session_id: self.id().to_owned(),
-                        reason,
-                        snapshot: snapshot.clone(),
-                    })?;
+                    // Unrecorded, the snapshot would be lost to this store
+                    // once the sandbox is destroyed: the runner stops first.
+                    self.deps
+                        .store
+                        .add_snapshot(&StoredSnapshot {
+                            session_id: self.id().to_owned(),
+                            reason,
+                            snapshot: snapshot.clone(),
+                        })
+                        .map_err(RecordFailed)?;
                     self.event("snapshot", json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes, "reason": reason }));
                     return Ok(());
                 }
@@ -185,7 +193,9 @@ impl SessionRunner {
         for snapshot in self.known_snapshots(&name).await {
             match self.deps.backend.delete_snapshot(&snapshot).await {
                 Ok(()) => {
-                    let _ = self.deps.store.remove_snapshot(&snapshot.id);
+                    if let Err(e) = self.deps.store.remove_snapshot(&snapshot.id) {
+                        warn!(session_id = self.id(), snapshot = snapshot.id, error = %e, "forgetting a deleted snapshot failed");
+                    }
                 }
                 Err(e) => {
                     warn!(session_id = self.id(), snapshot = snapshot.id, error = %e, "deleting a snapshot failed")

@@ -6,7 +6,7 @@ use sandbox::{Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{SessionRunner, now_ms};
+use super::{RecordFailed, SessionRunner, now_ms};
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, track_applied_policy, track_suspended,
 };
@@ -38,7 +38,7 @@ impl SessionRunner {
         }
     }
 
-    pub(super) async fn observe(&mut self) {
+    pub(super) async fn observe(&mut self) -> Result<(), RecordFailed> {
         let now = now_ms();
         match self.deps.view.get(self.id()) {
             Some(entry) => {
@@ -75,10 +75,11 @@ impl SessionRunner {
                 self.event("remote_exited", json!({ "status": format!("{status:?}") }));
             }
             self.remote = status;
-            self.copy_output(&handle, &process).await;
+            self.copy_output(&handle, &process).await?;
         } else {
             self.remote = RemoteObs::NotStarted;
         }
+        Ok(())
     }
 
     /// Takes in a reading of the entry (from the view, a claim or a get),
@@ -118,7 +119,11 @@ impl SessionRunner {
         self.applied_policy = Some(policy);
     }
 
-    pub(super) async fn copy_output(&mut self, handle: &Handle, process: &ProcessRef) {
+    pub(super) async fn copy_output(
+        &mut self,
+        handle: &Handle,
+        process: &ProcessRef,
+    ) -> Result<(), RecordFailed> {
         loop {
             let chunk = match self
                 .deps
@@ -127,17 +132,17 @@ impl SessionRunner {
                 .await
             {
                 Ok(chunk) => chunk,
-                Err(_) => return,
+                Err(_) => return Ok(()),
             };
             if chunk.data.is_empty() {
-                return;
+                return Ok(());
             }
             if let Err(e) = self.deps.logs.remote_output(self.id(), &chunk.data) {
                 warn!(session_id = self.id(), error = %e, "writing the session log failed");
-                return;
+                return Ok(());
             }
             self.rec.output_offset = chunk.next_offset;
-            self.save();
+            self.save()?;
         }
     }
 

@@ -7,13 +7,15 @@ use sandbox::{ProcessRef, ProcessSpec};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{KILL_GRACE, SessionRunner, now_ms};
+use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms, record_failure};
 use crate::contract::{self, RemoteLaunch};
 use crate::metrics::Metrics;
 use crate::planner::{RemoteObs, Stage};
 
 impl SessionRunner {
-    /// Starts a remote in the existing sandbox, recording its name first.
+    /// Starts a remote in the existing sandbox, recording its name first:
+    /// nothing is spawned when that record fails ([`RecordFailed`] in the
+    /// error).
     pub(super) async fn spawn_remote(&mut self) -> anyhow::Result<()> {
         let handle = self
             .rec
@@ -51,7 +53,7 @@ impl SessionRunner {
         };
         self.rec.process = Some(ProcessRef { id: name.clone() });
         self.rec.output_offset = 0;
-        self.set_stage(Stage::Running);
+        self.set_stage(Stage::Running)?;
         self.deps
             .backend
             .spawn(&handle, &spec)
@@ -67,7 +69,7 @@ impl SessionRunner {
                 self.deps.metrics.record_queue_to_running(latency);
             }
         }
-        self.save();
+        self.save()?;
         info!(session_id = self.id(), process = name, "remote started");
         self.event(
             "remote_started",
@@ -76,7 +78,7 @@ impl SessionRunner {
         Ok(())
     }
 
-    pub(super) async fn restart_remote(&mut self) {
+    pub(super) async fn restart_remote(&mut self) -> Result<(), RecordFailed> {
         if matches!(self.remote, RemoteObs::Exited(_) | RemoteObs::Lost) {
             self.rec.restarts += 1;
             Metrics::inc(&self.deps.metrics.remote_restarts);
@@ -86,11 +88,13 @@ impl SessionRunner {
             );
         }
         if let Err(e) = self.spawn_remote().await {
+            let e = record_failure(e)?;
             warn!(session_id = self.id(), error = %e, "restarting the remote failed");
             self.remote = RemoteObs::Lost;
             self.remote_stopped_at = Some(now_ms());
             self.pause(Duration::from_secs(1)).await;
         }
+        Ok(())
     }
 
     pub(super) async fn kill_remote(&mut self) {

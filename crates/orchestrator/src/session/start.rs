@@ -9,7 +9,7 @@ use fleet::QueueEntry;
 use serde_json::json;
 use tracing::{error, warn};
 
-use super::SessionRunner;
+use super::{RecordFailed, SessionRunner, record_failure};
 use crate::contract;
 use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
@@ -20,6 +20,8 @@ pub(super) enum StartError {
     Refused(String),
     /// Too little claim time left for the next slow step.
     Deadline,
+    /// The step could not be recorded: the runner stops.
+    Record(RecordFailed),
     Failed(anyhow::Error),
 }
 
@@ -39,7 +41,7 @@ impl SessionRunner {
         Ok(entry)
     }
 
-    pub(super) async fn start(&mut self) {
+    pub(super) async fn start(&mut self) -> Result<(), RecordFailed> {
         let started = std::time::Instant::now();
         match self.try_start().await {
             Ok(()) => {
@@ -54,12 +56,14 @@ impl SessionRunner {
                 );
                 self.rec.error = Some(reason.clone());
                 self.event("start_refused", json!({ "reason": reason }));
-                self.set_stage(Stage::Finishing(Finish::Released));
+                self.set_stage(Stage::Finishing(Finish::Released))?;
             }
             Err(StartError::Deadline) => {
                 // The planner renews next; nothing failed.
             }
+            Err(StartError::Record(failed)) => return Err(failed),
             Err(StartError::Failed(e)) => {
+                let e = record_failure(e)?;
                 self.rec.start_failures += 1;
                 let message = self.deps.logs.redactor().scrub(&format!("{e:#}"));
                 warn!(session_id = self.id(), attempt = self.rec.start_failures, error = %message, "starting the session failed");
@@ -68,10 +72,11 @@ impl SessionRunner {
                     "start_failed",
                     json!({ "error": message, "attempt": self.rec.start_failures }),
                 );
-                self.save();
+                self.save()?;
                 self.pause(Duration::from_secs(1)).await;
             }
         }
+        Ok(())
     }
 
     pub(super) async fn try_start(&mut self) -> Result<(), StartError> {
@@ -94,7 +99,8 @@ impl SessionRunner {
         }
 
         if self.rec.stage == Stage::Claimed {
-            self.set_stage(Stage::Starting);
+            self.set_stage(Stage::Starting)
+                .map_err(StartError::Record)?;
             self.event(
                 "starting",
                 json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
@@ -102,7 +108,7 @@ impl SessionRunner {
         }
         let (handle, restored) = self.provision(&entry).await?;
         self.rec.handle = Some(handle.clone());
-        self.save();
+        self.save().map_err(StartError::Record)?;
         self.event("sandbox_created", json!({ "sandbox": handle.name }));
 
         let bytes = self

@@ -202,6 +202,20 @@ fn sessions_given_back_or_stopped_here_cool_down() {
         (Stage::Finishing(Finish::Released), None),
     ];
     for (stage, until) in cases {
-        assert_eq!(cooldown_until(stage, NOW), until, "{stage:?}");
+        assert_eq!(
+            cooldown_until(RunnerEnd::Stage(stage), NOW),
+            until,
+            "{stage:?}"
+        );
     }
+}
+
+#[test]
+fn a_session_whose_record_failed_cools_down() {
+    // Released or left to expire, it is not taken again at once by the
+    // process whose store just failed.
+    assert_eq!(
+        cooldown_until(RunnerEnd::RecordFailed, NOW),
+        Some(NOW + RELEASE_COOLDOWN_MS)
+    );
 }

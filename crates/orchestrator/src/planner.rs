@@ -25,66 +25,15 @@ use fleet::{NetworkPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
 
 mod claims;
+mod stage;
 mod start;
 
 pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+pub use stage::{Finish, Stage, StageLabel};
 pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
-
-/// Where a held session is in its life, as recorded in the state store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "stage", content = "finish")]
-pub enum Stage {
-    /// The claim is held; no sandbox exists yet.
-    Claimed,
-    /// A sandbox is being created and the remote started.
-    Starting,
-    /// The remote has been started at least once.
-    Running,
-    /// The session is being wound down this way (snapshot, destroy,
-    /// release); resumed after a crash.
-    Finishing(Finish),
-    /// Nothing left to do.
-    Done(Finish),
-}
-
-impl Stage {
-    pub fn is_done(&self) -> bool {
-        matches!(self, Self::Done(_))
-    }
-
-    /// A sandbox may exist in this stage.
-    pub fn may_have_sandbox(&self) -> bool {
-        matches!(self, Self::Starting | Self::Running | Self::Finishing(_))
-    }
-}
-
-/// How a session's time with this orchestrator ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Finish {
-    /// Devin put the session to sleep: snapshot kept for the resume.
-    Suspended,
-    /// The session is over: snapshots deleted.
-    Terminated,
-    /// The entry left the queue while the session ran: not ours to run now.
-    /// The workspace is snapshotted (never deleted because an entry is
-    /// missing) and nothing is released.
-    Vanished,
-    /// The final state could not be established, or the remote kept
-    /// crashing: a recovery snapshot is kept and the session is reported.
-    Failed,
-    /// The claim was given back before a sandbox started (shutdown, deadline
-    /// that could not be met, start failures).
-    Released,
-    /// The operator asked to terminate the session here (`garrison
-    /// terminate`): the sandbox is destroyed and the claim released; the
-    /// workspace is snapshotted when `keep_snapshot`, else every snapshot of
-    /// the session is deleted.
-    Stopped { keep_snapshot: bool },
-}
 
 /// An operator's request to stop a session (`garrison terminate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

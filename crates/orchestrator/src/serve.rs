@@ -441,7 +441,7 @@ async fn claim_round(
                             }
                             continue;
                         }
-                        info!(session_id, kind = rec.kind, "claimed");
+                        info!(session_id, kind = %rec.kind, "claimed");
                         if let Err(e) = deps.store.add_event(
                             &session_id,
                             now_ms(),
@@ -500,7 +500,7 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
     let mut rec = SessionRecord::new(
         entry.session_id(),
         &deps.outpost.outpost_id,
-        entry.spec.kind.as_str(),
+        entry.spec.kind.clone(),
         deps.backend.kind(),
         now_ms(),
     );

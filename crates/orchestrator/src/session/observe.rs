@@ -33,7 +33,7 @@ impl SessionRunner {
             self.operator_stop = Some(stop);
             self.event(
                 "operator_terminate",
-                json!({ "keep_snapshot": stop.keep_snapshot, "stage": crate::store::stage_label(&self.rec.stage) }),
+                json!({ "keep_snapshot": stop.keep_snapshot, "stage": self.rec.stage.label() }),
             );
         }
     }

@@ -4,7 +4,7 @@
 //! to the planner, which picks the fallback.
 
 use anyhow::Context;
-use fleet::{QueueEntry, SessionKind};
+use fleet::QueueEntry;
 use sandbox::{Handle, SandboxError, SandboxName, SandboxSpec, SnapshotRef};
 use serde_json::json;
 use tracing::{info, warn};
@@ -23,7 +23,7 @@ impl SessionRunner {
         let mut found = self.find_sandbox(&name).await.map_err(StartError::Failed)?;
         let mut snapshot: Option<SnapshotRef> = None;
         let mut obs = StartObs {
-            kind: SessionKind::from(self.rec.kind.as_str()),
+            kind: self.rec.kind.clone(),
             sandbox_found: false,
             remote_recorded: self.rec.process.is_some(),
             suspend_keeps_memory: self.deps.backend.capabilities().suspend_keeps_memory,

@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, SessionStatus, Timestamp};
+use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, SessionKind, SessionStatus, Timestamp};
 use sandbox::host::{HostBackend, HostConfig};
 use sandbox::{Handle, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
@@ -155,7 +155,7 @@ fn claim_response() -> QueueEntry {
 }
 
 fn record(stage: Stage, handle: Option<Handle>) -> SessionRecord {
-    let mut rec = SessionRecord::new(SESSION, "o", "new", "host", now_ms());
+    let mut rec = SessionRecord::new(SESSION, "o", SessionKind::New, "host", now_ms());
     rec.stage = stage;
     rec.claim_deadline = Some(now_ms() + 300_000);
     rec.handle = handle;

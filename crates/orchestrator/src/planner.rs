@@ -12,8 +12,9 @@
 //! - [`plan_start`]: within a start, which sandbox to use (the one kept
 //!   suspended, one restored from a snapshot, a fresh one), from what the
 //!   start has found and what failed so far.
-//! - [`finish_on_claim_lost`]: how a session whose claim another acceptor
-//!   took is wound down.
+//! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
+//!   back; [`finish_on_claim_lost`]: how a session whose claim another
+//!   acceptor took is wound down.
 //!
 //! The executor performs the step, records the outcome, observes again and
 //! asks again; every step is idempotent, so asking again after a crash
@@ -27,10 +28,12 @@ use serde::{Deserialize, Serialize};
 mod claims;
 mod stage;
 mod start;
+mod wind_down;
 
 pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
 pub use stage::{Finish, Stage, StageLabel};
 pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
+pub use wind_down::{SandboxEnd, WindDown, WindDownObs, plan_wind_down};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;

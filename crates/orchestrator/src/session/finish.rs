@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 
 use super::{KILL_GRACE, RecordFailed, SessionRunner, keep_claim_alive, record_failure};
 use crate::metrics::Metrics;
-use crate::planner::{Finish, Stage};
+use crate::planner::{Finish, SandboxEnd, Stage, WindDownObs, plan_wind_down};
 use crate::store::{SnapshotReason, StoredSnapshot};
 
 /// Attempts of a release or a snapshot before giving up on it.
@@ -49,6 +49,12 @@ impl SessionRunner {
 
     pub(super) async fn wind_down(&mut self, finish: Finish) -> anyhow::Result<()> {
         let backend = self.deps.backend.clone();
+        let mut obs = WindDownObs {
+            finish,
+            ran_remote: self.rec.process.is_some(),
+            suspend_keeps_memory: backend.capabilities().suspend_keeps_memory,
+            suspend_failed: false,
+        };
         if let Some(handle) = self.rec.handle.clone() {
             if let Some(process) = self.rec.process.clone() {
                 backend
@@ -57,24 +63,19 @@ impl SessionRunner {
                     .map_err(|e| anyhow!(e))?;
                 self.copy_output(&handle, &process).await?;
             }
-            let keep = match finish {
-                Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
-                Finish::Failed => Some(SnapshotReason::Recovery),
-                // Only a sandbox a remote ran in holds work worth keeping (a
-                // half-made one would shadow the snapshot it came from).
-                Finish::Stopped {
-                    keep_snapshot: true,
-                } if self.rec.process.is_some() => Some(SnapshotReason::Operator),
-                Finish::Terminated | Finish::Released | Finish::Stopped { .. } => None,
-            };
-            if let Some(reason) = keep {
+            if let Some(reason) = plan_wind_down(&obs).snapshot {
                 self.snapshot(&handle, reason).await?;
             }
-            // Where suspending keeps memory the sandbox itself waits for
-            // the resume claim (the snapshot is the fallback).
-            if finish == Finish::Suspended && self.suspend_kept(&handle).await {
-                self.event("sandbox_suspended", json!({ "sandbox": handle.name }));
-            } else {
+            if plan_wind_down(&obs).sandbox == SandboxEnd::Suspend {
+                match backend.suspend(&handle).await {
+                    Ok(()) => self.event("sandbox_suspended", json!({ "sandbox": handle.name })),
+                    Err(e) => {
+                        warn!(session_id = self.id(), error = %e, "suspending the sandbox failed; destroying it (the snapshot remains)");
+                        obs.suspend_failed = true;
+                    }
+                }
+            }
+            if plan_wind_down(&obs).sandbox == SandboxEnd::Destroy {
                 backend.destroy(&handle).await.map_err(|e| anyhow!(e))?;
                 self.event("sandbox_destroyed", json!({}));
             }
@@ -82,34 +83,14 @@ impl SessionRunner {
             self.rec.process = None;
             self.save()?;
         }
-        if matches!(
-            finish,
-            Finish::Terminated
-                | Finish::Stopped {
-                    keep_snapshot: false
-                }
-        ) {
+        let plan = plan_wind_down(&obs);
+        if plan.delete_snapshots {
             self.delete_snapshots().await;
         }
-        if finish != Finish::Vanished {
+        if plan.release {
             self.release().await;
         }
         Ok(())
-    }
-
-    /// Suspends the sandbox if the backend keeps memory; false when it
-    /// cannot (the caller destroys it, the snapshot remains).
-    pub(super) async fn suspend_kept(&self, handle: &Handle) -> bool {
-        if !self.deps.backend.capabilities().suspend_keeps_memory {
-            return false;
-        }
-        match self.deps.backend.suspend(handle).await {
-            Ok(()) => true,
-            Err(e) => {
-                warn!(session_id = self.id(), error = %e, "suspending the sandbox failed; destroying it (the snapshot remains)");
-                false
-            }
-        }
     }
 
     pub(super) async fn snapshot(

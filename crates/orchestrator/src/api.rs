@@ -20,7 +20,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::planner::Millis;
-use crate::store::{SessionRecord, stage_label};
+use fleet::SessionKind;
+
+use crate::store::SessionRecord;
 
 /// The orchestrator's health and what it serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,7 +33,7 @@ pub struct StatusView {
     /// Fleet API reachable and every queue view fresh.
     pub ready: bool,
     pub outposts: Vec<OutpostView>,
-    /// Sessions by [`stage_label`].
+    /// Sessions by [`StageLabel`](crate::planner::StageLabel) (its text).
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
@@ -54,9 +56,10 @@ pub struct OutpostView {
 pub struct SessionSummary {
     pub session_id: String,
     pub outpost_id: String,
-    pub kind: String,
+    pub kind: SessionKind,
     pub backend: String,
-    /// [`stage_label`] of the stage.
+    /// The stage's [`StageLabel`](crate::planner::StageLabel) (its text; [`StageLabel::parse`](crate::planner::StageLabel::parse) reads
+    /// it back).
     pub stage: String,
     pub claimed_at_ms: Millis,
     pub running_at_ms: Option<Millis>,
@@ -79,7 +82,7 @@ impl SessionSummary {
             outpost_id: rec.outpost_id.clone(),
             kind: rec.kind.clone(),
             backend: rec.backend.clone(),
-            stage: stage_label(&rec.stage).to_owned(),
+            stage: rec.stage.label().as_str().to_owned(),
             claimed_at_ms: rec.claimed_at,
             running_at_ms: rec.running_at,
             updated_at_ms: rec.updated_at,

@@ -1,77 +1,42 @@
 //! The pure planner: what to do next, decided from observed state alone.
 //!
-//! Nothing here performs I/O or reads a clock; `now` is passed in. Two
-//! decisions are made:
+//! Nothing here performs I/O or reads a clock; `now` is passed in. The
+//! decisions:
 //!
-//! - [`plan_claims`]: which queue entries to claim or adopt, given capacity.
+//! - [`plan_claims`]: which queue entries to claim or adopt, given capacity;
+//!   [`cooldown_until`]: how long a session whose runner ended here is left
+//!   to others.
 //! - [`plan_session`]: the next step for one session this orchestrator
-//!   holds, from its recorded stage, the remote's status and the entry's
-//!   `session_status`.
+//!   holds, from its recorded stage, the remote's status, the entry's
+//!   `session_status` and network policy.
+//! - [`plan_start`]: within a start, which sandbox to use (the one kept
+//!   suspended, one restored from a snapshot, a fresh one), from what the
+//!   start has found and what failed so far.
+//! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
+//!   back; [`finish_on_claim_lost`]: how a session whose claim another
+//!   acceptor took is wound down.
 //!
 //! The executor performs the step, records the outcome, observes again and
 //! asks again; every step is idempotent, so asking again after a crash
-//! finishes a half-done step instead of repeating it.
+//! finishes a half-done step instead of repeating it. Where a step can fail
+//! in a way that changes the plan (a snapshot gone at restore), the
+//! executor reports the outcome and asks again rather than choosing itself.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
+use fleet::{NetworkPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
+
+mod claims;
+mod stage;
+mod start;
+mod wind_down;
+
+pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+pub use stage::{Finish, Stage, StageLabel};
+pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
+pub use wind_down::{SandboxEnd, WindDown, WindDownObs, plan_wind_down};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
-
-/// Where a held session is in its life, as recorded in the state store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "stage", content = "finish")]
-pub enum Stage {
-    /// The claim is held; no sandbox exists yet.
-    Claimed,
-    /// A sandbox is being created and the remote started.
-    Starting,
-    /// The remote has been started at least once.
-    Running,
-    /// The session is being wound down this way (snapshot, destroy,
-    /// release); resumed after a crash.
-    Finishing(Finish),
-    /// Nothing left to do.
-    Done(Finish),
-}
-
-impl Stage {
-    pub fn is_done(&self) -> bool {
-        matches!(self, Self::Done(_))
-    }
-
-    /// A sandbox may exist in this stage.
-    pub fn may_have_sandbox(&self) -> bool {
-        matches!(self, Self::Starting | Self::Running | Self::Finishing(_))
-    }
-}
-
-/// How a session's time with this orchestrator ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Finish {
-    /// Devin put the session to sleep: snapshot kept for the resume.
-    Suspended,
-    /// The session is over: snapshots deleted.
-    Terminated,
-    /// The entry left the queue while the session ran: not ours to run now.
-    /// The workspace is snapshotted (never deleted because an entry is
-    /// missing) and nothing is released.
-    Vanished,
-    /// The final state could not be established, or the remote kept
-    /// crashing: a recovery snapshot is kept and the session is reported.
-    Failed,
-    /// The claim was given back before a sandbox started (shutdown, deadline
-    /// that could not be met, start failures).
-    Released,
-    /// The operator asked to terminate the session here (`garrison
-    /// terminate`): the sandbox is destroyed and the claim released; the
-    /// workspace is snapshotted when `keep_snapshot`, else every snapshot of
-    /// the session is deleted.
-    Stopped { keep_snapshot: bool },
-}
 
 /// An operator's request to stop a session (`garrison terminate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +137,13 @@ pub struct SessionObs {
     pub stopping: bool,
     /// The operator asked to terminate the session.
     pub operator_stop: Option<OperatorStop>,
+    /// A sandbox is recorded for the session.
+    pub has_sandbox: bool,
+    /// The network policy the entry asks for now (`None` before the entry
+    /// was seen).
+    pub network_policy: Option<NetworkPolicy>,
+    /// The policy the sandbox is taken to have (see [`track_applied_policy`]).
+    pub applied_policy: Option<NetworkPolicy>,
 }
 
 /// The next step for one session.
@@ -193,11 +165,18 @@ pub enum SessionAction {
     ConfirmEnd,
     /// Wind the session down this way.
     Finish(Finish),
+    /// Give the sandbox the entry's changed network policy.
+    UpdateNetworkPolicy,
 }
 
 /// Decides the next step for a held session.
 pub fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
     use SessionAction as A;
+    // A sandbox must not keep reaching what the entry no longer allows, in
+    // whatever stage, so this comes before every other step.
+    if !obs.stage.is_done() && policy_is_stale(obs) {
+        return A::UpdateNetworkPolicy;
+    }
     match obs.stage {
         Stage::Done(_) => A::Wait,
         // A wind-down under way is completed as begun, whatever was asked
@@ -321,114 +300,48 @@ fn needs_renewal(obs: &SessionObs, policy: &Policy) -> bool {
             .is_none_or(|deadline| deadline - obs.now <= margin)
 }
 
+/// The sandbox has a policy other than the one the entry asks for.
+fn policy_is_stale(obs: &SessionObs) -> bool {
+    obs.has_sandbox
+        && matches!(
+            (&obs.applied_policy, &obs.network_policy),
+            (Some(applied), Some(wanted)) if applied != wanted
+        )
+}
+
+/// Updates the policy a session's sandbox is taken to have from a new
+/// reading of the entry's policy. The first reading is what the sandbox was
+/// made with; while there is no sandbox the reading is followed, since a
+/// sandbox created later gets the entry's newest policy. Once a sandbox
+/// exists, only an update ([`SessionAction::UpdateNetworkPolicy`]) changes it.
+pub fn track_applied_policy(
+    applied: Option<&NetworkPolicy>,
+    observed: &NetworkPolicy,
+    has_sandbox: bool,
+) -> NetworkPolicy {
+    match applied {
+        Some(applied) if has_sandbox => applied.clone(),
+        _ => observed.clone(),
+    }
+}
+
+/// How a session whose claim another acceptor took is wound down: with its
+/// work kept and nothing given back where a sandbox may exist (our remote
+/// must not run beside theirs), else just let go.
+pub fn finish_on_claim_lost(stage: Stage) -> Finish {
+    if stage.may_have_sandbox() {
+        Finish::Vanished
+    } else {
+        Finish::Released
+    }
+}
+
 /// Updates "suspended since" from a new reading: set on the first
 /// `suspended`, kept while it stays, cleared by anything else.
 pub fn track_suspended(since: Option<Millis>, entry: &EntryObs, now: Millis) -> Option<Millis> {
     match entry {
         EntryObs::Present(SessionStatus::Suspended) => Some(since.unwrap_or(now)),
         _ => None,
-    }
-}
-
-/// Everything [`plan_claims`] looks at.
-pub struct ClaimObs<'a> {
-    pub now: Millis,
-    pub acceptor_id: &'a str,
-    pub platform: &'a Platform,
-    /// Sessions the orchestrator may still take on.
-    pub capacity: usize,
-    pub stopping: bool,
-    pub entries: &'a BTreeMap<String, QueueEntry>,
-    /// Sessions this orchestrator holds (any stage but done).
-    pub held: &'a BTreeSet<String>,
-    /// Sessions whose claim we lost, with the entry's `updated_at` then: not
-    /// tried again until the entry changes.
-    pub lost: &'a BTreeMap<String, Option<Timestamp>>,
-    /// Sessions this orchestrator gave back (a refused binary, start
-    /// failures) and must not claim again before the given time.
-    pub cooldown: &'a BTreeMap<String, Millis>,
-}
-
-/// What to do about one queue entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimAction {
-    Claim(String),
-    /// The server says we hold it but the state store does not know it (a
-    /// crash between claim and record): take it back into our care.
-    Adopt(String),
-}
-
-/// Decides which entries to claim or adopt, oldest first, within capacity.
-pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
-    if obs.stopping {
-        return Vec::new();
-    }
-    let mut candidates: Vec<(&QueueEntry, ClaimAction)> = obs
-        .entries
-        .values()
-        .filter(|e| !obs.held.contains(e.session_id()))
-        .filter(|e| &e.spec.platform == obs.platform)
-        .filter_map(|e| claim_action(obs, e).map(|a| (e, a)))
-        .collect();
-    // Adoptions first (they are already ours), then oldest first.
-    candidates.sort_by_key(|(e, a)| {
-        (
-            !matches!(a, ClaimAction::Adopt(_)),
-            e.metadata
-                .created_at
-                .map(|t| t.unix_millis())
-                .unwrap_or(i64::MAX),
-            e.session_id().to_owned(),
-        )
-    });
-    candidates
-        .into_iter()
-        .take(obs.capacity)
-        .map(|(_, a)| a)
-        .collect()
-}
-
-fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
-    let id = entry.session_id().to_owned();
-    let status = &entry.status;
-    // Released suspended/terminated sessions linger as pending rows: claiming
-    // them would flap forever.
-    if matches!(
-        status.session_status,
-        SessionStatus::Suspended | SessionStatus::Terminated
-    ) {
-        return None;
-    }
-    let ours = status.acceptor_id.as_deref() == Some(obs.acceptor_id);
-    match status.phase {
-        Phase::Claimed if ours => Some(ClaimAction::Adopt(id)),
-        Phase::Pending => claimable_unless_lost(obs, entry).then_some(ClaimAction::Claim(id)),
-        // Someone else's claim that expired returns to the queue, unless the
-        // session runs (it stays with its worker).
-        Phase::Claimed => {
-            let expired = status
-                .claim_deadline
-                .is_some_and(|d| d.unix_millis() <= obs.now);
-            (expired
-                && status.session_status != SessionStatus::Running
-                && claimable_unless_lost(obs, entry))
-            .then_some(ClaimAction::Claim(id))
-        }
-        Phase::Unknown(_) => None,
-    }
-}
-
-fn claimable_unless_lost(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
-    if obs
-        .cooldown
-        .get(entry.session_id())
-        .is_some_and(|until| obs.now < *until)
-    {
-        return false;
-    }
-    match obs.lost.get(entry.session_id()) {
-        Some(updated_at) => *updated_at != entry.metadata.updated_at,
-        None => true,
     }
 }
 

@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::metrics::Metrics;
-use crate::planner::{ClaimAction, ClaimObs, Finish, OperatorStop, Stage, plan_claims};
+use crate::planner::{
+    ClaimAction, ClaimObs, Finish, OperatorStop, RunnerEnd, Stage, cooldown_until, plan_claims,
+};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
@@ -28,11 +30,6 @@ use crate::store::{SessionRecord, Store};
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
-/// How long a session this Garrison gave back is left to others.
-const RELEASE_COOLDOWN_MS: i64 = 30_000;
-/// How long a session the operator terminated here is not claimed again by
-/// this process (its entry returns to the queue, still running for Devin).
-const OPERATOR_STOP_COOLDOWN_MS: i64 = 600_000;
 
 /// What a running `serve` shares with the admin listener and commands.
 pub struct Serving {
@@ -250,7 +247,7 @@ pub async fn run_prepared(
 /// Claims for one outpost and keeps a runner per held session.
 async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let outpost_id = deps.outpost.outpost_id.clone();
-    let mut runners: JoinSet<(String, Stage)> = JoinSet::new();
+    let mut runners: JoinSet<(String, RunnerEnd)> = JoinSet::new();
     let mut held: BTreeSet<String> = BTreeSet::new();
     let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
     let mut cooldown: BTreeMap<String, i64> = BTreeMap::new();
@@ -304,17 +301,14 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
 }
 
 fn runner_done(
-    done: Result<(String, Stage), tokio::task::JoinError>,
+    done: Result<(String, RunnerEnd), tokio::task::JoinError>,
     held: &mut BTreeSet<String>,
     cooldown: &mut BTreeMap<String, i64>,
 ) {
     match done {
-        Ok((session_id, stage)) => {
-            if matches!(stage, Stage::Done(Finish::Released | Finish::Failed)) {
-                cooldown.insert(session_id.clone(), now_ms() + RELEASE_COOLDOWN_MS);
-            }
-            if matches!(stage, Stage::Done(Finish::Stopped { .. })) {
-                cooldown.insert(session_id.clone(), now_ms() + OPERATOR_STOP_COOLDOWN_MS);
+        Ok((session_id, end)) => {
+            if let Some(until) = cooldown_until(end, now_ms()) {
+                cooldown.insert(session_id.clone(), until);
             }
             held.remove(&session_id);
         }
@@ -324,7 +318,7 @@ fn runner_done(
 
 async fn claim_round(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<(String, Stage)>,
+    runners: &mut JoinSet<(String, RunnerEnd)>,
     held: &mut BTreeSet<String>,
     lost: &mut BTreeMap<String, Option<Timestamp>>,
     cooldown: &mut BTreeMap<String, i64>,
@@ -359,21 +353,28 @@ async fn claim_round(
                             // restart; still, do not run what we cannot record.
                             error!(session_id, error = %e, "recording the claim failed; releasing it");
                             let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
+                            if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
+                                cooldown.insert(session_id, until);
+                            }
                             continue;
                         }
-                        info!(session_id, kind = rec.kind, "claimed");
-                        let _ = deps.store.add_event(
+                        info!(session_id, kind = %rec.kind, "claimed");
+                        if let Err(e) = deps.store.add_event(
                             &session_id,
                             now_ms(),
                             "claimed",
                             &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
-                        );
-                        let _ = deps.logs.event(
+                        ) {
+                            warn!(session_id, error = %e, "recording an event failed");
+                        }
+                        if let Err(e) = deps.logs.event(
                             &session_id,
                             now_ms(),
                             "claimed",
                             &json!({ "acceptor_id": deps.acceptor_id }),
-                        );
+                        ) {
+                            warn!(session_id, error = %e, "writing an event to the session log failed");
+                        }
                         deps.view.upsert(entry.clone());
                         held.insert(session_id.clone());
                         let runner = SessionRunner::claimed(deps.clone(), rec, entry);
@@ -416,7 +417,7 @@ fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
     let mut rec = SessionRecord::new(
         entry.session_id(),
         &deps.outpost.outpost_id,
-        entry.spec.kind.as_str(),
+        entry.spec.kind.clone(),
         deps.backend.kind(),
         now_ms(),
     );

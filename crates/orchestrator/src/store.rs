@@ -15,7 +15,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sandbox::{Handle, ProcessRef, SnapshotRef};
 use serde::{Deserialize, Serialize};
 
-use crate::planner::{Finish, Millis, Stage};
+use fleet::SessionKind;
+
+use crate::planner::{Millis, Stage};
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (
@@ -67,8 +69,8 @@ CREATE INDEX IF NOT EXISTS events_by_session ON events(session_id, id);
 pub struct SessionRecord {
     pub session_id: String,
     pub outpost_id: String,
-    /// `new` or `resume`, as the entry said when claimed.
-    pub kind: String,
+    /// The entry's kind when claimed (stored as its wire spelling).
+    pub kind: SessionKind,
     pub backend: String,
     pub stage: Stage,
     pub claim_deadline: Option<Millis>,
@@ -87,11 +89,17 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
-    pub fn new(session_id: &str, outpost_id: &str, kind: &str, backend: &str, now: Millis) -> Self {
+    pub fn new(
+        session_id: &str,
+        outpost_id: &str,
+        kind: SessionKind,
+        backend: &str,
+        now: Millis,
+    ) -> Self {
         Self {
             session_id: session_id.to_owned(),
             outpost_id: outpost_id.to_owned(),
-            kind: kind.to_owned(),
+            kind,
             backend: backend.to_owned(),
             stage: Stage::Claimed,
             claim_deadline: None,
@@ -164,7 +172,7 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> 
     Ok(SessionRecord {
         session_id: row.get(0)?,
         outpost_id: row.get(1)?,
-        kind: row.get(2)?,
+        kind: SessionKind::from(row.get::<_, String>(2)?.as_str()),
         backend: row.get(3)?,
         stage: parse(&row.get::<_, String>(4)?)?,
         claim_deadline: row.get(5)?,
@@ -240,6 +248,14 @@ impl Store {
         f(&conn).context("state store")
     }
 
+    /// Makes every later write fail as on a read-only database (reads still
+    /// work), for tests of what a failed record stops.
+    #[cfg(test)]
+    pub(crate) fn fail_writes(&self) {
+        self.with(|c| c.pragma_update(None, "query_only", true))
+            .expect("setting query_only");
+    }
+
     /// The acceptor id, generated once and stable across restarts.
     pub fn acceptor_id(&self, generate: impl FnOnce() -> String) -> Result<String> {
         self.with(|c| {
@@ -312,7 +328,7 @@ impl Store {
                 params![
                     record.session_id,
                     record.outpost_id,
-                    record.kind,
+                    record.kind.as_str(),
                     record.backend,
                     stage,
                     record.claim_deadline,
@@ -455,31 +471,24 @@ impl Store {
     pub fn count_by_stage(&self) -> Result<Vec<(String, u64)>> {
         let mut counts = std::collections::BTreeMap::<String, u64>::new();
         for s in self.sessions()? {
-            *counts.entry(stage_label(&s.stage).to_owned()).or_default() += 1;
+            *counts
+                .entry(s.stage.label().as_str().to_owned())
+                .or_default() += 1;
         }
         Ok(counts.into_iter().collect())
     }
 }
 
-/// A short label for a stage, for tables and metrics.
+/// A stage's short name: `stage.label().as_str()` (see
+/// [`crate::planner::StageLabel`]), kept at this path for its callers.
 pub fn stage_label(stage: &Stage) -> &'static str {
-    match stage {
-        Stage::Claimed => "claimed",
-        Stage::Starting => "starting",
-        Stage::Running => "running",
-        Stage::Finishing(_) => "finishing",
-        Stage::Done(Finish::Suspended) => "suspended",
-        Stage::Done(Finish::Terminated) => "terminated",
-        Stage::Done(Finish::Vanished) => "vanished",
-        Stage::Done(Finish::Failed) => "failed",
-        Stage::Done(Finish::Released) => "released",
-        Stage::Done(Finish::Stopped { .. }) => "stopped",
-    }
+    stage.label().as_str()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::Finish;
 
     #[test]
     fn acceptor_id_is_generated_once() {
@@ -502,7 +511,7 @@ mod tests {
     #[test]
     fn sessions_round_trip_with_handle_and_process() {
         let store = Store::in_memory().unwrap();
-        let mut rec = SessionRecord::new("devin-1", "o", "new", "host", 10);
+        let mut rec = SessionRecord::new("devin-1", "o", SessionKind::New, "host", 10);
         rec.stage = Stage::Running;
         rec.claim_deadline = Some(300_000);
         rec.handle = Some(Handle {
@@ -571,7 +580,7 @@ mod tests {
         assert!(!path.exists());
         let store = Store::open(&path).unwrap();
         store
-            .put_session(&SessionRecord::new("s", "o", "new", "host", 1))
+            .put_session(&SessionRecord::new("s", "o", SessionKind::New, "host", 1))
             .unwrap();
         let reader = Store::open_existing(&path).unwrap();
         assert_eq!(reader.sessions().unwrap().len(), 1);

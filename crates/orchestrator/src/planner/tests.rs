@@ -1,6 +1,5 @@
 use super::*;
 use SessionAction as A;
-use fleet::{EntryMetadata, EntrySpec, EntryStatus};
 
 const NOW: Millis = 1_000_000;
 
@@ -26,6 +25,9 @@ fn running() -> SessionObs {
         last_confirm_at: None,
         stopping: false,
         operator_stop: None,
+        has_sandbox: true,
+        network_policy: Some(NetworkPolicy::default()),
+        applied_policy: Some(NetworkPolicy::default()),
     }
 }
 
@@ -34,6 +36,7 @@ fn claimed() -> SessionObs {
         stage: Stage::Claimed,
         entry: EntryObs::Present(SessionStatus::Pending),
         remote: RemoteObs::NotStarted,
+        has_sandbox: false,
         ..running()
     }
 }
@@ -569,169 +572,6 @@ fn suspended_tracking() {
     assert_eq!(track_suspended(Some(2), &EntryObs::Gone, 5), None);
 }
 
-// ---- claims ----
-
-const ME: &str = "acceptor-me";
-
-fn entry(id: &str, created: i64, phase: Phase, session_status: SessionStatus) -> QueueEntry {
-    QueueEntry {
-        metadata: EntryMetadata {
-            session_id: id.into(),
-            outpost_id: "o".into(),
-            created_at: Timestamp::from_unix_millis(created),
-            updated_at: Timestamp::from_unix_millis(created),
-        },
-        spec: EntrySpec {
-            platform: Platform::Linux,
-            ..Default::default()
-        },
-        status: EntryStatus {
-            phase,
-            session_status,
-            ..Default::default()
-        },
-    }
-}
-
-fn entries(list: Vec<QueueEntry>) -> BTreeMap<String, QueueEntry> {
-    list.into_iter()
-        .map(|e| (e.session_id().to_owned(), e))
-        .collect()
-}
-
-struct ClaimCase {
-    entries: BTreeMap<String, QueueEntry>,
-    held: BTreeSet<String>,
-    lost: BTreeMap<String, Option<Timestamp>>,
-    cooldown: BTreeMap<String, Millis>,
-    capacity: usize,
-    stopping: bool,
-}
-
-impl ClaimCase {
-    fn new(list: Vec<QueueEntry>) -> Self {
-        Self {
-            entries: entries(list),
-            held: BTreeSet::new(),
-            lost: BTreeMap::new(),
-            cooldown: BTreeMap::new(),
-            capacity: 10,
-            stopping: false,
-        }
-    }
-
-    fn plan(&self) -> Vec<ClaimAction> {
-        plan_claims(&ClaimObs {
-            now: NOW,
-            acceptor_id: ME,
-            platform: &Platform::Linux,
-            capacity: self.capacity,
-            stopping: self.stopping,
-            entries: &self.entries,
-            held: &self.held,
-            lost: &self.lost,
-            cooldown: &self.cooldown,
-        })
-    }
-}
-
-fn claim(id: &str) -> ClaimAction {
-    ClaimAction::Claim(id.into())
-}
-
-#[test]
-fn pending_entries_are_claimed_oldest_first_within_capacity() {
-    let mut case = ClaimCase::new(vec![
-        entry("c", 3, Phase::Pending, SessionStatus::Pending),
-        entry("a", 1, Phase::Pending, SessionStatus::Pending),
-        entry("b", 2, Phase::Pending, SessionStatus::Running),
-    ]);
-    assert_eq!(case.plan(), vec![claim("a"), claim("b"), claim("c")]);
-    case.capacity = 2;
-    assert_eq!(case.plan(), vec![claim("a"), claim("b")]);
-    case.capacity = 0;
-    assert!(case.plan().is_empty());
-}
-
-#[test]
-fn lingering_suspended_and_terminated_rows_are_never_claimed() {
-    let case = ClaimCase::new(vec![
-        entry("s", 1, Phase::Pending, SessionStatus::Suspended),
-        entry("t", 2, Phase::Pending, SessionStatus::Terminated),
-        entry(
-            "ok",
-            3,
-            Phase::Pending,
-            SessionStatus::Unknown("brand-new".into()),
-        ),
-    ]);
-    assert_eq!(case.plan(), vec![claim("ok")]);
-}
-
-#[test]
-fn other_platforms_held_sessions_and_unknown_phases_are_skipped() {
-    let mut mac = entry("mac", 1, Phase::Pending, SessionStatus::Pending);
-    mac.spec.platform = Platform::Macos;
-    let mut case = ClaimCase::new(vec![
-        mac,
-        entry("held", 2, Phase::Pending, SessionStatus::Pending),
-        entry(
-            "odd",
-            3,
-            Phase::Unknown("queued".into()),
-            SessionStatus::Pending,
-        ),
-    ]);
-    case.held.insert("held".into());
-    assert!(case.plan().is_empty());
-}
-
-#[test]
-fn our_own_unrecorded_claim_is_adopted_first() {
-    let mut mine = entry("mine", 9, Phase::Claimed, SessionStatus::Running);
-    mine.status.acceptor_id = Some(ME.into());
-    let case = ClaimCase::new(vec![
-        entry("new", 1, Phase::Pending, SessionStatus::Pending),
-        mine,
-    ]);
-    assert_eq!(
-        case.plan(),
-        vec![ClaimAction::Adopt("mine".into()), claim("new")]
-    );
-}
-
-#[test]
-fn expired_foreign_claims_are_claimable_unless_the_session_runs() {
-    let mut expired = entry("expired", 1, Phase::Claimed, SessionStatus::Pending);
-    expired.status.acceptor_id = Some("other".into());
-    expired.status.claim_deadline = Timestamp::from_unix_millis(NOW - 1);
-    let mut live = expired.clone();
-    live.metadata.session_id = "live".into();
-    live.status.session_status = SessionStatus::Running;
-    let mut valid = expired.clone();
-    valid.metadata.session_id = "valid".into();
-    valid.status.claim_deadline = Timestamp::from_unix_millis(NOW + 1);
-    let case = ClaimCase::new(vec![expired, live, valid]);
-    assert_eq!(case.plan(), vec![claim("expired")]);
-}
-
-#[test]
-fn a_lost_claim_is_retried_only_after_the_entry_changes() {
-    let e = entry("x", 1, Phase::Pending, SessionStatus::Pending);
-    let mut case = ClaimCase::new(vec![e.clone()]);
-    case.lost.insert("x".into(), e.metadata.updated_at);
-    assert!(case.plan().is_empty());
-    case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
-    assert_eq!(case.plan(), vec![claim("x")]);
-}
-
-#[test]
-fn stopping_claims_nothing() {
-    let mut case = ClaimCase::new(vec![entry("a", 1, Phase::Pending, SessionStatus::Pending)]);
-    case.stopping = true;
-    assert!(case.plan().is_empty());
-}
-
 #[test]
 fn short_claims_renew_at_half_their_lifetime() {
     let short = SessionObs {
@@ -753,11 +593,92 @@ fn short_claims_renew_at_half_their_lifetime() {
     assert_eq!(plan_session(&unknown_lifetime, &policy()), A::Renew);
 }
 
+fn allow_only(host: &str) -> NetworkPolicy {
+    NetworkPolicy {
+        enabled: true,
+        allow: vec![fleet::AllowRule::Hostname(host.into())],
+    }
+}
+
 #[test]
-fn a_released_session_cools_down_before_it_is_claimed_again() {
-    let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
-    case.cooldown.insert("x".into(), NOW + 1);
-    assert!(case.plan().is_empty());
-    case.cooldown.insert("x".into(), NOW);
-    assert_eq!(case.plan(), vec![claim("x")]);
+fn a_changed_network_policy_is_applied_first_in_any_stage_with_a_sandbox() {
+    let changed = |obs: SessionObs| SessionObs {
+        network_policy: Some(allow_only("example.com")),
+        ..obs
+    };
+    let finishing = SessionObs {
+        stage: Stage::Finishing(Finish::Suspended),
+        remote: RemoteObs::Exited(0),
+        ..running()
+    };
+    let starting = SessionObs {
+        stage: Stage::Starting,
+        has_sandbox: true,
+        ..claimed()
+    };
+    let near_deadline = SessionObs {
+        claim_deadline: Some(NOW + 1_000),
+        ..running()
+    };
+    for obs in [running(), finishing, starting, near_deadline] {
+        assert_ne!(plan_session(&obs, &policy()), A::UpdateNetworkPolicy);
+        let obs = changed(obs);
+        assert_eq!(
+            plan_session(&obs, &policy()),
+            A::UpdateNetworkPolicy,
+            "{obs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_without_a_sandbox_or_a_reading_updates_nothing() {
+    let no_sandbox = SessionObs {
+        network_policy: Some(allow_only("example.com")),
+        ..claimed()
+    };
+    assert_eq!(plan_session(&no_sandbox, &policy()), A::Start);
+    let unread = SessionObs {
+        network_policy: None,
+        ..running()
+    };
+    assert_eq!(plan_session(&unread, &policy()), A::Wait);
+    let nothing_applied = SessionObs {
+        network_policy: Some(allow_only("example.com")),
+        applied_policy: None,
+        ..running()
+    };
+    assert_eq!(plan_session(&nothing_applied, &policy()), A::Wait);
+    let done = SessionObs {
+        stage: Stage::Done(Finish::Suspended),
+        network_policy: Some(allow_only("example.com")),
+        ..running()
+    };
+    assert_eq!(plan_session(&done, &policy()), A::Wait);
+}
+
+#[test]
+fn the_applied_policy_follows_the_entry_only_until_a_sandbox_exists() {
+    let old = NetworkPolicy::default();
+    let new = allow_only("example.com");
+    // The first reading is what the sandbox has.
+    assert_eq!(track_applied_policy(None, &new, true), new);
+    assert_eq!(track_applied_policy(None, &new, false), new);
+    // Without a sandbox, the next one is created with the newest policy.
+    assert_eq!(track_applied_policy(Some(&old), &new, false), new);
+    // With one, only an update changes it.
+    assert_eq!(track_applied_policy(Some(&old), &new, true), old);
+}
+
+#[test]
+fn a_lost_claim_keeps_the_work_where_a_sandbox_may_exist() {
+    let cases = [
+        (Stage::Claimed, Finish::Released),
+        (Stage::Starting, Finish::Vanished),
+        (Stage::Running, Finish::Vanished),
+        (Stage::Finishing(Finish::Suspended), Finish::Vanished),
+    ];
+    for (stage, finish) in cases {
+        assert_eq!(finish_on_claim_lost(stage), finish, "{stage:?}");
+    }
 }

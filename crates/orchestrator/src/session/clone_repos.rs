@@ -47,9 +47,10 @@ impl SessionRunner {
                 self,
                 step,
                 SessionRunner::renewal_due_in,
-                async |runner: &mut SessionRunner| runner.renew().await,
+                async |runner: &mut SessionRunner| runner.renew_in_step().await,
             )
             .await;
+            self.check_renewals().map_err(StartError::Record)?;
             // A renewal meanwhile found the claim lost: the planner winds the
             // session down; nothing failed here.
             if matches!(self.rec.stage, Stage::Finishing(_) | Stage::Done(_)) {

@@ -26,7 +26,7 @@ use crate::config::OutpostConfig;
 use crate::queue::QueueView;
 use crate::serve::TerminateError;
 use crate::session_log::REMOTE_LOG;
-use crate::store::{SessionRecord, stage_label};
+use crate::store::SessionRecord;
 
 /// Most bytes of log returned by one `/log` call or one SSE `log` event.
 const LOG_CHUNK: u64 = 64 * 1024;
@@ -130,7 +130,9 @@ async fn status(State(state): State<Arc<AdminState>>) -> Response {
     };
     let mut counts = BTreeMap::<String, u64>::new();
     for r in &records {
-        *counts.entry(stage_label(&r.stage).to_owned()).or_default() += 1;
+        *counts
+            .entry(r.stage.label().as_str().to_owned())
+            .or_default() += 1;
     }
     let outposts = state
         .serving
@@ -303,7 +305,7 @@ impl Follow {
         }
         match store.session(&self.id) {
             Ok(Some(rec)) => {
-                let label = stage_label(&rec.stage).to_owned();
+                let label = rec.stage.label().as_str().to_owned();
                 if self.stage.as_deref() != Some(label.as_str()) {
                     self.queue
                         .push_back(SseEvent::default().event("stage").data(&label));

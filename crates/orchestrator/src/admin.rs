@@ -8,8 +8,8 @@
 //! cannot reach the listener by DNS rebinding), and `POST` routes require a
 //! JSON body (so a cross-site form or `no-cors` fetch cannot trigger them).
 
-mod api;
-pub mod metrics;
+pub mod prometheus;
+mod routes;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,9 +29,9 @@ use tracing::{info, warn};
 use crate::config::{OutpostConfig, QueueMode, ServeConfig};
 use crate::serve::Serving;
 
-const INDEX_HTML: &str = include_str!("assets/index.html");
-const APP_JS: &str = include_str!("assets/app.js");
-const STYLE_CSS: &str = include_str!("assets/style.css");
+const INDEX_HTML: &str = include_str!("admin/assets/index.html");
+const APP_JS: &str = include_str!("admin/assets/app.js");
+const STYLE_CSS: &str = include_str!("admin/assets/style.css");
 
 /// A queue view is fresh when synced within this many re-list intervals.
 const FRESH_INTERVALS: u32 = 3;
@@ -144,7 +144,7 @@ pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
         .route("/sessions/{id}", get(index))
         .route("/assets/app.js", get(app_js))
         .route("/assets/style.css", get(style_css))
-        .merge(api::routes())
+        .merge(routes::routes())
         .with_state(state)
         .layer(middleware::from_fn(security_headers));
     if loopback_only {
@@ -238,17 +238,17 @@ async fn metrics_route(State(state): State<Arc<AdminState>>) -> Response {
         .views
         .iter()
         .zip(&state.outposts)
-        .map(|(v, o)| metrics::OutpostScrape {
+        .map(|(v, o)| prometheus::OutpostScrape {
             outpost_id: v.outpost_id().to_owned(),
             watch_reconnects: v
                 .watch_reconnects
                 .load(std::sync::atomic::Ordering::Relaxed),
             relists: v.relists.load(std::sync::atomic::Ordering::Relaxed),
             synced_at_ms: v.synced_at(),
-            pending: api::pending(v, o),
+            pending: routes::pending(v, o),
         })
         .collect();
-    let body = metrics::render(&metrics::Scrape {
+    let body = prometheus::render(&prometheus::Scrape {
         metrics: &serving.metrics,
         sessions_by_stage,
         fleet: serving.client.stats(),

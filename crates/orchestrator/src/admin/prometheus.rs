@@ -11,21 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::metrics::{HistogramSnapshot, Metrics};
-
-/// Every stage label, so each `garrison_sessions` series exists from the
-/// start (a series that appears late breaks `rate()` and alerts).
-pub const STAGE_LABELS: &[&str] = &[
-    "claimed",
-    "starting",
-    "running",
-    "finishing",
-    "suspended",
-    "terminated",
-    "vanished",
-    "failed",
-    "released",
-    "stopped",
-];
+use crate::planner::StageLabel;
 
 /// Accumulates one exposition document.
 #[derive(Default)]
@@ -177,7 +163,9 @@ pub fn render(s: &Scrape<'_>) -> String {
         if s.ready { 1.0 } else { 0.0 },
     );
 
-    let mut stages: BTreeMap<&str, u64> = STAGE_LABELS.iter().map(|l| (*l, 0)).collect();
+    // Every stage, so each `garrison_sessions` series exists from the start
+    // (a series that appears late breaks `rate()` and alerts).
+    let mut stages: BTreeMap<&str, u64> = StageLabel::ALL.iter().map(|l| (l.as_str(), 0)).collect();
     for (label, n) in &s.sessions_by_stage {
         *stages.entry(label.as_str()).or_default() += n;
     }

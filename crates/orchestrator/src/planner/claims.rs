@@ -1,0 +1,145 @@
+//! Which queue entries to claim or adopt, and how long a session given
+//! back here is left to others.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
+
+use super::{Finish, Millis, Stage};
+
+/// How long a session this orchestrator gave back (a refused binary, start
+/// failures, a failed session) is left to others.
+pub const RELEASE_COOLDOWN_MS: Millis = 30_000;
+/// How long a session the operator terminated here is not claimed again by
+/// this process (its entry returns to the queue, still running for Devin).
+pub const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
+
+/// How this process stopped serving a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunnerEnd {
+    /// The runner returned in this stage: done, or left running for the
+    /// next Garrison.
+    Stage(Stage),
+    /// A write to the state store failed, so the session was left as its
+    /// last record describes (see `SessionRunner::run`), or a claim could
+    /// not be recorded and was given back.
+    RecordFailed,
+}
+
+/// Until when a session whose runner ended here this way must not be
+/// claimed again by this process ([`ClaimObs::cooldown`]); `None`: no wait.
+pub fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
+    match end {
+        RunnerEnd::Stage(Stage::Done(Finish::Released | Finish::Failed))
+        | RunnerEnd::RecordFailed => Some(now + RELEASE_COOLDOWN_MS),
+        RunnerEnd::Stage(Stage::Done(Finish::Stopped { .. })) => {
+            Some(now + OPERATOR_STOP_COOLDOWN_MS)
+        }
+        RunnerEnd::Stage(_) => None,
+    }
+}
+
+/// Everything [`plan_claims`] looks at.
+pub struct ClaimObs<'a> {
+    pub now: Millis,
+    pub acceptor_id: &'a str,
+    pub platform: &'a Platform,
+    /// Sessions the orchestrator may still take on.
+    pub capacity: usize,
+    pub stopping: bool,
+    pub entries: &'a BTreeMap<String, QueueEntry>,
+    /// Sessions this orchestrator holds (any stage but done).
+    pub held: &'a BTreeSet<String>,
+    /// Sessions whose claim we lost, with the entry's `updated_at` then: not
+    /// tried again until the entry changes.
+    pub lost: &'a BTreeMap<String, Option<Timestamp>>,
+    /// Sessions this orchestrator gave back (a refused binary, start
+    /// failures) and must not claim again before the given time.
+    pub cooldown: &'a BTreeMap<String, Millis>,
+}
+
+/// What to do about one queue entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimAction {
+    Claim(String),
+    /// The server says we hold it but the state store does not know it (a
+    /// crash between claim and record): take it back into our care.
+    Adopt(String),
+}
+
+/// Decides which entries to claim or adopt, oldest first, within capacity.
+pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
+    if obs.stopping {
+        return Vec::new();
+    }
+    let mut candidates: Vec<(&QueueEntry, ClaimAction)> = obs
+        .entries
+        .values()
+        .filter(|e| !obs.held.contains(e.session_id()))
+        .filter(|e| &e.spec.platform == obs.platform)
+        .filter_map(|e| claim_action(obs, e).map(|a| (e, a)))
+        .collect();
+    // Adoptions first (they are already ours), then oldest first.
+    candidates.sort_by_key(|(e, a)| {
+        (
+            !matches!(a, ClaimAction::Adopt(_)),
+            e.metadata
+                .created_at
+                .map(|t| t.unix_millis())
+                .unwrap_or(i64::MAX),
+            e.session_id().to_owned(),
+        )
+    });
+    candidates
+        .into_iter()
+        .take(obs.capacity)
+        .map(|(_, a)| a)
+        .collect()
+}
+
+fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
+    let id = entry.session_id().to_owned();
+    let status = &entry.status;
+    // Released suspended/terminated sessions linger as pending rows: claiming
+    // them would flap forever.
+    if matches!(
+        status.session_status,
+        SessionStatus::Suspended | SessionStatus::Terminated
+    ) {
+        return None;
+    }
+    let ours = status.acceptor_id.as_deref() == Some(obs.acceptor_id);
+    match status.phase {
+        Phase::Claimed if ours => Some(ClaimAction::Adopt(id)),
+        Phase::Pending => claimable_unless_lost(obs, entry).then_some(ClaimAction::Claim(id)),
+        // Someone else's claim that expired returns to the queue, unless the
+        // session runs (it stays with its worker).
+        Phase::Claimed => {
+            let expired = status
+                .claim_deadline
+                .is_some_and(|d| d.unix_millis() <= obs.now);
+            (expired
+                && status.session_status != SessionStatus::Running
+                && claimable_unless_lost(obs, entry))
+            .then_some(ClaimAction::Claim(id))
+        }
+        Phase::Unknown(_) => None,
+    }
+}
+
+fn claimable_unless_lost(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
+    if obs
+        .cooldown
+        .get(entry.session_id())
+        .is_some_and(|until| obs.now < *until)
+    {
+        return false;
+    }
+    match obs.lost.get(entry.session_id()) {
+        Some(updated_at) => *updated_at != entry.metadata.updated_at,
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests;

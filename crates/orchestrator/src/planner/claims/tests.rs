@@ -1,0 +1,221 @@
+use super::*;
+use fleet::{EntryMetadata, EntrySpec, EntryStatus};
+
+const NOW: Millis = 1_000_000;
+
+const ME: &str = "acceptor-me";
+
+fn entry(id: &str, created: i64, phase: Phase, session_status: SessionStatus) -> QueueEntry {
+    QueueEntry {
+        metadata: EntryMetadata {
+            session_id: id.into(),
+            outpost_id: "o".into(),
+            created_at: Timestamp::from_unix_millis(created),
+            updated_at: Timestamp::from_unix_millis(created),
+        },
+        spec: EntrySpec {
+            platform: Platform::Linux,
+            ..Default::default()
+        },
+        status: EntryStatus {
+            phase,
+            session_status,
+            ..Default::default()
+        },
+    }
+}
+
+fn entries(list: Vec<QueueEntry>) -> BTreeMap<String, QueueEntry> {
+    list.into_iter()
+        .map(|e| (e.session_id().to_owned(), e))
+        .collect()
+}
+
+struct ClaimCase {
+    entries: BTreeMap<String, QueueEntry>,
+    held: BTreeSet<String>,
+    lost: BTreeMap<String, Option<Timestamp>>,
+    cooldown: BTreeMap<String, Millis>,
+    capacity: usize,
+    stopping: bool,
+}
+
+impl ClaimCase {
+    fn new(list: Vec<QueueEntry>) -> Self {
+        Self {
+            entries: entries(list),
+            held: BTreeSet::new(),
+            lost: BTreeMap::new(),
+            cooldown: BTreeMap::new(),
+            capacity: 10,
+            stopping: false,
+        }
+    }
+
+    fn plan(&self) -> Vec<ClaimAction> {
+        plan_claims(&ClaimObs {
+            now: NOW,
+            acceptor_id: ME,
+            platform: &Platform::Linux,
+            capacity: self.capacity,
+            stopping: self.stopping,
+            entries: &self.entries,
+            held: &self.held,
+            lost: &self.lost,
+            cooldown: &self.cooldown,
+        })
+    }
+}
+
+fn claim(id: &str) -> ClaimAction {
+    ClaimAction::Claim(id.into())
+}
+
+#[test]
+fn pending_entries_are_claimed_oldest_first_within_capacity() {
+    let mut case = ClaimCase::new(vec![
+        entry("c", 3, Phase::Pending, SessionStatus::Pending),
+        entry("a", 1, Phase::Pending, SessionStatus::Pending),
+        entry("b", 2, Phase::Pending, SessionStatus::Running),
+    ]);
+    assert_eq!(case.plan(), vec![claim("a"), claim("b"), claim("c")]);
+    case.capacity = 2;
+    assert_eq!(case.plan(), vec![claim("a"), claim("b")]);
+    case.capacity = 0;
+    assert!(case.plan().is_empty());
+}
+
+#[test]
+fn lingering_suspended_and_terminated_rows_are_never_claimed() {
+    let case = ClaimCase::new(vec![
+        entry("s", 1, Phase::Pending, SessionStatus::Suspended),
+        entry("t", 2, Phase::Pending, SessionStatus::Terminated),
+        entry(
+            "ok",
+            3,
+            Phase::Pending,
+            SessionStatus::Unknown("brand-new".into()),
+        ),
+    ]);
+    assert_eq!(case.plan(), vec![claim("ok")]);
+}
+
+#[test]
+fn other_platforms_held_sessions_and_unknown_phases_are_skipped() {
+    let mut mac = entry("mac", 1, Phase::Pending, SessionStatus::Pending);
+    mac.spec.platform = Platform::Macos;
+    let mut case = ClaimCase::new(vec![
+        mac,
+        entry("held", 2, Phase::Pending, SessionStatus::Pending),
+        entry(
+            "odd",
+            3,
+            Phase::Unknown("queued".into()),
+            SessionStatus::Pending,
+        ),
+    ]);
+    case.held.insert("held".into());
+    assert!(case.plan().is_empty());
+}
+
+#[test]
+fn our_own_unrecorded_claim_is_adopted_first() {
+    let mut mine = entry("mine", 9, Phase::Claimed, SessionStatus::Running);
+    mine.status.acceptor_id = Some(ME.into());
+    let case = ClaimCase::new(vec![
+        entry("new", 1, Phase::Pending, SessionStatus::Pending),
+        mine,
+    ]);
+    assert_eq!(
+        case.plan(),
+        vec![ClaimAction::Adopt("mine".into()), claim("new")]
+    );
+}
+
+#[test]
+fn expired_foreign_claims_are_claimable_unless_the_session_runs() {
+    let mut expired = entry("expired", 1, Phase::Claimed, SessionStatus::Pending);
+    expired.status.acceptor_id = Some("other".into());
+    expired.status.claim_deadline = Timestamp::from_unix_millis(NOW - 1);
+    let mut live = expired.clone();
+    live.metadata.session_id = "live".into();
+    live.status.session_status = SessionStatus::Running;
+    let mut valid = expired.clone();
+    valid.metadata.session_id = "valid".into();
+    valid.status.claim_deadline = Timestamp::from_unix_millis(NOW + 1);
+    let case = ClaimCase::new(vec![expired, live, valid]);
+    assert_eq!(case.plan(), vec![claim("expired")]);
+}
+
+#[test]
+fn a_lost_claim_is_retried_only_after_the_entry_changes() {
+    let e = entry("x", 1, Phase::Pending, SessionStatus::Pending);
+    let mut case = ClaimCase::new(vec![e.clone()]);
+    case.lost.insert("x".into(), e.metadata.updated_at);
+    assert!(case.plan().is_empty());
+    case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
+    assert_eq!(case.plan(), vec![claim("x")]);
+}
+
+#[test]
+fn stopping_claims_nothing() {
+    let mut case = ClaimCase::new(vec![entry("a", 1, Phase::Pending, SessionStatus::Pending)]);
+    case.stopping = true;
+    assert!(case.plan().is_empty());
+}
+
+#[test]
+fn a_released_session_cools_down_before_it_is_claimed_again() {
+    let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
+    case.cooldown.insert("x".into(), NOW + 1);
+    assert!(case.plan().is_empty());
+    case.cooldown.insert("x".into(), NOW);
+    assert_eq!(case.plan(), vec![claim("x")]);
+}
+
+#[test]
+fn sessions_given_back_or_stopped_here_cool_down() {
+    let cases = [
+        (
+            Stage::Done(Finish::Released),
+            Some(NOW + RELEASE_COOLDOWN_MS),
+        ),
+        (Stage::Done(Finish::Failed), Some(NOW + RELEASE_COOLDOWN_MS)),
+        (
+            Stage::Done(Finish::Stopped {
+                keep_snapshot: true,
+            }),
+            Some(NOW + OPERATOR_STOP_COOLDOWN_MS),
+        ),
+        (
+            Stage::Done(Finish::Stopped {
+                keep_snapshot: false,
+            }),
+            Some(NOW + OPERATOR_STOP_COOLDOWN_MS),
+        ),
+        (Stage::Done(Finish::Suspended), None),
+        (Stage::Done(Finish::Terminated), None),
+        (Stage::Done(Finish::Vanished), None),
+        // Left running to the next Garrison, or stopped mid-way.
+        (Stage::Running, None),
+        (Stage::Claimed, None),
+        (Stage::Finishing(Finish::Released), None),
+    ];
+    for (stage, until) in cases {
+        assert_eq!(
+            cooldown_until(RunnerEnd::Stage(stage), NOW),
+            until,
+            "{stage:?}"
+        );
+    }
+}
+
+#[test]
+fn a_session_whose_record_failed_cools_down() {
+    // Released or left to expire, it is not taken again at once by the
+    // process whose store just failed.
+    assert_eq!(
+        cooldown_until(RunnerEnd::RecordFailed, NOW),
+        Some(NOW + RELEASE_COOLDOWN_MS)
+    );
+}

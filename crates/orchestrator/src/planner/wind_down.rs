@@ -1,0 +1,76 @@
+//! How a session is wound down: what is kept of its workspace, whether its
+//! sandbox waits suspended or goes, what is given back.
+
+use super::Finish;
+use crate::store::SnapshotReason;
+
+/// Everything [`plan_wind_down`] looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindDownObs {
+    pub finish: Finish,
+    /// A remote ran in the session's sandbox in this claim.
+    pub ran_remote: bool,
+    /// The backend's suspend keeps memory.
+    pub suspend_keeps_memory: bool,
+    /// Suspending the sandbox was tried and failed.
+    pub suspend_failed: bool,
+}
+
+/// What the wind-down does, in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindDown {
+    /// Snapshot the workspace, for this reason, before the sandbox goes.
+    pub snapshot: Option<SnapshotReason>,
+    pub sandbox: SandboxEnd,
+    /// Delete every snapshot of the session.
+    pub delete_snapshots: bool,
+    /// Give the claim back.
+    pub release: bool,
+}
+
+/// What becomes of the session's sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SandboxEnd {
+    /// Suspended: it waits for the resume claim with its memory (the
+    /// snapshot is the fallback).
+    Suspend,
+    Destroy,
+}
+
+/// Decides the wind-down. The executor asks again after a suspend failed,
+/// and destroys the sandbox then (the snapshot remains).
+pub fn plan_wind_down(obs: &WindDownObs) -> WindDown {
+    let snapshot = match obs.finish {
+        Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
+        Finish::Failed => Some(SnapshotReason::Recovery),
+        // Only a sandbox a remote ran in holds work worth keeping (a
+        // half-made one would shadow the snapshot it came from).
+        Finish::Stopped {
+            keep_snapshot: true,
+        } if obs.ran_remote => Some(SnapshotReason::Operator),
+        Finish::Terminated | Finish::Released | Finish::Stopped { .. } => None,
+    };
+    let sandbox =
+        if obs.finish == Finish::Suspended && obs.suspend_keeps_memory && !obs.suspend_failed {
+            SandboxEnd::Suspend
+        } else {
+            SandboxEnd::Destroy
+        };
+    WindDown {
+        snapshot,
+        sandbox,
+        delete_snapshots: matches!(
+            obs.finish,
+            Finish::Terminated
+                | Finish::Stopped {
+                    keep_snapshot: false
+                }
+        ),
+        // A vanished session is not ours to give back: it is someone
+        // else's, or no one's.
+        release: obs.finish != Finish::Vanished,
+    }
+}
+
+#[cfg(test)]
+mod tests;

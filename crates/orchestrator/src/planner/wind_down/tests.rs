@@ -1,0 +1,90 @@
+use super::*;
+
+fn obs(finish: Finish) -> WindDownObs {
+    WindDownObs {
+        finish,
+        ran_remote: true,
+        suspend_keeps_memory: false,
+        suspend_failed: false,
+    }
+}
+
+#[test]
+fn each_finish_keeps_drops_and_gives_back_its_own_way() {
+    use SnapshotReason as R;
+    let stop = |keep_snapshot| Finish::Stopped { keep_snapshot };
+    // (finish, snapshot, delete snapshots, release)
+    let cases = [
+        (Finish::Suspended, Some(R::Suspend), false, true),
+        (Finish::Vanished, Some(R::Suspend), false, false),
+        (Finish::Failed, Some(R::Recovery), false, true),
+        (Finish::Terminated, None, true, true),
+        (Finish::Released, None, false, true),
+        (stop(true), Some(R::Operator), false, true),
+        (stop(false), None, true, true),
+    ];
+    for (finish, snapshot, delete_snapshots, release) in cases {
+        let plan = plan_wind_down(&obs(finish));
+        assert_eq!(
+            plan,
+            WindDown {
+                snapshot,
+                sandbox: SandboxEnd::Destroy,
+                delete_snapshots,
+                release,
+            },
+            "{finish:?}"
+        );
+    }
+}
+
+#[test]
+fn an_operator_snapshot_needs_a_sandbox_a_remote_ran_in() {
+    let half_made = WindDownObs {
+        ran_remote: false,
+        ..obs(Finish::Stopped {
+            keep_snapshot: true,
+        })
+    };
+    assert_eq!(plan_wind_down(&half_made).snapshot, None);
+    // Other snapshots do not depend on it.
+    let failed = WindDownObs {
+        ran_remote: false,
+        ..obs(Finish::Failed)
+    };
+    assert_eq!(
+        plan_wind_down(&failed).snapshot,
+        Some(SnapshotReason::Recovery)
+    );
+}
+
+#[test]
+fn only_a_suspended_session_keeps_its_sandbox_where_memory_is_kept() {
+    let keeps = |finish| WindDownObs {
+        suspend_keeps_memory: true,
+        ..obs(finish)
+    };
+    assert_eq!(
+        plan_wind_down(&keeps(Finish::Suspended)).sandbox,
+        SandboxEnd::Suspend
+    );
+    assert_eq!(
+        plan_wind_down(&obs(Finish::Suspended)).sandbox,
+        SandboxEnd::Destroy
+    );
+    for finish in [Finish::Vanished, Finish::Failed, Finish::Terminated] {
+        assert_eq!(
+            plan_wind_down(&keeps(finish)).sandbox,
+            SandboxEnd::Destroy,
+            "{finish:?}"
+        );
+    }
+    // A suspend that failed falls back to destroying (the snapshot stays).
+    let failed = WindDownObs {
+        suspend_failed: true,
+        ..keeps(Finish::Suspended)
+    };
+    let plan = plan_wind_down(&failed);
+    assert_eq!(plan.sandbox, SandboxEnd::Destroy);
+    assert_eq!(plan.snapshot, Some(SnapshotReason::Suspend));
+}

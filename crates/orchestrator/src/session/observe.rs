@@ -1,0 +1,162 @@
+//! Observing a session: its queue entry, the operator's requests, the
+//! remote's status and output.
+
+use fleet::QueueEntry;
+use sandbox::{Handle, ProcessRef, ProcessStatus};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{RecordFailed, SessionRunner, now_ms};
+use crate::planner::{
+    EntryObs, OperatorStop, RemoteObs, Stage, track_applied_policy, track_suspended,
+};
+
+/// Output copied per read.
+const OUTPUT_CHUNK: usize = 256 * 1024;
+
+impl SessionRunner {
+    /// Takes in an operator's request (the first one counts).
+    pub(super) fn observe_operator(
+        &mut self,
+        rx: &mut tokio::sync::watch::Receiver<Option<OperatorStop>>,
+    ) {
+        if self.operator_stop.is_some() {
+            return;
+        }
+        let requested = *rx.borrow_and_update();
+        if let Some(stop) = requested {
+            info!(
+                session_id = self.id(),
+                keep_snapshot = stop.keep_snapshot,
+                "the operator asked to terminate the session"
+            );
+            self.operator_stop = Some(stop);
+            self.event(
+                "operator_terminate",
+                json!({ "keep_snapshot": stop.keep_snapshot, "stage": self.rec.stage.label() }),
+            );
+        }
+    }
+
+    pub(super) async fn observe(&mut self) -> Result<(), RecordFailed> {
+        let now = now_ms();
+        match self.deps.view.get(self.id()) {
+            Some(entry) => {
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.note_entry(entry);
+            }
+            // Absent from a synced view: the entry left the queue. Before the
+            // first list, absence means nothing yet.
+            None if self.deps.view.is_synced() && self.entry_obs != EntryObs::Unknown => {
+                self.entry_obs = EntryObs::Gone;
+            }
+            None if self.deps.view.is_synced() && self.rec.stage == Stage::Running => {
+                self.entry_obs = EntryObs::Gone;
+            }
+            None => {}
+        }
+        self.suspended_since = track_suspended(self.suspended_since, &self.entry_obs, now);
+
+        if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
+            let status = match self.deps.backend.status(&handle, &process).await {
+                Ok(ProcessStatus::Running) => RemoteObs::Running,
+                Ok(ProcessStatus::Exited(code)) => RemoteObs::Exited(code),
+                Ok(ProcessStatus::Lost) => RemoteObs::Lost,
+                Err(e) if e.is_gone() => RemoteObs::Lost,
+                Err(e) => {
+                    warn!(session_id = self.id(), error = %e, "reading the remote's status failed");
+                    self.remote
+                }
+            };
+            let was_live = matches!(self.remote, RemoteObs::Running | RemoteObs::NotStarted);
+            let is_live = matches!(status, RemoteObs::Running | RemoteObs::NotStarted);
+            if was_live && !is_live {
+                self.remote_stopped_at = Some(now);
+                self.event("remote_exited", json!({ "status": format!("{status:?}") }));
+            }
+            self.remote = status;
+            self.copy_output(&handle, &process).await?;
+        } else {
+            self.remote = RemoteObs::NotStarted;
+        }
+        Ok(())
+    }
+
+    /// Takes in a reading of the entry (from the view, a claim or a get),
+    /// and with it the network policy it asks for.
+    pub(super) fn note_entry(&mut self, entry: QueueEntry) {
+        self.applied_policy = Some(track_applied_policy(
+            self.applied_policy.as_ref(),
+            &entry.spec.network_policy,
+            self.rec.handle.is_some(),
+        ));
+        self.entry = Some(entry);
+    }
+
+    /// Gives the sandbox the policy the entry asks for now. A failure is
+    /// logged and not retried until the policy changes again, as a
+    /// backend that cannot update a policy would fail every retry.
+    pub(super) async fn update_network_policy(&mut self) {
+        let Some(policy) = self.entry.as_ref().map(|e| e.spec.network_policy.clone()) else {
+            return;
+        };
+        if let Some(handle) = self.rec.handle.clone() {
+            match self
+                .deps
+                .backend
+                .update_network_policy(&handle, &policy)
+                .await
+            {
+                Ok(()) => self.event(
+                    "network_policy_updated",
+                    json!({ "enabled": policy.enabled, "rules": policy.allow.len() }),
+                ),
+                Err(e) => {
+                    warn!(session_id = self.id(), error = %e, "applying the changed network policy failed")
+                }
+            }
+        }
+        self.applied_policy = Some(policy);
+    }
+
+    pub(super) async fn copy_output(
+        &mut self,
+        handle: &Handle,
+        process: &ProcessRef,
+    ) -> Result<(), RecordFailed> {
+        loop {
+            let chunk = match self
+                .deps
+                .backend
+                .read_output(handle, process, self.rec.output_offset, OUTPUT_CHUNK)
+                .await
+            {
+                Ok(chunk) => chunk,
+                Err(_) => return Ok(()),
+            };
+            if chunk.data.is_empty() {
+                return Ok(());
+            }
+            if let Err(e) = self.deps.logs.remote_output(self.id(), &chunk.data) {
+                warn!(session_id = self.id(), error = %e, "writing the session log failed");
+                return Ok(());
+            }
+            self.rec.output_offset = chunk.next_offset;
+            self.save()?;
+        }
+    }
+
+    pub(super) async fn confirm_end(&mut self) {
+        self.confirm_attempts += 1;
+        self.last_confirm_at = Some(now_ms());
+        match self.deps.client.get(self.id()).await {
+            Ok(Some(entry)) => {
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.deps.view.upsert(entry.clone());
+                self.note_entry(entry);
+            }
+            Ok(None) => self.entry_obs = EntryObs::Gone,
+            Err(e) => warn!(session_id = self.id(), error = %e, "reading the final status failed"),
+        }
+    }
+}

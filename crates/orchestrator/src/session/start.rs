@@ -1,0 +1,141 @@
+//! The start step: a sandbox for the session (the one kept suspended, one
+//! restored from a snapshot, or a fresh one), the remote binary in it, the
+//! repositories cloned, the remote started.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use fleet::QueueEntry;
+use serde_json::json;
+use tracing::{error, warn};
+
+use super::{RecordFailed, SessionRunner, record_failure};
+use crate::contract;
+use crate::metrics::Metrics;
+use crate::planner::{Finish, Stage};
+
+pub(super) enum StartError {
+    /// The session must not be started at all (the binary failed
+    /// verification): release the claim.
+    Refused(String),
+    /// Too little claim time left for the next slow step.
+    Deadline,
+    /// The step could not be recorded: the runner stops.
+    Record(RecordFailed),
+    Failed(anyhow::Error),
+}
+
+impl SessionRunner {
+    /// The entry as claimed (for its pinned SHA and network policy).
+    pub(super) async fn current_entry(&mut self) -> anyhow::Result<QueueEntry> {
+        if let Some(entry) = &self.entry {
+            return Ok(entry.clone());
+        }
+        let entry = self
+            .deps
+            .client
+            .get(self.id())
+            .await?
+            .context("the entry is gone")?;
+        self.note_entry(entry.clone());
+        Ok(entry)
+    }
+
+    pub(super) async fn start(&mut self) -> Result<(), RecordFailed> {
+        let started = std::time::Instant::now();
+        match self.try_start().await {
+            Ok(()) => {
+                self.deps
+                    .metrics
+                    .record_sandbox_start(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            Err(StartError::Refused(reason)) => {
+                error!(
+                    session_id = self.id(),
+                    reason, "refusing to start the session"
+                );
+                self.rec.error = Some(reason.clone());
+                self.event("start_refused", json!({ "reason": reason }));
+                self.set_stage(Stage::Finishing(Finish::Released))?;
+            }
+            Err(StartError::Deadline) => {
+                // The planner renews next; nothing failed.
+            }
+            Err(StartError::Record(failed)) => return Err(failed),
+            Err(StartError::Failed(e)) => {
+                let e = record_failure(e)?;
+                self.rec.start_failures += 1;
+                let message = self.deps.logs.redactor().scrub(&format!("{e:#}"));
+                warn!(session_id = self.id(), attempt = self.rec.start_failures, error = %message, "starting the session failed");
+                self.rec.error = Some(message.clone());
+                self.event(
+                    "start_failed",
+                    json!({ "error": message, "attempt": self.rec.start_failures }),
+                );
+                self.save()?;
+                self.pause(Duration::from_secs(1)).await;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn try_start(&mut self) -> Result<(), StartError> {
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+        let entry = self.current_entry().await.map_err(StartError::Failed)?;
+        let pinned = entry.spec.remote_binary_sha.clone();
+        let remote = match self.deps.resolver.resolve(pinned.as_deref()).await {
+            Ok(remote) => remote,
+            Err(e) if e.is_checksum_mismatch() => {
+                Metrics::inc(&self.deps.metrics.checksum_refusals);
+                return Err(StartError::Refused(e.to_string()));
+            }
+            Err(e) => return Err(StartError::Failed(e.into())),
+        };
+        self.rec.remote_sha = Some(remote.sha.clone());
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+
+        if self.rec.stage == Stage::Claimed {
+            self.set_stage(Stage::Starting)
+                .map_err(StartError::Record)?;
+            self.event(
+                "starting",
+                json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
+            );
+        }
+        let (handle, restored) = self.provision(&entry).await?;
+        self.rec.handle = Some(handle.clone());
+        self.save().map_err(StartError::Record)?;
+        self.event("sandbox_created", json!({ "sandbox": handle.name }));
+
+        let bytes = self
+            .deps
+            .resolver
+            .verified_bytes(&remote)
+            .await
+            .map_err(|e| {
+                if e.is_checksum_mismatch() {
+                    StartError::Refused(e.to_string())
+                } else {
+                    StartError::Failed(e.into())
+                }
+            })?;
+        let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
+        self.deps
+            .backend
+            .put_file(&handle, &path, &bytes, 0o755)
+            .await
+            .map_err(|e| StartError::Failed(e.into()))?;
+        // A restored or resumed workspace has its repositories already.
+        if !restored {
+            self.clone_repos(&handle).await?;
+        }
+        if !self.has_budget() {
+            return Err(StartError::Deadline);
+        }
+        self.spawn_remote().await.map_err(StartError::Failed)
+    }
+}

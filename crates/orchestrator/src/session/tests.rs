@@ -10,7 +10,7 @@ use sandbox::{Handle, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
 use super::*;
-use crate::config::{BackendKind, Repos};
+use crate::config::Repos;
 use crate::redact::Redactor;
 
 const SESSION: &str = "s1";
@@ -93,7 +93,7 @@ impl World {
             acceptor_id: "me".into(),
             outpost: OutpostConfig {
                 outpost_id: "o".into(),
-                backend: BackendKind::Host,
+                backend: "host",
                 max_concurrent: 1,
                 resources: Default::default(),
                 image: None,

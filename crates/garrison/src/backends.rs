@@ -108,7 +108,7 @@ mod tests {
     fn resolve(
         host: &HostEnv,
         file_text: &str,
-    ) -> Result<orchestrator::config::ServeConfig, SettingsError> {
+    ) -> Result<orchestrator::settings::ServeConfig, SettingsError> {
         let file = settings::parse_file(Path::new(FILE), file_text, &ALL)?;
         let raw = RawSettings::from_env(host).or(file);
         settings::resolve(raw, None, host, &ALL)

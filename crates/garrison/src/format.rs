@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use orchestrator::planner::Millis;
+use orchestrator::planner::{Millis, StageLabel};
 
 /// A line of commentary on stderr, dim when stderr is a terminal.
 pub fn note(text: &str) {
@@ -80,17 +80,15 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// A stage in which the session will not run here again unless Devin
-/// queues it again: anything done except `suspended`.
+/// queues it again: anything done except `suspended`. The labels are the
+/// orchestrator's ([`StageLabel`]); one the CLI does not know is not final.
 pub fn is_final(stage: &str) -> bool {
-    matches!(
-        stage,
-        "terminated" | "failed" | "released" | "vanished" | "stopped"
-    )
+    StageLabel::parse(stage).is_some_and(StageLabel::is_final)
 }
 
 /// Done stages (shown by `sessions --all`, counted as history).
 pub fn is_done(stage: &str) -> bool {
-    stage == "suspended" || is_final(stage)
+    StageLabel::parse(stage).is_some_and(StageLabel::is_done)
 }
 
 /// Strips terminal control characters from server or remote text shown in

@@ -26,8 +26,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::{OutpostConfig, QueueMode, ServeConfig};
 use crate::serve::Serving;
+use crate::settings::{OutpostConfig, QueueMode, ServeConfig};
 
 const INDEX_HTML: &str = include_str!("admin/assets/index.html");
 const APP_JS: &str = include_str!("admin/assets/app.js");

@@ -19,8 +19,3 @@ pub mod session;
 pub mod session_log;
 pub mod settings;
 pub mod store;
-
-/// The validated configuration, under its older name.
-pub mod config {
-    pub use crate::settings::resolved::*;
-}

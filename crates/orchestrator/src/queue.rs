@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::QueueMode;
+use crate::settings::QueueMode;
 use crate::store::Store;
 
 /// The latest known entry per session of one outpost.

@@ -20,8 +20,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
 
-use crate::config::Repos;
 use crate::session_log::SessionLogs;
+use crate::settings::Repos;
 
 pub const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
 /// Never a flag, never a file key: the environment only.

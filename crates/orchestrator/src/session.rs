@@ -16,7 +16,6 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::OutpostConfig;
 use crate::metrics::Metrics;
 use crate::planner::{
     EntryObs, Millis, OperatorStop, Policy, RemoteObs, RunnerEnd, SessionAction, SessionObs, Stage,
@@ -25,6 +24,7 @@ use crate::planner::{
 use crate::queue::QueueView;
 use crate::remote::RemoteResolver;
 use crate::session_log::SessionLogs;
+use crate::settings::OutpostConfig;
 use crate::store::{SessionRecord, Store};
 
 mod claim;

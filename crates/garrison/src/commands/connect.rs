@@ -51,7 +51,7 @@ $GARRISON_CONFIG is /etc/garrison as root, else ~/.config/garrison), where
 #[command(after_help = AFTER_HELP)]
 pub struct ConnectArgs {
     /// Devin API base, without /opbeta
-    #[arg(long, env = "DEVIN_API_URL", value_name = "URL", default_value = orchestrator::config::DEFAULT_API_URL)]
+    #[arg(long, env = "DEVIN_API_URL", value_name = "URL", default_value = orchestrator::settings::DEFAULT_API_URL)]
     pub api_url: String,
 
     /// Devin web app that shows the connect page

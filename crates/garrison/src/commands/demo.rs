@@ -22,9 +22,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use emulator::{Emulator, EmulatorConfig};
 use fleet::{Platform, Secret};
-use orchestrator::config::{OutpostConfig, QueueMode, ServeConfig};
 use orchestrator::serve::{self, Serving};
 use orchestrator::settings::{BackendSource, HostEnv};
+use orchestrator::settings::{OutpostConfig, QueueMode, ServeConfig};
 use sandbox::Resources;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 use tokio_util::sync::CancellationToken;
@@ -215,8 +215,8 @@ fn serve_config(
         static_base_url: emu.static_base_url(),
         state_dir: state_dir.to_owned(),
         snapshot_dir: state_dir.join("snapshots"),
-        snapshot_retention: orchestrator::config::DEFAULT_SNAPSHOT_RETENTION.into(),
-        relist_interval: orchestrator::config::DEFAULT_RELIST_INTERVAL,
+        snapshot_retention: orchestrator::settings::DEFAULT_SNAPSHOT_RETENTION.into(),
+        relist_interval: orchestrator::settings::DEFAULT_RELIST_INTERVAL,
         queue_mode: QueueMode::Watch,
         drain: false,
         policy: Default::default(),

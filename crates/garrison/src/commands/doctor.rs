@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::{Args, FromArgMatches};
 use fleet::{ClientOptions, FleetClient, RetryPolicy, Secret};
-use orchestrator::config::ServeConfig;
+use orchestrator::settings::ServeConfig;
 use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };

@@ -138,7 +138,7 @@ fn client(api_url_flag: Option<&str>) -> anyhow::Result<(FleetClient, String)> {
         (None, Some(c)) => ("api_url in the credentials file", c.api_url.clone()),
         (None, None) => (
             "the default API URL",
-            orchestrator::config::DEFAULT_API_URL.to_owned(),
+            orchestrator::settings::DEFAULT_API_URL.to_owned(),
         ),
     };
     let api_url = crate::commands::connect::base_url(what, &api_url)?;

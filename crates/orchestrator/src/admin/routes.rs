@@ -22,10 +22,10 @@ use super::AdminState;
 use crate::api::{
     LogChunk, OutpostView, SessionDetail, SessionSummary, StatusView, TerminateRequest,
 };
-use crate::config::OutpostConfig;
 use crate::queue::QueueView;
 use crate::serve::TerminateError;
 use crate::session_log::REMOTE_LOG;
+use crate::settings::OutpostConfig;
 use crate::store::SessionRecord;
 
 /// Most bytes of log returned by one `/log` call or one SSE `log` event.

@@ -10,8 +10,8 @@ use sandbox::{Handle, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
 use super::*;
-use crate::config::Repos;
 use crate::redact::Redactor;
+use crate::settings::Repos;
 
 const SESSION: &str = "s1";
 const SHA: &str = "abcdef1";

@@ -18,8 +18,8 @@ use clap::Args;
 use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Then};
 use fleet::stats::route;
 use fleet::{Platform, RequestStats, Secret, SessionStatus};
-use orchestrator::config::{OutpostConfig, QueueMode, ServeConfig};
 use orchestrator::serve::{self, Serving};
+use orchestrator::settings::{OutpostConfig, QueueMode, ServeConfig};
 use rand::Rng;
 use sandbox::plugin::BackendPlugin;
 use tokio::task::JoinHandle;
@@ -62,7 +62,7 @@ pub struct QueueArgs {
 const STATUS_LAG: Duration = Duration::from_millis(100);
 const LINGER: Duration = Duration::from_secs(1);
 /// The production default: the idle figure is about the real setting.
-const RELIST_INTERVAL: Duration = orchestrator::config::DEFAULT_RELIST_INTERVAL;
+const RELIST_INTERVAL: Duration = orchestrator::settings::DEFAULT_RELIST_INTERVAL;
 /// Bounds each wait; a healthy run needs a fraction of it.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 

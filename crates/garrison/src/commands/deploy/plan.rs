@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use orchestrator::config::ServeConfig;
+use orchestrator::settings::ServeConfig;
 use orchestrator::settings::names;
 use sandbox::plugin::BackendPlugin;
 use tensorlake::models::{ProcessInfo, ProcessState, SandboxStatus};

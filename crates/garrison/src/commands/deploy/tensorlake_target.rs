@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use futures::StreamExt;
-use orchestrator::config::ServeConfig;
 use orchestrator::settings::HostEnv;
+use orchestrator::settings::ServeConfig;
 use tensorlake::dataplane::ProcessKey;
 use tensorlake::models::{
     CreateSandbox, ProcessInfo, ProcessState, Resources, RestartConfig, RestartPolicy, SandboxInfo,

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use orchestrator::config::ServeConfig;
+use orchestrator::settings::ServeConfig;
 use sandbox::plugin::{BackendPlugin, Placement};
 
 use super::check::Check;

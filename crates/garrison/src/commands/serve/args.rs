@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use orchestrator::config::ServeConfig;
+use orchestrator::settings::ServeConfig;
 use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced, names};
 
 use crate::logging::LogFormat;

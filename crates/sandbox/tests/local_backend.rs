@@ -57,33 +57,12 @@ fn harness() -> Option<Harness> {
     })
 }
 
+/// Inside a module so the tests keep their `conformance::` names, apart
+/// from the local-only checks.
 mod conformance {
-    use super::*;
+    use super::harness;
 
-    macro_rules! local_conformance {
-        ($($check:ident),+ $(,)?) => {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let Some(h) = harness() else { return };
-                sandbox::conformance::$check(&h).await.unwrap();
-            }
-        )+};
-    }
-
-    local_conformance!(
-        runs_a_process_and_reports_its_exit_code,
-        process_sees_exactly_the_given_environment,
-        runs_in_the_workdir,
-        put_file_writes_an_executable,
-        put_file_refuses_paths_outside,
-        kill_stops_a_running_process,
-        snapshot_restores_the_workspace,
-        restore_from_a_missing_snapshot_is_gone,
-        list_finds_sandboxes_with_labels_and_destroy_is_idempotent,
-        destroy_stops_processes_and_status_is_gone,
-        processes_survive_a_restart_of_the_orchestrator,
-        process_names_are_unique,
-    );
+    sandbox::conformance_tests!(optional: harness());
 }
 
 struct Sized {

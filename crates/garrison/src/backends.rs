@@ -160,11 +160,10 @@ mod tests {
     fn modal_settings_are_resolved_once_and_only_for_modal_outposts() {
         let base = [("DEVIN_OUTPOSTS_TOKEN", "cog_x"), ("OUTPOST_ID", "op-1")];
         assert!(
-            resolve(&host(&base), "backend = \"host\"\n")
+            !resolve(&host(&base), "backend = \"host\"\n")
                 .unwrap()
                 .backends
-                .get("modal")
-                .is_none()
+                .contains_key("modal")
         );
         let mut vars = base.to_vec();
         vars.extend([

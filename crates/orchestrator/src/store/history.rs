@@ -1,0 +1,164 @@
+//! A session's history beside its record: the snapshots kept of it (found
+//! again to resume, or by age for the retention sweep) and its event log.
+
+use anyhow::Result;
+use rusqlite::params;
+use sandbox::SnapshotRef;
+use serde::{Deserialize, Serialize};
+
+use super::{Store, json, parse};
+use crate::planner::Millis;
+
+/// Why a snapshot was kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotReason {
+    Suspend,
+    Recovery,
+    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
+    Operator,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredSnapshot {
+    pub session_id: String,
+    pub reason: SnapshotReason,
+    pub snapshot: SnapshotRef,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: i64,
+    pub session_id: String,
+    pub at: Millis,
+    pub kind: String,
+    pub detail: serde_json::Value,
+}
+
+impl Store {
+    pub fn add_snapshot(&self, stored: &StoredSnapshot) -> Result<()> {
+        let snapshot = json(&stored.snapshot)?;
+        let reason = json(&stored.reason)?;
+        self.with(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO snapshots (id, session_id, reason, snapshot, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![stored.snapshot.id, stored.session_id, reason, snapshot, stored.snapshot.created_at_ms],
+            )
+            .map(drop)
+        })
+    }
+
+    fn query_snapshots(
+        &self,
+        sql: &str,
+        param: &dyn rusqlite::ToSql,
+    ) -> Result<Vec<StoredSnapshot>> {
+        self.with(|c| {
+            let mut stmt = c.prepare(sql)?;
+            stmt.query_map([param], |row| {
+                Ok(StoredSnapshot {
+                    session_id: row.get(0)?,
+                    reason: parse(&row.get::<_, String>(1)?)?,
+                    snapshot: parse(&row.get::<_, String>(2)?)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    /// A session's snapshots, oldest first.
+    pub fn snapshots(&self, session_id: &str) -> Result<Vec<StoredSnapshot>> {
+        self.query_snapshots(
+            "SELECT session_id, reason, snapshot FROM snapshots WHERE session_id = ?1 ORDER BY created_at",
+            &session_id,
+        )
+    }
+
+    /// Snapshots created before `cutoff`, for the retention sweep.
+    pub fn snapshots_older_than(&self, cutoff: Millis) -> Result<Vec<StoredSnapshot>> {
+        self.query_snapshots(
+            "SELECT session_id, reason, snapshot FROM snapshots WHERE created_at < ?1 ORDER BY created_at",
+            &cutoff,
+        )
+    }
+
+    pub fn remove_snapshot(&self, snapshot_id: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id])
+                .map(drop)
+        })
+    }
+
+    pub fn add_event(
+        &self,
+        session_id: &str,
+        at: Millis,
+        kind: &str,
+        detail: &serde_json::Value,
+    ) -> Result<i64> {
+        let detail = json(detail)?;
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO events (session_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![session_id, at, kind, detail],
+            )?;
+            Ok(c.last_insert_rowid())
+        })
+    }
+
+    /// A session's events after `after_id`, oldest first.
+    pub fn events(&self, session_id: &str, after_id: i64) -> Result<Vec<Event>> {
+        self.with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT id, session_id, at, kind, detail FROM events WHERE session_id = ?1 AND id > ?2 ORDER BY id",
+            )?;
+            stmt.query_map(params![session_id, after_id], |row| {
+                Ok(Event {
+                    id: row.get(0)?,
+                    session_id: row.get(1)?,
+                    at: row.get(2)?,
+                    kind: row.get(3)?,
+                    detail: parse(&row.get::<_, String>(4)?)?,
+                })
+            })?
+            .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_and_events() {
+        let store = Store::in_memory().unwrap();
+        let snap = |id: &str, at: i64| StoredSnapshot {
+            session_id: "s".into(),
+            reason: SnapshotReason::Suspend,
+            snapshot: SnapshotRef {
+                backend: "host".into(),
+                id: id.into(),
+                size_bytes: 1,
+                created_at_ms: at,
+                base_image: None,
+            },
+        };
+        store.add_snapshot(&snap("old", 1)).unwrap();
+        store.add_snapshot(&snap("new", 5)).unwrap();
+        assert_eq!(store.snapshots("s").unwrap().len(), 2);
+        assert_eq!(store.snapshots_older_than(3).unwrap(), vec![snap("old", 1)]);
+        store.remove_snapshot("old").unwrap();
+        assert_eq!(store.snapshots("s").unwrap(), vec![snap("new", 5)]);
+
+        let first = store
+            .add_event("s", 1, "claimed", &serde_json::json!({"a": 1}))
+            .unwrap();
+        store
+            .add_event("s", 2, "started", &serde_json::json!({}))
+            .unwrap();
+        let after = store.events("s", first).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].kind, "started");
+    }
+}

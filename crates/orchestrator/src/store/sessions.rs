@@ -1,0 +1,207 @@
+//! Session records: what the executor writes down before and after each
+//! step of a session, read back to re-adopt after a restart and to count
+//! sessions by stage for status.
+
+use anyhow::Result;
+use fleet::SessionKind;
+use rusqlite::{OptionalExtension, params};
+use sandbox::{Handle, ProcessRef};
+use serde::{Deserialize, Serialize};
+
+use super::{Store, json, opt_json, parse, parse_opt};
+use crate::planner::{Millis, Stage};
+
+/// One held (or once held) session, as recorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub session_id: String,
+    pub outpost_id: String,
+    /// The entry's kind when claimed (stored as its wire spelling).
+    pub kind: SessionKind,
+    pub backend: String,
+    pub stage: Stage,
+    pub claim_deadline: Option<Millis>,
+    pub remote_sha: Option<String>,
+    pub handle: Option<Handle>,
+    /// The current remote process, recorded before it is spawned.
+    pub process: Option<ProcessRef>,
+    pub restarts: u32,
+    pub start_failures: u32,
+    /// How much of the remote's output is already in the session log.
+    pub output_offset: u64,
+    pub error: Option<String>,
+    pub claimed_at: Millis,
+    pub running_at: Option<Millis>,
+    pub updated_at: Millis,
+}
+
+impl SessionRecord {
+    pub fn new(
+        session_id: &str,
+        outpost_id: &str,
+        kind: SessionKind,
+        backend: &str,
+        now: Millis,
+    ) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            outpost_id: outpost_id.to_owned(),
+            kind,
+            backend: backend.to_owned(),
+            stage: Stage::Claimed,
+            claim_deadline: None,
+            remote_sha: None,
+            handle: None,
+            process: None,
+            restarts: 0,
+            start_failures: 0,
+            output_offset: 0,
+            error: None,
+            claimed_at: now,
+            running_at: None,
+            updated_at: now,
+        }
+    }
+}
+
+const SESSION_COLUMNS: &str = "session_id, outpost_id, kind, backend, stage, claim_deadline, remote_sha, handle, \
+     process, restarts, start_failures, output_offset, error, claimed_at, running_at, updated_at";
+
+fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
+    Ok(SessionRecord {
+        session_id: row.get(0)?,
+        outpost_id: row.get(1)?,
+        kind: SessionKind::from(row.get::<_, String>(2)?.as_str()),
+        backend: row.get(3)?,
+        stage: parse(&row.get::<_, String>(4)?)?,
+        claim_deadline: row.get(5)?,
+        remote_sha: row.get(6)?,
+        handle: parse_opt(row.get(7)?)?,
+        process: parse_opt(row.get(8)?)?,
+        restarts: row.get(9)?,
+        start_failures: row.get(10)?,
+        output_offset: row.get::<_, i64>(11)? as u64,
+        error: row.get(12)?,
+        claimed_at: row.get(13)?,
+        running_at: row.get(14)?,
+        updated_at: row.get(15)?,
+    })
+}
+
+impl Store {
+    /// Inserts or replaces a session record.
+    pub fn put_session(&self, record: &SessionRecord) -> Result<()> {
+        let stage = json(&record.stage)?;
+        let handle = opt_json(&record.handle)?;
+        let process = opt_json(&record.process)?;
+        self.with(|c| {
+            c.execute(
+                &format!("INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+                params![
+                    record.session_id,
+                    record.outpost_id,
+                    record.kind.as_str(),
+                    record.backend,
+                    stage,
+                    record.claim_deadline,
+                    record.remote_sha,
+                    handle,
+                    process,
+                    record.restarts,
+                    record.start_failures,
+                    record.output_offset as i64,
+                    record.error,
+                    record.claimed_at,
+                    record.running_at,
+                    record.updated_at,
+                ],
+            )
+            .map(drop)
+        })
+    }
+
+    pub fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+        self.with(|c| {
+            c.query_row(
+                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"),
+                [session_id],
+                session_from_row,
+            )
+            .optional()
+        })
+    }
+
+    /// Every recorded session, newest claim first.
+    pub fn sessions(&self) -> Result<Vec<SessionRecord>> {
+        self.with(|c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY claimed_at DESC"
+            ))?;
+            stmt.query_map([], session_from_row)?.collect()
+        })
+    }
+
+    /// Sessions of an outpost that are not done: the ones to re-adopt.
+    pub fn active_sessions(&self, outpost_id: &str) -> Result<Vec<SessionRecord>> {
+        Ok(self
+            .sessions()?
+            .into_iter()
+            .filter(|s| s.outpost_id == outpost_id && !s.stage.is_done())
+            .collect())
+    }
+
+    /// Sessions finished this way, for status counts.
+    pub fn count_by_stage(&self) -> Result<Vec<(String, u64)>> {
+        let mut counts = std::collections::BTreeMap::<String, u64>::new();
+        for s in self.sessions()? {
+            *counts
+                .entry(s.stage.label().as_str().to_owned())
+                .or_default() += 1;
+        }
+        Ok(counts.into_iter().collect())
+    }
+}
+
+/// A stage's short name: `stage.label().as_str()` (see
+/// [`crate::planner::StageLabel`]), kept at this path for its callers.
+pub fn stage_label(stage: &Stage) -> &'static str {
+    stage.label().as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::Finish;
+
+    #[test]
+    fn sessions_round_trip_with_handle_and_process() {
+        let store = Store::in_memory().unwrap();
+        let mut rec = SessionRecord::new("devin-1", "o", SessionKind::New, "host", 10);
+        rec.stage = Stage::Running;
+        rec.claim_deadline = Some(300_000);
+        rec.handle = Some(Handle {
+            backend: "host".into(),
+            id: "garrison-x".into(),
+            name: "garrison-x".into(),
+            labels: Default::default(),
+            workdir: "/w".into(),
+            state_dir: "/s".into(),
+            bin_dir: "/b".into(),
+            home: "/h".into(),
+            image: None,
+        });
+        rec.process = Some(ProcessRef {
+            id: "remote-1".into(),
+        });
+        store.put_session(&rec).unwrap();
+        assert_eq!(store.session("devin-1").unwrap(), Some(rec.clone()));
+        assert_eq!(store.active_sessions("o").unwrap().len(), 1);
+        rec.stage = Stage::Done(Finish::Terminated);
+        store.put_session(&rec).unwrap();
+        assert!(store.active_sessions("o").unwrap().is_empty());
+        assert_eq!(
+            store.count_by_stage().unwrap(),
+            vec![("terminated".to_owned(), 1)]
+        );
+    }
+}

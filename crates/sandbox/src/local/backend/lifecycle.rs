@@ -1,0 +1,190 @@
+//! A sandbox's life on the host: building it (the disk, the writable layer
+//! restored from a snapshot, the overlay root, the network namespace and the
+//! container) and tearing all of it down again, whether after a failed or
+//! interrupted create or on destroy.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context, anyhow};
+
+use super::{HANDLE_FILE, LocalBackend, NET_FILE, fatal};
+use crate::local::oci::{self, ContainerConfig};
+use crate::local::rootfs::Root;
+use crate::local::{archive, disk, net};
+use crate::shim;
+use crate::{Handle, Result, SandboxError, SandboxSpec};
+
+impl LocalBackend {
+    /// `Sandbox::create`. Remains of an interrupted create are removed
+    /// first, and a build that fails is torn down, so no half-built sandbox
+    /// is left behind.
+    pub(super) async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<Handle> {
+        let dir = self.sandbox_dir(spec.name.as_str())?;
+        if dir.join(HANDLE_FILE).exists() {
+            return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
+        }
+        if dir.exists() {
+            // A create that crashed before it recorded the handle: nothing
+            // ran in it (processes start only after the handle exists).
+            tracing::warn!(sandbox = %spec.name, "removing the remains of an interrupted create");
+            self.teardown(spec.name.as_str(), &dir)
+                .await
+                .map_err(fatal)?;
+        }
+        std::fs::create_dir_all(&dir).map_err(fatal)?;
+        match self.build(spec, &dir).await {
+            Ok(handle) => Ok(handle),
+            Err(e) => {
+                if let Err(cleanup) = self.teardown(spec.name.as_str(), &dir).await {
+                    tracing::warn!(sandbox = %spec.name, error = %cleanup, "cleaning up a failed create");
+                }
+                match e.downcast::<SandboxError>() {
+                    Ok(sandbox_error) => Err(sandbox_error),
+                    Err(other) => Err(fatal(other)),
+                }
+            }
+        }
+    }
+
+    /// Tears down whatever exists of a sandbox, in reverse order of creation.
+    pub(super) async fn teardown(&self, name: &str, dir: &Path) -> anyhow::Result<()> {
+        self.runc.delete(name).await?;
+        net::destroy(&self.net, name)
+            .await
+            .map_err(|e| anyhow!(e))?;
+        disk::unmount(&dir.join("rootfs"))?;
+        disk::unmount(&dir.join("disk"))?;
+        // The handle goes first: a crash halfway leaves a directory `list`
+        // no longer reports but the next destroy still removes.
+        let _ = std::fs::remove_file(dir.join(HANDLE_FILE));
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// The session's root filesystem: the size-limited disk, the writable
+    /// layer (restored from the snapshot when there is one), the overlay
+    /// mount, and Garrison's files inside it.
+    async fn prepare_root(
+        &self,
+        spec: &SandboxSpec,
+        dir: &Path,
+        image_rootfs: &Path,
+    ) -> anyhow::Result<Root> {
+        disk::create(&dir.join("disk.img"), spec.resources.disk_mb).await?;
+        disk::mount(&dir.join("disk.img"), &dir.join("disk")).await?;
+        let upper = dir.join("disk").join("upper");
+        std::fs::create_dir_all(&upper)?;
+        if let Some(snapshot) = &spec.restore_from {
+            let archive_path = self
+                .snapshots
+                .archive_path(snapshot)
+                .map_err(|e| anyhow!(e))?;
+            if !archive_path.exists() {
+                return Err(anyhow!(SandboxError::Gone(format!(
+                    "snapshot {}",
+                    snapshot.id
+                ))));
+            }
+            archive::unpack(&archive_path, &upper)
+                .await
+                .context("restoring the snapshot")?;
+        }
+        disk::mount_overlay(
+            image_rootfs,
+            &upper,
+            &dir.join("disk").join("work"),
+            &dir.join("rootfs"),
+        )
+        .await?;
+
+        let root = Root::open(&dir.join("rootfs"))?;
+        root.create_dir_all(oci::BIN_DIR, 0o755)?;
+        root.create_dir_all(oci::PROC_DIR, 0o700)?;
+        for (src, dst) in [
+            (&self.config.tini, oci::INIT),
+            (&self.config.shim_exe, oci::SHIM),
+        ] {
+            let bytes = tokio::fs::read(src)
+                .await
+                .with_context(|| format!("reading {}", src.display()))?;
+            root.write(dst, &bytes, 0o755)?;
+        }
+        for dir_in in [oci::WORKDIR, oci::STATE_DIR, oci::HOME] {
+            root.create_dir_all(dir_in, 0o700)?;
+        }
+
+        Ok(root)
+    }
+
+    async fn build(&self, spec: &SandboxSpec, dir: &Path) -> anyhow::Result<Handle> {
+        let name = spec.name.as_str();
+        // A resume runs on the image its snapshot was made on, even after a
+        // newer image took the name.
+        let image_ref = spec
+            .restore_from
+            .as_ref()
+            .and_then(|s| s.base_image.clone())
+            .or_else(|| spec.image.clone())
+            .unwrap_or_else(|| self.config.default_image.clone());
+        let image = self
+            .config
+            .images
+            .resolve(&image_ref)
+            .with_context(|| format!("image {image_ref:?}"))?;
+
+        std::fs::create_dir_all(dir.join("proc"))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        // The root filesystem and the network namespace do not depend on each
+        // other: building them together takes the longer of the two, not the
+        // sum. A failure of either is cleaned up by `create`'s teardown.
+        let (root, sandbox_net) =
+            tokio::try_join!(self.prepare_root(spec, dir, &image.rootfs), async {
+                net::create(
+                    &self.net,
+                    &spec.name,
+                    spec.network.gateway_url.as_deref(),
+                    &spec.network.policy,
+                )
+                .await
+                .map_err(|e| anyhow!(e))
+            })?;
+        std::fs::write(dir.join(NET_FILE), serde_json::to_vec(&sandbox_net)?)?;
+        if let Some(dns) = sandbox_net.dns {
+            root.create_dir_all("/etc", 0o755)?;
+            let conf = format!("nameserver {dns}\n");
+            root.write("/etc/resolv.conf", conf.as_bytes(), 0o644)?;
+        }
+
+        let cgroups_path = format!("/garrison/{name}");
+        let config = oci::config(&ContainerConfig {
+            hostname: "sandbox",
+            resources: &spec.resources,
+            cgroups_path: &cgroups_path,
+            netns: Some(&sandbox_net.netns_path),
+        });
+        std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
+        self.runc
+            .run_detached(name, dir, &dir.join("init.pid"))
+            .await?;
+
+        let handle = Handle {
+            backend: "local".to_owned(),
+            id: name.to_owned(),
+            name: name.to_owned(),
+            labels: spec.labels.clone(),
+            workdir: oci::WORKDIR.to_owned(),
+            state_dir: oci::STATE_DIR.to_owned(),
+            bin_dir: oci::BIN_DIR.to_owned(),
+            home: oci::HOME.to_owned(),
+            image: Some(image.id.clone()),
+        };
+        shim::write_atomically(&dir.join(HANDLE_FILE), &serde_json::to_vec_pretty(&handle)?)?;
+        Ok(handle)
+    }
+}

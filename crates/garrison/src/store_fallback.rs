@@ -58,6 +58,19 @@ impl SourceArgs {
     pub fn local(&self) -> anyhow::Result<Local> {
         Local::open(&self.state_dir()?)
     }
+
+    /// The state directory's store, read because the daemon at `admin`
+    /// answered `why`; says so on stderr. The error names both failures.
+    pub fn local_instead_of(&self, admin: &Admin, why: &AdminError) -> anyhow::Result<Local> {
+        let local = self.local().map_err(|local_error| {
+            anyhow::anyhow!(
+                "the daemon at {} is {why}, and its state cannot be read: {local_error:#}",
+                admin.base()
+            )
+        })?;
+        fallback_note(admin, why, &local);
+        Ok(local)
+    }
 }
 
 /// The state directory of a (possibly stopped) daemon.
@@ -154,7 +167,7 @@ impl Local {
 }
 
 /// The one line that says the daemon was not used.
-pub fn fallback_note(admin: &Admin, why: &AdminError, local: &Local) {
+fn fallback_note(admin: &Admin, why: &AdminError, local: &Local) {
     note(&format!(
         "daemon not reachable at {} ({why}); read from {}",
         admin.base(),

@@ -62,41 +62,8 @@ pub fn controls(policy: &NetworkPolicy, gateway: Option<&Gateway>) -> Controls {
 mod tests {
     use super::*;
     use common::AllowRule;
+    use sandbox::policy::examples::{gateway as gw, host, mixed, policy};
     use serde_json::json;
-
-    fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
-        NetworkPolicy { enabled, allow }
-    }
-    fn host(h: &str) -> AllowRule {
-        AllowRule::Hostname(h.into())
-    }
-    fn v4(a: &str) -> AllowRule {
-        AllowRule::Ipv4(a.into())
-    }
-    fn v6(a: &str) -> AllowRule {
-        AllowRule::Ipv6(a.into())
-    }
-    fn gw(h: &str) -> Gateway {
-        Gateway {
-            host: h.into(),
-            port: Some(443),
-        }
-    }
-
-    fn mixed() -> NetworkPolicy {
-        policy(
-            true,
-            vec![
-                host("api.openai.com"),
-                host("*.github.com"),
-                v4("198.51.100.0/24"),
-                v4("198.51.100.9/24"),
-                v6("2001:db8::/48"),
-                AllowRule::Unknown(json!({"cidr": "0.0.0.0/0"})),
-                v4("not an address"),
-            ],
-        )
-    }
 
     #[test]
     fn disabled_policy_is_open_everywhere() {

@@ -271,10 +271,57 @@ pub fn dedup(list: &mut Vec<String>) {
     list.retain(|s| seen.insert(s.clone()));
 }
 
+/// Policies and a gateway the backends' mapping tests share, so every
+/// backend is checked against the same inputs.
+pub mod examples {
+    use common::{AllowRule, NetworkPolicy};
+
+    use super::Gateway;
+
+    pub fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
+        NetworkPolicy { enabled, allow }
+    }
+    pub fn host(h: &str) -> AllowRule {
+        AllowRule::Hostname(h.into())
+    }
+    pub fn v4(a: &str) -> AllowRule {
+        AllowRule::Ipv4(a.into())
+    }
+    pub fn v6(a: &str) -> AllowRule {
+        AllowRule::Ipv6(a.into())
+    }
+    /// A gateway on port 443.
+    pub fn gateway(h: &str) -> Gateway {
+        Gateway {
+            host: h.into(),
+            port: Some(443),
+        }
+    }
+
+    /// One of each: exact and glob hostnames, an IPv4 network given twice
+    /// (once with host bits), an IPv6 network, an unknown rule shape and an
+    /// invalid address.
+    pub fn mixed() -> NetworkPolicy {
+        policy(
+            true,
+            vec![
+                host("api.openai.com"),
+                host("*.github.com"),
+                v4("198.51.100.0/24"),
+                v4("198.51.100.9/24"),
+                v6("2001:db8::/48"),
+                AllowRule::Unknown(serde_json::json!({"cidr": "0.0.0.0/0"})),
+                v4("not an address"),
+            ],
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::examples::*;
     use super::*;
-    use common::{AllowRule, NetworkPolicy};
+    use common::AllowRule;
     use serde_json::json;
 
     #[test]
@@ -284,19 +331,6 @@ mod tests {
         let g = Gateway::from_url("https://[2001:db8::5]/x").unwrap();
         assert_eq!((g.host.as_str(), g.port), ("2001:db8::5", Some(443)));
         assert!(Gateway::from_url("not a url").is_none());
-    }
-
-    fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
-        NetworkPolicy { enabled, allow }
-    }
-    fn host(h: &str) -> AllowRule {
-        AllowRule::Hostname(h.into())
-    }
-    fn v4(a: &str) -> AllowRule {
-        AllowRule::Ipv4(a.into())
-    }
-    fn v6(a: &str) -> AllowRule {
-        AllowRule::Ipv6(a.into())
     }
 
     #[test]

@@ -81,14 +81,7 @@ impl Reader {
             bail!("the daemon at {}: {e}", self.admin.base());
         }
         if self.local.is_none() {
-            let local = self.source.local().map_err(|local_error| {
-                anyhow::anyhow!(
-                    "the daemon at {} is {e}, and its state cannot be read: {local_error:#}",
-                    self.admin.base()
-                )
-            })?;
-            crate::store_fallback::fallback_note(&self.admin, &e, &local);
-            self.local = Some(local);
+            self.local = Some(self.source.local_instead_of(&self.admin, &e)?);
         }
         Ok(self.local.as_ref().expect("just set"))
     }

@@ -4,7 +4,7 @@ use clap::Args;
 use orchestrator::api::SessionSummary;
 
 use crate::format::{age, bytes, is_done, now_ms, printable, table};
-use crate::store_fallback::{SourceArgs, fallback_note, should_fall_back};
+use crate::store_fallback::{SourceArgs, should_fall_back};
 
 /// Done sessions shown without `--all`.
 const RECENT_DONE: usize = 20;
@@ -33,13 +33,7 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     let rows = match admin.sessions().await {
         Ok(rows) => rows,
         Err(e) if should_fall_back(&e) => {
-            let local = args.source.local().map_err(|local_error| {
-                anyhow::anyhow!(
-                    "the daemon at {} is {e}, and its state cannot be read: {local_error:#}",
-                    admin.base()
-                )
-            })?;
-            fallback_note(&admin, &e, &local);
+            let local = args.source.local_instead_of(&admin, &e)?;
             local.sessions()?
         }
         Err(e) => return Err(anyhow::anyhow!("the daemon at {}: {e}", admin.base())),

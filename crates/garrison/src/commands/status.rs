@@ -7,7 +7,7 @@ use clap::Args;
 use orchestrator::api::{OutpostView, StatusView};
 
 use crate::format::{age, now_ms, printable, table};
-use crate::store_fallback::{Local, SourceArgs, fallback_note, should_fall_back};
+use crate::store_fallback::{Local, SourceArgs, should_fall_back};
 
 #[derive(Args, Debug)]
 #[command(
@@ -35,13 +35,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             Ok(())
         }
         Err(e) if should_fall_back(&e) => {
-            let local = args.source.local().map_err(|local_error| {
-                anyhow::anyhow!(
-                    "the daemon at {} is {e}, and its state cannot be read: {local_error:#}",
-                    admin.base()
-                )
-            })?;
-            fallback_note(&admin, &e, &local);
+            let local = args.source.local_instead_of(&admin, &e)?;
             let view = from_store(&local)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&view)?);

@@ -56,6 +56,20 @@ pub fn configure_from_environment(
     }
 }
 
+/// Each backend with what a session gets, for `--help`: "host (no
+/// isolation: ...), local (...), ...".
+pub fn help() -> String {
+    let described: Vec<String> = ALL
+        .iter()
+        .map(|b| format!("{} ({})", b.name(), b.summary()))
+        .collect();
+    match described.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// The settings file to read: `explicit`, else the default one if it exists.
 pub fn settings_file(host: &HostEnv, explicit: Option<&Path>) -> Option<std::path::PathBuf> {
     if let Some(path) = explicit {

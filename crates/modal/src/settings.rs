@@ -232,6 +232,18 @@ impl BackendPlugin for ModalPlugin {
         "modal"
     }
 
+    fn summary(&self) -> &'static str {
+        "a Modal Sandbox per session"
+    }
+
+    fn settings_help(&self) -> &'static str {
+        "  MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (never flags; else the profile of
+  ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_API_URL
+  [default: https://api.modal.com], MODAL_IMAGE, MODAL_REGION,
+  MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime) [default: 86400].
+  Environment only."
+    }
+
     fn setup_hint(&self) -> &'static str {
         "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes \
          ~/.modal.toml), and MODAL_API_URL only for a non-default endpoint"

@@ -26,6 +26,16 @@ pub trait BackendPlugin: Sync {
     /// The name users give (`--backend`, `backend =`), e.g. `"local"`.
     fn name(&self) -> &'static str;
 
+    /// What a session gets, in a few words for `--help`, e.g. "a container
+    /// per session".
+    fn summary(&self) -> &'static str;
+
+    /// Its settings for `garrison serve --help`, one paragraph indented by
+    /// two spaces (empty: it has none).
+    fn settings_help(&self) -> &'static str {
+        ""
+    }
+
     /// The top-level keys of `garrison.toml` this backend reads (any other
     /// unknown key is an error).
     fn file_keys(&self) -> &'static [&'static str] {

@@ -133,6 +133,18 @@ impl BackendPlugin for TensorlakePlugin {
         "tensorlake"
     }
 
+    fn summary(&self) -> &'static str {
+        "a Tensorlake microVM per session"
+    }
+
+    fn settings_help(&self) -> &'static str {
+        "  TENSORLAKE_API_KEY (never a flag, never the file; or TENSORLAKE_API_KEY_FILE,
+  a file of mode 0600), TENSORLAKE_API_URL [default: https://api.tensorlake.ai],
+  TENSORLAKE_IMAGE, SANDBOX_TIMEOUT_SECS (idle seconds before Tensorlake
+  suspends a sandbox) [default: 1800], TENSORLAKE_SANDBOX_ROOT [default: /garrison].
+  Environment or file only (snake_case keys, e.g. tensorlake_image)."
+    }
+
     fn file_keys(&self) -> &'static [&'static str] {
         &[
             API_KEY_FILE_KEY,

@@ -36,6 +36,9 @@ impl BackendPlugin for Fake {
     fn name(&self) -> &'static str {
         self.name
     }
+    fn summary(&self) -> &'static str {
+        "a fake"
+    }
     fn file_keys(&self) -> &'static [&'static str] {
         self.file_keys
     }

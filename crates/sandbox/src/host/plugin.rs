@@ -21,6 +21,10 @@ impl BackendPlugin for HostPlugin {
         "host"
     }
 
+    fn summary(&self) -> &'static str {
+        "no isolation: a directory and a process group per session"
+    }
+
     fn configure(
         &self,
         _settings: &dyn SettingsSource,

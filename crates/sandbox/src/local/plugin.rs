@@ -26,6 +26,10 @@ impl BackendPlugin for LocalPlugin {
         "local"
     }
 
+    fn summary(&self) -> &'static str {
+        "a container per session on this machine"
+    }
+
     fn setup_hint(&self) -> &'static str {
         "run scripts/setup as root, or `garrison doctor --backend local` to see what is missing"
     }

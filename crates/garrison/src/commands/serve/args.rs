@@ -19,7 +19,26 @@ use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced,
 
 use crate::logging::LogFormat;
 
-const AFTER_HELP: &str = "\
+/// `--help`'s closing sections: examples and the rules, with each backend's
+/// own settings from its plug-in.
+fn after_help() -> String {
+    let mut help = AFTER_HELP_HEAD.to_owned();
+    for backend in &crate::backends::ALL {
+        if !backend.settings_help().is_empty() {
+            help.push_str(&format!(
+                "\n\n{} (--backend {}):\n{}",
+                backend.name(),
+                backend.name(),
+                backend.settings_help()
+            ));
+        }
+    }
+    help.push_str("\n\n");
+    help.push_str(AFTER_HELP_TAIL);
+    help
+}
+
+const AFTER_HELP_HEAD: &str = "\
 Examples:
   # Serve the outpost saved by `garrison connect`, with the defaults:
   garrison serve
@@ -42,14 +61,9 @@ Repositories:
   before devin-remote starts; not again when it is restored from a snapshot.
   For private ones, GIT_USERNAME (default x-access-token) and GIT_TOKEN: the
   token is read from the environment only (never a flag, never the file) and
-  given to the clone command only. URLs with credentials in them are refused.
+  given to the clone command only. URLs with credentials in them are refused.";
 
-Tensorlake (--backend tensorlake), environment or file only:
-  TENSORLAKE_API_KEY (never a flag, never the file; or TENSORLAKE_API_KEY_FILE,
-  a file of mode 0600), TENSORLAKE_API_URL [default: https://api.tensorlake.ai],
-  TENSORLAKE_IMAGE, SANDBOX_TIMEOUT_SECS (idle seconds before Tensorlake
-  suspends a sandbox) [default: 1800], TENSORLAKE_SANDBOX_ROOT [default: /garrison].
-
+const AFTER_HELP_TAIL: &str = "\
 Precedence:
   flags, then environment variables, then the TOML file (--config, else
   $GARRISON_CONFIG/garrison.toml if it exists), then the defaults. In the file,
@@ -59,7 +73,7 @@ Precedence:
 
 /// Serve Devin sessions of one or more outposts.
 #[derive(Args, Clone, Debug, PartialEq)]
-#[command(after_help = AFTER_HELP, mut_args = with_environment_variable)]
+#[command(after_help = after_help(), mut_args = with_environment_variable)]
 pub struct ServeArgs {
     /// Outpost to serve; repeat or separate with commas for several
     /// [default: the file's [[outpost]] tables, else the one `garrison connect` saved]
@@ -80,9 +94,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     pub static_base_url: Option<String>,
 
-    /// Sandbox backend: local (a container per session), host (no isolation),
-    /// tensorlake (a Tensorlake microVM per session) or modal [default: local]
-    #[arg(long, value_name = "KIND")]
+    #[arg(
+        long,
+        value_name = "KIND",
+        help = format!(
+            "Sandbox backend: {} [default: {}]",
+            crate::backends::help(),
+            orchestrator::settings::DEFAULT_BACKEND
+        )
+    )]
     pub backend: Option<String>,
 
     /// Sessions run at once, per outpost, 1-1000 [default: 5]
@@ -187,7 +207,7 @@ impl ServeArgs {
             disk_mb: text(&self.disk_mb, names::DISK_MB),
             image: text(&self.image, names::IMAGE),
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
-            // Never from the command line: see AFTER_HELP.
+            // Never from the command line: see after_help().
             token: None,
             repos: list(&self.repos, names::REPOS),
             git_username: text(&self.git_username, names::GIT_USERNAME),

@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/_emulator/tokens", post(mint_token))
         .route("/_emulator/requests", get(requests))
         .route("/_emulator/remote/corrupt", post(corrupt_remote))
+        .route("/_emulator/cursors/expire", post(expire_cursors))
 }
 
 async fn info(axum::extract::State(shared): SharedState) -> Json<Value> {
@@ -139,7 +140,11 @@ async fn get_faults(AxState(shared): AdminState) -> Json<Faults> {
 
 async fn put_faults(AxState(shared): AdminState, body: Bytes) -> Result<Json<Faults>, ApiError> {
     let faults: Faults = parse_json(&body)?;
-    let rates = [faults.error_rate, faults.transient_suspended_rate];
+    let rates = [
+        faults.error_rate,
+        faults.transient_suspended_rate,
+        faults.duplicate_event_rate,
+    ];
     if rates.iter().any(|r| !(0.0..=1.0).contains(r)) {
         return Err(ApiError::bad_request("rates must be within 0..=1"));
     }
@@ -170,4 +175,10 @@ async fn requests(AxState(shared): AdminState) -> Json<Value> {
 async fn corrupt_remote(AxState(shared): AdminState) -> Json<Value> {
     let sha = lock(&shared.dist).add_corrupt();
     Json(json!({"sha": sha}))
+}
+
+/// Every cursor handed out so far answers 410 from now on.
+async fn expire_cursors(AxState(shared): AdminState) -> StatusCode {
+    shared.with_state(|s, _| s.expire_cursors());
+    StatusCode::NO_CONTENT
 }

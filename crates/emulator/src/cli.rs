@@ -63,6 +63,12 @@ pub struct EmulateArgs {
     /// Fraction of reads of a running session that show "suspended".
     #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
     pub transient_suspended_rate: f64,
+    /// Fraction of watch events sent twice (at-least-once delivery).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
+    pub duplicate_event_rate: f64,
+    /// Render a linux platform as null on outposts and queue entries.
+    #[arg(long)]
+    pub null_platform: bool,
 }
 
 fn parse_format(s: &str) -> Result<TimestampFormat, String> {
@@ -108,6 +114,8 @@ impl EmulateArgs {
                 cut_watch_every_secs: self.cut_watch_every_secs,
                 withhold_events: self.withhold_events,
                 transient_suspended_rate: self.transient_suspended_rate,
+                duplicate_event_rate: self.duplicate_event_rate,
+                null_platform: self.null_platform,
             },
         })
     }
@@ -187,12 +195,17 @@ mod tests {
             "--error-rate",
             "0.5",
             "--withhold-events",
+            "--duplicate-event-rate",
+            "0.25",
+            "--null-platform",
         ]);
         let c = w.args.config().unwrap();
         assert_eq!(c.claim_ttl, Duration::from_secs(7));
         assert_eq!(c.deadline_format, TimestampFormat::Iso8601);
         assert_eq!(c.faults.error_rate, 0.5);
         assert!(c.faults.withhold_events);
+        assert_eq!(c.faults.duplicate_event_rate, 0.25);
+        assert!(c.faults.null_platform);
         assert!(Wrapper::try_parse_from(["x", "--error-rate", "2"]).is_err());
     }
 }

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::server::{Shared, SharedState, query_params};
 use crate::state::{GrantError, check_id};
 
-const ACCOUNT_ID: &str = "account-emulator";
+pub(crate) const ACCOUNT_ID: &str = "account-emulator";
 const SERVICE_USER_ID: &str = "service-user-emulator";
 const DEFAULT_OUTPOST_NAME: &str = "outpost";
 

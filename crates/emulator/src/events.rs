@@ -1,34 +1,71 @@
-//! The in-memory event log behind `watch`: every change to a queue row is
-//! appended with a sequence number, so a watcher can resume after any cursor
-//! it was given (a list's final cursor or a previous event's cursor).
+//! Positions in the queue and the change log behind list and watch.
+//!
+//! The real service (as modelled by Cognition's operator) has no event log:
+//! list and watch both read the rows in keyset order over
+//! `(updated_at, id)` from a cursor with a `>=` boundary, so the row at a
+//! cursor is delivered again (at-least-once) and a list cursor is a watch
+//! cursor. Deleted rows are tombstones that a watch reports as DELETED;
+//! tombstones are kept for a while, and a cursor older than the oldest one
+//! that was purged is answered 410 (the client could have missed a delete).
 
 use std::collections::VecDeque;
 
-use fleet::{EventType, QueueEntry};
+use fleet::QueueEntry;
 
-/// Oldest events are dropped beyond this many; a cursor older than what is
-/// kept is answered "gone" so the client relists instead of silently missing
-/// changes.
-const MAX_EVENTS: usize = 100_000;
+/// Tombstones kept; the oldest are purged beyond this many.
+const MAX_TOMBSTONES: usize = 10_000;
 
-/// One logged change of a queue row.
+/// A keyset position: a row's `updated_at` (Unix ms, unique per change) and
+/// its row id. Ordered as the service orders rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Stamp {
+    pub ms: i64,
+    pub row: u64,
+}
+
+/// Prefix of every cursor, so a cursor from another scheme is refused
+/// rather than misread.
+const CURSOR_PREFIX: &str = "v1:";
+
+impl Stamp {
+    /// `v1:<ms>.<row>`; `v1:<ms>` alone means the first row at that instant.
+    pub fn parse_cursor(s: &str) -> Option<Self> {
+        let rest = s.strip_prefix(CURSOR_PREFIX)?;
+        let (ms, row) = match rest.split_once('.') {
+            Some((ms, row)) => (ms, row.parse().ok()?),
+            None => (rest, 0),
+        };
+        let ms: i64 = ms.parse().ok()?;
+        (ms >= 0).then_some(Stamp { ms, row })
+    }
+
+    pub fn cursor(&self) -> String {
+        format!("{CURSOR_PREFIX}{}.{}", self.ms, self.row)
+    }
+}
+
+/// A deleted row, as the watch reports it.
 #[derive(Clone, Debug)]
-pub(crate) struct LoggedEvent {
-    pub seq: u64,
+pub(crate) struct Tombstone {
     pub outpost_id: String,
-    pub kind: EventType,
+    pub stamp: Stamp,
     pub object: QueueEntry,
 }
 
-/// A cursor the log no longer (or never) covered.
+/// A cursor older than what the log still covers.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct CursorGone;
 
 #[derive(Debug, Default)]
 pub(crate) struct EventLog {
-    events: VecDeque<LoggedEvent>,
-    /// Sequence number of the newest event; 0 before the first.
+    /// Counts changes; watchers wake when it moves.
     head: u64,
+    tombstones: VecDeque<Tombstone>,
+    /// Cursors at or below this position may have missed a purged
+    /// tombstone.
+    horizon: Option<Stamp>,
+    /// Bumped when every cursor is expired at once; open streams end.
+    epoch: u64,
 }
 
 impl EventLog {
@@ -36,89 +73,80 @@ impl EventLog {
         self.head
     }
 
-    pub fn push(&mut self, outpost_id: &str, kind: EventType, object: QueueEntry) -> u64 {
-        self.head += 1;
-        self.events.push_back(LoggedEvent {
-            seq: self.head,
-            outpost_id: outpost_id.to_owned(),
-            kind,
-            object,
-        });
-        if self.events.len() > MAX_EVENTS {
-            self.events.drain(..MAX_EVENTS / 10);
-        }
-        self.head
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
-    /// Events of `outpost_id` with a sequence number above `after`, at most
-    /// `max` of them, and the sequence number scanned up to (which may be
-    /// past the last returned event, when other outposts' events follow).
-    pub fn after(
-        &self,
-        outpost_id: &str,
-        after: u64,
-        max: usize,
-    ) -> Result<(Vec<LoggedEvent>, u64), CursorGone> {
-        if after > self.head {
-            return Err(CursorGone);
-        }
-        let first = self.events.front().map_or(self.head + 1, |e| e.seq);
-        // `after == 0` means "from the beginning": whatever is still kept.
-        if after != 0 && after + 1 < first {
-            return Err(CursorGone);
-        }
-        let skip = (after + 1).saturating_sub(first) as usize;
-        let mut out = Vec::new();
-        let mut scanned = after;
-        for event in self.events.iter().skip(skip) {
-            if out.len() >= max {
-                break;
-            }
-            scanned = event.seq;
-            if event.outpost_id == outpost_id {
-                out.push(event.clone());
+    /// Records that a row changed.
+    pub fn changed(&mut self) {
+        self.head += 1;
+    }
+
+    /// Records a deleted row.
+    pub fn deleted(&mut self, tombstone: Tombstone) {
+        self.head += 1;
+        self.tombstones.push_back(tombstone);
+        while self.tombstones.len() > MAX_TOMBSTONES {
+            if let Some(old) = self.tombstones.pop_front() {
+                self.horizon = self.horizon.max(Some(old.stamp));
             }
         }
-        Ok((out, scanned))
+    }
+
+    /// Forgets every tombstone and expires every cursor up to `upto`.
+    pub fn expire(&mut self, upto: Stamp) {
+        self.tombstones.clear();
+        self.horizon = self.horizon.max(Some(upto));
+        self.epoch += 1;
+        self.head += 1;
+    }
+
+    /// Whether reading from `cursor` could miss a purged delete.
+    pub fn check(&self, cursor: Option<Stamp>) -> Result<(), CursorGone> {
+        match (cursor, self.horizon) {
+            (Some(c), Some(h)) if c <= h => Err(CursorGone),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn tombstones(&self, outpost_id: &str) -> impl Iterator<Item = &Tombstone> {
+        self.tombstones
+            .iter()
+            .filter(move |t| t.outpost_id == outpost_id)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet::EntryMetadata;
 
-    fn obj(id: &str) -> QueueEntry {
-        QueueEntry {
-            metadata: EntryMetadata {
-                session_id: id.into(),
-                ..Default::default()
-            },
-            spec: Default::default(),
-            status: Default::default(),
+    #[test]
+    fn cursors_round_trip_and_refuse_other_schemes() {
+        let s = Stamp {
+            ms: 1_700_000_000_123,
+            row: 7,
+        };
+        assert_eq!(Stamp::parse_cursor(&s.cursor()), Some(s));
+        assert_eq!(Stamp::parse_cursor("v1:5"), Some(Stamp { ms: 5, row: 0 }));
+        for bad in ["ev.3", "page.1.2", "v1:", "v1:-5", "v1:x.1", "junk"] {
+            assert_eq!(Stamp::parse_cursor(bad), None, "{bad}");
         }
     }
 
     #[test]
-    fn replays_only_after_cursor_and_only_for_the_outpost() {
+    fn expiry_refuses_old_cursors_only() {
         let mut log = EventLog::default();
-        log.push("a", EventType::Modified, obj("1"));
-        let c = log.push("b", EventType::Modified, obj("2"));
-        log.push("a", EventType::Deleted, obj("3"));
-        log.push("b", EventType::Modified, obj("4"));
-        let (evs, scanned) = log.after("a", c, 10).unwrap();
-        assert_eq!(evs.len(), 1);
-        assert_eq!(evs[0].object.metadata.session_id, "3");
-        assert_eq!(scanned, 4);
-        let (all, _) = log.after("a", 0, 10).unwrap();
-        assert_eq!(all.len(), 2);
-    }
-
-    #[test]
-    fn future_cursor_is_gone() {
-        let mut log = EventLog::default();
-        log.push("a", EventType::Modified, obj("1"));
-        assert_eq!(log.after("a", 5, 10).unwrap_err(), CursorGone);
-        assert!(log.after("a", 1, 10).unwrap().0.is_empty());
+        let old = Stamp { ms: 10, row: 1 };
+        assert!(log.check(Some(old)).is_ok());
+        log.expire(Stamp {
+            ms: 20,
+            row: u64::MAX,
+        });
+        assert_eq!(log.check(Some(old)), Err(CursorGone));
+        assert!(
+            log.check(None).is_ok(),
+            "from the beginning is always valid"
+        );
+        assert!(log.check(Some(Stamp { ms: 21, row: 0 })).is_ok());
     }
 }

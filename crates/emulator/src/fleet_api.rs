@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::faults;
 use crate::server::{ApiError, Shared, SharedState, parse_first, parse_json, query_params};
-use crate::state::{Cursor, ListQuery, SCOPE_MACHINE, SCOPE_ORCHESTRATOR, check_id};
+use crate::state::{ListQuery, SCOPE_MACHINE, SCOPE_ORCHESTRATOR, Stamp, check_id};
 
 const MAX_PAGE: usize = 200;
 const DEFAULT_PAGE: usize = 100;
@@ -49,6 +49,7 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router<Arc<Shared>> {
 /// and, for reads, the transient-suspended fault.
 pub(crate) fn entry_json(shared: &Shared, entry: &QueueEntry, read: bool) -> Value {
     let mut v = serde_json::to_value(entry).unwrap_or(Value::Null);
+    null_platform(shared, &mut v, &entry.spec.platform);
     if let Some(deadline) = entry.status.claim_deadline {
         v["status"]["claim_deadline"] = deadline.to_json(shared.config.deadline_format);
     }
@@ -59,6 +60,21 @@ pub(crate) fn entry_json(shared: &Shared, entry: &QueueEntry, read: bool) -> Val
         v["status"]["session_status"] = json!("suspended");
     }
     v
+}
+
+/// Renders an outpost for the wire (see [`null_platform`]).
+pub(crate) fn outpost_json(shared: &Shared, outpost: &fleet::Outpost) -> Value {
+    let mut v = serde_json::to_value(outpost).unwrap_or(Value::Null);
+    null_platform(shared, &mut v, &outpost.spec.platform);
+    v
+}
+
+/// The service sends `platform: null` for "the default" (linux); on
+/// demand the emulator does too, so clients are tested against it.
+fn null_platform(shared: &Shared, v: &mut Value, platform: &Platform) {
+    if shared.faults().null_platform && *platform == Platform::Linux {
+        v["spec"]["platform"] = Value::Null;
+    }
 }
 
 fn session_id(id: &str) -> Result<(), ApiError> {
@@ -83,7 +99,9 @@ async fn list_or_watch(
     let first = parse_first(&params, DEFAULT_PAGE, MAX_PAGE)?;
     let cursor = match params.get("cursor").filter(|c| !c.is_empty()) {
         None => None,
-        Some(c) => Some(Cursor::parse(c).ok_or_else(|| ApiError::bad_request("invalid cursor"))?),
+        Some(c) => {
+            Some(Stamp::parse_cursor(c).ok_or_else(|| ApiError::bad_request("invalid cursor"))?)
+        }
     };
     let optional = |name: &str| -> Result<Option<String>, ApiError> {
         match params.get(name).filter(|v| !v.is_empty()) {
@@ -181,6 +199,7 @@ async fn list_outposts(
     let after = params.get("after").filter(|a| !a.is_empty());
     let (items, end_cursor, has_next_page) =
         shared.with_state(|s, _| s.list_outposts(first, after.map(String::as_str)))?;
+    let items: Vec<Value> = items.iter().map(|o| outpost_json(&shared, o)).collect();
     Ok(Json(json!({
         "items": items,
         "end_cursor": end_cursor,
@@ -219,19 +238,20 @@ async fn create_outpost(
         let id = s.create_outpost(name, platform, description, now);
         s.outpost(&id)
     });
-    Ok((StatusCode::CREATED, Json(outpost)).into_response())
+    let body = outpost.map(|o| outpost_json(&shared, &o));
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 async fn get_outpost(
     AxState(shared): SharedState,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<fleet::Outpost>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     shared.authorize(&headers, &[SCOPE_MACHINE, SCOPE_ORCHESTRATOR])?;
     check_id("outpost", &id)?;
     let outpost = shared.with_state(|s, _| s.outpost(&id));
     outpost
-        .map(Json)
+        .map(|o| Json(outpost_json(&shared, &o)))
         .ok_or_else(|| ApiError::not_found("outpost"))
 }
 

@@ -104,6 +104,13 @@ pub struct Faults {
     /// Fraction of reads (list/get/watch object) of a running session that
     /// show `session_status: suspended`.
     pub transient_suspended_rate: f64,
+    /// Fraction of watch events sent twice in a row (delivery is
+    /// at-least-once; clients must upsert).
+    pub duplicate_event_rate: f64,
+    /// Render a linux `spec.platform` as null ("the default") on outposts
+    /// and queue entries, as the service does for outposts created without
+    /// one.
+    pub null_platform: bool,
 }
 
 /// A running emulator. Dropping it stops serving new work; [`shutdown`]
@@ -254,6 +261,13 @@ impl Emulator {
         self.shared
             .with_state(|s, now| s.remove_entry(session_id, now));
         self.shared.kick();
+    }
+
+    /// Expires every list and watch cursor handed out so far, as the
+    /// service does once it forgets old deletes: open watches end, and
+    /// reading from an old cursor is answered 410 (list again).
+    pub fn expire_cursors(&self) {
+        self.shared.with_state(|s, _| s.expire_cursors());
     }
 
     /// Stops serving: open watches and gateway connections end, and the

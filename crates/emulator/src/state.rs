@@ -23,13 +23,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fleet::Timestamp;
 
+pub(crate) use crate::events::Stamp;
 use crate::events::{CursorGone, EventLog};
 
 pub(crate) use auth::AuthError;
 pub use auth::{SCOPE_MACHINE, SCOPE_ORCHESTRATOR};
 use gateway::ConnectTokenRec;
 pub(crate) use gateway::GatewayRefusal;
-pub(crate) use listing::{Cursor, ListQuery};
+pub(crate) use listing::{Change, ListQuery};
 use outposts::OutpostRec;
 use pkce::CodeRec;
 pub(crate) use pkce::GrantError;
@@ -92,6 +93,11 @@ pub(crate) struct State {
     connect_tokens: HashMap<String, ConnectTokenRec>,
     codes: HashMap<String, CodeRec>,
     next_row: u64,
+    /// The newest `updated_at` handed out (Unix ms). Every change gets a
+    /// later one, so `(updated_at, row)` orders changes like the service's
+    /// database clock and a watcher's dedup by `(session, updated_at)`
+    /// never hides a second change within one millisecond.
+    last_stamp_ms: i64,
 }
 
 pub(crate) fn random_hex(bytes: usize) -> String {

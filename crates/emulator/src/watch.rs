@@ -1,7 +1,9 @@
-//! The SSE watch: replays the event log after the client's cursor, then
+//! The SSE watch: sends the outpost's rows at or after the client's cursor
+//! in keyset order (the row at the cursor again: at-least-once), then
 //! follows live changes, with keepalive comments, until the stream's time
 //! is up (or a fault cuts it).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,39 +17,47 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::faults;
 use crate::fleet_api::entry_json;
 use crate::server::{ApiError, Shared};
-use crate::state::{Cursor, StateError};
+use crate::state::{Change, Stamp, StateError};
 
 /// Events sent per log read; more are read right after.
 const BATCH: usize = 256;
 
 type Frame = Result<Bytes, Infallible>;
 
-/// Starts a watch of `outpost_id` after `cursor` (none: from the beginning).
-/// A bad or expired cursor is answered with a status, not a broken stream.
+/// Starts a watch of `outpost_id` from `cursor` (none: from the
+/// beginning). A bad cursor is answered 400 and an expired one 410, before
+/// the stream starts.
 pub(crate) fn stream(
     shared: Arc<Shared>,
     outpost_id: String,
     cursor: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let after = match cursor.filter(|c| !c.is_empty()) {
-        None => 0,
-        Some(c) => match Cursor::parse(c) {
-            Some(Cursor::Event(seq)) => seq,
-            _ => return Err(ApiError::bad_request("invalid watch cursor")),
-        },
+    let from = match cursor.filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => {
+            Some(Stamp::parse_cursor(c).ok_or_else(|| ApiError::bad_request("invalid cursor"))?)
+        }
     };
-    shared.with_state(|s, _| {
+    let epoch = shared.with_state(|s, _| {
         if s.outpost_rec(&outpost_id).is_none() {
             return Err(StateError::NotFound("outpost".into()));
         }
-        s.events_after(&outpost_id, after, 0).map(|_| ())
+        s.changes_from(&outpost_id, from, |_, _| true, 0)?;
+        Ok(s.log.epoch())
     })?;
     let (tx, rx) = mpsc::channel::<Frame>(64);
-    // Subscribe before the pump's first log read, so no change falls between.
+    // Subscribe before the pump's first read, so no change falls between.
     let events = shared.events.subscribe();
-    tokio::spawn(pump(shared, outpost_id, after, events, tx));
+    let watcher = Watcher {
+        outpost_id,
+        cursor: from,
+        sent: HashMap::new(),
+        epoch,
+    };
+    tokio::spawn(pump(shared, watcher, events, tx));
     let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
@@ -59,10 +69,33 @@ pub(crate) fn stream(
     Ok(resp)
 }
 
+/// One stream's position: the last row sent, and what was sent at which
+/// `updated_at` (so the `>=` boundary does not resend within a stream).
+struct Watcher {
+    outpost_id: String,
+    cursor: Option<Stamp>,
+    sent: HashMap<String, Stamp>,
+    epoch: u64,
+}
+
+impl Watcher {
+    /// The next batch under the lock; `None` ends the stream (its cursor
+    /// expired: the client reconnects, gets 410 and lists).
+    fn next_batch(&self, shared: &Shared) -> Option<Vec<Change>> {
+        shared.with_state(|s, _| {
+            if s.log.epoch() != self.epoch {
+                return None;
+            }
+            let sent = |id: &str, stamp: Stamp| self.sent.get(id) == Some(&stamp);
+            s.changes_from(&self.outpost_id, self.cursor, sent, BATCH)
+                .ok()
+        })
+    }
+}
+
 async fn pump(
     shared: Arc<Shared>,
-    outpost_id: String,
-    mut last: u64,
+    mut w: Watcher,
     mut events: broadcast::Receiver<u64>,
     tx: mpsc::Sender<Frame>,
 ) {
@@ -75,27 +108,32 @@ async fn pump(
     let end = Instant::now() + lifetime;
     let mut next_keepalive = Instant::now() + keepalive;
     loop {
-        let withhold = shared.faults().withhold_events;
-        let batch = shared.with_state(|s, _| s.events_after(&outpost_id, last, BATCH));
-        let Ok((batch, scanned)) = batch else {
-            // The log moved past our cursor: end the stream, the client
-            // reconnects, gets 410 and relists.
+        let faults = shared.faults();
+        let Some(batch) = w.next_batch(&shared) else {
             return;
         };
-        last = scanned;
         let full = batch.len() >= BATCH;
-        if !withhold {
-            for event in batch {
-                let data = json!({
-                    "type": event.kind.as_str(),
-                    "object": entry_json(&shared, &event.object, true),
-                    "cursor": Cursor::Event(event.seq).encode(),
-                });
-                if tx
-                    .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
-                    .await
-                    .is_err()
-                {
+        for change in batch {
+            w.cursor = Some(change.stamp);
+            w.sent
+                .insert(change.object.session_id().to_owned(), change.stamp);
+            if faults.withhold_events {
+                continue;
+            }
+            let data = json!({
+                "type": change.kind.as_str(),
+                "object": entry_json(&shared, &change.object, true),
+                "cursor": change.stamp.cursor(),
+            });
+            let frame = Bytes::from(format!("data: {data}\n\n"));
+            // At-least-once delivery, on demand: the same event twice.
+            let copies = if faults::roll(faults.duplicate_event_rate) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                if tx.send(Ok(frame.clone())).await.is_err() {
                     return;
                 }
             }

@@ -62,6 +62,9 @@ pub struct ClientOptions {
     /// [`FleetClient::list_all`] gives up after this many pages, so a server
     /// that never stops saying `has_next_page` cannot loop a client forever.
     pub max_list_pages: usize,
+    /// [`FleetClient::list_all`] gives up once it holds more distinct
+    /// entries than this, for the same reason.
+    pub max_list_items: usize,
     pub user_agent: String,
 }
 
@@ -78,6 +81,7 @@ impl Default for ClientOptions {
             max_event_bytes: 1 << 20,
             list_page_size: MAX_PAGE_SIZE,
             max_list_pages: 10_000,
+            max_list_items: 100_000,
             user_agent: concat!("garrison-fleet/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }

@@ -559,6 +559,79 @@ async fn endless_paging_is_cut_off() {
     assert!(matches!(err, FleetError::Paging { .. }), "{err:?}");
 }
 
+/// Protocol page, `GET /devins`: several rows can share one `updated_at`,
+/// and a server whose cursor is only that instant answers the same cursor
+/// again (`>=` boundary). The relist must get past the tie, not abort.
+#[tokio::test]
+async fn list_all_gets_past_rows_sharing_one_updated_at() {
+    // (id, updated_at) in keyset order; three rows share t=5.
+    const ROWS: [(&str, u64); 5] = [
+        ("devin-1", 1),
+        ("devin-2", 5),
+        ("devin-3", 5),
+        ("devin-4", 5),
+        ("devin-5", 6),
+    ];
+    let base = serve(Router::new().route(
+        "/opbeta/outposts/devins",
+        get(|RawQuery(q): RawQuery| async move {
+            let since: u64 = query_param(&q, "cursor").map_or(0, |c| c.parse().unwrap());
+            let first: usize = query_param(&q, "first").unwrap().parse().unwrap();
+            let rows: Vec<_> = ROWS
+                .iter()
+                .filter(|(_, t)| *t >= since)
+                .take(first)
+                .collect();
+            let full = rows.len() == first;
+            let cursor = if full { rows.last().unwrap().1 } else { 7 };
+            let items = rows.iter().map(|(id, _)| entry(id)).collect();
+            axum::Json(page(items, Some(&cursor.to_string()), full))
+        }),
+    ))
+    .await;
+    let c = client(
+        &base,
+        ClientOptions {
+            list_page_size: 2,
+            ..fast()
+        },
+    );
+    let (entries, cursor) = c.list_all("o", None, None).await.unwrap();
+    let ids: Vec<_> = entries.iter().map(|e| e.session_id()).collect();
+    assert_eq!(ids, ["devin-1", "devin-2", "devin-3", "devin-4", "devin-5"]);
+    assert_eq!(cursor.as_deref(), Some("7"));
+}
+
+/// A server that keeps saying `has_next_page` with new rows forever is cut
+/// off by the item cap too, not only the page cap.
+#[tokio::test]
+async fn list_all_caps_the_items_it_collects() {
+    let n = Counter::default();
+    let base = serve(
+        Router::new()
+            .route(
+                "/opbeta/outposts/devins",
+                get(|State(n): State<Counter>| async move {
+                    let i = n.bump();
+                    let items = (0..3).map(|k| entry(&format!("devin-{i}-{k}"))).collect();
+                    axum::Json(page(items, Some(&i.to_string()), true))
+                }),
+            )
+            .with_state(n.clone()),
+    )
+    .await;
+    let c = client(
+        &base,
+        ClientOptions {
+            max_list_items: 7,
+            ..fast()
+        },
+    );
+    let err = c.list_all("o", None, None).await.unwrap_err();
+    assert!(matches!(err, FleetError::Paging { .. }), "{err:?}");
+    assert_eq!(n.get(), 3, "stopped once the cap was passed");
+}
+
 // ----- outposts -----
 
 #[tokio::test]
@@ -616,7 +689,7 @@ async fn outposts_fall_back_to_the_prefix_spelling() {
         .await
         .unwrap();
     assert_eq!(created.metadata.outpost_id, "o3");
-    assert_eq!(created.metadata.name, "lab");
+    assert_eq!(created.spec.name, "lab");
     assert_eq!(
         c.get_outpost("o1")
             .await

@@ -222,6 +222,17 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A platform where null, missing or empty means the default, linux (the
+/// service sends null for "default"; reading it as an unknown platform
+/// would make Garrison refuse a linux outpost).
+fn platform_or_default<'de, D: Deserializer<'de>>(d: D) -> Result<Platform, D::Error> {
+    let value = Option::<String>::deserialize(d)?;
+    Ok(match value.as_deref().map(str::trim) {
+        None | Some("") => Platform::Linux,
+        Some(other) => Platform::from(other),
+    })
+}
+
 /// One queued Devin session ("devin" in the API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueEntry {
@@ -266,7 +277,8 @@ pub struct EntryMetadata {
 pub struct EntrySpec {
     #[serde(default)]
     pub kind: SessionKind,
-    #[serde(default)]
+    /// Null on the wire means the default platform, linux.
+    #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_binary_sha: Option<String>,
@@ -314,23 +326,31 @@ pub struct WatchEvent {
     pub cursor: Option<String>,
 }
 
-/// An outpost: a named queue of sessions.
+/// An outpost: a named queue of sessions. The real service puts the name
+/// in `spec.name` (`{metadata: {outpost_id, account_id, created_at}, spec:
+/// {name, platform, description}, status}`); an older reading put it in
+/// `metadata.name`, which is still accepted when `spec.name` is absent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "OutpostWire")]
 pub struct Outpost {
-    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: OutpostMetadata,
-    #[serde(default, deserialize_with = "null_as_default")]
     pub spec: OutpostSpec,
-    #[serde(default, deserialize_with = "null_as_default")]
     pub status: OutpostStatus,
+}
+
+impl Outpost {
+    /// The outpost's name (`spec.name`).
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutpostMetadata {
-    #[serde(default, alias = "id")]
+    #[serde(default, alias = "id", deserialize_with = "null_as_default")]
     pub outpost_id: String,
-    #[serde(default)]
-    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
@@ -341,10 +361,49 @@ pub struct OutpostMetadata {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutpostSpec {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub name: String,
+    /// Null on the wire means the default platform, linux.
+    #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+/// How an outpost is read: the current shape plus the legacy
+/// `metadata.name`, folded into `spec.name` when that is empty.
+#[derive(Deserialize)]
+struct OutpostWire {
+    #[serde(default, deserialize_with = "null_as_default")]
+    metadata: OutpostMetadataWire,
+    #[serde(default, deserialize_with = "null_as_default")]
+    spec: OutpostSpec,
+    #[serde(default, deserialize_with = "null_as_default")]
+    status: OutpostStatus,
+}
+
+#[derive(Default, Deserialize)]
+struct OutpostMetadataWire {
+    #[serde(flatten)]
+    current: OutpostMetadata,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+impl From<OutpostWire> for Outpost {
+    fn from(w: OutpostWire) -> Self {
+        let mut spec = w.spec;
+        if spec.name.is_empty()
+            && let Some(legacy) = w.metadata.name
+        {
+            spec.name = legacy;
+        }
+        Outpost {
+            metadata: w.metadata.current,
+            spec,
+            status: w.status,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -554,6 +613,51 @@ mod tests {
         .unwrap();
         assert_eq!(o.metadata.outpost_id, "outpost_env-9");
         assert_eq!(o.status.queue_depth, 3);
+    }
+
+    /// Protocol page, fleet API, outposts row: the name is `spec.name`, the
+    /// metadata has `account_id`, and a null platform means linux.
+    #[test]
+    fn outpost_reads_the_real_shape() {
+        let o: Outpost = serde_json::from_value(json!({
+            "metadata": {"outpost_id": "outpost_env-1", "account_id": "acc_1", "created_at": 1_700_000_000},
+            "spec": {"name": "lab", "platform": null, "description": null},
+            "status": {"queue_depth": 2, "active_claims": 1}
+        }))
+        .unwrap();
+        assert_eq!(o.name(), "lab");
+        assert_eq!(o.spec.name, "lab");
+        assert_eq!(o.metadata.account_id.as_deref(), Some("acc_1"));
+        assert_eq!(o.spec.platform, Platform::Linux);
+        let back = serde_json::to_value(&o).unwrap();
+        assert_eq!(back["spec"]["name"], json!("lab"));
+        assert_eq!(back["metadata"]["account_id"], json!("acc_1"));
+    }
+
+    #[test]
+    fn outpost_still_reads_a_legacy_metadata_name() {
+        let o: Outpost = serde_json::from_value(json!({
+            "metadata": {"outpost_id": "outpost_env-1", "name": "old"},
+            "spec": {"platform": "linux"},
+        }))
+        .unwrap();
+        assert_eq!(o.name(), "old");
+    }
+
+    /// A null or missing platform is the default, linux, on entries too.
+    #[test]
+    fn null_platform_is_linux() {
+        let e: QueueEntry = serde_json::from_value(json!({
+            "metadata": {"session_id": "devin-1", "outpost_id": "o"},
+            "spec": {"kind": "new", "platform": null},
+        }))
+        .unwrap();
+        assert_eq!(e.spec.platform, Platform::Linux);
+        let o: Outpost = serde_json::from_value(json!({
+            "metadata": {"outpost_id": "o"}, "spec": {"name": "n"}
+        }))
+        .unwrap();
+        assert_eq!(o.spec.platform, Platform::Linux);
     }
 
     #[test]

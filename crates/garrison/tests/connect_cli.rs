@@ -153,7 +153,7 @@ async fn browser_flow_saves_a_working_token_and_never_prints_it() {
     // which finds it (and the API URL) in the credentials file.
     let outposts = list_with(&emu.base_url(), token).await;
     assert!(outposts.iter().any(|o| o.metadata.outpost_id == outpost_id
-        && o.metadata.name == "lab-e2e"
+        && o.spec.name == "lab-e2e"
         && o.spec.platform == Platform::Linux));
     let listed = home.run(&["outposts", "list"], &[], None).await.ok();
     assert!(listed.stdout.contains(&outpost_id), "{listed:#?}");

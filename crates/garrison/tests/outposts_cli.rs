@@ -31,7 +31,7 @@ async fn create_list_with_queue_depth_and_delete() {
         .ok();
     let outpost: fleet::Outpost = serde_json::from_str(&created.stdout).unwrap();
     let id = outpost.metadata.outpost_id;
-    assert_eq!(outpost.metadata.name, "lab-a");
+    assert_eq!(outpost.spec.name, "lab-a");
     assert_eq!(outpost.spec.description.as_deref(), Some("GPU lab"));
 
     emu.create_session(NewSession {

@@ -345,6 +345,8 @@ async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
             cut_watch_every_secs: Some(1),
             withhold_events: false,
             transient_suspended_rate: 0.2,
+            duplicate_event_rate: 0.2,
+            null_platform: true,
         };
     })
     .await;

@@ -142,23 +142,18 @@ pub async fn run(
         return poll(client, view, every, stop).await;
     }
     let outpost = view.outpost_id().to_owned();
-    let cursor = loop {
-        match relist(&client, &view).await {
-            Ok(cursor) => break cursor,
-            Err(e) => {
-                warn!(outpost, error = %e, "listing the queue failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                    _ = stop.cancelled() => return,
-                }
-            }
-        }
+    // The view lives in memory, so a (re)started Garrison lists first; the
+    // cursor stored before a restart is where the watch goes on when the
+    // list gave none.
+    let stored = store.cursor(&outpost).unwrap_or_else(|e| {
+        warn!(error = %e, "reading the stored watch cursor failed");
+        None
+    });
+    let Some(listed) = list_until_ok(&client, &view, &stop).await else {
+        return;
     };
-    if let Some(c) = &cursor
-        && let Err(e) = store.save_cursor(&outpost, c)
-    {
-        warn!(error = %e, "saving the watch cursor failed");
-    }
+    let cursor = watch_start(listed, stored);
+    save_cursor(&store, &outpost, cursor.as_deref());
     info!(
         outpost,
         entries = view.lock().len(),
@@ -178,16 +173,26 @@ pub async fn run(
             }
             item = stream.next() => match item {
                 Some(WatchItem::Event(event)) => {
-                    if let Some(c) = &event.cursor
-                        && let Err(e) = store.save_cursor(&outpost, c)
-                    {
-                        warn!(error = %e, "saving the watch cursor failed");
-                    }
+                    let cursor = event.cursor.clone();
                     view.apply(&event.event_type, event.object);
+                    // Only once applied: a restart must not skip an event
+                    // whose cursor was saved but whose change was lost.
+                    save_cursor(&store, &outpost, cursor.as_deref());
                 }
                 Some(WatchItem::Reconnected { reconnects, .. }) => {
                     view.watch_reconnects.fetch_add(1, Ordering::Relaxed);
                     debug!(outpost, reconnects, "watch reconnected");
+                }
+                Some(WatchItem::Disconnected { error: Some(fleet::FleetError::CursorExpired { .. }), .. }) => {
+                    // Events were missed and watching from the beginning
+                    // would replay the whole queue: list, then watch from
+                    // the list's cursor, as the protocol says.
+                    info!(outpost, "watch cursor expired; listing again");
+                    let Some(listed) = list_until_ok(&client, &view, &stop).await else {
+                        return;
+                    };
+                    save_cursor(&store, &outpost, listed.as_deref());
+                    stream = client.watch_forever(&outpost, listed);
                 }
                 Some(WatchItem::Disconnected { error: Some(e), retry_in }) => {
                     warn!(outpost, error = %e, retry_in_ms = retry_in.as_millis() as u64, "watch failed");
@@ -196,6 +201,41 @@ pub async fn run(
                 None => return,
             },
         }
+    }
+}
+
+/// Lists until a list succeeds (every 2 s); `None` when stopped first.
+async fn list_until_ok(
+    client: &FleetClient,
+    view: &QueueView,
+    stop: &CancellationToken,
+) -> Option<Option<String>> {
+    loop {
+        match relist(client, view).await {
+            Ok(cursor) => return Some(cursor),
+            Err(e) => {
+                warn!(outpost = view.outpost_id(), error = %e, "listing the queue failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.cancelled() => return None,
+                }
+            }
+        }
+    }
+}
+
+/// Where the first watch starts: the fresh list's cursor, else the one
+/// stored before a restart (a server that gave no final cursor would
+/// otherwise make the watch replay from the beginning).
+fn watch_start(list: Option<String>, stored: Option<String>) -> Option<String> {
+    list.or(stored)
+}
+
+fn save_cursor(store: &Store, outpost: &str, cursor: Option<&str>) {
+    if let Some(c) = cursor
+        && let Err(e) = store.save_cursor(outpost, c)
+    {
+        warn!(error = %e, "saving the watch cursor failed");
     }
 }
 
@@ -231,4 +271,84 @@ async fn relist(
     view.relists.fetch_add(1, Ordering::Relaxed);
     view.replace(entries);
     Ok(cursor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use emulator::{Emulator, EmulatorConfig, NewSession};
+    use fleet::{ClientOptions, Platform, Secret};
+
+    async fn until(view: &QueueView, done: impl Fn(&QueueView) -> bool) {
+        let mut changes = view.subscribe();
+        while !done(view) {
+            changes.changed().await.unwrap();
+        }
+    }
+
+    /// Protocol page, watch row: after 410 (cursor expired) list first,
+    /// then watch from the list's cursor; the stored cursor is the one of
+    /// the last entry applied.
+    #[tokio::test]
+    async fn an_expired_cursor_makes_the_queue_list_again_then_watch() {
+        let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+        let outpost = emu.create_outpost("lab", Platform::Linux);
+        let client = FleetClient::new(
+            &emu.base_url(),
+            Secret::new(emu.account_token()),
+            ClientOptions {
+                watch_backoff: fleet::Backoff::new(
+                    Duration::from_millis(1),
+                    Duration::from_millis(10),
+                ),
+                ..ClientOptions::default()
+            },
+        )
+        .unwrap();
+        let view = QueueView::new(&outpost);
+        let store = Arc::new(Store::in_memory().unwrap());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(
+            client,
+            view.clone(),
+            store.clone(),
+            Duration::from_secs(3600),
+            QueueMode::Watch,
+            stop.clone(),
+        ));
+        until(&view, QueueView::is_synced).await;
+        let new = |id: &str| NewSession {
+            outpost_id: outpost.clone(),
+            session_id: Some(id.to_owned()),
+            ..NewSession::default()
+        };
+        emu.create_session(new("devin-1")).unwrap();
+        until(&view, |v| v.get("devin-1").is_some()).await;
+
+        emu.expire_cursors();
+        emu.create_session(new("devin-2")).unwrap();
+        until(&view, |v| v.get("devin-2").is_some()).await;
+        assert_eq!(
+            view.relists.load(Ordering::Relaxed),
+            2,
+            "the 410 was followed by a list, not a watch from the beginning"
+        );
+        stop.cancel();
+        task.await.unwrap();
+        let stored = store.cursor(&outpost).unwrap();
+        assert!(stored.is_some());
+    }
+
+    #[test]
+    fn the_watch_starts_from_the_list_cursor_else_the_stored_one() {
+        assert_eq!(
+            watch_start(Some("list".into()), Some("stored".into())).as_deref(),
+            Some("list")
+        );
+        assert_eq!(
+            watch_start(None, Some("stored".into())).as_deref(),
+            Some("stored")
+        );
+        assert_eq!(watch_start(None, None), None);
+    }
 }

@@ -1,47 +1,11 @@
-//! What `GET /devins` reads: keyset pages of an outpost's queue rows, and
-//! with `watch=true` the event log after a cursor. Both cursors are opaque
-//! strings to clients and are parsed and encoded here.
+//! What `GET /devins` reads, with or without `watch=true`: an outpost's rows
+//! in keyset order over `(updated_at, id)` from a cursor with a `>=`
+//! boundary, as the service does. The row at the cursor comes again
+//! (at-least-once), and list and watch cursors are the same positions.
 
-use fleet::QueueEntry;
+use fleet::{EventType, QueueEntry};
 
-use super::queue::EntryRec;
-use super::{State, StateError};
-use crate::events::LoggedEvent;
-
-/// A list page cursor or a watch (event log) cursor. Both are opaque strings
-/// to clients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Cursor {
-    /// Next page starts at `row`; `snapshot` is the event log head when the
-    /// first page was served, handed out as the final page's cursor so the
-    /// watch replays whatever changed during paging.
-    Page {
-        row: u64,
-        snapshot: u64,
-    },
-    Event(u64),
-}
-
-impl Cursor {
-    pub fn parse(s: &str) -> Option<Self> {
-        if let Some(rest) = s.strip_prefix("page.") {
-            let (row, snap) = rest.split_once('.')?;
-            return Some(Cursor::Page {
-                row: row.parse().ok()?,
-                snapshot: snap.parse().ok()?,
-            });
-        }
-        let n = s.strip_prefix("ev.").unwrap_or(s);
-        n.parse().ok().map(Cursor::Event)
-    }
-
-    pub fn encode(&self) -> String {
-        match self {
-            Cursor::Page { row, snapshot } => format!("page.{row}.{snapshot}"),
-            Cursor::Event(seq) => format!("ev.{seq}"),
-        }
-    }
-}
+use super::{Stamp, State, StateError};
 
 /// A validated `GET /devins` (non-watch) request.
 #[derive(Clone, Debug)]
@@ -50,7 +14,7 @@ pub(crate) struct ListQuery {
     pub phase: Option<String>,
     pub acceptor_id: Option<String>,
     pub first: usize,
-    pub cursor: Option<Cursor>,
+    pub cursor: Option<Stamp>,
 }
 
 /// One page of `GET /devins`.
@@ -62,28 +26,25 @@ pub(crate) struct Page {
     pub total: u64,
 }
 
+/// One row a watch may send: a live row or a tombstone.
+#[derive(Clone, Debug)]
+pub(crate) struct Change {
+    pub stamp: Stamp,
+    pub kind: EventType,
+    pub object: QueueEntry,
+}
+
 impl State {
-    /// Keyset paging in row order. The next page starts AT the previous
-    /// page's last item, so the boundary item repeats (at-least-once, as the
-    /// real service); with `first == 1` it starts after it, or paging could
-    /// never advance.
+    /// One keyset page. Like the service, a full page says
+    /// `has_next_page` (there may be more) and its cursor is the last row's
+    /// position, so the next page starts with that row again; the last page's
+    /// cursor is "now", where a watch continues.
     pub fn list(&self, q: &ListQuery) -> Result<Page, StateError> {
         if self.outpost_rec(&q.outpost_id).is_none() {
             return Err(StateError::NotFound("outpost".into()));
         }
-        let (start, snapshot) = match q.cursor {
-            None => (0, self.log.head()),
-            Some(Cursor::Page { row, snapshot }) => {
-                let start = if q.first == 1 { row + 1 } else { row };
-                (start, snapshot)
-            }
-            Some(Cursor::Event(_)) => {
-                return Err(StateError::Invalid(
-                    "an event cursor is for watch=true".into(),
-                ));
-            }
-        };
-        let mut rows: Vec<&EntryRec> = self
+        self.log.check(q.cursor)?;
+        let mut rows: Vec<_> = self
             .entries
             .values()
             .filter(|e| e.outpost_id == q.outpost_id)
@@ -93,36 +54,65 @@ impl State {
                     .as_deref()
                     .is_none_or(|a| e.acceptor_id.as_deref() == Some(a))
             })
+            .filter(|e| q.cursor.is_none_or(|c| e.stamp() >= c))
             .collect();
-        rows.sort_by_key(|e| e.row);
+        rows.sort_by_key(|e| e.stamp());
         let total = rows.len() as u64;
-        let rest: Vec<&EntryRec> = rows.into_iter().filter(|e| e.row >= start).collect();
-        let page: Vec<&EntryRec> = rest.iter().take(q.first).copied().collect();
-        let has_next_page = rest.len() > page.len();
-        let cursor = match (has_next_page, page.last()) {
-            (true, Some(last)) => Cursor::Page {
-                row: last.row,
-                snapshot,
-            },
-            _ => Cursor::Event(snapshot),
+        rows.truncate(q.first);
+        let has_next_page = rows.len() == q.first;
+        let cursor = match (has_next_page, rows.last()) {
+            (true, Some(last)) => last.stamp(),
+            _ => self.head_stamp(),
         };
         Ok(Page {
-            items: page
+            items: rows
                 .iter()
                 .filter_map(|e| self.render(&e.session_id))
                 .collect(),
-            cursor: cursor.encode(),
+            cursor: cursor.cursor(),
             has_next_page,
             total,
         })
     }
 
-    pub fn events_after(
+    /// What a watch from `cursor` sends next: live rows and tombstones of
+    /// the outpost at or after it, in keyset order, at most `max`, leaving
+    /// out those the stream already sent at the same `updated_at`.
+    pub fn changes_from(
         &self,
         outpost_id: &str,
-        after: u64,
+        cursor: Option<Stamp>,
+        sent: impl Fn(&str, Stamp) -> bool,
         max: usize,
-    ) -> Result<(Vec<LoggedEvent>, u64), StateError> {
-        Ok(self.log.after(outpost_id, after, max)?)
+    ) -> Result<Vec<Change>, StateError> {
+        self.log.check(cursor)?;
+        let at_or_after = |stamp: Stamp| cursor.is_none_or(|c| stamp >= c);
+        let mut out: Vec<Change> = self
+            .entries
+            .values()
+            .filter(|e| e.outpost_id == outpost_id && at_or_after(e.stamp()))
+            .filter(|e| !sent(&e.session_id, e.stamp()))
+            .filter_map(|e| {
+                Some(Change {
+                    stamp: e.stamp(),
+                    kind: EventType::Modified,
+                    object: self.render(&e.session_id)?,
+                })
+            })
+            .collect();
+        out.extend(
+            self.log
+                .tombstones(outpost_id)
+                .filter(|t| at_or_after(t.stamp))
+                .filter(|t| !sent(t.object.session_id(), t.stamp))
+                .map(|t| Change {
+                    stamp: t.stamp,
+                    kind: EventType::Deleted,
+                    object: t.object.clone(),
+                }),
+        );
+        out.sort_by_key(|c| c.stamp);
+        out.truncate(max);
+        Ok(out)
     }
 }

@@ -54,10 +54,12 @@ impl State {
         Outpost {
             metadata: OutpostMetadata {
                 outpost_id: rec.id.clone(),
-                name: rec.name.clone(),
+                account_id: Some(crate::connect::ACCOUNT_ID.to_owned()),
                 created_at: ts(rec.created_ms),
             },
+            // The real service keeps the name in the spec, not the metadata.
             spec: OutpostSpec {
+                name: rec.name.clone(),
                 platform: rec.platform.clone(),
                 description: rec.description.clone(),
             },

@@ -1,12 +1,15 @@
-//! The queue rows: adding one, rendering it as the API shows it, and the
-//! MODIFIED and DELETED events every change of a row appends to the log.
+//! The queue rows: adding one, rendering it as the API shows it, and
+//! stamping every change with a fresh `updated_at` (a deleted row becomes a
+//! tombstone the watch reports as DELETED).
 
-use fleet::{EntryMetadata, EntrySpec, EntryStatus, EventType, Phase, QueueEntry};
+use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, QueueEntry};
 use serde_json::json;
 
-use super::{State, ts};
+use super::{Stamp, State, ts};
+use crate::events::Tombstone;
 
-/// A queue row. `row` orders the keyset paging; a resume entry gets a new one.
+/// A queue row. `(updated_ms, row)` is its keyset position; a resume entry
+/// gets a new row id.
 #[derive(Clone, Debug)]
 pub(crate) struct EntryRec {
     pub session_id: String,
@@ -20,6 +23,15 @@ pub(crate) struct EntryRec {
     pub claim_deadline_ms: Option<i64>,
     /// When a pending row of a finished session is swept away.
     pub linger_until_ms: Option<i64>,
+}
+
+impl EntryRec {
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            ms: self.updated_ms,
+            row: self.row,
+        }
+    }
 }
 
 impl State {
@@ -50,11 +62,31 @@ impl State {
         })
     }
 
-    pub(super) fn emit_modified(&mut self, session_id: &str) {
-        if let Some(obj) = self.render(session_id) {
-            let outpost = obj.metadata.outpost_id.clone();
-            self.log.push(&outpost, EventType::Modified, obj);
+    /// The next `updated_at`: `now`, or just after the last one handed out.
+    fn next_stamp_ms(&mut self, now: i64) -> i64 {
+        self.last_stamp_ms = now.max(self.last_stamp_ms + 1);
+        self.last_stamp_ms
+    }
+
+    /// Where a list's final cursor points: after every change so far.
+    pub(crate) fn head_stamp(&self) -> Stamp {
+        Stamp {
+            ms: self.last_stamp_ms + 1,
+            row: 0,
         }
+    }
+
+    /// A row changed: it moves to the end of the keyset order (its
+    /// `updated_at` becomes unique and newest) and watchers wake.
+    pub(super) fn emit_modified(&mut self, session_id: &str) {
+        let Some(updated) = self.entries.get(session_id).map(|e| e.updated_ms) else {
+            return;
+        };
+        let stamp = self.next_stamp_ms(updated);
+        if let Some(e) = self.entries.get_mut(session_id) {
+            e.updated_ms = stamp;
+        }
+        self.log.changed();
     }
 
     pub(super) fn touch(&mut self, session_id: &str, now: i64) {
@@ -63,16 +95,35 @@ impl State {
         }
     }
 
-    /// Drops a queue row with a DELETED event. The session itself remains.
+    /// Drops a queue row; a watch reports it as DELETED. The session itself
+    /// remains.
     pub fn remove_entry(&mut self, session_id: &str, now: i64) -> bool {
-        let Some(obj) = self.render(session_id) else {
+        let Some(row) = self.entries.get(session_id).map(|e| e.row) else {
+            return false;
+        };
+        let ms = self.next_stamp_ms(now);
+        self.touch(session_id, ms);
+        let Some(object) = self.render(session_id) else {
             return false;
         };
         self.entries.remove(session_id);
-        let outpost_id = obj.metadata.outpost_id.clone();
-        self.log.push(&outpost_id, EventType::Deleted, obj);
+        self.log.deleted(Tombstone {
+            outpost_id: object.metadata.outpost_id.clone(),
+            stamp: Stamp { ms, row },
+            object,
+        });
         self.record(session_id, now, "entry_removed", json!({}));
         true
+    }
+
+    /// Expires every cursor handed out so far (the service forgot the
+    /// deletes they would need): reading from one is answered 410.
+    pub fn expire_cursors(&mut self) {
+        // Past every position handed out, a list's final one included;
+        // cursors handed out afterwards are later still.
+        let ms = self.next_stamp_ms(self.last_stamp_ms + 1);
+        let upto = Stamp { ms, row: u64::MAX };
+        self.log.expire(upto);
     }
 
     pub(super) fn enqueue(

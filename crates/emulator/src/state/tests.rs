@@ -40,7 +40,7 @@ fn query(outpost: &str, first: usize, cursor: Option<&str>) -> ListQuery {
         phase: None,
         acceptor_id: None,
         first,
-        cursor: cursor.map(|c| Cursor::parse(c).unwrap()),
+        cursor: cursor.map(|c| Stamp::parse_cursor(c).unwrap()),
     }
 }
 
@@ -52,8 +52,18 @@ fn status(s: &State, id: &str) -> SessionStatus {
     s.sessions[id].status.clone()
 }
 
+/// Every change a watch from `cursor` would send, as (kind, id).
+fn changes(s: &State, o: &str, cursor: Option<&str>) -> Vec<(EventType, String)> {
+    let from = cursor.map(|c| Stamp::parse_cursor(c).unwrap());
+    s.changes_from(o, from, |_, _| false, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.kind, c.object.session_id().to_owned()))
+        .collect()
+}
+
 #[test]
-fn paging_repeats_the_boundary_item_and_ends_with_an_event_cursor() {
+fn paging_repeats_the_boundary_item_and_ends_with_a_watch_cursor() {
     let (mut s, o) = state();
     for i in 0..5 {
         session(&mut s, &o, &format!("devin-{i}"));
@@ -68,44 +78,104 @@ fn paging_repeats_the_boundary_item_and_ends_with_an_event_cursor() {
     assert_eq!(ids(&p3), ["devin-2", "devin-3"]);
     let p4 = s.list(&query(&o, 2, Some(&p3.cursor))).unwrap();
     assert_eq!(ids(&p4), ["devin-3", "devin-4"]);
-    assert!(!p4.has_next_page);
-    assert_eq!(Cursor::parse(&p4.cursor), Some(Cursor::Event(s.log.head())));
+    // A full page may have more after it, as the service says.
+    assert!(p4.has_next_page);
+    let p5 = s.list(&query(&o, 2, Some(&p4.cursor))).unwrap();
+    assert_eq!(ids(&p5), ["devin-4"]);
+    assert!(!p5.has_next_page);
+    assert_eq!(
+        Stamp::parse_cursor(&p5.cursor),
+        Some(s.head_stamp()),
+        "the last cursor is where a watch goes on"
+    );
 }
 
+/// As in the service, one row per page never gets past a row: the `>=`
+/// boundary returns it again with the same cursor. Clients grow the page.
 #[test]
-fn paging_with_one_per_page_still_advances() {
+fn paging_one_per_page_repeats_the_same_row() {
     let (mut s, o) = state();
     for i in 0..3 {
         session(&mut s, &o, &format!("devin-{i}"));
     }
-    let mut cursor = None;
-    let mut seen = Vec::new();
-    loop {
-        let p = s.list(&query(&o, 1, cursor.as_deref())).unwrap();
-        seen.extend(ids(&p).iter().map(|x| x.to_string()));
-        if !p.has_next_page {
-            break;
-        }
-        cursor = Some(p.cursor);
-    }
-    assert_eq!(seen, ["devin-0", "devin-1", "devin-2"]);
+    let p1 = s.list(&query(&o, 1, None)).unwrap();
+    let p2 = s.list(&query(&o, 1, Some(&p1.cursor))).unwrap();
+    assert_eq!(ids(&p1), ["devin-0"]);
+    assert_eq!(ids(&p2), ["devin-0"]);
+    assert_eq!(p1.cursor, p2.cursor);
+    let p3 = s.list(&query(&o, 2, Some(&p2.cursor))).unwrap();
+    assert_eq!(ids(&p3), ["devin-0", "devin-1"]);
 }
 
 #[test]
-fn final_cursor_replays_changes_made_while_paging() {
+fn rows_are_ordered_by_updated_at_not_insertion() {
+    let (mut s, o) = state();
+    for i in 0..3 {
+        session(&mut s, &o, &format!("devin-{i}"));
+    }
+    s.claim("devin-0", "a", T0).unwrap();
+    let p = s.list(&query(&o, 10, None)).unwrap();
+    assert_eq!(ids(&p), ["devin-1", "devin-2", "devin-0"]);
+    let stamps: Vec<_> = p.items.iter().map(|e| e.metadata.updated_at).collect();
+    assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+}
+
+#[test]
+fn list_and_watch_cursors_are_interchangeable() {
     let (mut s, o) = state();
     for i in 0..3 {
         session(&mut s, &o, &format!("devin-{i}"));
     }
     let p1 = s.list(&query(&o, 2, None)).unwrap();
+    // A page cursor is a watch position: the boundary row comes again.
+    let from_page = changes(&s, &o, Some(&p1.cursor));
+    let ids: Vec<_> = from_page.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids, ["devin-1", "devin-2"]);
+    // And a watch event's cursor pages a list.
+    let all = s.changes_from(&o, None, |_, _| false, 10).unwrap();
+    let p = s
+        .list(&query(&o, 10, Some(&all[1].stamp.cursor())))
+        .unwrap();
+    assert_eq!(super::tests::ids(&p), ["devin-1", "devin-2"]);
+}
+
+#[test]
+fn final_cursor_watch_sees_changes_made_while_paging() {
+    let (mut s, o) = state();
+    for i in 0..3 {
+        session(&mut s, &o, &format!("devin-{i}"));
+    }
+    let last = s.list(&query(&o, 10, None)).unwrap();
     s.claim("devin-0", "a", T0).unwrap();
-    let p2 = s.list(&query(&o, 2, Some(&p1.cursor))).unwrap();
-    let Some(Cursor::Event(c)) = Cursor::parse(&p2.cursor) else {
-        panic!("final cursor is an event cursor");
-    };
-    let (evs, _) = s.events_after(&o, c, 100).unwrap();
-    assert_eq!(evs.len(), 1);
-    assert_eq!(evs[0].object.status.phase, Phase::Claimed);
+    s.remove_entry("devin-2", T0);
+    let seen = changes(&s, &o, Some(&last.cursor));
+    assert_eq!(
+        seen,
+        [
+            (EventType::Modified, "devin-0".to_owned()),
+            (EventType::Deleted, "devin-2".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn expired_cursors_are_gone_for_list_and_watch() {
+    let (mut s, o) = state();
+    session(&mut s, &o, "devin-0");
+    let old = s.list(&query(&o, 10, None)).unwrap().cursor;
+    s.expire_cursors();
+    let from = Stamp::parse_cursor(&old);
+    assert_eq!(
+        s.list(&query(&o, 10, Some(&old))).unwrap_err(),
+        StateError::Gone
+    );
+    assert_eq!(
+        s.changes_from(&o, from, |_, _| false, 10).unwrap_err(),
+        StateError::Gone
+    );
+    let fresh = s.list(&query(&o, 10, None)).unwrap();
+    assert_eq!(ids(&fresh), ["devin-0"]);
+    assert!(s.list(&query(&o, 10, Some(&fresh.cursor))).is_ok());
 }
 
 #[test]
@@ -237,31 +307,35 @@ fn released_finished_rows_linger_then_are_deleted() {
     assert_eq!(row.status.session_status, SessionStatus::Terminated);
     s.tick(T0 + 600);
     assert!(s.render("devin-1").is_some(), "still lingering");
-    let head = s.log.head();
+    let before = s.list(&query(&o, 10, None)).unwrap().cursor;
     s.tick(T0 + 700);
     assert!(s.render("devin-1").is_none());
-    let (evs, _) = s.events_after(&o, head, 10).unwrap();
-    assert_eq!(evs.len(), 1);
-    assert_eq!(evs[0].kind, EventType::Deleted);
+    let evs = changes(&s, &o, Some(&before));
+    assert_eq!(evs, [(EventType::Deleted, "devin-1".to_owned())]);
 }
 
 #[test]
-fn replay_after_a_cursor_sees_every_later_change() {
+fn replay_from_a_cursor_sees_the_latest_state_of_each_row() {
     let (mut s, o) = state();
     session(&mut s, &o, "devin-1");
-    let cursor = s.log.head();
+    session(&mut s, &o, "devin-2");
+    let cursor = s.list(&query(&o, 10, None)).unwrap().cursor;
     s.claim("devin-1", "a", T0).unwrap();
     s.release("devin-1", "a", T0).unwrap();
     s.remove_entry("devin-1", T0);
-    let (evs, _) = s.events_after(&o, cursor, 100).unwrap();
-    let kinds: Vec<_> = evs.iter().map(|e| e.kind.clone()).collect();
+    // Keyset over the rows: one change per row, its latest.
     assert_eq!(
-        kinds,
-        [EventType::Modified, EventType::Modified, EventType::Deleted]
+        changes(&s, &o, Some(&cursor)),
+        [(EventType::Deleted, "devin-1".to_owned())]
     );
-    let (from_start, _) = s.events_after(&o, 0, 100).unwrap();
-    assert_eq!(from_start.len(), 4, "creation is a MODIFIED event too");
-    assert_eq!(s.events_after(&o, 999, 10).unwrap_err(), StateError::Gone);
+    let from_start = changes(&s, &o, None);
+    assert_eq!(
+        from_start,
+        [
+            (EventType::Modified, "devin-2".to_owned()),
+            (EventType::Deleted, "devin-1".to_owned()),
+        ]
+    );
 }
 
 #[test]

@@ -55,6 +55,36 @@ impl ListQuery {
     }
 }
 
+/// How [`FleetClient::list_all_from`] goes on after a page that says
+/// `has_next_page`.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// A new cursor: follow it.
+    Follow,
+    /// The same cursor: ask again with this larger page.
+    Grow(u32),
+    /// The same cursor at the largest page size with nothing new.
+    Stuck,
+}
+
+/// Pure paging decision: `next` is the page's cursor, `new_ids` how many
+/// entries it added that were not seen before.
+fn next_step(query: &ListQuery, next: &str, new_ids: usize) -> Next {
+    if query.cursor.as_deref() != Some(next) {
+        return Next::Follow;
+    }
+    let first = query.first.unwrap_or(100).clamp(1, MAX_PAGE_SIZE);
+    if first < MAX_PAGE_SIZE {
+        return Next::Grow((first.saturating_mul(2)).min(MAX_PAGE_SIZE));
+    }
+    if new_ids > 0 {
+        // The server moved on without moving its cursor; a repeat of the
+        // same request could still bring more, bounded by the caps.
+        return Next::Follow;
+    }
+    Next::Stuck
+}
+
 /// What a release did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReleaseOutcome {
@@ -140,23 +170,38 @@ impl FleetClient {
 
     /// [`FleetClient::list_all`] with a full query: its `first` is the page
     /// size and its `cursor` the starting point.
+    ///
+    /// Pages overlap (the server's `>=` boundary repeats the row at the
+    /// cursor) and several rows can share the cursor's instant, so the same
+    /// cursor can come back: then the next page asks for more rows (doubling,
+    /// up to 200) to get past the tie. Only a page that brings nothing new at
+    /// the largest size, or the page and item caps, stop the relist.
     pub async fn list_all_from(
         &self,
         mut query: ListQuery,
     ) -> Result<(Vec<QueueEntry>, Option<String>), FleetError> {
+        let opts = &self.inner.options;
         let mut entries: Vec<QueueEntry> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let mut last_cursor = query.cursor.clone();
-        for _ in 0..self.inner.options.max_list_pages {
+        for _ in 0..opts.max_list_pages {
             let page = self.list_page(&query).await?;
+            let mut new_ids = 0;
             for entry in page.items {
                 match index.get(entry.session_id()) {
                     Some(&i) => entries[i] = entry,
                     None => {
+                        new_ids += 1;
                         index.insert(entry.session_id().to_owned(), entries.len());
                         entries.push(entry);
                     }
                 }
+            }
+            if entries.len() > opts.max_list_items {
+                return Err(FleetError::Paging {
+                    route: route::LIST,
+                    message: format!("more than {} entries", opts.max_list_items),
+                });
             }
             if page.cursor.is_some() {
                 last_cursor = page.cursor.clone();
@@ -164,25 +209,32 @@ impl FleetClient {
             if !page.has_next_page {
                 return Ok((entries, last_cursor));
             }
-            match page.cursor {
-                None => {
+            let next = page.cursor.ok_or_else(|| FleetError::Paging {
+                route: route::LIST,
+                message: "has_next_page without a cursor".into(),
+            })?;
+            match next_step(&query, &next, new_ids) {
+                Next::Follow => query.cursor = Some(next),
+                Next::Grow(first) => {
+                    debug!(
+                        route = route::LIST,
+                        first, "same cursor again; asking for a larger page"
+                    );
+                    query.first = Some(first);
+                }
+                Next::Stuck => {
                     return Err(FleetError::Paging {
                         route: route::LIST,
-                        message: "has_next_page without a cursor".into(),
+                        message: "the server returned the same cursor and no new entries \
+                                  at the largest page size"
+                            .into(),
                     });
                 }
-                Some(next) if query.cursor.as_deref() == Some(next.as_str()) => {
-                    return Err(FleetError::Paging {
-                        route: route::LIST,
-                        message: "the server returned the same cursor again".into(),
-                    });
-                }
-                Some(next) => query.cursor = Some(next),
             }
         }
         Err(FleetError::Paging {
             route: route::LIST,
-            message: format!("more than {} pages", self.inner.options.max_list_pages),
+            message: format!("more than {} pages", opts.max_list_pages),
         })
     }
 
@@ -267,4 +319,25 @@ fn acceptor_body(acceptor_id: &str) -> serde_json::Value {
         acceptor_id: acceptor_id.to_owned(),
     })
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(cursor: Option<&str>, first: u32) -> ListQuery {
+        let mut q = ListQuery::new("o").first(first);
+        q.cursor = cursor.map(str::to_owned);
+        q
+    }
+
+    #[test]
+    fn paging_decisions() {
+        assert_eq!(next_step(&at(None, 2), "c1", 2), Next::Follow);
+        assert_eq!(next_step(&at(Some("c1"), 2), "c2", 0), Next::Follow);
+        assert_eq!(next_step(&at(Some("c1"), 2), "c1", 1), Next::Grow(4));
+        assert_eq!(next_step(&at(Some("c1"), 150), "c1", 0), Next::Grow(200));
+        assert_eq!(next_step(&at(Some("c1"), 200), "c1", 3), Next::Follow);
+        assert_eq!(next_step(&at(Some("c1"), 200), "c1", 0), Next::Stuck);
+    }
 }

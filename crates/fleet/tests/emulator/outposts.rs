@@ -19,11 +19,11 @@ async fn create_get_list_delete() {
         .unwrap();
     let id = created.metadata.outpost_id.clone();
     assert!(!id.is_empty());
-    assert_eq!(created.metadata.name, "mac-lab");
+    assert_eq!(created.spec.name, "mac-lab");
     assert_eq!(created.spec.platform, Platform::Macos);
 
     let got = env.client.get_outpost(&id).await.unwrap().unwrap();
-    assert_eq!(got.metadata.name, "mac-lab");
+    assert_eq!(got.spec.name, "mac-lab");
 
     // Enough outposts for more than one page of 100.
     for i in 0..120 {

@@ -93,7 +93,7 @@ pub async fn run(args: OutpostsArgs) -> anyhow::Result<()> {
                 println!(
                     "Created outpost {} ({}, {}).",
                     printable(&outpost.metadata.outpost_id),
-                    printable(&outpost.metadata.name),
+                    printable(&outpost.spec.name),
                     outpost.spec.platform
                 );
             }
@@ -171,7 +171,7 @@ fn table(outposts: &[Outpost]) -> String {
         .map(|o| {
             vec![
                 printable(&o.metadata.outpost_id),
-                printable(&o.metadata.name),
+                printable(&o.spec.name),
                 printable(o.spec.platform.as_str()),
                 o.status.queue_depth.to_string(),
                 o.status.active_claims.to_string(),
@@ -189,7 +189,7 @@ mod tests {
     fn table_aligns_columns() {
         let mut o = Outpost::default();
         o.metadata.outpost_id = "outpost_env-1".into();
-        o.metadata.name = "lab\u{1b}[31m".into();
+        o.spec.name = "lab\u{1b}[31m".into();
         o.status.queue_depth = 3;
         let t = table(&[o]);
         let lines: Vec<&str> = t.lines().collect();

@@ -30,7 +30,7 @@ pub(super) async fn manual(args: &ConnectArgs, api_url: &str, path: &Path) -> an
             Ok(Some(o)) => format!(
                 "outpost {} ({}, {})",
                 printable(&o.metadata.outpost_id),
-                printable(&o.metadata.name),
+                printable(&o.spec.name),
                 o.spec.platform
             ),
             Ok(None) => bail!(

@@ -100,10 +100,9 @@ pub async fn checks(
 async fn outpost_check(client: &FleetClient, outpost: &str) -> Check {
     let name = format!("outpost {outpost}");
     match client.get_outpost(outpost).await {
-        Ok(Some(o)) if o.spec.platform == Platform::Linux => Check::pass(
-            name,
-            format!("exists ({:?}), platform linux", o.metadata.name),
-        ),
+        Ok(Some(o)) if o.spec.platform == Platform::Linux => {
+            Check::pass(name, format!("exists ({:?}), platform linux", o.spec.name))
+        }
         Ok(Some(o)) => Check::fail(
             name,
             format!("its platform is {:?}, not linux", o.spec.platform),

@@ -188,6 +188,8 @@ impl Sandbox for HostBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Sandboxes are directories on this machine.
+            arch: crate::Arch::current(),
             suspend_keeps_memory: false,
             enforces_network_policy: false,
             snapshots: true,

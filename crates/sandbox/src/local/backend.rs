@@ -169,6 +169,8 @@ impl Sandbox for LocalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Containers on this machine run its architecture.
+            arch: crate::Arch::current(),
             suspend_keeps_memory: false,
             enforces_network_policy: true,
             snapshots: true,

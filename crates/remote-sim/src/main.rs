@@ -34,7 +34,8 @@ usage: devin-remote-sim serve
 Stand-in for devin-remote. `serve` reads DEVIN_OUTPOST_GATEWAY_URL,
 DEVIN_OUTPOST_CONNECT_TOKEN and DEVIN_OUTPOST_SESSION_ID (all required) and
 DEVIN_REMOTE_STATE_DIR (optional) from the environment, dials the gateway and
-runs what it sends until the session sleeps or ends.";
+runs what it sends until the session sleeps or ends. A DEVIN_CHROME_PATH that
+is not an executable file is refused at start (exit code 2).";
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

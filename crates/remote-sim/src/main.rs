@@ -68,6 +68,11 @@ fn serve() -> Outcome {
             return Outcome::Usage;
         }
     };
+    // The real remote's browser tool would use it; saying so in the session
+    // log shows which browser a session was given.
+    if let Some(chrome) = &config.chrome_path {
+        eprintln!("devin-remote-sim: browser at {}", chrome.display());
+    }
     // One thread is plenty: the simulator does one thing at a time, and a
     // small runtime keeps the static binary lean.
     let runtime = match tokio::runtime::Builder::new_current_thread()

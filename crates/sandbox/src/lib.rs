@@ -232,6 +232,16 @@ impl fmt::Display for Arch {
     }
 }
 
+/// Where machines and images commonly keep Chrome/Chromium, most likely
+/// first: what an imported image and the host are searched for, for
+/// `DEVIN_CHROME_PATH`.
+pub const CHROME_CANDIDATES: &[&str] = &[
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+    "/headless-shell/headless-shell",
+];
+
 /// What a process in a sandbox runs as and what the machine offers the
 /// remote beyond the common ground: the spawn contract's `USER`/`LOGNAME`,
 /// `DEVIN_CHROME_PATH` and desktop come from here, never from Garrison's

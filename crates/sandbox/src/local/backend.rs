@@ -181,6 +181,27 @@ impl Sandbox for LocalBackend {
         self.create_sandbox(spec).await
     }
 
+    /// Root runs everything in the container (see `oci::config`); the
+    /// browser is the one its image recorded (`chrome_path`, found when the
+    /// image was built or imported).
+    async fn machine(&self, handle: &Handle) -> Result<crate::MachineInfo> {
+        let chrome_path = match &handle.image {
+            Some(id) => {
+                self.config
+                    .images
+                    .resolve(id)
+                    .map_err(|e| fatal(e.context("reading the sandbox's image")))?
+                    .chrome_path
+            }
+            None => None,
+        };
+        Ok(crate::MachineInfo {
+            user: "root".to_owned(),
+            chrome_path,
+            display: None,
+        })
+    }
+
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
         let root = self.root(handle)?;
         if let Some(parent) = Path::new(path)

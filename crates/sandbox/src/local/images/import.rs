@@ -31,14 +31,6 @@ use super::progress::{self, CountingReader};
 use super::store::ImageStore;
 use super::{IMAGE_INFO_PATH, Image, Progress, tree};
 
-/// Where images commonly keep Chromium, for `chrome_path`.
-const CHROME_CANDIDATES: &[&str] = &[
-    "/usr/bin/chromium",
-    "/usr/bin/chromium-browser",
-    "/usr/bin/google-chrome",
-    "/headless-shell/headless-shell",
-];
-
 pub(crate) async fn import(
     store: &ImageStore,
     name: &str,
@@ -141,7 +133,7 @@ fn import_blocking(
     }
 
     p.stage("finalize");
-    image.chrome_path = CHROME_CANDIDATES
+    image.chrome_path = crate::CHROME_CANDIDATES
         .iter()
         .find(|path| layer::resolve_existing(&rootfs, Path::new(path)).is_ok())
         .map(|path| (*path).to_owned());

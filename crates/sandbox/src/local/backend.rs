@@ -62,7 +62,14 @@ pub struct LocalConfig {
     /// A statically linked tini, the containers' init.
     pub tini: PathBuf,
     pub runc: PathBuf,
+    /// Runs a desktop in every sandbox: Xvfb on [`DESKTOP_DISPLAY`], so the
+    /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The image must
+    /// have Xvfb (`desktop = true` in its recipe). Off by default.
+    pub desktop: bool,
 }
+
+/// The X display a sandbox's desktop runs on.
+pub const DESKTOP_DISPLAY: &str = ":99";
 
 impl LocalConfig {
     /// Defaults for a state directory: the tools from Debian's packages, the
@@ -80,6 +87,7 @@ impl LocalConfig {
             shim_exe,
             tini: PathBuf::from("/usr/bin/tini-static"),
             runc: PathBuf::from("/usr/sbin/runc"),
+            desktop: false,
         })
     }
 }
@@ -183,22 +191,23 @@ impl Sandbox for LocalBackend {
 
     /// Root runs everything in the container (see `oci::config`); the
     /// browser is the one its image recorded (`chrome_path`, found when the
-    /// image was built or imported).
+    /// image was built or imported); the desktop is there when it is turned
+    /// on (create started Xvfb, or refused an image without it).
     async fn machine(&self, handle: &Handle) -> Result<crate::MachineInfo> {
-        let chrome_path = match &handle.image {
-            Some(id) => {
+        let image = match &handle.image {
+            Some(id) => Some(
                 self.config
                     .images
                     .resolve(id)
-                    .map_err(|e| fatal(e.context("reading the sandbox's image")))?
-                    .chrome_path
-            }
+                    .map_err(|e| fatal(e.context("reading the sandbox's image")))?,
+            ),
             None => None,
         };
+        let has_xvfb = image.as_ref().is_some_and(|i| i.xvfb_path.is_some());
         Ok(crate::MachineInfo {
             user: "root".to_owned(),
-            chrome_path,
-            display: None,
+            chrome_path: image.and_then(|i| i.chrome_path),
+            display: (self.config.desktop && has_xvfb).then(|| DESKTOP_DISPLAY.to_owned()),
         })
     }
 

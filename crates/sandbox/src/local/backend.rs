@@ -41,6 +41,8 @@ use crate::{
     SandboxError, SandboxName, SandboxSpec, SnapshotRef,
 };
 
+#[cfg(test)]
+mod desktop_tests;
 mod lifecycle;
 mod process;
 

@@ -1,6 +1,11 @@
 //! The static `devin-remote` distribution, laid out like
-//! `static.devin.ai/devin-rs/remote/`: `latest_linux_x64`, the binary
-//! `devin-remote_<SHA>_linux_x64` and its `.sha256`.
+//! `static.devin.ai/devin-rs/remote/`: per Linux platform (`linux_x64`,
+//! `linux_arm64`) `latest_<platform>`, the binary
+//! `devin-remote_<SHA>_<platform>` and its `.sha256`.
+//!
+//! Both platforms serve the one binary loaded (the emulator runs where its
+//! sandboxes run, so it is built for the right one); what a test checks is
+//! which file an orchestrator asks for.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +22,8 @@ use sha2::{Digest, Sha256};
 
 use crate::server::{ApiError, Shared, SharedState, lock};
 
-const SUFFIX: &str = "_linux_x64";
+/// The platforms served, as they end a file name.
+const SUFFIXES: [&str; 2] = ["_linux_x64", "_linux_arm64"];
 const PREFIX: &str = "devin-remote_";
 
 /// Served when a corrupt build is asked for but no real binary is loaded.
@@ -118,17 +124,23 @@ impl Distribution {
 
     /// The body served for a file name under the distribution root.
     fn file(&self, name: &str) -> Option<(Bytes, &'static str)> {
-        if name == format!("latest{SUFFIX}") {
+        SUFFIXES
+            .into_iter()
+            .find_map(|suffix| self.platform_file(name, suffix))
+    }
+
+    fn platform_file(&self, name: &str, suffix: &str) -> Option<(Bytes, &'static str)> {
+        if name == format!("latest{suffix}") {
             let sha = self.latest.as_ref()?;
             return Some((Bytes::from(format!("{sha}\n")), "text/plain"));
         }
         let rest = name.strip_prefix(PREFIX)?;
-        if let Some(sha) = rest.strip_suffix(&format!("{SUFFIX}.sha256")) {
+        if let Some(sha) = rest.strip_suffix(&format!("{suffix}.sha256")) {
             let build = self.builds.get(sha)?;
-            let line = format!("{}  {PREFIX}{sha}{SUFFIX}\n", build.sha256_hex);
+            let line = format!("{}  {PREFIX}{sha}{suffix}\n", build.sha256_hex);
             return Some((Bytes::from(line), "text/plain"));
         }
-        let sha = rest.strip_suffix(SUFFIX)?;
+        let sha = rest.strip_suffix(suffix)?;
         let build = self.builds.get(sha)?;
         Some((build.bytes.clone(), "application/octet-stream"))
     }
@@ -173,6 +185,22 @@ mod tests {
         let sum = String::from_utf8(sum.to_vec()).unwrap();
         assert!(sum.starts_with(&sha256_hex(b"binary")));
         assert!(d.file("devin-remote_nope_linux_x64").is_none());
+    }
+
+    #[test]
+    fn both_linux_platforms_are_served_each_under_its_own_name() {
+        let d = Distribution::from_bytes(b"binary".to_vec());
+        let sha = d.latest().unwrap();
+        for platform in ["linux_x64", "linux_arm64"] {
+            let (latest, _) = d.file(&format!("latest_{platform}")).unwrap();
+            assert_eq!(latest.as_ref(), format!("{sha}\n").as_bytes());
+            let file = format!("devin-remote_{sha}_{platform}");
+            assert_eq!(d.file(&file).unwrap().0.as_ref(), b"binary");
+            let (sum, _) = d.file(&format!("{file}.sha256")).unwrap();
+            let sum = String::from_utf8(sum.to_vec()).unwrap();
+            assert_eq!(sum, format!("{}  {file}\n", sha256_hex(b"binary")));
+        }
+        assert!(d.file(&format!("devin-remote_{sha}_macos_arm64")).is_none());
     }
 
     #[test]

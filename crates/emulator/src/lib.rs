@@ -246,7 +246,7 @@ impl Emulator {
         server::lock(&self.shared.counts).clone()
     }
 
-    /// The SHA `latest_linux_x64` points at; empty when no binary is served.
+    /// The SHA `latest_linux_x64` (and `latest_linux_arm64`) points at; empty when no binary is served.
     pub fn remote_sha(&self) -> String {
         server::lock(&self.shared.dist).latest().unwrap_or_default()
     }

@@ -123,9 +123,9 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
         &emu,
         &outpost,
         vec![
-            run("ls"),
-            run("git -C repo log --oneline"),
-            run("cat repo/.git/config"),
+            run("ls; echo --; ls repos"),
+            run("git -C repos/repo log --oneline"),
+            run("cat repos/repo/.git/config"),
             run("env; cat /proc/self/environ | tr '\\0' '\\n'"),
         ],
         Then::Wait,
@@ -135,7 +135,13 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     })
     .await;
     let outputs = step_outputs(&emu, &id);
-    assert_eq!(outputs[0].trim(), "repo", "the workspace: {outputs:?}");
+    // Where devin-remote looks for a worker's repositories: `repos/<name>`
+    // under its working directory, and nothing else cloned beside them.
+    assert_eq!(
+        outputs[0].split_whitespace().collect::<Vec<_>>(),
+        ["repos", "--", "repo"],
+        "the remote's working directory, then repos/: {outputs:?}"
+    );
     assert!(outputs[1].contains(COMMIT_MESSAGE), "{outputs:?}");
     assert!(outputs[2].contains(&url), "origin is the URL: {outputs:?}");
     assert!(!outputs[2].contains("credential"), "{outputs:?}");
@@ -166,7 +172,7 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
         .unwrap()
         .detail;
     assert_eq!(detail["url"], url.as_str());
-    assert_eq!(detail["dir"], "repo");
+    assert_eq!(detail["dir"], "repos/repo");
 
     // While the session runs: not in any file of the sandbox (its workspace,
     // home, state, the clone process's directory), the state directory or
@@ -195,7 +201,7 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     emu.resume(
         &id,
         Script {
-            steps: vec![run("git -C repo log --oneline && ls")],
+            steps: vec![run("git -C repos/repo log --oneline && ls repos")],
             then: Then::End,
         },
     )
@@ -250,7 +256,7 @@ async fn a_failing_clone_fails_the_start_and_releases_the_claim() {
     assert!(rec.start_failures >= 1);
     let error = rec.error.unwrap_or_default();
     assert!(
-        error.contains("cloning file:///nonexistent/garrison-test/repo.git into repo failed"),
+        error.contains("cloning file:///nonexistent/garrison-test/repo.git into repos/repo failed"),
         "{error}"
     );
     assert!(!error.contains(&token));

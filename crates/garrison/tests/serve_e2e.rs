@@ -72,6 +72,54 @@ async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up(backend: Back
     );
 }
 
+/// The spawn contract's machine variables are the sandbox's, not
+/// Garrison's: `USER`/`LOGNAME` name the user the remote runs as (the test
+/// harness starts Garrison with `USER=garrison-test`, which must not leak
+/// through), and `DEVIN_CHROME_PATH` names a browser in the sandbox when it
+/// has one (on `host`, the machine's Chromium, which the simulator checks is
+/// executable before it connects).
+async fn the_remote_gets_the_sandboxes_user_and_browser(backend: Backend) {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), backend);
+
+    let id = session(&emu, &outpost, vec![run("env")], Then::End);
+    wait_until("terminated and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+
+    let outputs = step_outputs(&emu, &id);
+    let env: std::collections::BTreeMap<&str, &str> = outputs[0]
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .collect();
+    let user = match backend {
+        // Processes on `host` run as Garrison's own user.
+        Backend::Host => {
+            let out = std::process::Command::new("id")
+                .arg("-un")
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        }
+        Backend::Local | Backend::Tensorlake | Backend::Modal => "root".to_owned(),
+    };
+    assert_eq!(env.get("USER"), Some(&user.as_str()), "{env:?}");
+    assert_eq!(env.get("LOGNAME"), Some(&user.as_str()), "{env:?}");
+    let chromium = "/usr/bin/chromium";
+    let chrome = match backend {
+        Backend::Host if std::path::Path::new(chromium).exists() => Some(chromium),
+        // The default test image has no browser; the clouds' mocks neither.
+        _ => None,
+    };
+    assert_eq!(env.get("DEVIN_CHROME_PATH").copied(), chrome, "{env:?}");
+    assert!(!env.contains_key("DEVIN_OUTPOST_DESKTOP"), "{env:?}");
+    assert!(!env.contains_key("DISPLAY"), "{env:?}");
+}
+
 async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
@@ -488,6 +536,7 @@ macro_rules! on_each_backend {
 
 on_each_backend!(
     a_new_session_runs_its_steps_terminates_and_is_cleaned_up,
+    the_remote_gets_the_sandboxes_user_and_browser,
     a_suspended_session_resumes_with_its_files,
     two_garrisons_serve_twenty_sessions_exactly_once,
     a_checksum_mismatch_is_refused_and_the_claim_released,

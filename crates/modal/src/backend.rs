@@ -113,6 +113,8 @@ impl Sandbox for ModalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Modal Sandboxes run on x86_64 (no setting chooses otherwise).
+            arch: sandbox::Arch::X86_64,
             suspend_keeps_memory: false,
             enforces_network_policy: true,
             snapshots: true,

@@ -12,6 +12,8 @@ pub const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
 pub const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
 pub const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
 pub const DESKTOP: &str = "DEVIN_OUTPOST_DESKTOP";
+/// The X display of the sandbox's desktop, set with [`DESKTOP`].
+pub const DISPLAY: &str = "DISPLAY";
 
 /// The remote binary's file name inside the sandbox's bin directory.
 pub const REMOTE_BINARY: &str = "devin-remote";
@@ -24,10 +26,16 @@ pub struct RemoteLaunch<'a> {
     pub connect_token: &'a Secret,
     pub session_id: &'a str,
     pub state_dir: &'a str,
+    /// The sandbox's `HOME` ([`sandbox::Handle::home`]).
     pub home: &'a str,
+    /// The user the remote runs as in the sandbox (`USER`, `LOGNAME`), from
+    /// [`sandbox::MachineInfo`], never Garrison's own.
     pub user: &'a str,
+    /// A browser in the sandbox (`DEVIN_CHROME_PATH`), if it has one.
     pub chrome_path: Option<&'a str>,
-    pub desktop: bool,
+    /// The X display of a desktop running in the sandbox: with it the
+    /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`.
+    pub display: Option<&'a str>,
 }
 
 /// The complete environment of `devin-remote serve`.
@@ -50,8 +58,11 @@ pub fn remote_env(launch: &RemoteLaunch<'_>) -> BTreeMap<String, String> {
     if let Some(chrome) = launch.chrome_path {
         set(CHROME_PATH, chrome);
     }
-    if launch.desktop {
+    // The desktop stream needs a display to capture, so one is never
+    // announced without the other.
+    if let Some(display) = launch.display {
         set(DESKTOP, "true");
+        set(DISPLAY, display);
     }
     env
 }
@@ -76,7 +87,7 @@ mod tests {
             home: "/root",
             user: "root",
             chrome_path: None,
-            desktop: false,
+            display: None,
         });
         let keys: Vec<&str> = env.keys().map(String::as_str).collect();
         assert_eq!(
@@ -97,5 +108,47 @@ mod tests {
         );
         assert_eq!(env[CONNECT_TOKEN], "ct-123");
         assert!(!env.contains_key("DEVIN_OUTPOSTS_TOKEN"));
+    }
+
+    #[test]
+    fn a_browser_and_a_desktop_add_exactly_their_variables() {
+        let token = Secret::new("ct-123");
+        let launch = |chrome_path, display| {
+            remote_env(&RemoteLaunch {
+                gateway_url: "wss://g",
+                connect_token: &token,
+                session_id: "devin-1",
+                state_dir: "/state",
+                home: "/home/dev",
+                user: "dev",
+                chrome_path,
+                display,
+            })
+        };
+        let bare = launch(None, None);
+        assert_eq!(
+            (bare["USER"].as_str(), bare["LOGNAME"].as_str()),
+            ("dev", "dev")
+        );
+        for key in [CHROME_PATH, DESKTOP, DISPLAY] {
+            assert!(!bare.contains_key(key), "{key}");
+        }
+
+        let browser = launch(Some("/usr/bin/chromium"), None);
+        assert_eq!(browser[CHROME_PATH], "/usr/bin/chromium");
+        assert_eq!(browser.len(), bare.len() + 1);
+
+        let desktop = launch(None, Some(":99"));
+        assert_eq!(desktop[DESKTOP], "true");
+        assert_eq!(desktop[DISPLAY], ":99");
+        assert_eq!(desktop.len(), bare.len() + 2);
+
+        let both = launch(Some("/usr/bin/chromium"), Some(":99"));
+        let added: Vec<&str> = both
+            .keys()
+            .filter(|k| !bare.contains_key(*k))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(added, [CHROME_PATH, DESKTOP, DISPLAY]);
     }
 }

@@ -59,21 +59,25 @@ impl ResolveError {
     }
 }
 
+/// Fetches, verifies and caches `devin-remote` builds, per sandbox
+/// architecture.
 pub struct RemoteResolver {
     http: reqwest::Client,
     base: Url,
     cache_dir: PathBuf,
-    suffix: &'static str,
-    latest: Mutex<Option<(String, Instant)>>,
-    /// Binaries verified by this process: sha -> resolved.
-    verified: Mutex<HashMap<String, ResolvedRemote>>,
+    /// The newest SHA per platform suffix, and when it was read.
+    latest: Mutex<HashMap<&'static str, (String, Instant)>>,
+    /// Binaries verified by this process: (sha, suffix) -> resolved.
+    verified: Mutex<HashMap<(String, &'static str), ResolvedRemote>>,
 }
 
-/// The distribution's name for this machine's platform.
-pub fn platform_suffix() -> &'static str {
-    match std::env::consts::ARCH {
-        "aarch64" => "linux_arm64",
-        _ => "linux_x64",
+/// The distribution's name for the platform of a sandbox of `arch`: the
+/// remote runs in the sandbox, so its architecture decides, not the
+/// orchestrator's.
+pub fn platform_suffix(arch: sandbox::Arch) -> &'static str {
+    match arch {
+        sandbox::Arch::Aarch64 => "linux_arm64",
+        sandbox::Arch::X86_64 => "linux_x64",
     }
 }
 
@@ -90,11 +94,26 @@ pub fn validate_sha(sha: &str) -> Result<(), ResolveError> {
     }
 }
 
-/// Reads the first 64-hex-digit token of a `.sha256` file.
-pub fn parse_sha256_file(text: &str) -> Option<String> {
-    text.split(|c: char| !c.is_ascii_hexdigit())
-        .find(|token| token.len() == 64)
-        .map(|t| t.to_ascii_lowercase())
+/// Reads a `.sha256` file: the hex digest alone, or followed by the name of
+/// the file it is for (`sha256sum` output, `*` marking binary mode). Any
+/// other shape is refused with the reason, as is a digest for another file
+/// than `file` (say, another platform's build).
+pub fn parse_sha256_file(text: &str, file: &str) -> Result<String, String> {
+    let mut tokens = text.split_whitespace();
+    let digest = tokens.next().ok_or("it is empty")?;
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("it does not begin with a 64-hex-digit SHA-256".to_owned());
+    }
+    if let Some(name) = tokens.next() {
+        let name = name.strip_prefix('*').unwrap_or(name);
+        if name != file {
+            return Err(format!("it is the digest of {name:?}, not {file:?}"));
+        }
+    }
+    if tokens.next().is_some() {
+        return Err("more follows the digest and the file name".to_owned());
+    }
+    Ok(digest.to_ascii_lowercase())
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -118,36 +137,42 @@ impl RemoteResolver {
             http,
             base,
             cache_dir,
-            suffix: platform_suffix(),
-            latest: Mutex::new(None),
+            latest: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The binary for `pinned`, or the latest when `None`: from the cache
-    /// when it is there and intact, else downloaded and verified.
-    pub async fn resolve(&self, pinned: Option<&str>) -> Result<ResolvedRemote, ResolveError> {
+    /// The build for sandboxes of `arch` at `pinned`, or the latest when
+    /// `None`: from the cache when it is there and intact, else downloaded
+    /// and verified.
+    pub async fn resolve(
+        &self,
+        pinned: Option<&str>,
+        arch: sandbox::Arch,
+    ) -> Result<ResolvedRemote, ResolveError> {
+        let suffix = platform_suffix(arch);
         let sha = match pinned {
             Some(sha) => sha.to_ascii_lowercase(),
-            None => self.latest_sha().await?,
+            None => self.latest_sha(suffix).await?,
         };
         validate_sha(&sha)?;
+        let key = (sha, suffix);
         if let Some(hit) = self
             .verified
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&sha)
+            .get(&key)
         {
             return Ok(hit.clone());
         }
-        let resolved = match self.cached(&sha).await {
+        let resolved = match self.cached(&key.0, suffix).await {
             Some(hit) => hit,
-            None => self.download(&sha).await?,
+            None => self.download(&key.0, suffix).await?,
         };
         self.verified
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(sha, resolved.clone());
+            .insert(key, resolved.clone());
         Ok(resolved)
     }
 
@@ -164,7 +189,7 @@ impl RemoteResolver {
             self.verified
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .remove(&remote.sha);
+                .retain(|_, resolved| resolved.path != remote.path);
             let _ = std::fs::remove_file(&remote.path);
             return Err(ResolveError::ChecksumMismatch {
                 sha: remote.sha.clone(),
@@ -175,8 +200,8 @@ impl RemoteResolver {
         Ok(bytes)
     }
 
-    fn file_name(&self, sha: &str) -> String {
-        format!("devin-remote_{sha}_{}", self.suffix)
+    fn file_name(sha: &str, suffix: &str) -> String {
+        format!("devin-remote_{sha}_{suffix}")
     }
 
     fn url(&self, file: &str) -> Result<Url, ResolveError> {
@@ -185,17 +210,23 @@ impl RemoteResolver {
             .map_err(|e| ResolveError::Invalid(e.to_string()))
     }
 
-    async fn latest_sha(&self) -> Result<String, ResolveError> {
-        if let Some((sha, at)) = &*self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    async fn latest_sha(&self, suffix: &'static str) -> Result<String, ResolveError> {
+        if let Some((sha, at)) = self
+            .latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(suffix)
             && at.elapsed() < LATEST_TTL
         {
             return Ok(sha.clone());
         }
-        let text = self.get_text(&format!("latest_{}", self.suffix)).await?;
+        let text = self.get_text(&format!("latest_{suffix}")).await?;
         let sha = text.trim().to_ascii_lowercase();
         validate_sha(&sha)?;
-        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((sha.clone(), Instant::now()));
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(suffix, (sha.clone(), Instant::now()));
         Ok(sha)
     }
 
@@ -241,17 +272,18 @@ impl RemoteResolver {
         Ok(body)
     }
 
-    fn cache_paths(&self, sha: &str) -> (PathBuf, PathBuf) {
-        let binary = self.cache_dir.join(self.file_name(sha));
+    fn cache_paths(&self, sha: &str, suffix: &str) -> (PathBuf, PathBuf) {
+        let binary = self.cache_dir.join(Self::file_name(sha, suffix));
         let digest = binary.with_extension("sha256");
         (binary, digest)
     }
 
     /// A cached binary whose bytes still match the digest recorded when it
     /// was downloaded and verified.
-    async fn cached(&self, sha: &str) -> Option<ResolvedRemote> {
-        let (binary, digest_file) = self.cache_paths(sha);
-        let expected = parse_sha256_file(&tokio::fs::read_to_string(&digest_file).await.ok()?)?;
+    async fn cached(&self, sha: &str, suffix: &str) -> Option<ResolvedRemote> {
+        let (binary, digest_file) = self.cache_paths(sha, suffix);
+        let recorded = tokio::fs::read_to_string(&digest_file).await.ok()?;
+        let expected = parse_sha256_file(&recorded, &Self::file_name(sha, suffix)).ok()?;
         let bytes = tokio::fs::read(&binary).await.ok()?;
         if hex_sha256(&bytes) != expected {
             tracing::warn!(sha, "cached devin-remote is corrupt; downloading it again");
@@ -264,11 +296,11 @@ impl RemoteResolver {
         })
     }
 
-    async fn download(&self, sha: &str) -> Result<ResolvedRemote, ResolveError> {
-        let file = self.file_name(sha);
+    async fn download(&self, sha: &str, suffix: &str) -> Result<ResolvedRemote, ResolveError> {
+        let file = Self::file_name(sha, suffix);
         let published = self.get_text(&format!("{file}.sha256")).await?;
-        let expected = parse_sha256_file(&published).ok_or_else(|| {
-            ResolveError::Invalid(format!("{file}.sha256 holds no SHA-256 digest"))
+        let expected = parse_sha256_file(&published, &file).map_err(|reason| {
+            ResolveError::Invalid(format!("{file}.sha256 is refused: {reason}"))
         })?;
         let bytes = self.get_bytes(&file, MAX_BINARY_BYTES).await?;
         let actual = hex_sha256(&bytes);
@@ -279,7 +311,7 @@ impl RemoteResolver {
                 actual,
             });
         }
-        let (binary, digest_file) = self.cache_paths(sha);
+        let (binary, digest_file) = self.cache_paths(sha, suffix);
         let cache_error = |e: std::io::Error| ResolveError::Cache(anyhow::Error::new(e));
         write_private(&binary, &bytes, 0o700).map_err(cache_error)?;
         write_private(
@@ -328,17 +360,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sha256_file_parsing_takes_the_first_digest() {
+    fn a_sha256_file_holds_the_digest_and_at_most_the_file_name() {
         let d = "a".repeat(64);
-        assert_eq!(
-            parse_sha256_file(&format!("{d}  devin-remote_x_linux_x64\n")),
-            Some(d.clone())
-        );
-        assert_eq!(
-            parse_sha256_file(&format!("sha256:{}", d.to_uppercase())),
-            Some(d)
-        );
-        assert_eq!(parse_sha256_file("abc"), None);
+        let file = "devin-remote_abc1234_linux_x64";
+        let parse = |text: &str| parse_sha256_file(text, file);
+        assert_eq!(parse(&format!("{d}\n")), Ok(d.clone()));
+        assert_eq!(parse(&format!("{d}  {file}\n")), Ok(d.clone()));
+        // `sha256sum -b` marks the name with `*`.
+        assert_eq!(parse(&format!("{d} *{file}")), Ok(d.clone()));
+        assert_eq!(parse(&d.to_uppercase()), Ok(d.clone()));
+        for bad in [
+            String::new(),
+            "abc".to_owned(),
+            format!("sha256:{d}"),
+            format!("{d}0"),
+            format!("{d}  devin-remote_abc1234_linux_arm64"),
+            format!("{d}  {file}  extra"),
+            format!("<html>{d}</html>"),
+        ] {
+            let err = parse(&bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad:?}");
+        }
+    }
+
+    /// Serves `latest_<suffix>`, the binary and its `.sha256` for both
+    /// Linux suffixes, with different bytes each.
+    async fn distribution() -> String {
+        use axum::extract::Path as UrlPath;
+        async fn file(UrlPath(name): UrlPath<String>) -> Result<Vec<u8>, axum::http::StatusCode> {
+            for suffix in ["linux_x64", "linux_arm64"] {
+                let bytes = format!("#!/bin/sh\n# {suffix}\n").into_bytes();
+                let binary = format!("devin-remote_{DIST_SHA}_{suffix}");
+                if name == format!("latest_{suffix}") {
+                    return Ok(format!("{DIST_SHA}\n").into_bytes());
+                } else if name == binary {
+                    return Ok(bytes);
+                } else if name == format!("{binary}.sha256") {
+                    return Ok(format!("{}  {binary}\n", hex_sha256(&bytes)).into_bytes());
+                }
+            }
+            Err(axum::http::StatusCode::NOT_FOUND)
+        }
+        let app = axum::Router::new().route("/{file}", axum::routing::get(file));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    const DIST_SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[tokio::test]
+    async fn the_build_follows_the_sandboxes_architecture() {
+        let url = distribution().await;
+        let dir = tempfile::tempdir().unwrap();
+        let resolver = RemoteResolver::new(&url, dir.path().join("cache")).unwrap();
+        for (arch, suffix) in [
+            (sandbox::Arch::Aarch64, "linux_arm64"),
+            (sandbox::Arch::X86_64, "linux_x64"),
+        ] {
+            for pinned in [None, Some(DIST_SHA)] {
+                let remote = resolver.resolve(pinned, arch).await.unwrap();
+                assert_eq!(remote.sha, DIST_SHA);
+                assert!(
+                    remote.path.to_string_lossy().ends_with(suffix),
+                    "{arch}: {}",
+                    remote.path.display()
+                );
+                let bytes = resolver.verified_bytes(&remote).await.unwrap();
+                assert_eq!(bytes, format!("#!/bin/sh\n# {suffix}\n").into_bytes());
+            }
+        }
     }
 
     #[test]

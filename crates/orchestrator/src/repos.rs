@@ -26,15 +26,23 @@ pub const GIT_TOKEN_ENV: &str = "GIT_TOKEN";
 /// GitHub expects; GitLab and others accept any name with a token).
 pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
 
-/// One repository and the directory (in the workspace) it is cloned into.
+/// The directory, under the remote's working directory, that holds the
+/// session's repositories: where `devin-remote` looks for a worker's
+/// repositories (`<worker dir>/repos/<name>`, using those it finds and
+/// cloning missing ones on demand), so the ones cloned here are the ones the
+/// agent works in.
+pub const REPOS_DIR: &str = "repos";
+
+/// One repository and the directory it is cloned into.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedClone {
     pub url: String,
+    /// Relative to the remote's working directory: `repos/<name>`.
     pub dir: String,
 }
 
-/// Validates the URLs and gives each its directory; two URLs with the same
-/// name get `name`, `name-2`, ...
+/// Validates the URLs and gives each its directory, `repos/<name>`; two
+/// URLs with the same name get `name`, `name-2`, ...
 pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
     let mut taken = HashSet::new();
     let mut planned = Vec::new();
@@ -47,7 +55,10 @@ pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
             dir = format!("{base}-{n}");
             n += 1;
         }
-        planned.push(PlannedClone { url, dir });
+        planned.push(PlannedClone {
+            url,
+            dir: format!("{REPOS_DIR}/{dir}"),
+        });
     }
     Ok(planned)
 }
@@ -66,7 +77,10 @@ mod tests {
         ]
         .map(String::from);
         let dirs: Vec<String> = plan(&urls).unwrap().into_iter().map(|c| c.dir).collect();
-        assert_eq!(dirs, ["repo", "repo-2", "repo-3", "other"]);
+        assert_eq!(
+            dirs,
+            ["repos/repo", "repos/repo-2", "repos/repo-3", "repos/other"]
+        );
         assert!(plan(&["ftp://x/y".to_owned()]).is_err());
     }
 }

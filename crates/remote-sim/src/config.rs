@@ -13,6 +13,7 @@ pub const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
 pub const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
 pub const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
 pub const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
+pub const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
 /// Simulator only (the real remote has no such knob): how long to keep
 /// retrying an unreachable gateway, in seconds. Lets tests of the
 /// "unreachable" exit finish quickly.
@@ -26,6 +27,7 @@ pub struct Config {
     pub session_id: String,
     pub state_dir: PathBuf,
     pub connect_budget: Duration,
+    pub chrome_path: Option<PathBuf>,
 }
 
 /// Where to dial, already checked to be a `ws://` URL with a host.
@@ -136,8 +138,33 @@ impl Config {
             session_id,
             state_dir,
             connect_budget,
+            chrome_path: get(CHROME_PATH).map(|p| check_chrome(&p)).transpose()?,
         })
     }
+}
+
+/// The real remote hands `DEVIN_CHROME_PATH` to its browser tool, which
+/// fails only when the agent first opens a page; the simulator refuses a
+/// path that is not an executable file at start, so an orchestrator that
+/// passes a wrong one fails its tests at once.
+fn check_chrome(path: &str) -> Result<PathBuf, ConfigError> {
+    use std::os::unix::fs::PermissionsExt;
+    let invalid = |why: String| ConfigError::Invalid {
+        name: CHROME_PATH,
+        reason: format!("{path:?} {why}"),
+    };
+    let path_buf = PathBuf::from(path);
+    if !path_buf.is_absolute() {
+        return Err(invalid("is not an absolute path".into()));
+    }
+    let meta = std::fs::metadata(&path_buf).map_err(|e| invalid(format!("cannot be used: {e}")))?;
+    if !meta.is_file() {
+        return Err(invalid("is not a file".into()));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(invalid("is not executable".into()));
+    }
+    Ok(path_buf)
 }
 
 fn parse_gateway(url: &str) -> Result<Gateway, ConfigError> {
@@ -235,6 +262,42 @@ mod tests {
         assert_eq!((g.host.as_str(), g.port), ("::1", 8080));
         let g = parse_gateway("ws://localhost/g").unwrap();
         assert_eq!((g.host.as_str(), g.port), ("localhost", 80));
+    }
+
+    #[test]
+    fn a_chrome_path_must_be_an_executable_file() {
+        let dir = std::env::temp_dir().join(format!("sim-chrome-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("chromium");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        let plain = dir.join("not-executable");
+        std::fs::write(&plain, "").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let with = |path: &str| {
+            let mut pairs = FULL.to_vec();
+            pairs.push((CHROME_PATH, path));
+            Config::from_env(env(&pairs))
+        };
+
+        let config = with(exe.to_str().unwrap()).unwrap();
+        assert_eq!(config.chrome_path, Some(exe.clone()));
+        assert_eq!(Config::from_env(env(&FULL)).unwrap().chrome_path, None);
+        for bad in [
+            plain.to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "/nonexistent/chromium",
+            "chromium",
+        ] {
+            let err = with(bad).err().unwrap();
+            assert!(
+                matches!(&err, ConfigError::Invalid { name, .. } if *name == CHROME_PATH),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

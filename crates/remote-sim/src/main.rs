@@ -34,7 +34,8 @@ usage: devin-remote-sim serve
 Stand-in for devin-remote. `serve` reads DEVIN_OUTPOST_GATEWAY_URL,
 DEVIN_OUTPOST_CONNECT_TOKEN and DEVIN_OUTPOST_SESSION_ID (all required) and
 DEVIN_REMOTE_STATE_DIR (optional) from the environment, dials the gateway and
-runs what it sends until the session sleeps or ends.";
+runs what it sends until the session sleeps or ends. A DEVIN_CHROME_PATH that
+is not an executable file is refused at start (exit code 2).";
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -67,6 +68,11 @@ fn serve() -> Outcome {
             return Outcome::Usage;
         }
     };
+    // The real remote's browser tool would use it; saying so in the session
+    // log shows which browser a session was given.
+    if let Some(chrome) = &config.chrome_path {
+        eprintln!("devin-remote-sim: browser at {}", chrome.display());
+    }
     // One thread is plenty: the simulator does one thing at a time, and a
     // small runtime keeps the static binary lean.
     let runtime = match tokio::runtime::Builder::new_current_thread()

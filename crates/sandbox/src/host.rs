@@ -34,8 +34,8 @@ use crate::names::is_plain_id;
 use crate::shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
 use crate::snapshot_dir::{SnapshotDir, list_handles, read_chunk};
 use crate::{
-    Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
-    SandboxError, SandboxName, SandboxSpec, SnapshotRef,
+    Capabilities, Handle, MachineInfo, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result,
+    Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
 };
 
 const HANDLE_FILE: &str = "handle.json";
@@ -174,6 +174,27 @@ fn io_fatal(context: String) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| SandboxError::Fatal(anyhow::Error::new(e).context(context))
 }
 
+/// The name of the effective user, or its uid when it has no name (a
+/// container started with an arbitrary `--user`).
+fn effective_user() -> String {
+    let uid = nix::unistd::geteuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => uid.to_string(),
+    }
+}
+
+/// The first of [`crate::CHROME_CANDIDATES`] that is an executable file on
+/// this machine.
+fn host_chrome() -> Option<String> {
+    crate::CHROME_CANDIDATES
+        .iter()
+        .find(|path| {
+            fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .map(|path| (*path).to_owned())
+}
+
 fn mkdir_private(path: &Path) -> Result<()> {
     fs::create_dir_all(path).map_err(io_fatal(format!("creating {}", path.display())))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o700))
@@ -188,10 +209,24 @@ impl Sandbox for HostBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Sandboxes are directories on this machine.
+            arch: crate::Arch::current(),
             suspend_keeps_memory: false,
             enforces_network_policy: false,
             snapshots: true,
         }
+    }
+
+    /// Processes run as Garrison's own user, on this machine: its name is
+    /// looked up from the effective uid (not `$USER`, which whoever started
+    /// Garrison may have set to anything), and the machine's Chrome/Chromium
+    /// is the sandbox's browser. No desktop is provided.
+    async fn machine(&self, _handle: &Handle) -> Result<MachineInfo> {
+        Ok(MachineInfo {
+            user: effective_user(),
+            chrome_path: host_chrome(),
+            display: None,
+        })
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {

@@ -12,5 +12,5 @@ mod plugin;
 pub mod rootfs;
 mod runc;
 
-pub use backend::{LocalBackend, LocalConfig};
+pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV};

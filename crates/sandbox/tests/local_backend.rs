@@ -43,6 +43,7 @@ fn config() -> Option<LocalConfig> {
         shim_exe: shim,
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
+        desktop: false,
     })
 }
 

@@ -151,6 +151,8 @@ impl Sandbox for TensorlakeBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Tensorlake's microVMs are x86_64 (no setting chooses otherwise).
+            arch: sandbox::Arch::X86_64,
             suspend_keeps_memory: true,
             enforces_network_policy: true,
             snapshots: true,

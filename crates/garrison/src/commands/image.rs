@@ -338,6 +338,7 @@ mod tests {
             created_at_ms: 0,
             size_bytes: 240 * 1024 * 1024,
             chrome_path: chrome.map(str::to_owned),
+            xvfb_path: None,
             source: "recipe:x".to_owned(),
         };
         let out = table(&[image("default", None), image("", Some("/usr/bin/chromium"))]);

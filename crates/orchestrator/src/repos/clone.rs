@@ -21,7 +21,9 @@ const OUTPUT_CHUNK: usize = 256 * 1024;
 /// Output quoted in an error, from its end.
 const ERROR_OUTPUT: usize = 2000;
 
-/// Clones one repository into the sandbox's workspace: spawns `clone-<n>`,
+/// Clones one repository into `clone.dir` (`repos/<name>`) under the
+/// sandbox's workdir, the directory the remote is started in (git makes
+/// `repos/` itself): spawns `clone-<n>`,
 /// waits for it, copies its output into the session log, then reads the
 /// clone's `.git/config` back (process `clone-<n>-check`) and refuses a
 /// credential helper or the token in it.

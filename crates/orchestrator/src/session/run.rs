@@ -34,6 +34,14 @@ impl SessionRunner {
             .context("the claim gave no gateway URL")?;
         // A sandbox may see the host under another address than loopback.
         let gateway_url = self.deps.backend.gateway_url_for(&handle, &gateway_url);
+        // The user, browser and desktop are the sandbox's: Garrison's own
+        // `USER` names whoever started Garrison, not who runs the remote.
+        let machine = self
+            .deps
+            .backend
+            .machine(&handle)
+            .await
+            .map_err(|e| anyhow!(e).context("asking the backend about the sandbox"))?;
         let name = format!("remote-{}", now_ms());
         let env = contract::remote_env(&RemoteLaunch {
             gateway_url: &gateway_url,
@@ -41,9 +49,9 @@ impl SessionRunner {
             session_id: self.id(),
             state_dir: &handle.state_dir,
             home: &handle.home,
-            user: &current_user(),
-            chrome_path: None,
-            desktop: false,
+            user: &machine.user,
+            chrome_path: machine.chrome_path.as_deref(),
+            display: machine.display.as_deref(),
         });
         let spec = ProcessSpec {
             name: name.clone(),
@@ -109,12 +117,4 @@ impl SessionRunner {
             }
         }
     }
-}
-
-fn current_user() -> String {
-    nix_user().unwrap_or_else(|| "root".to_owned())
-}
-
-fn nix_user() -> Option<String> {
-    std::env::var("USER").ok().filter(|u| !u.is_empty())
 }

@@ -85,7 +85,12 @@ impl SessionRunner {
         }
         let entry = self.current_entry().await.map_err(StartError::Failed)?;
         let pinned = entry.spec.remote_binary_sha.clone();
-        let remote = match self.deps.resolver.resolve(pinned.as_deref()).await {
+        let remote = match self
+            .deps
+            .resolver
+            .resolve(pinned.as_deref(), self.deps.backend.capabilities().arch)
+            .await
+        {
             Ok(remote) => remote,
             Err(e) if e.is_checksum_mismatch() => {
                 Metrics::inc(&self.deps.metrics.checksum_refusals);

@@ -65,7 +65,10 @@ impl World {
     fn resolver(&self) -> RemoteResolver {
         let cache = self.dir.path().join("cache");
         let resolver = RemoteResolver::new("http://127.0.0.1:9/", cache.clone()).unwrap();
-        let file = format!("devin-remote_{SHA}_{}", crate::remote::platform_suffix());
+        let file = format!(
+            "devin-remote_{SHA}_{}",
+            crate::remote::platform_suffix(sandbox::Arch::current())
+        );
         let bytes = b"#!/bin/sh\n";
         std::fs::write(cache.join(&file), bytes).unwrap();
         let digest = hex::encode(Sha256::digest(bytes));

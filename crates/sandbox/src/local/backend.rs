@@ -41,6 +41,8 @@ use crate::{
     SandboxError, SandboxName, SandboxSpec, SnapshotRef,
 };
 
+#[cfg(test)]
+mod desktop_tests;
 mod lifecycle;
 mod process;
 
@@ -62,7 +64,14 @@ pub struct LocalConfig {
     /// A statically linked tini, the containers' init.
     pub tini: PathBuf,
     pub runc: PathBuf,
+    /// Runs a desktop in every sandbox: Xvfb on [`DESKTOP_DISPLAY`], so the
+    /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The image must
+    /// have Xvfb (`desktop = true` in its recipe). Off by default.
+    pub desktop: bool,
 }
+
+/// The X display a sandbox's desktop runs on.
+pub const DESKTOP_DISPLAY: &str = ":99";
 
 impl LocalConfig {
     /// Defaults for a state directory: the tools from Debian's packages, the
@@ -80,6 +89,7 @@ impl LocalConfig {
             shim_exe,
             tini: PathBuf::from("/usr/bin/tini-static"),
             runc: PathBuf::from("/usr/sbin/runc"),
+            desktop: false,
         })
     }
 }
@@ -169,6 +179,8 @@ impl Sandbox for LocalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // Containers on this machine run its architecture.
+            arch: crate::Arch::current(),
             suspend_keeps_memory: false,
             enforces_network_policy: true,
             snapshots: true,
@@ -177,6 +189,28 @@ impl Sandbox for LocalBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         self.create_sandbox(spec).await
+    }
+
+    /// Root runs everything in the container (see `oci::config`); the
+    /// browser is the one its image recorded (`chrome_path`, found when the
+    /// image was built or imported); the desktop is there when it is turned
+    /// on (create started Xvfb, or refused an image without it).
+    async fn machine(&self, handle: &Handle) -> Result<crate::MachineInfo> {
+        let image = match &handle.image {
+            Some(id) => Some(
+                self.config
+                    .images
+                    .resolve(id)
+                    .map_err(|e| fatal(e.context("reading the sandbox's image")))?,
+            ),
+            None => None,
+        };
+        let has_xvfb = image.as_ref().is_some_and(|i| i.xvfb_path.is_some());
+        Ok(crate::MachineInfo {
+            user: "root".to_owned(),
+            chrome_path: image.and_then(|i| i.chrome_path),
+            display: (self.config.desktop && has_xvfb).then(|| DESKTOP_DISPLAY.to_owned()),
+        })
     }
 
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {

@@ -78,6 +78,10 @@ pub struct Image {
     pub size_bytes: u64,
     /// `DEVIN_CHROME_PATH` for sessions on this image, when it has Chromium.
     pub chrome_path: Option<String>,
+    /// The image's Xvfb, when it has one: what a desktop runs on. Images
+    /// recorded before desktops existed have none.
+    #[serde(default)]
+    pub xvfb_path: Option<String>,
     /// `recipe:<recipe hash>` or `import:<file name>`.
     pub source: String,
 }

@@ -1,5 +1,6 @@
-//! The local backend as the registry lists it: its one setting, and the
-//! check at start that there is an image to run sessions on.
+//! The local backend as the registry lists it: its settings (the static
+//! shim, the desktop), and the check at start that there is an image to run
+//! sessions on.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +15,11 @@ use super::{LocalBackend, LocalConfig};
 /// Where the statically linked `garrison-shim` is, if not next to the
 /// running binary (tests and development builds).
 pub const STATIC_SHIM_ENV: &str = "GARRISON_STATIC_SHIM";
+
+/// Turns on a desktop (Xvfb) in every sandbox; see [`LocalConfig::desktop`].
+pub const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
+/// The `garrison.toml` key of [`DESKTOP_ENV`].
+pub const DESKTOP_KEY: &str = "desktop";
 
 /// Containers on this machine: the embedded default.
 pub struct LocalPlugin;
@@ -30,6 +36,16 @@ impl BackendPlugin for LocalPlugin {
         "a container per session on this machine"
     }
 
+    fn settings_help(&self) -> &'static str {
+        "  SANDBOX_DESKTOP (or desktop = true in the file): run Xvfb in each sandbox
+  and give the remote DISPLAY and DEVIN_OUTPOST_DESKTOP=true; the image must
+  have Xvfb (a recipe with desktop = true) [default: false]."
+    }
+
+    fn file_keys(&self) -> &'static [&'static str] {
+        &[DESKTOP_KEY]
+    }
+
     fn setup_hint(&self) -> &'static str {
         "run scripts/setup as root, or `garrison doctor --backend local` to see what is missing"
     }
@@ -38,10 +54,21 @@ impl BackendPlugin for LocalPlugin {
         &self,
         settings: &dyn SettingsSource,
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
+        let desktop = match settings.get(DESKTOP_ENV, DESKTOP_KEY) {
+            None => false,
+            Some(value) => match value.value.trim() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(value.invalid(format!("{other:?} is not true or false")));
+                }
+            },
+        };
         Ok(Arc::new(Local {
             static_shim: settings
                 .var(STATIC_SHIM_ENV)
                 .map(|v| PathBuf::from(v.value)),
+            desktop,
         }))
     }
 }
@@ -50,6 +77,7 @@ impl BackendPlugin for LocalPlugin {
 struct Local {
     /// `None`: `garrison-shim` next to the running binary.
     static_shim: Option<PathBuf>,
+    desktop: bool,
 }
 
 impl ConfiguredBackend for Local {
@@ -58,8 +86,9 @@ impl ConfiguredBackend for Local {
             .static_shim
             .clone()
             .unwrap_or_else(|| placement.exe.with_file_name("garrison-shim"));
-        let config =
+        let mut config =
             LocalConfig::for_state_dir(&placement.state_dir, &placement.snapshot_dir, static_shim)?;
+        config.desktop = self.desktop;
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
         config.images.resolve(&config.default_image).map_err(|e| {
@@ -72,5 +101,30 @@ impl ConfiguredBackend for Local {
             )
         })?;
         Ok(Arc::new(LocalBackend::new(config)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use common::settings::MapSource;
+
+    use super::*;
+
+    fn desktop(pairs: &[(&str, &str)]) -> Result<bool, SettingsError> {
+        let configured = PLUGIN.configure(&MapSource::vars(pairs))?;
+        Ok(configured
+            .downcast_ref::<Local>()
+            .expect("the local backend")
+            .desktop)
+    }
+
+    #[test]
+    fn the_desktop_is_off_unless_turned_on() {
+        assert!(!desktop(&[]).unwrap());
+        assert!(desktop(&[(DESKTOP_ENV, "true")]).unwrap());
+        assert!(!desktop(&[(DESKTOP_ENV, "0")]).unwrap());
+        let err = desktop(&[(DESKTOP_ENV, "yes please")]).unwrap_err();
+        assert!(err.to_string().contains(DESKTOP_ENV), "{err}");
+        assert!(PLUGIN.file_keys().contains(&DESKTOP_KEY));
     }
 }

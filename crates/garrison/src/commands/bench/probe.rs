@@ -24,7 +24,7 @@ pub async fn start_steps(
     shim_exe: &Path,
 ) -> anyhow::Result<StartSteps> {
     let resolver = RemoteResolver::new(&emu.static_base_url(), root.join("cache"))?;
-    let remote = resolver.resolve(None).await?;
+    let remote = resolver.resolve(None, sandbox::Arch::current()).await?;
     let backend = HostBackend::new(HostConfig {
         root: root.join("host"),
         snapshot_dir: root.join("snapshots"),

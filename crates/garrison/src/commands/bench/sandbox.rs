@@ -321,6 +321,7 @@ fn local_config(
         shim_exe,
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
+        desktop: false,
     };
     Ok((config, format!("{} ({})", args.image, short_id(&image.id))))
 }

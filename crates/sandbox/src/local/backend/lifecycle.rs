@@ -3,17 +3,18 @@
 //! container) and tearing all of it down again, whether after a failed or
 //! interrupted create or on destroy.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
 
-use super::{HANDLE_FILE, LocalBackend, NET_FILE, fatal};
+use super::{DESKTOP_DISPLAY, HANDLE_FILE, LocalBackend, NET_FILE, fatal};
 use crate::local::oci::{self, ContainerConfig};
 use crate::local::rootfs::Root;
 use crate::local::{archive, disk, net};
 use crate::shim;
-use crate::{Handle, Result, SandboxError, SandboxSpec};
+use crate::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec};
 
 impl LocalBackend {
     /// `Sandbox::create`. Remains of an interrupted create are removed
@@ -33,7 +34,11 @@ impl LocalBackend {
                 .map_err(fatal)?;
         }
         std::fs::create_dir_all(&dir).map_err(fatal)?;
-        match self.build(spec, &dir).await {
+        let built = match self.build(spec, &dir).await {
+            Ok(handle) => self.start_desktop(&handle).await.map(|()| handle),
+            Err(e) => Err(e),
+        };
+        match built {
             Ok(handle) => Ok(handle),
             Err(e) => {
                 if let Err(cleanup) = self.teardown(spec.name.as_str(), &dir).await {
@@ -45,6 +50,40 @@ impl LocalBackend {
                 }
             }
         }
+    }
+
+    /// Starts Xvfb on [`DESKTOP_DISPLAY`] when the desktop is on: in every
+    /// sandbox created, also one restored from a snapshot (whose processes
+    /// did not survive it). A restored `/tmp` may hold the old server's
+    /// lock, which would make the new one refuse the display, so it goes
+    /// first.
+    async fn start_desktop(&self, handle: &Handle) -> anyhow::Result<()> {
+        if !self.config.desktop {
+            return Ok(());
+        }
+        let image = handle
+            .image
+            .as_deref()
+            .context("the sandbox has no image")?;
+        let xvfb = self
+            .config
+            .images
+            .resolve(image)?
+            .xvfb_path
+            .context("the image has no Xvfb")?;
+        let n = DESKTOP_DISPLAY.trim_start_matches(':');
+        let script = format!(
+            "rm -f /tmp/.X{n}-lock /tmp/.X11-unix/X{n}; \
+             exec \"$0\" {DESKTOP_DISPLAY} -screen 0 1920x1080x24 -nolisten tcp"
+        );
+        let spec = ProcessSpec {
+            name: format!("desktop-{}", chrono::Utc::now().timestamp_millis()),
+            argv: vec!["/bin/sh".into(), "-c".into(), script, xvfb],
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            cwd: "/".to_owned(),
+        };
+        self.spawn_process(handle, &spec).await?;
+        Ok(())
     }
 
     /// Tears down whatever exists of a sandbox, in reverse order of creation.
@@ -137,6 +176,15 @@ impl LocalBackend {
             .images
             .resolve(&image_ref)
             .with_context(|| format!("image {image_ref:?}"))?;
+        // Refused before anything is built: a desktop needs the image's X
+        // server, and silently running without one would hide the mistake.
+        if self.config.desktop && image.xvfb_path.is_none() {
+            return Err(fatal(anyhow!(
+                "the desktop is on (SANDBOX_DESKTOP) but image {image_ref:?} has no Xvfb; \
+                 build it from a recipe with `desktop = true`"
+            ))
+            .into());
+        }
 
         std::fs::create_dir_all(dir.join("proc"))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;

@@ -118,6 +118,7 @@ pub(crate) async fn build(
         created_at_ms: chrono::Utc::now().timestamp_millis(),
         size_bytes: 0,
         chrome_path: recipe.chrome_path(),
+        xvfb_path: recipe.xvfb_path(),
         source: format!("recipe:{recipe_hash}"),
     };
     let store = store.clone();

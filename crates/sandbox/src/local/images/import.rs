@@ -31,14 +31,6 @@ use super::progress::{self, CountingReader};
 use super::store::ImageStore;
 use super::{IMAGE_INFO_PATH, Image, Progress, tree};
 
-/// Where images commonly keep Chromium, for `chrome_path`.
-const CHROME_CANDIDATES: &[&str] = &[
-    "/usr/bin/chromium",
-    "/usr/bin/chromium-browser",
-    "/usr/bin/google-chrome",
-    "/headless-shell/headless-shell",
-];
-
 pub(crate) async fn import(
     store: &ImageStore,
     name: &str,
@@ -118,6 +110,7 @@ fn import_blocking(
         created_at_ms: chrono::Utc::now().timestamp_millis(),
         size_bytes: 0,
         chrome_path: None,
+        xvfb_path: None,
         source: format!("import:{file_name}"),
     };
     if store.has(&id) {
@@ -141,10 +134,14 @@ fn import_blocking(
     }
 
     p.stage("finalize");
-    image.chrome_path = CHROME_CANDIDATES
+    image.chrome_path = crate::CHROME_CANDIDATES
         .iter()
         .find(|path| layer::resolve_existing(&rootfs, Path::new(path)).is_ok())
         .map(|path| (*path).to_owned());
+    image.xvfb_path = [super::recipe::XVFB_PATH]
+        .into_iter()
+        .find(|path| layer::resolve_existing(&rootfs, Path::new(path)).is_ok())
+        .map(str::to_owned);
     write_image_info(&rootfs, &image)?;
     image.size_bytes = tree::walk(&rootfs, false, p)?.size_bytes;
     store.install(work, image)
@@ -159,6 +156,7 @@ pub(crate) fn write_image_info(rootfs: &Path, image: &Image) -> anyhow::Result<(
         "source": image.source,
         "created_at_ms": image.created_at_ms,
         "chrome_path": image.chrome_path,
+        "xvfb_path": image.xvfb_path,
     });
     let path = etc.join(Path::new(IMAGE_INFO_PATH).file_name().expect("has a name"));
     let _ = fs::remove_file(&path);

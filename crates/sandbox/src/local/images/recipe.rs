@@ -6,6 +6,7 @@
 //! packages = ["python3", "make"]          # on top of the base packages
 //! steps = ["useradd -m dev"]              # shell, run as root in the image
 //! chromium = true                         # Debian's chromium; sets DEVIN_CHROME_PATH
+//! desktop = false                         # Debian's Xvfb, for SANDBOX_DESKTOP
 //! ffmpeg = false                          # Debian's ffmpeg
 //! ```
 //!
@@ -37,6 +38,9 @@ const DEFAULT_PACKAGES: &[&str] = &[
 /// Where Debian's Chromium puts its binary.
 pub const CHROMIUM_PATH: &str = "/usr/bin/chromium";
 
+/// Where Debian's `xvfb` package puts the virtual X server.
+pub const XVFB_PATH: &str = "/usr/bin/Xvfb";
+
 const DEFAULT_SUITE: &str = "bookworm";
 
 /// Bumped when the meaning of a recipe changes (new base packages, another
@@ -62,6 +66,10 @@ pub struct Recipe {
     pub chromium: bool,
     #[serde(default)]
     pub ffmpeg: bool,
+    /// Installs Xvfb, the X server a sandbox's desktop runs on (started
+    /// only where the local backend's `SANDBOX_DESKTOP` is on).
+    #[serde(default)]
+    pub desktop: bool,
 }
 
 fn default_suite() -> String {
@@ -78,6 +86,7 @@ impl Recipe {
             steps: Vec::new(),
             chromium: false,
             ffmpeg: false,
+            desktop: false,
         }
     }
 
@@ -152,6 +161,9 @@ impl Recipe {
         if self.ffmpeg {
             all.push("ffmpeg".to_owned());
         }
+        if self.desktop {
+            all.push("xvfb".to_owned());
+        }
         all.sort();
         all.dedup();
         all
@@ -160,6 +172,11 @@ impl Recipe {
     /// `DEVIN_CHROME_PATH` for images of this recipe.
     pub fn chrome_path(&self) -> Option<String> {
         self.chromium.then(|| CHROMIUM_PATH.to_owned())
+    }
+
+    /// The X server of images of this recipe, for a desktop.
+    pub fn xvfb_path(&self) -> Option<String> {
+        self.desktop.then(|| XVFB_PATH.to_owned())
     }
 
     /// SHA-256 (hex) over the recipe's canonical form: what is installed
@@ -187,6 +204,18 @@ mod tests {
         assert_eq!(recipe.suite, "bookworm");
         assert_eq!(recipe.all_packages(), vec!["ca-certificates", "git"]);
         assert_eq!(recipe.chrome_path(), None);
+        assert_eq!(recipe.xvfb_path(), None);
+    }
+
+    #[test]
+    fn a_desktop_recipe_installs_xvfb() {
+        let recipe = Recipe::parse("desktop = true").unwrap();
+        assert_eq!(
+            recipe.all_packages(),
+            vec!["ca-certificates", "git", "xvfb"]
+        );
+        assert_eq!(recipe.xvfb_path().as_deref(), Some("/usr/bin/Xvfb"));
+        assert_ne!(recipe.hash(), Recipe::parse("").unwrap().hash());
     }
 
     #[test]

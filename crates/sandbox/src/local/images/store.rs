@@ -425,6 +425,7 @@ mod tests {
                     created_at_ms: 1,
                     size_bytes: content.len() as u64,
                     chrome_path: None,
+                    xvfb_path: None,
                     source: "test".to_owned(),
                 },
             )

@@ -3,56 +3,114 @@
 
 use std::time::Duration;
 
-use fleet::{ClaimError, QueueEntry, Secret};
+use fleet::{ClaimError, FleetError, QueueEntry, Secret};
 use serde_json::json;
-use tracing::warn;
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms};
 use crate::metrics::Metrics;
-use crate::planner::{EntryObs, Millis, Stage, finish_on_claim_lost};
-
-/// A slow step is not begun with less claim time left than this.
-const MIN_STEP_BUDGET_MS: Millis = 10_000;
+use crate::planner::{
+    ClaimAnswer, EntryObs, LifetimeSource, Millis, Stage, claim_lifetime, finish_on_claim_lost,
+    renewal_due_in, step_budget,
+};
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]
 pub(super) struct Claim {
     pub(super) connect_token: Option<Secret>,
     pub(super) gateway_url: Option<String>,
+    /// The lifetime the last answer granted (see [`claim_lifetime`]).
     pub(super) lifetime_ms: Option<Millis>,
+    /// The last lifetime an answer's deadline implied, for an answer
+    /// without one.
+    learned_lifetime_ms: Option<Millis>,
+    /// When the claim expires, on the monotonic clock: the last answer's
+    /// arrival plus its lifetime.
+    expires: Option<Instant>,
+    /// When a renewal was last tried.
+    pub(super) last_attempt: Option<Instant>,
 }
 
-pub(super) fn lifetime_of(entry: &QueueEntry) -> Option<Millis> {
-    entry
-        .status
-        .claim_deadline
-        .map(|d| d.unix_millis() - now_ms())
+impl Claim {
+    /// Takes in a claim answer that arrived at `received` (monotonic).
+    pub(super) fn take_answer(&mut self, entry: &QueueEntry, received: Instant) {
+        let answer = ClaimAnswer {
+            deadline: entry.status.claim_deadline.map(|d| d.unix_millis()),
+            server_now: entry.metadata.updated_at.map(|t| t.unix_millis()),
+            local_now: now_ms(),
+        };
+        let (lifetime, source) = claim_lifetime(&answer, self.learned_lifetime_ms);
+        match source {
+            LifetimeSource::ServerClock | LifetimeSource::LocalClock => {
+                self.learned_lifetime_ms = Some(lifetime);
+            }
+            LifetimeSource::Previous | LifetimeSource::Assumed => debug!(
+                session_id = entry.session_id(),
+                lifetime_ms = lifetime,
+                ?source,
+                "the claim answer has no usable deadline"
+            ),
+        }
+        self.lifetime_ms = Some(lifetime);
+        self.expires = Some(received + Duration::from_millis(lifetime as u64));
+        if let Some(token) = &entry.status.connect_token {
+            self.connect_token = Some(token.clone());
+        }
+        if entry.status.gateway_url.is_some() {
+            self.gateway_url = entry.status.gateway_url.clone();
+        }
+    }
+
+    /// The expiry on the clock whose reading is `now` at `at`.
+    pub(super) fn expires_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+        self.expires.map(|e| now + signed_ms(e, at))
+    }
+
+    /// The last renewal attempt on the clock whose reading is `now` at `at`.
+    pub(super) fn last_attempt_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+        self.last_attempt.map(|t| now + signed_ms(t, at))
+    }
+}
+
+/// `to - from` in milliseconds, negative when `to` is earlier.
+fn signed_ms(to: Instant, from: Instant) -> Millis {
+    if to >= from {
+        (to - from).as_millis() as Millis
+    } else {
+        -((from - to).as_millis() as Millis)
+    }
 }
 
 impl SessionRunner {
-    /// Time left on the claim; `None` when no deadline is known.
+    /// Time left on the claim; `None` when no claim answer came yet.
     pub(super) fn claim_time_left(&self) -> Option<Millis> {
-        self.rec.claim_deadline.map(|d| d - now_ms())
+        self.claim.expires_at(0, Instant::now())
     }
 
-    /// How long until the claim must be renewed (see the planner's margin).
+    /// How long until the claim must be renewed (see the planner's
+    /// [`crate::planner::renewal_due_in`]).
     pub(super) fn renewal_due_in(&self) -> Duration {
-        let Some(deadline) = self.rec.claim_deadline else {
-            return Duration::from_secs(1);
-        };
-        let margin = match self.claim.lifetime_ms {
-            Some(lifetime) if lifetime > 0 => self.deps.policy.renew_margin_ms.min(lifetime / 2),
-            _ => self.deps.policy.renew_margin_ms,
-        };
-        Duration::from_millis((deadline - margin - now_ms()).max(0) as u64)
+        let at = Instant::now();
+        let ms = renewal_due_in(
+            0,
+            self.claim.expires_at(0, at),
+            self.claim.lifetime_ms,
+            self.claim.connect_token.is_some(),
+            self.claim.last_attempt_at(0, at),
+            &self.deps.policy,
+        );
+        Duration::from_millis(ms as u64)
     }
 
+    /// Whether enough claim time is left to begin a slow step.
     pub(super) fn has_budget(&self) -> bool {
-        self.claim_time_left()
-            .is_none_or(|left| left >= MIN_STEP_BUDGET_MS)
+        let budget = step_budget(self.claim.lifetime_ms, &self.deps.policy);
+        self.claim_time_left().is_none_or(|left| left >= budget)
     }
 
     pub(super) async fn renew(&mut self) -> Result<(), RecordFailed> {
+        self.claim.last_attempt = Some(Instant::now());
         match self
             .deps
             .client
@@ -61,15 +119,13 @@ impl SessionRunner {
         {
             Ok(entry) => {
                 Metrics::inc(&self.deps.metrics.claim_renewals);
+                // The server's deadline is kept for display only: decisions
+                // use the expiry computed at receipt.
                 self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
-                self.claim.lifetime_ms = lifetime_of(&entry);
                 if let Some(token) = &entry.status.connect_token {
                     self.deps.logs.redactor().add(token.expose());
-                    self.claim.connect_token = Some(token.clone());
                 }
-                if entry.status.gateway_url.is_some() {
-                    self.claim.gateway_url = entry.status.gateway_url.clone();
-                }
+                self.claim.take_answer(&entry, Instant::now());
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
                 self.note_entry(entry);
@@ -99,9 +155,22 @@ impl SessionRunner {
                 }
                 recorded
             }
+            Err(ClaimError::Fleet(FleetError::NotFound { .. })) => {
+                // The entry is gone: not a passing error to retry, but what a
+                // DELETED event says, and wound down the same way.
+                warn!(
+                    session_id = self.id(),
+                    "renewing the claim found the entry gone"
+                );
+                self.event("entry_gone", json!({ "during": "renewal" }));
+                self.deps.view.remove(self.id());
+                self.entry_obs = EntryObs::Gone;
+                Ok(())
+            }
             Err(ClaimError::Fleet(e)) => {
+                // Retried when the planner next finds the claim due, paced
+                // by MIN_RENEW_INTERVAL_MS.
                 warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
-                self.pause(Duration::from_secs(1)).await;
                 Ok(())
             }
         }

@@ -63,6 +63,13 @@ pub struct EmulateArgs {
     /// Fraction of reads of a running session that show "suspended".
     #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
     pub transient_suspended_rate: f64,
+    /// Fraction of claim answers sent without a claim_deadline.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
+    pub claim_deadline_missing_rate: f64,
+    /// Send claim_deadline and updated_at as whole Unix seconds, as the
+    /// reference server does.
+    #[arg(long)]
+    pub whole_second_timestamps: bool,
 }
 
 fn parse_format(s: &str) -> Result<TimestampFormat, String> {
@@ -108,6 +115,8 @@ impl EmulateArgs {
                 cut_watch_every_secs: self.cut_watch_every_secs,
                 withhold_events: self.withhold_events,
                 transient_suspended_rate: self.transient_suspended_rate,
+                claim_deadline_missing_rate: self.claim_deadline_missing_rate,
+                whole_second_timestamps: self.whole_second_timestamps,
             },
         })
     }
@@ -187,12 +196,17 @@ mod tests {
             "--error-rate",
             "0.5",
             "--withhold-events",
+            "--claim-deadline-missing-rate",
+            "0.25",
+            "--whole-second-timestamps",
         ]);
         let c = w.args.config().unwrap();
         assert_eq!(c.claim_ttl, Duration::from_secs(7));
         assert_eq!(c.deadline_format, TimestampFormat::Iso8601);
         assert_eq!(c.faults.error_rate, 0.5);
         assert!(c.faults.withhold_events);
+        assert_eq!(c.faults.claim_deadline_missing_rate, 0.25);
+        assert!(c.faults.whole_second_timestamps);
         assert!(Wrapper::try_parse_from(["x", "--error-rate", "2"]).is_err());
     }
 }

@@ -948,6 +948,9 @@ async fn claim_answers_can_omit_the_deadline_or_use_whole_seconds_and_short_life
         .as_i64()
         .expect("whole seconds");
     assert!((5..=6).contains(&(deadline - updated)), "{body}");
+    let entry: fleet::QueueEntry = serde_json::from_value(body.clone()).unwrap();
+    assert!(entry.status.claim_deadline.is_some(), "{body}");
+    assert!(entry.metadata.updated_at.is_some(), "{body}");
 
     faults.claim_deadline_missing_rate = 1.0;
     emu.set_faults(faults);

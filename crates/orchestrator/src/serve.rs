@@ -221,6 +221,7 @@ pub async fn run_prepared(
             stopping: stop.clone(),
             drain: config.drain,
             operator_stops: serving.operator_stops.clone(),
+            learned_lifetime: Default::default(),
         });
         outposts.spawn(queue::run(
             serving.client.clone(),

@@ -39,6 +39,7 @@ mod start;
 pub use registry::OperatorStops;
 
 use claim::Claim;
+pub use claim::LearnedLifetime;
 use claim::keep_claim_alive;
 use start::StartError;
 
@@ -64,6 +65,8 @@ pub struct Deps {
     pub drain: bool,
     /// Where operator requests reach the runners (shared by all outposts).
     pub operator_stops: Arc<OperatorStops>,
+    /// The claim lifetime this outpost's server grants, as learned.
+    pub learned_lifetime: LearnedLifetime,
 }
 
 pub fn now_ms() -> Millis {
@@ -110,7 +113,7 @@ impl SessionRunner {
     /// A runner for a fresh claim: `entry` is the claim response.
     pub fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
         let mut claim = Claim::default();
-        claim.take_answer(&entry, tokio::time::Instant::now());
+        claim.take_answer(&entry, tokio::time::Instant::now(), &deps.learned_lifetime);
         if let Some(token) = &claim.connect_token {
             deps.logs.redactor().add(token.expose());
         }
@@ -242,8 +245,8 @@ impl SessionRunner {
         SessionObs {
             now,
             stage: self.rec.stage,
-            claim_deadline: self.claim.expires_at(now, at),
-            claim_lifetime_ms: self.claim.lifetime_ms,
+            claim_deadline: self.claim.expires_at(now, at, &self.deps.learned_lifetime),
+            claim_lifetime_ms: self.claim.lifetime(&self.deps.learned_lifetime),
             last_renewal_at: self.claim.last_attempt_at(now, at),
             has_connect_token: self.claim.connect_token.is_some(),
             entry: self.entry_obs.clone(),

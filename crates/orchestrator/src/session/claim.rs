@@ -1,6 +1,7 @@
 //! Keeping the claim: renewing it, and how much of it is left for a slow
 //! step.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use fleet::{ClaimError, FleetError, QueueEntry, Secret};
@@ -21,39 +22,61 @@ pub(super) struct Claim {
     pub(super) connect_token: Option<Secret>,
     pub(super) gateway_url: Option<String>,
     /// The lifetime the last answer granted (see [`claim_lifetime`]).
-    pub(super) lifetime_ms: Option<Millis>,
-    /// The last lifetime an answer's deadline implied, for an answer
-    /// without one.
-    learned_lifetime_ms: Option<Millis>,
-    /// When the claim expires, on the monotonic clock: the last answer's
-    /// arrival plus its lifetime.
-    expires: Option<Instant>,
+    lifetime_ms: Option<Millis>,
+    /// The last answer had no usable deadline and nothing was learned yet:
+    /// its lifetime is [`crate::planner::ASSUMED_CLAIM_LIFETIME_MS`] until
+    /// any answer to this process teaches the real one.
+    assumed: bool,
+    /// When the last answer arrived, on the monotonic clock.
+    received: Option<Instant>,
     /// When a renewal was last tried.
     pub(super) last_attempt: Option<Instant>,
 }
 
+/// The claim lifetime the server's answers implied, shared by the runners
+/// of an outpost: the lifetime is the server's, not a session's, so an
+/// answer without a deadline is read with what any answer taught.
+#[derive(Debug, Default)]
+pub struct LearnedLifetime(AtomicI64);
+
+impl LearnedLifetime {
+    pub(super) fn get(&self) -> Option<Millis> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    }
+
+    fn set(&self, ms: Millis) {
+        self.0.store(ms, Ordering::Relaxed);
+    }
+}
+
 impl Claim {
     /// Takes in a claim answer that arrived at `received` (monotonic).
-    pub(super) fn take_answer(&mut self, entry: &QueueEntry, received: Instant) {
+    pub(super) fn take_answer(
+        &mut self,
+        entry: &QueueEntry,
+        received: Instant,
+        learned: &LearnedLifetime,
+    ) {
         let answer = ClaimAnswer {
             deadline: entry.status.claim_deadline.map(|d| d.unix_millis()),
             server_now: entry.metadata.updated_at.map(|t| t.unix_millis()),
             local_now: now_ms(),
         };
-        let (lifetime, source) = claim_lifetime(&answer, self.learned_lifetime_ms);
+        let (lifetime, source) = claim_lifetime(&answer, learned.get());
+        self.assumed = source == LifetimeSource::Assumed;
         match source {
-            LifetimeSource::ServerClock | LifetimeSource::LocalClock => {
-                self.learned_lifetime_ms = Some(lifetime);
-            }
+            LifetimeSource::ServerClock | LifetimeSource::LocalClock => learned.set(lifetime),
             LifetimeSource::Previous | LifetimeSource::Assumed => debug!(
                 session_id = entry.session_id(),
                 lifetime_ms = lifetime,
                 ?source,
+                deadline = ?answer.deadline,
+                server_now = ?answer.server_now,
                 "the claim answer has no usable deadline"
             ),
         }
         self.lifetime_ms = Some(lifetime);
-        self.expires = Some(received + Duration::from_millis(lifetime as u64));
+        self.received = Some(received);
         if let Some(token) = &entry.status.connect_token {
             self.connect_token = Some(token.clone());
         }
@@ -62,9 +85,25 @@ impl Claim {
         }
     }
 
-    /// The expiry on the clock whose reading is `now` at `at`.
-    pub(super) fn expires_at(&self, now: Millis, at: Instant) -> Option<Millis> {
-        self.expires.map(|e| now + signed_ms(e, at))
+    /// The lifetime of the claim held: an assumed one gives way to what
+    /// any answer taught since.
+    pub(super) fn lifetime(&self, learned: &LearnedLifetime) -> Option<Millis> {
+        match learned.get() {
+            Some(ms) if self.assumed => Some(ms),
+            _ => self.lifetime_ms,
+        }
+    }
+
+    /// The expiry (the last answer's arrival plus its lifetime) on the
+    /// clock whose reading is `now` at `at`.
+    pub(super) fn expires_at(
+        &self,
+        now: Millis,
+        at: Instant,
+        learned: &LearnedLifetime,
+    ) -> Option<Millis> {
+        let received = self.received?;
+        Some(now + signed_ms(received, at) + self.lifetime(learned)?)
     }
 
     /// The last renewal attempt on the clock whose reading is `now` at `at`.
@@ -85,7 +124,8 @@ fn signed_ms(to: Instant, from: Instant) -> Millis {
 impl SessionRunner {
     /// Time left on the claim; `None` when no claim answer came yet.
     pub(super) fn claim_time_left(&self) -> Option<Millis> {
-        self.claim.expires_at(0, Instant::now())
+        self.claim
+            .expires_at(0, Instant::now(), &self.deps.learned_lifetime)
     }
 
     /// How long until the claim must be renewed (see the planner's
@@ -94,8 +134,8 @@ impl SessionRunner {
         let at = Instant::now();
         let ms = renewal_due_in(
             0,
-            self.claim.expires_at(0, at),
-            self.claim.lifetime_ms,
+            self.claim.expires_at(0, at, &self.deps.learned_lifetime),
+            self.claim.lifetime(&self.deps.learned_lifetime),
             self.claim.connect_token.is_some(),
             self.claim.last_attempt_at(0, at),
             &self.deps.policy,
@@ -105,7 +145,8 @@ impl SessionRunner {
 
     /// Whether enough claim time is left to begin a slow step.
     pub(super) fn has_budget(&self) -> bool {
-        let budget = step_budget(self.claim.lifetime_ms, &self.deps.policy);
+        let lifetime = self.claim.lifetime(&self.deps.learned_lifetime);
+        let budget = step_budget(lifetime, &self.deps.policy);
         self.claim_time_left().is_none_or(|left| left >= budget)
     }
 
@@ -125,7 +166,8 @@ impl SessionRunner {
                 if let Some(token) = &entry.status.connect_token {
                     self.deps.logs.redactor().add(token.expose());
                 }
-                self.claim.take_answer(&entry, Instant::now());
+                self.claim
+                    .take_answer(&entry, Instant::now(), &self.deps.learned_lifetime);
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
                 self.note_entry(entry);
@@ -249,6 +291,36 @@ mod tests {
             "renewed {} times over 10 s of 2 s claims",
             claim.renewals
         );
+    }
+
+    #[test]
+    fn an_assumed_lifetime_gives_way_to_a_learned_one() {
+        let answer = |deadline: Option<Millis>| {
+            let mut e: QueueEntry = serde_json::from_value(json!({
+                "metadata": {"session_id": "s1"},
+                "status": {"phase": "claimed"}
+            }))
+            .unwrap();
+            let now = now_ms();
+            e.metadata.updated_at = fleet::Timestamp::from_unix_millis(now);
+            e.status.claim_deadline =
+                deadline.and_then(|d| fleet::Timestamp::from_unix_millis(now + d));
+            e
+        };
+        let learned = LearnedLifetime::default();
+        let mut blind = Claim::default();
+        blind.take_answer(&answer(None), Instant::now(), &learned);
+        assert_eq!(
+            blind.lifetime(&learned),
+            Some(crate::planner::ASSUMED_CLAIM_LIFETIME_MS)
+        );
+        // Another session's answer teaches the server's 6 s lifetime.
+        let mut taught = Claim::default();
+        taught.take_answer(&answer(Some(6_000)), Instant::now(), &learned);
+        assert_eq!(blind.lifetime(&learned), Some(6_000));
+        // Later answers without a deadline use it at once.
+        taught.take_answer(&answer(None), Instant::now(), &learned);
+        assert_eq!(taught.lifetime(&learned), Some(6_000));
     }
 
     #[tokio::test(start_paused = true)]

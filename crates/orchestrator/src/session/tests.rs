@@ -131,6 +131,7 @@ impl World {
             stopping: CancellationToken::new(),
             drain: false,
             operator_stops: Arc::new(OperatorStops::default()),
+            learned_lifetime: Default::default(),
         };
         SessionRunner::claimed(Arc::new(deps), rec, answer)
     }

@@ -345,6 +345,9 @@ async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
             cut_watch_every_secs: Some(1),
             withhold_events: false,
             transient_suspended_rate: 0.2,
+            // As the reference server answers claims, and then some.
+            claim_deadline_missing_rate: 0.2,
+            whole_second_timestamps: true,
         };
     })
     .await;

@@ -10,11 +10,19 @@ fn answer(deadline: Option<Millis>, server_now: Option<Millis>) -> ClaimAnswer {
     }
 }
 
+/// Name, answer, lifetime learned before, expected lifetime and source.
+type LifetimeCase = (
+    &'static str,
+    ClaimAnswer,
+    Option<Millis>,
+    (Millis, LifetimeSource),
+);
+
 #[test]
 fn the_lifetime_is_read_relative_to_the_answer() {
     use LifetimeSource as S;
     let min = 60_000;
-    let cases: [(&str, ClaimAnswer, Option<Millis>, (Millis, LifetimeSource)); 9] = [
+    let cases: [LifetimeCase; 9] = [
         (
             "server clock",
             answer(Some(NOW + 300_000), Some(NOW)),

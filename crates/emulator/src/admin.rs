@@ -35,6 +35,10 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/_emulator/sessions/{id}/resume", post(resume))
         .route("/_emulator/sessions/{id}/entry", delete(remove_entry))
         .route("/_emulator/faults", get(get_faults).put(put_faults))
+        .route(
+            "/_emulator/claim_ttl",
+            get(get_claim_ttl).put(put_claim_ttl),
+        )
         .route("/_emulator/tokens", post(mint_token))
         .route("/_emulator/requests", get(requests))
         .route("/_emulator/remote/corrupt", post(corrupt_remote))
@@ -144,6 +148,7 @@ async fn put_faults(AxState(shared): AdminState, body: Bytes) -> Result<Json<Fau
         faults.error_rate,
         faults.transient_suspended_rate,
         faults.duplicate_event_rate,
+        faults.claim_deadline_missing_rate,
     ];
     if rates.iter().any(|r| !(0.0..=1.0).contains(r)) {
         return Err(ApiError::bad_request("rates must be within 0..=1"));
@@ -181,4 +186,29 @@ async fn corrupt_remote(AxState(shared): AdminState) -> Json<Value> {
 async fn expire_cursors(AxState(shared): AdminState) -> StatusCode {
     shared.with_state(|s, _| s.expire_cursors());
     StatusCode::NO_CONTENT
+}
+
+/// `{"ms": N}`: the lifetime of claims granted from now on.
+#[derive(serde::Serialize, Deserialize)]
+struct ClaimTtl {
+    ms: u64,
+}
+
+async fn get_claim_ttl(AxState(shared): AdminState) -> Json<ClaimTtl> {
+    let ms = shared.with_state(|s, _| s.timing.claim_ttl_ms);
+    Json(ClaimTtl {
+        ms: ms.max(0) as u64,
+    })
+}
+
+async fn put_claim_ttl(
+    AxState(shared): AdminState,
+    body: Bytes,
+) -> Result<Json<ClaimTtl>, ApiError> {
+    let ttl: ClaimTtl = parse_json(&body)?;
+    if ttl.ms == 0 || ttl.ms > 24 * 3600 * 1000 {
+        return Err(ApiError::bad_request("ms must be within 1..=86400000"));
+    }
+    shared.with_state(|s, _| s.timing.claim_ttl_ms = ttl.ms as i64);
+    Ok(Json(ttl))
 }

@@ -69,6 +69,13 @@ pub struct EmulateArgs {
     /// Render a linux platform as null on outposts and queue entries.
     #[arg(long)]
     pub null_platform: bool,
+    /// Fraction of claim answers sent without a claim_deadline.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
+    pub claim_deadline_missing_rate: f64,
+    /// Send claim_deadline and updated_at as whole Unix seconds, as the
+    /// reference server does.
+    #[arg(long)]
+    pub whole_second_timestamps: bool,
 }
 
 fn parse_format(s: &str) -> Result<TimestampFormat, String> {
@@ -116,6 +123,8 @@ impl EmulateArgs {
                 transient_suspended_rate: self.transient_suspended_rate,
                 duplicate_event_rate: self.duplicate_event_rate,
                 null_platform: self.null_platform,
+                claim_deadline_missing_rate: self.claim_deadline_missing_rate,
+                whole_second_timestamps: self.whole_second_timestamps,
             },
         })
     }
@@ -198,6 +207,9 @@ mod tests {
             "--duplicate-event-rate",
             "0.25",
             "--null-platform",
+            "--claim-deadline-missing-rate",
+            "0.25",
+            "--whole-second-timestamps",
         ]);
         let c = w.args.config().unwrap();
         assert_eq!(c.claim_ttl, Duration::from_secs(7));
@@ -206,6 +218,8 @@ mod tests {
         assert!(c.faults.withhold_events);
         assert_eq!(c.faults.duplicate_event_rate, 0.25);
         assert!(c.faults.null_platform);
+        assert_eq!(c.faults.claim_deadline_missing_rate, 0.25);
+        assert!(c.faults.whole_second_timestamps);
         assert!(Wrapper::try_parse_from(["x", "--error-rate", "2"]).is_err());
     }
 }

@@ -50,8 +50,20 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router<Arc<Shared>> {
 pub(crate) fn entry_json(shared: &Shared, entry: &QueueEntry, read: bool) -> Value {
     let mut v = serde_json::to_value(entry).unwrap_or(Value::Null);
     null_platform(shared, &mut v, &entry.spec.platform);
+    let whole_seconds = shared.faults().whole_second_timestamps;
     if let Some(deadline) = entry.status.claim_deadline {
-        v["status"]["claim_deadline"] = deadline.to_json(shared.config.deadline_format);
+        v["status"]["claim_deadline"] = if whole_seconds {
+            json!(deadline.unix_millis().div_euclid(1000))
+        } else {
+            deadline.to_json(shared.config.deadline_format)
+        };
+    }
+    if whole_seconds {
+        for field in ["created_at", "updated_at"] {
+            if let Some(secs) = v["metadata"][field].as_f64() {
+                v["metadata"][field] = json!(secs.floor() as i64);
+            }
+        }
     }
     if read
         && entry.status.session_status == SessionStatus::Running
@@ -168,7 +180,13 @@ async fn claim(
     })?;
     tracing::info!(session_id = %id, %acceptor_id, "claimed");
     entry.status.gateway_url = Some(shared.gateway_url.clone());
-    Ok(Json(entry_json(&shared, &entry, false)))
+    let mut answer = entry_json(&shared, &entry, false);
+    if faults::roll(shared.faults().claim_deadline_missing_rate)
+        && let Some(status) = answer["status"].as_object_mut()
+    {
+        status.remove("claim_deadline");
+    }
+    Ok(Json(answer))
 }
 
 async fn release(
@@ -197,8 +215,11 @@ async fn list_outposts(
     let params = query_params(raw.as_deref());
     let first = parse_first(&params, DEFAULT_PAGE, MAX_PAGE)?;
     let after = params.get("after").filter(|a| !a.is_empty());
-    let (items, end_cursor, has_next_page) =
-        shared.with_state(|s, _| s.list_outposts(first, after.map(String::as_str)))?;
+    let (items, end_cursor, has_next_page) = shared.with_state(|s, now| {
+        // An expired claim is not an active one (lazy expiry, as on reads).
+        s.expire_claims(now);
+        s.list_outposts(first, after.map(String::as_str))
+    })?;
     let items: Vec<Value> = items.iter().map(|o| outpost_json(&shared, o)).collect();
     Ok(Json(json!({
         "items": items,
@@ -249,7 +270,10 @@ async fn get_outpost(
 ) -> Result<Json<Value>, ApiError> {
     shared.authorize(&headers, &[SCOPE_MACHINE, SCOPE_ORCHESTRATOR])?;
     check_id("outpost", &id)?;
-    let outpost = shared.with_state(|s, _| s.outpost(&id));
+    let outpost = shared.with_state(|s, now| {
+        s.expire_claims(now);
+        s.outpost(&id)
+    });
     outpost
         .map(|o| Json(outpost_json(&shared, &o)))
         .ok_or_else(|| ApiError::not_found("outpost"))

@@ -111,6 +111,12 @@ pub struct Faults {
     /// and queue entries, as the service does for outposts created without
     /// one.
     pub null_platform: bool,
+    /// Fraction of claim answers (claims and renewals) sent without
+    /// `status.claim_deadline`; the claim itself still has one.
+    pub claim_deadline_missing_rate: f64,
+    /// `claim_deadline` and `updated_at` as whole Unix seconds (truncated),
+    /// as the reference server sends them, instead of fractional ones.
+    pub whole_second_timestamps: bool,
 }
 
 /// A running emulator. Dropping it stops serving new work; [`shutdown`]
@@ -242,6 +248,13 @@ impl Emulator {
 
     /// Requests served, by method and route template, e.g.
     /// `POST /opbeta/outposts/devins/{id}/claim`.
+    /// Sets the lifetime of claims granted from now on (also `PUT
+    /// /_emulator/claim_ttl`).
+    pub fn set_claim_ttl(&self, ttl: Duration) {
+        self.shared
+            .with_state(|s, _| s.timing.claim_ttl_ms = ttl.as_millis() as i64);
+    }
+
     pub fn request_counts(&self) -> BTreeMap<String, u64> {
         server::lock(&self.shared.counts).clone()
     }

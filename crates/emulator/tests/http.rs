@@ -940,3 +940,71 @@ async fn faults_flap_running_sessions_withhold_events_and_cut_streams() {
         .await
         .expect("cut stream ends");
 }
+
+#[tokio::test]
+async fn claim_answers_can_omit_the_deadline_or_use_whole_seconds_and_short_lifetimes() {
+    let (emu, outpost) = start().await;
+    let id = session(&emu, &outpost, "devin-1", Script::default());
+    let (_, ttl) = put_admin(&emu, "/_emulator/claim_ttl", json!({"ms": 6000})).await;
+    assert_eq!(ttl, json!({"ms": 6000}));
+    let mut faults = emu.faults();
+    faults.whole_second_timestamps = true;
+    emu.set_faults(faults.clone());
+    let (_, body) = claim(&emu, &id, "a").await;
+    let deadline = body["status"]["claim_deadline"]
+        .as_i64()
+        .expect("whole seconds");
+    let updated = body["metadata"]["updated_at"]
+        .as_i64()
+        .expect("whole seconds");
+    assert!((5..=6).contains(&(deadline - updated)), "{body}");
+    let entry: fleet::QueueEntry = serde_json::from_value(body.clone()).unwrap();
+    assert!(entry.status.claim_deadline.is_some(), "{body}");
+    assert!(entry.metadata.updated_at.is_some(), "{body}");
+
+    faults.claim_deadline_missing_rate = 1.0;
+    emu.set_faults(faults);
+    let (status, body) = claim(&emu, &id, "a").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["status"].get("claim_deadline").is_none(), "{body}");
+    let (status, _) = put_admin(
+        &emu,
+        "/_emulator/faults",
+        json!({"claim_deadline_missing_rate": 2.0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+// Before the fix an expired claim counted as active until some queue read
+// expired it.
+#[tokio::test]
+async fn an_expired_claim_is_not_an_active_claim() {
+    let (emu, outpost) = start().await;
+    emu.set_claim_ttl(Duration::from_millis(300));
+    let id = session(&emu, &outpost, "devin-1", Script::default());
+    let (status, _) = claim(&emu, &id, "a").await;
+    assert_eq!(status, StatusCode::OK);
+    let active = |body: &Value| body["status"]["active_claims"].as_u64();
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while last != Some(0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still active: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        last = active(&get_json(&emu, &format!("/outposts/{outpost}")).await.1);
+    }
+}
+
+async fn put_admin(emu: &Emulator, path: &str, body: Value) -> (StatusCode, Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}{path}", emu.base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}

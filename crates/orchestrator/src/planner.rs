@@ -26,11 +26,16 @@ use fleet::{NetworkPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
 
 mod claims;
+mod renewal;
 mod stage;
 mod start;
 mod wind_down;
 
 pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+pub use renewal::{
+    ASSUMED_CLAIM_LIFETIME_MS, ClaimAnswer, LifetimeSource, MIN_RENEW_INTERVAL_MS,
+    MIN_STEP_BUDGET_MS, Renewal, claim_lifetime, renew_margin, renewal_due_in, step_budget,
+};
 pub use stage::{Finish, Stage, StageLabel};
 pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
 pub use wind_down::{SandboxEnd, WindDown, WindDownObs, plan_wind_down};
@@ -114,11 +119,17 @@ impl Policy {
 pub struct SessionObs {
     pub now: Millis,
     pub stage: Stage,
+    /// When the claim expires, on `now`'s clock: the arrival of the last
+    /// claim answer plus the lifetime it implied (see [`claim_lifetime`]),
+    /// never the server's deadline compared with our clock.
     pub claim_deadline: Option<Millis>,
     /// How long the last claim or renewal was granted for; renewal starts at
     /// half of it when that is sooner than the policy's margin, so short
     /// claims are renewed in time without renewing on every look.
     pub claim_lifetime_ms: Option<Millis>,
+    /// When the last renewal was attempted (renewals are paced by
+    /// [`MIN_RENEW_INTERVAL_MS`]).
+    pub last_renewal_at: Option<Millis>,
     /// The connect token from the claim is in memory (it is never stored, so
     /// after a restart the claim must be renewed to get a fresh one).
     pub has_connect_token: bool,
@@ -217,10 +228,7 @@ fn plan_before_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
     if obs.start_failures >= policy.max_start_failures {
         return A::Finish(Finish::Released);
     }
-    if needs_renewal(obs, policy) {
-        return A::Renew;
-    }
-    A::Start
+    renewal_step(obs, policy).unwrap_or(A::Start)
 }
 
 fn plan_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
@@ -241,28 +249,20 @@ fn plan_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
                 .is_some_and(|since| obs.now - since >= policy.suspended_persist_ms);
             if suspended && persisted {
                 A::KillRemote
-            } else if needs_renewal(obs, policy) {
-                A::Renew
             } else {
-                A::Wait
+                renewal_step(obs, policy).unwrap_or(A::Wait)
             }
         }
         // After the remote stopped, `suspended` is believed at once.
         _ if suspended => A::Finish(Finish::Suspended),
         RemoteObs::Exited(0) => plan_confirm(obs, policy),
-        RemoteObs::NotStarted => {
-            if needs_renewal(obs, policy) {
-                A::Renew
-            } else {
-                A::RestartRemote
-            }
-        }
+        RemoteObs::NotStarted => renewal_step(obs, policy).unwrap_or(A::RestartRemote),
         RemoteObs::Exited(_) | RemoteObs::Lost => {
             if obs.restarts >= policy.max_restarts {
                 return A::Finish(Finish::Failed);
             }
-            if needs_renewal(obs, policy) {
-                return A::Renew;
+            if let Some(step) = renewal_step(obs, policy) {
+                return step;
             }
             let stopped_at = obs.remote_stopped_at.unwrap_or(obs.now);
             if obs.now - stopped_at >= policy.restart_delay_ms(obs.restarts) {
@@ -280,8 +280,8 @@ fn plan_confirm(obs: &SessionObs, policy: &Policy) -> SessionAction {
     if obs.confirm_attempts >= policy.confirm_attempts {
         return A::Finish(Finish::Failed);
     }
-    if needs_renewal(obs, policy) {
-        return A::Renew;
+    if let Some(step) = renewal_step(obs, policy) {
+        return step;
     }
     let due = obs
         .last_confirm_at
@@ -289,15 +289,22 @@ fn plan_confirm(obs: &SessionObs, policy: &Policy) -> SessionAction {
     if due { A::ConfirmEnd } else { A::Wait }
 }
 
-fn needs_renewal(obs: &SessionObs, policy: &Policy) -> bool {
-    let margin = match obs.claim_lifetime_ms {
-        Some(lifetime) if lifetime > 0 => policy.renew_margin_ms.min(lifetime / 2),
-        _ => policy.renew_margin_ms,
-    };
-    !obs.has_connect_token
-        || obs
-            .claim_deadline
-            .is_none_or(|deadline| deadline - obs.now <= margin)
+/// `Renew` when the claim is due, `Wait` when due but a renewal was just
+/// tried (what needs the claim waits for it rather than going on without),
+/// `None` when the claim is good.
+fn renewal_step(obs: &SessionObs, policy: &Policy) -> Option<SessionAction> {
+    match renewal::renewal(
+        obs.now,
+        obs.claim_deadline,
+        obs.claim_lifetime_ms,
+        obs.has_connect_token,
+        obs.last_renewal_at,
+        policy,
+    ) {
+        Renewal::NotDue => None,
+        Renewal::Due => Some(SessionAction::Renew),
+        Renewal::Paced => Some(SessionAction::Wait),
+    }
 }
 
 /// The sandbox has a policy other than the one the entry asks for.

@@ -221,6 +221,7 @@ pub async fn run_prepared(
             stopping: stop.clone(),
             drain: config.drain,
             operator_stops: serving.operator_stops.clone(),
+            learned_lifetime: Default::default(),
         });
         outposts.spawn(queue::run(
             serving.client.clone(),
@@ -257,6 +258,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let mut held: BTreeSet<String> = BTreeSet::new();
     let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
     let mut cooldown: BTreeMap<String, i64> = BTreeMap::new();
+    let mut released: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
 
     // Re-adopt what the last run of this Garrison left.
     match deps.store.active_sessions(&outpost_id) {
@@ -282,7 +284,15 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
             break;
         }
         if deps.view.is_synced() {
-            claim_round(&deps, &mut runners, &mut held, &mut lost, &mut cooldown).await;
+            claim_round(
+                &deps,
+                &mut runners,
+                &mut held,
+                &mut lost,
+                &mut cooldown,
+                &mut released,
+            )
+            .await;
         }
         tokio::select! {
             _ = changes.changed() => {}

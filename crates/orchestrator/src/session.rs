@@ -38,8 +38,9 @@ mod start;
 
 pub use registry::OperatorStops;
 
+use claim::Claim;
+pub use claim::LearnedLifetime;
 use claim::keep_claim_alive;
-use claim::{Claim, lifetime_of};
 use start::StartError;
 
 /// How often a running session is looked at when nothing wakes it.
@@ -64,6 +65,8 @@ pub struct Deps {
     pub drain: bool,
     /// Where operator requests reach the runners (shared by all outposts).
     pub operator_stops: Arc<OperatorStops>,
+    /// The claim lifetime this outpost's server grants, as learned.
+    pub learned_lifetime: LearnedLifetime,
 }
 
 pub fn now_ms() -> Millis {
@@ -109,11 +112,8 @@ fn record_failure(e: anyhow::Error) -> Result<anyhow::Error, RecordFailed> {
 impl SessionRunner {
     /// A runner for a fresh claim: `entry` is the claim response.
     pub fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
-        let claim = Claim {
-            connect_token: entry.status.connect_token.clone(),
-            gateway_url: entry.status.gateway_url.clone(),
-            lifetime_ms: lifetime_of(&entry),
-        };
+        let mut claim = Claim::default();
+        claim.take_answer(&entry, tokio::time::Instant::now(), &deps.learned_lifetime);
         if let Some(token) = &claim.connect_token {
             deps.logs.redactor().add(token.expose());
         }
@@ -239,11 +239,15 @@ impl SessionRunner {
     }
 
     fn observation(&self, now: Millis) -> SessionObs {
+        // The claim's times are kept on the monotonic clock; the planner
+        // sees them on `now`'s.
+        let at = tokio::time::Instant::now();
         SessionObs {
             now,
             stage: self.rec.stage,
-            claim_deadline: self.rec.claim_deadline,
-            claim_lifetime_ms: self.claim.lifetime_ms,
+            claim_deadline: self.claim.expires_at(now, at, &self.deps.learned_lifetime),
+            claim_lifetime_ms: self.claim.lifetime(&self.deps.learned_lifetime),
+            last_renewal_at: self.claim.last_attempt_at(now, at),
             has_connect_token: self.claim.connect_token.is_some(),
             entry: self.entry_obs.clone(),
             remote: self.remote,

@@ -56,6 +56,12 @@ pub struct ClaimObs<'a> {
     /// Sessions this orchestrator gave back (a refused binary, start
     /// failures) and must not claim again before the given time.
     pub cooldown: &'a BTreeMap<String, Millis>,
+    /// Sessions the state store has as done here (ended, given back, or
+    /// left): a claim of ours on one is not being served.
+    pub finished_here: &'a BTreeSet<String>,
+    /// Claims this loop released, with the entry's `updated_at` then: not
+    /// released again until the entry changes.
+    pub released: &'a BTreeMap<String, Option<Timestamp>>,
 }
 
 /// What to do about one queue entry.
@@ -65,12 +71,24 @@ pub enum ClaimAction {
     /// The server says we hold it but the state store does not know it (a
     /// crash between claim and record): take it back into our care.
     Adopt(String),
+    /// The server says we hold it, but the session is over (terminated or
+    /// suspended) or already finished here: give it back now rather than
+    /// leave it to expire, as the reference operator does.
+    Release(String),
 }
 
-/// Decides which entries to claim or adopt, oldest first, within capacity.
+/// Decides which entries to claim or adopt, oldest first, within capacity,
+/// and which of our stale claims to release (those take no capacity and
+/// go on while stopping: they end work, they start none).
 pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
+    let releases = obs
+        .entries
+        .values()
+        .filter(|e| !obs.held.contains(e.session_id()))
+        .filter(|e| to_release(obs, e))
+        .map(|e| ClaimAction::Release(e.session_id().to_owned()));
     if obs.stopping {
-        return Vec::new();
+        return releases.collect();
     }
     let mut candidates: Vec<(&QueueEntry, ClaimAction)> = obs
         .entries
@@ -94,7 +112,27 @@ pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
         .into_iter()
         .take(obs.capacity)
         .map(|(_, a)| a)
+        .chain(releases)
         .collect()
+}
+
+/// A claim of ours that nothing here serves and nothing will: the session
+/// is over, or the store has it as done here. A claim the store has at
+/// another stage is left alone: its runner stopped on a failed record and
+/// its sandbox may still run (see `SessionRunner::run`).
+fn to_release(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
+    let status = &entry.status;
+    let ours =
+        status.phase == Phase::Claimed && status.acceptor_id.as_deref() == Some(obs.acceptor_id);
+    let over = matches!(
+        status.session_status,
+        SessionStatus::Suspended | SessionStatus::Terminated
+    );
+    let unchanged_since_release = obs
+        .released
+        .get(entry.session_id())
+        .is_some_and(|at| *at == entry.metadata.updated_at);
+    ours && (over || obs.finished_here.contains(entry.session_id())) && !unchanged_since_release
 }
 
 fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
@@ -110,6 +148,7 @@ fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
     }
     let ours = status.acceptor_id.as_deref() == Some(obs.acceptor_id);
     match status.phase {
+        Phase::Claimed if ours && obs.finished_here.contains(&id) => None,
         Phase::Claimed if ours => Some(ClaimAction::Adopt(id)),
         Phase::Pending => claimable_unless_lost(obs, entry).then_some(ClaimAction::Claim(id)),
         // Someone else's claim that expired returns to the queue, unless the

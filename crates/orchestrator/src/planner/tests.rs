@@ -14,6 +14,7 @@ fn running() -> SessionObs {
         stage: Stage::Running,
         claim_deadline: Some(NOW + 300_000),
         claim_lifetime_ms: Some(300_000),
+        last_renewal_at: None,
         has_connect_token: true,
         entry: EntryObs::Present(SessionStatus::Running),
         remote: RemoteObs::Running,
@@ -681,4 +682,36 @@ fn a_lost_claim_keeps_the_work_where_a_sandbox_may_exist() {
     for (stage, finish) in cases {
         assert_eq!(finish_on_claim_lost(stage), finish, "{stage:?}");
     }
+}
+
+#[test]
+fn renewals_are_paced_and_never_starve_the_start() {
+    // Renewed a moment ago and still due (the answer had no token): wait,
+    // do not re-claim in a loop, do not start without a token either.
+    let just_renewed = SessionObs {
+        has_connect_token: false,
+        last_renewal_at: Some(NOW - 100),
+        ..claimed()
+    };
+    assert_eq!(plan_session(&just_renewed, &policy()), A::Wait);
+    let later = SessionObs {
+        last_renewal_at: Some(NOW - MIN_RENEW_INTERVAL_MS),
+        ..just_renewed.clone()
+    };
+    assert_eq!(plan_session(&later, &policy()), A::Renew);
+    // A 6 s claim just renewed starts.
+    let short = SessionObs {
+        claim_deadline: Some(NOW + 6_000),
+        claim_lifetime_ms: Some(6_000),
+        last_renewal_at: Some(NOW),
+        ..claimed()
+    };
+    assert_eq!(plan_session(&short, &policy()), A::Start);
+    // A running session whose renewal just failed waits for the next try.
+    let failed = SessionObs {
+        claim_deadline: Some(NOW + 1_000),
+        last_renewal_at: Some(NOW - 500),
+        ..running()
+    };
+    assert_eq!(plan_session(&failed, &policy()), A::Wait);
 }

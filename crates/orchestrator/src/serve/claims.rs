@@ -1,6 +1,6 @@
-//! One claim round of an outpost loop: the planner decides what to claim or
-//! adopt from the queue view, and each claim won is recorded (or released
-//! again when it cannot be) before its runner starts.
+//! One claim round of an outpost loop: the planner decides what to claim,
+//! adopt or release from the queue view, and each claim won is recorded (or
+//! released again when it cannot be) before its runner starts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,11 +21,14 @@ pub(super) async fn claim_round(
     held: &mut BTreeSet<String>,
     lost: &mut BTreeMap<String, Option<Timestamp>>,
     cooldown: &mut BTreeMap<String, i64>,
+    released: &mut BTreeMap<String, Option<Timestamp>>,
 ) {
     let entries = deps.view.snapshot();
     lost.retain(|id, _| entries.contains_key(id));
+    released.retain(|id, _| entries.contains_key(id));
     let now = now_ms();
     cooldown.retain(|_, until| *until > now);
+    let finished_here = finished_here(deps, &entries, held);
     let actions = plan_claims(&ClaimObs {
         now: now_ms(),
         acceptor_id: &deps.acceptor_id,
@@ -36,6 +39,8 @@ pub(super) async fn claim_round(
         held,
         lost,
         cooldown,
+        finished_here: &finished_here,
+        released,
     });
     for action in actions {
         match action {
@@ -107,8 +112,46 @@ pub(super) async fn claim_round(
                 let runner = SessionRunner::adopted(deps.clone(), rec);
                 runners.spawn(async move { (session_id, runner.run().await) });
             }
+            ClaimAction::Release(session_id) => {
+                let Some(entry) = entries.get(&session_id) else {
+                    continue;
+                };
+                info!(
+                    session_id,
+                    session_status = ?entry.status.session_status,
+                    "releasing a claim of ours that nothing here serves"
+                );
+                match deps.client.release(&session_id, &deps.acceptor_id).await {
+                    Ok(outcome) => info!(session_id, ?outcome, "stale claim released"),
+                    // Not retried until the entry changes: a claim left
+                    // alone expires by itself, as before.
+                    Err(e) => warn!(session_id, error = %e, "releasing a stale claim failed"),
+                }
+                released.insert(session_id, entry.metadata.updated_at);
+            }
         }
     }
+}
+
+/// Our claims in the view that no runner holds and the state store has as
+/// done here.
+fn finished_here(
+    deps: &Deps,
+    entries: &BTreeMap<String, fleet::QueueEntry>,
+    held: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    entries
+        .values()
+        .filter(|e| {
+            e.status.phase == fleet::Phase::Claimed
+                && e.status.acceptor_id.as_deref() == Some(deps.acceptor_id.as_str())
+                && !held.contains(e.session_id())
+        })
+        .filter(
+            |e| matches!(deps.store.session(e.session_id()), Ok(Some(rec)) if rec.stage.is_done()),
+        )
+        .map(|e| e.session_id().to_owned())
+        .collect()
 }
 
 /// The state-store record of a session just claimed (or adopted).

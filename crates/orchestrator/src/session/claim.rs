@@ -1,58 +1,157 @@
 //! Keeping the claim: renewing it, and how much of it is left for a slow
 //! step.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use fleet::{ClaimError, QueueEntry, Secret};
+use fleet::{ClaimError, FleetError, QueueEntry, Secret};
 use serde_json::json;
-use tracing::warn;
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms};
 use crate::metrics::Metrics;
-use crate::planner::{EntryObs, Millis, Stage, finish_on_claim_lost};
-
-/// A slow step is not begun with less claim time left than this.
-const MIN_STEP_BUDGET_MS: Millis = 10_000;
+use crate::planner::{
+    ClaimAnswer, EntryObs, LifetimeSource, Millis, Stage, claim_lifetime, finish_on_claim_lost,
+    renewal_due_in, step_budget,
+};
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]
 pub(super) struct Claim {
     pub(super) connect_token: Option<Secret>,
     pub(super) gateway_url: Option<String>,
-    pub(super) lifetime_ms: Option<Millis>,
+    /// The lifetime the last answer granted (see [`claim_lifetime`]).
+    lifetime_ms: Option<Millis>,
+    /// The last answer had no usable deadline and nothing was learned yet:
+    /// its lifetime is [`crate::planner::ASSUMED_CLAIM_LIFETIME_MS`] until
+    /// any answer to this process teaches the real one.
+    assumed: bool,
+    /// When the last answer arrived, on the monotonic clock.
+    received: Option<Instant>,
+    /// When a renewal was last tried.
+    pub(super) last_attempt: Option<Instant>,
 }
 
-pub(super) fn lifetime_of(entry: &QueueEntry) -> Option<Millis> {
-    entry
-        .status
-        .claim_deadline
-        .map(|d| d.unix_millis() - now_ms())
+/// The claim lifetime the server's answers implied, shared by the runners
+/// of an outpost: the lifetime is the server's, not a session's, so an
+/// answer without a deadline is read with what any answer taught.
+#[derive(Debug, Default)]
+pub struct LearnedLifetime(AtomicI64);
+
+impl LearnedLifetime {
+    pub(super) fn get(&self) -> Option<Millis> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    }
+
+    fn set(&self, ms: Millis) {
+        self.0.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl Claim {
+    /// Takes in a claim answer that arrived at `received` (monotonic).
+    pub(super) fn take_answer(
+        &mut self,
+        entry: &QueueEntry,
+        received: Instant,
+        learned: &LearnedLifetime,
+    ) {
+        let answer = ClaimAnswer {
+            deadline: entry.status.claim_deadline.map(|d| d.unix_millis()),
+            server_now: entry.metadata.updated_at.map(|t| t.unix_millis()),
+            local_now: now_ms(),
+        };
+        let (lifetime, source) = claim_lifetime(&answer, learned.get());
+        self.assumed = source == LifetimeSource::Assumed;
+        match source {
+            LifetimeSource::ServerClock | LifetimeSource::LocalClock => learned.set(lifetime),
+            LifetimeSource::Previous | LifetimeSource::Assumed => debug!(
+                session_id = entry.session_id(),
+                lifetime_ms = lifetime,
+                ?source,
+                deadline = ?answer.deadline,
+                server_now = ?answer.server_now,
+                "the claim answer has no usable deadline"
+            ),
+        }
+        self.lifetime_ms = Some(lifetime);
+        self.received = Some(received);
+        if let Some(token) = &entry.status.connect_token {
+            self.connect_token = Some(token.clone());
+        }
+        if entry.status.gateway_url.is_some() {
+            self.gateway_url = entry.status.gateway_url.clone();
+        }
+    }
+
+    /// The lifetime of the claim held: an assumed one gives way to what
+    /// any answer taught since.
+    pub(super) fn lifetime(&self, learned: &LearnedLifetime) -> Option<Millis> {
+        match learned.get() {
+            Some(ms) if self.assumed => Some(ms),
+            _ => self.lifetime_ms,
+        }
+    }
+
+    /// The expiry (the last answer's arrival plus its lifetime) on the
+    /// clock whose reading is `now` at `at`.
+    pub(super) fn expires_at(
+        &self,
+        now: Millis,
+        at: Instant,
+        learned: &LearnedLifetime,
+    ) -> Option<Millis> {
+        let received = self.received?;
+        Some(now + signed_ms(received, at) + self.lifetime(learned)?)
+    }
+
+    /// The last renewal attempt on the clock whose reading is `now` at `at`.
+    pub(super) fn last_attempt_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+        self.last_attempt.map(|t| now + signed_ms(t, at))
+    }
+}
+
+/// `to - from` in milliseconds, negative when `to` is earlier.
+fn signed_ms(to: Instant, from: Instant) -> Millis {
+    if to >= from {
+        (to - from).as_millis() as Millis
+    } else {
+        -((from - to).as_millis() as Millis)
+    }
 }
 
 impl SessionRunner {
-    /// Time left on the claim; `None` when no deadline is known.
+    /// Time left on the claim; `None` when no claim answer came yet.
     pub(super) fn claim_time_left(&self) -> Option<Millis> {
-        self.rec.claim_deadline.map(|d| d - now_ms())
+        self.claim
+            .expires_at(0, Instant::now(), &self.deps.learned_lifetime)
     }
 
-    /// How long until the claim must be renewed (see the planner's margin).
+    /// How long until the claim must be renewed (see the planner's
+    /// [`crate::planner::renewal_due_in`]).
     pub(super) fn renewal_due_in(&self) -> Duration {
-        let Some(deadline) = self.rec.claim_deadline else {
-            return Duration::from_secs(1);
-        };
-        let margin = match self.claim.lifetime_ms {
-            Some(lifetime) if lifetime > 0 => self.deps.policy.renew_margin_ms.min(lifetime / 2),
-            _ => self.deps.policy.renew_margin_ms,
-        };
-        Duration::from_millis((deadline - margin - now_ms()).max(0) as u64)
+        let at = Instant::now();
+        let ms = renewal_due_in(
+            0,
+            self.claim.expires_at(0, at, &self.deps.learned_lifetime),
+            self.claim.lifetime(&self.deps.learned_lifetime),
+            self.claim.connect_token.is_some(),
+            self.claim.last_attempt_at(0, at),
+            &self.deps.policy,
+        );
+        Duration::from_millis(ms as u64)
     }
 
+    /// Whether enough claim time is left to begin a slow step.
     pub(super) fn has_budget(&self) -> bool {
-        self.claim_time_left()
-            .is_none_or(|left| left >= MIN_STEP_BUDGET_MS)
+        let lifetime = self.claim.lifetime(&self.deps.learned_lifetime);
+        let budget = step_budget(lifetime, &self.deps.policy);
+        self.claim_time_left().is_none_or(|left| left >= budget)
     }
 
     pub(super) async fn renew(&mut self) -> Result<(), RecordFailed> {
+        self.claim.last_attempt = Some(Instant::now());
         match self
             .deps
             .client
@@ -61,15 +160,14 @@ impl SessionRunner {
         {
             Ok(entry) => {
                 Metrics::inc(&self.deps.metrics.claim_renewals);
+                // The server's deadline is kept for display only: decisions
+                // use the expiry computed at receipt.
                 self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
-                self.claim.lifetime_ms = lifetime_of(&entry);
                 if let Some(token) = &entry.status.connect_token {
                     self.deps.logs.redactor().add(token.expose());
-                    self.claim.connect_token = Some(token.clone());
                 }
-                if entry.status.gateway_url.is_some() {
-                    self.claim.gateway_url = entry.status.gateway_url.clone();
-                }
+                self.claim
+                    .take_answer(&entry, Instant::now(), &self.deps.learned_lifetime);
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
                 self.note_entry(entry);
@@ -99,9 +197,22 @@ impl SessionRunner {
                 }
                 recorded
             }
+            Err(ClaimError::Fleet(FleetError::NotFound { .. })) => {
+                // The entry is gone: not a passing error to retry, but what a
+                // DELETED event says, and wound down the same way.
+                warn!(
+                    session_id = self.id(),
+                    "renewing the claim found the entry gone"
+                );
+                self.event("entry_gone", json!({ "during": "renewal" }));
+                self.deps.view.remove(self.id());
+                self.entry_obs = EntryObs::Gone;
+                Ok(())
+            }
             Err(ClaimError::Fleet(e)) => {
+                // Retried when the planner next finds the claim due, paced
+                // by MIN_RENEW_INTERVAL_MS.
                 warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
-                self.pause(Duration::from_secs(1)).await;
                 Ok(())
             }
         }
@@ -180,6 +291,36 @@ mod tests {
             "renewed {} times over 10 s of 2 s claims",
             claim.renewals
         );
+    }
+
+    #[test]
+    fn an_assumed_lifetime_gives_way_to_a_learned_one() {
+        let answer = |deadline: Option<Millis>| {
+            let mut e: QueueEntry = serde_json::from_value(json!({
+                "metadata": {"session_id": "s1"},
+                "status": {"phase": "claimed"}
+            }))
+            .unwrap();
+            let now = now_ms();
+            e.metadata.updated_at = fleet::Timestamp::from_unix_millis(now);
+            e.status.claim_deadline =
+                deadline.and_then(|d| fleet::Timestamp::from_unix_millis(now + d));
+            e
+        };
+        let learned = LearnedLifetime::default();
+        let mut blind = Claim::default();
+        blind.take_answer(&answer(None), Instant::now(), &learned);
+        assert_eq!(
+            blind.lifetime(&learned),
+            Some(crate::planner::ASSUMED_CLAIM_LIFETIME_MS)
+        );
+        // Another session's answer teaches the server's 6 s lifetime.
+        let mut taught = Claim::default();
+        taught.take_answer(&answer(Some(6_000)), Instant::now(), &learned);
+        assert_eq!(blind.lifetime(&learned), Some(6_000));
+        // Later answers without a deadline use it at once.
+        taught.take_answer(&answer(None), Instant::now(), &learned);
+        assert_eq!(taught.lifetime(&learned), Some(6_000));
     }
 
     #[tokio::test(start_paused = true)]

@@ -22,6 +22,8 @@ struct World {
     backend: Arc<HostBackend>,
     /// `METHOD path` of every request the fleet API got.
     requests: Arc<Mutex<Vec<String>>>,
+    /// What the fleet API answers a claim (a renewal); `{}` otherwise.
+    claim_answer: Arc<Mutex<(u16, serde_json::Value)>>,
     api_url: String,
 }
 
@@ -38,14 +40,26 @@ impl World {
             .unwrap(),
         );
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let claim_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
         let seen = requests.clone();
+        let answer = claim_answer.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let seen = seen.clone();
+            let answer = answer.clone();
             async move {
+                let path = req.uri().path().to_owned();
                 seen.lock()
                     .unwrap()
-                    .push(format!("{} {}", req.method(), req.uri().path()));
-                axum::Json(serde_json::json!({}))
+                    .push(format!("{} {}", req.method(), path));
+                let (status, body) = if path.ends_with("/claim") {
+                    answer.lock().unwrap().clone()
+                } else {
+                    (200, serde_json::json!({}))
+                };
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    axum::Json(body),
+                )
             }
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -56,8 +70,14 @@ impl World {
             store,
             backend,
             requests,
+            claim_answer,
             api_url,
         }
+    }
+
+    /// The fleet API answers claims (renewals) with `status` and `body`.
+    fn answer_claims(&self, status: u16, body: serde_json::Value) {
+        *self.claim_answer.lock().unwrap() = (status, body);
     }
 
     /// A resolver whose cache holds the pinned binary, so nothing is
@@ -81,6 +101,13 @@ impl World {
     }
 
     fn runner(&self, rec: SessionRecord) -> SessionRunner {
+        self.runner_claimed_with(rec, claim_response())
+    }
+
+    /// A runner for a claim the server answered with `answer`, recorded as
+    /// the claim round records it.
+    fn runner_claimed_with(&self, mut rec: SessionRecord, answer: QueueEntry) -> SessionRunner {
+        rec.claim_deadline = answer.status.claim_deadline.map(|d| d.unix_millis());
         let deps = Deps {
             client: FleetClient::new(&self.api_url, "token".into(), Default::default()).unwrap(),
             backend: self.backend.clone(),
@@ -107,8 +134,9 @@ impl World {
             stopping: CancellationToken::new(),
             drain: false,
             operator_stops: Arc::new(OperatorStops::default()),
+            learned_lifetime: Default::default(),
         };
-        SessionRunner::claimed(Arc::new(deps), rec, claim_response())
+        SessionRunner::claimed(Arc::new(deps), rec, answer)
     }
 
     fn releases(&self) -> usize {
@@ -220,4 +248,89 @@ async fn a_session_past_claimed_is_left_to_its_claim_when_a_record_fails() {
     let kept = world.store.session(SESSION).unwrap().unwrap();
     assert_eq!(kept.stage, Stage::Starting);
     assert!(kept.process.is_none());
+}
+
+/// A claim answer whose server clock reads `server_now` (its `updated_at`)
+/// and whose deadline, in whole seconds as the reference server sends it,
+/// is `lifetime_secs` later; `None`: no deadline at all.
+fn answer_at(server_now: Millis, lifetime_secs: Option<i64>) -> QueueEntry {
+    let whole = server_now.div_euclid(1000) * 1000;
+    let mut entry = claim_response();
+    entry.metadata.updated_at = Timestamp::from_unix_millis(whole);
+    entry.status.claim_deadline =
+        lifetime_secs.and_then(|s| Timestamp::from_unix_millis(whole + s * 1000));
+    entry
+}
+
+fn next_action(runner: &SessionRunner) -> SessionAction {
+    plan_session(&runner.observation(now_ms()), &runner.deps.policy)
+}
+
+// Before the fix a claim answer without a deadline left `needs_renewal`
+// true for good: the runner re-claimed as fast as answers came back and
+// never started the session.
+#[tokio::test]
+async fn a_claim_answer_without_a_deadline_starts_the_session_instead_of_reclaiming() {
+    let world = World::new().await;
+    let mut runner =
+        world.runner_claimed_with(record(Stage::Claimed, None), answer_at(now_ms(), None));
+    assert_eq!(next_action(&runner), SessionAction::Start);
+    assert!(runner.has_budget());
+
+    // A renewal answered without a deadline is no reason to renew again.
+    world.answer_claims(
+        200,
+        serde_json::to_value(answer_at(now_ms(), None)).unwrap(),
+    );
+    runner.renew().await.unwrap();
+    assert_eq!(next_action(&runner), SessionAction::Start);
+}
+
+// Before the fix a 6 s claim never left the 10 s a slow step wanted, so the
+// start gave up at once, again and again, and only renewals happened.
+#[tokio::test]
+async fn a_short_whole_second_claim_leaves_time_to_start() {
+    let world = World::new().await;
+    let runner =
+        world.runner_claimed_with(record(Stage::Claimed, None), answer_at(now_ms(), Some(6)));
+    assert_eq!(next_action(&runner), SessionAction::Start);
+    assert!(runner.has_budget(), "a fresh 6 s claim must allow a start");
+}
+
+// Before the fix the deadline was compared with Garrison's own clock: a
+// server minutes behind made every claim look expired (a renewal storm),
+// one minutes ahead made it look longer than it is (an expired claim).
+#[tokio::test]
+async fn a_skewed_server_clock_neither_storms_nor_overstays() {
+    let world = World::new().await;
+    let behind = world.runner_claimed_with(
+        record(Stage::Claimed, None),
+        answer_at(now_ms() - 5 * 60_000, Some(300)),
+    );
+    assert_eq!(next_action(&behind), SessionAction::Start);
+    assert!(behind.has_budget());
+
+    let ahead = world.runner_claimed_with(
+        record(Stage::Claimed, None),
+        answer_at(now_ms() + 5 * 60_000, Some(300)),
+    );
+    let left = ahead.claim_time_left().unwrap();
+    assert!(left <= 300_000, "the claim is taken to last {left} ms");
+}
+
+// Before the fix a 404 on renewal was a transient error, retried every
+// second for as long as the runner lived.
+#[tokio::test]
+async fn a_404_on_renewal_means_the_entry_is_gone() {
+    let world = World::new().await;
+    let mut runner = world.runner(record(Stage::Claimed, None));
+    world.answer_claims(404, serde_json::json!({"error": "not_found"}));
+
+    runner.renew().await.unwrap();
+
+    assert_eq!(runner.entry_obs, EntryObs::Gone);
+    assert_eq!(
+        next_action(&runner),
+        SessionAction::Finish(crate::planner::Finish::Released)
+    );
 }

@@ -36,6 +36,8 @@ struct ClaimCase {
     held: BTreeSet<String>,
     lost: BTreeMap<String, Option<Timestamp>>,
     cooldown: BTreeMap<String, Millis>,
+    finished_here: BTreeSet<String>,
+    released: BTreeMap<String, Option<Timestamp>>,
     capacity: usize,
     stopping: bool,
 }
@@ -47,6 +49,8 @@ impl ClaimCase {
             held: BTreeSet::new(),
             lost: BTreeMap::new(),
             cooldown: BTreeMap::new(),
+            finished_here: BTreeSet::new(),
+            released: BTreeMap::new(),
             capacity: 10,
             stopping: false,
         }
@@ -63,6 +67,8 @@ impl ClaimCase {
             held: &self.held,
             lost: &self.lost,
             cooldown: &self.cooldown,
+            finished_here: &self.finished_here,
+            released: &self.released,
         })
     }
 }
@@ -218,4 +224,43 @@ fn a_session_whose_record_failed_cools_down() {
         cooldown_until(RunnerEnd::RecordFailed, NOW),
         Some(NOW + RELEASE_COOLDOWN_MS)
     );
+}
+
+fn ours(id: &str, session_status: SessionStatus) -> QueueEntry {
+    let mut e = entry(id, 5, Phase::Claimed, session_status);
+    e.status.acceptor_id = Some(ME.into());
+    e
+}
+
+// Before the fix our own claims on finished sessions the store did not
+// know (a lost state directory) were skipped and left to expire.
+#[test]
+fn our_claims_on_finished_or_unserved_sessions_are_released() {
+    let release = |id: &str| ClaimAction::Release(id.into());
+    let mut case = ClaimCase::new(vec![
+        ours("ended", SessionStatus::Terminated),
+        ours("asleep", SessionStatus::Suspended),
+        ours("done-here", SessionStatus::Running),
+        ours("live", SessionStatus::Running),
+        ours("held", SessionStatus::Terminated),
+    ]);
+    case.finished_here.insert("done-here".into());
+    case.held.insert("held".into());
+    assert_eq!(
+        case.plan(),
+        vec![
+            ClaimAction::Adopt("live".into()),
+            release("asleep"),
+            release("done-here"),
+            release("ended"),
+        ]
+    );
+    // Released once per change of the entry, not on every round.
+    let seen = case.entries["ended"].metadata.updated_at;
+    case.released.insert("ended".into(), seen);
+    assert!(!case.plan().contains(&release("ended")));
+    // Releasing takes no capacity; stopping does not stop it.
+    case.capacity = 0;
+    case.stopping = true;
+    assert_eq!(case.plan(), vec![release("asleep"), release("done-here")]);
 }

@@ -79,3 +79,70 @@ async fn short_whole_second_claims_without_deadlines_serve_each_session_once() {
         );
     }
 }
+
+/// Issue 13's bar: against the emulator in its strictest mode (every watch
+/// event possibly twice, whole-second 20 s claims, one claim answer in ten
+/// without a deadline, null platforms), 50 sessions are each served exactly
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
+    const SESSIONS: usize = 50;
+    let emu = emulator_with(|c| {
+        c.claim_ttl = Duration::from_secs(20);
+        c.faults = Faults {
+            duplicate_event_rate: 0.5,
+            claim_deadline_missing_rate: 0.1,
+            whole_second_timestamps: true,
+            null_platform: true,
+            ..Faults::default()
+        };
+    })
+    .await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec!["--max-concurrent".into(), "10".into()],
+        },
+    );
+
+    let ids: Vec<String> = (0..SESSIONS)
+        .map(|n| {
+            session(
+                &emu,
+                &outpost,
+                vec![run(&format!("echo served-{n}"))],
+                Then::End,
+            )
+        })
+        .collect();
+    for id in &ids {
+        wait_until("terminated and recorded as ended", Some(&g), || {
+            status_is(&emu, id, SessionStatus::Terminated)
+                && g.store().session(id).unwrap().map(|r| r.stage)
+                    == Some(Stage::Done(Finish::Terminated))
+        })
+        .await;
+    }
+
+    for (n, id) in ids.iter().enumerate() {
+        let v = view(&emu, id);
+        assert_eq!(v.connections, 1, "{id}: exactly one remote connected");
+        assert_eq!(v.events("duplicate_connection").count(), 0, "{id}");
+        let outputs: Vec<String> = step_outputs(&emu, id)
+            .iter()
+            .map(|o| o.trim().to_owned())
+            .collect();
+        assert_eq!(outputs, vec![format!("served-{n}")], "{id}: ran once");
+        let claims = v.events("claimed").count() + v.events("renewed").count();
+        assert!(
+            claims <= MAX_CLAIMS_PER_SESSION,
+            "{id}: {claims} claim requests\n--- garrison log ---\n{}",
+            g.log()
+        );
+    }
+}

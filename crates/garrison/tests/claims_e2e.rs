@@ -83,7 +83,7 @@ async fn short_whole_second_claims_without_deadlines_serve_each_session_once() {
 /// Issue 13's bar: against the emulator in its strictest mode (every watch
 /// event possibly twice, whole-second 20 s claims, one claim answer in ten
 /// without a deadline, null platforms), 50 sessions are each served exactly
-/// once.
+/// once. Each runs longer than a claim lives, so every one is renewed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
     const SESSIONS: usize = 50;
@@ -106,7 +106,7 @@ async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
         GarrisonOptions {
             outpost: &outpost,
             state_dir: &state,
-            extra_args: vec!["--max-concurrent".into(), "10".into()],
+            extra_args: vec!["--max-concurrent".into(), SESSIONS.to_string()],
         },
     );
 
@@ -115,7 +115,7 @@ async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
             session(
                 &emu,
                 &outpost,
-                vec![run(&format!("echo served-{n}"))],
+                vec![run(&format!("sleep 25 && echo served-{n}"))],
                 Then::End,
             )
         })
@@ -138,7 +138,14 @@ async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
             .map(|o| o.trim().to_owned())
             .collect();
         assert_eq!(outputs, vec![format!("served-{n}")], "{id}: ran once");
-        let claims = v.events("claimed").count() + v.events("renewed").count();
+        let renewals = v.events("renewed").count();
+        let claims = v.events("claimed").count() + renewals;
+        assert!(
+            renewals >= 1,
+            "{id}: outlived its first claim unrenewed: {:?}\n--- garrison log ---\n{}",
+            v.transcript,
+            g.log()
+        );
         assert!(
             claims <= MAX_CLAIMS_PER_SESSION,
             "{id}: {claims} claim requests\n--- garrison log ---\n{}",

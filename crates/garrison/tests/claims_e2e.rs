@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use emulator::{Faults, Then};
+use emulator::{Emulator, Faults, Then};
 use fleet::SessionStatus;
 use orchestrator::planner::{Finish, Stage};
 
@@ -39,45 +39,8 @@ async fn short_whole_second_claims_without_deadlines_serve_each_session_once() {
     );
 
     // Each session outlives its first claims several times over.
-    let ids: Vec<String> = (0..3)
-        .map(|n| {
-            session(
-                &emu,
-                &outpost,
-                vec![run(&format!("sleep 8 && echo done-{n}"))],
-                Then::End,
-            )
-        })
-        .collect();
-    // Not "released": when even the first answers of the run had no
-    // deadline, the assumed 5 minutes let a 6 s claim lapse (a running
-    // session stays with its worker), and a lapsed claim has nothing left
-    // to release.
-    for id in &ids {
-        wait_until("terminated and recorded as ended", Some(&g), || {
-            status_is(&emu, id, SessionStatus::Terminated)
-                && g.store().session(id).unwrap().map(|r| r.stage)
-                    == Some(Stage::Done(Finish::Terminated))
-        })
-        .await;
-    }
-
-    for (n, id) in ids.iter().enumerate() {
-        let v = view(&emu, id);
-        assert_eq!(v.connections, 1, "{id}: exactly one remote connected");
-        assert_eq!(v.events("duplicate_connection").count(), 0, "{id}");
-        let outputs: Vec<String> = step_outputs(&emu, id)
-            .iter()
-            .map(|o| o.trim().to_owned())
-            .collect();
-        assert_eq!(outputs, vec![format!("done-{n}")], "{id}: ran once");
-        let claims = v.events("claimed").count() + v.events("renewed").count();
-        assert!(
-            claims <= MAX_CLAIMS_PER_SESSION,
-            "{id}: {claims} claim requests\n--- garrison log ---\n{}",
-            g.log()
-        );
-    }
+    let ids = sessions_running(&emu, &outpost, 3, "sleep 8 &&");
+    each_served_once(&emu, &g, &ids).await;
 }
 
 /// Issue 13's bar: against the emulator in its strictest mode (every watch
@@ -110,42 +73,60 @@ async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
         },
     );
 
-    let ids: Vec<String> = (0..SESSIONS)
+    let ids = sessions_running(&emu, &outpost, SESSIONS, "sleep 25 &&");
+    each_served_once(&emu, &g, &ids).await;
+    for id in &ids {
+        let v = view(&emu, id);
+        assert!(
+            v.events("renewed").count() >= 1,
+            "{id}: outlived its first claim unrenewed: {:?}\n--- garrison log ---\n{}",
+            v.transcript,
+            g.log()
+        );
+    }
+}
+
+/// `count` sessions, the n-th running `<before> echo served-<n>` and then
+/// ending.
+fn sessions_running(emu: &Emulator, outpost: &str, count: usize, before: &str) -> Vec<String> {
+    (0..count)
         .map(|n| {
             session(
-                &emu,
-                &outpost,
-                vec![run(&format!("sleep 25 && echo served-{n}"))],
+                emu,
+                outpost,
+                vec![run(&format!("{before} echo served-{n}"))],
                 Then::End,
             )
         })
-        .collect();
-    for id in &ids {
-        wait_until("terminated and recorded as ended", Some(&g), || {
-            status_is(&emu, id, SessionStatus::Terminated)
+        .collect()
+}
+
+/// Waits for every session of [`sessions_running`] to end, then checks each
+/// connected one remote, ran its step once and took a bounded number of
+/// claim requests.
+async fn each_served_once(emu: &Emulator, g: &Garrison, ids: &[String]) {
+    // Not "released": when even the first answers of the run had no
+    // deadline, the assumed 5 minutes let a short claim lapse (a running
+    // session stays with its worker), and a lapsed claim has nothing left
+    // to release.
+    for id in ids {
+        wait_until("terminated and recorded as ended", Some(g), || {
+            status_is(emu, id, SessionStatus::Terminated)
                 && g.store().session(id).unwrap().map(|r| r.stage)
                     == Some(Stage::Done(Finish::Terminated))
         })
         .await;
     }
-
     for (n, id) in ids.iter().enumerate() {
-        let v = view(&emu, id);
+        let v = view(emu, id);
         assert_eq!(v.connections, 1, "{id}: exactly one remote connected");
         assert_eq!(v.events("duplicate_connection").count(), 0, "{id}");
-        let outputs: Vec<String> = step_outputs(&emu, id)
+        let outputs: Vec<String> = step_outputs(emu, id)
             .iter()
             .map(|o| o.trim().to_owned())
             .collect();
         assert_eq!(outputs, vec![format!("served-{n}")], "{id}: ran once");
-        let renewals = v.events("renewed").count();
-        let claims = v.events("claimed").count() + renewals;
-        assert!(
-            renewals >= 1,
-            "{id}: outlived its first claim unrenewed: {:?}\n--- garrison log ---\n{}",
-            v.transcript,
-            g.log()
-        );
+        let claims = v.events("claimed").count() + v.events("renewed").count();
         assert!(
             claims <= MAX_CLAIMS_PER_SESSION,
             "{id}: {claims} claim requests\n--- garrison log ---\n{}",

@@ -198,9 +198,7 @@ pub async fn build(
         .await
         .context("starting the image build on Modal")?;
     let image_id = created.image_id;
-    let mut result = created
-        .result
-        .filter(|r| r.status() != GenericStatus::Unspecified);
+    let mut result = created.result.filter(is_final);
     let mut last_entry_id = String::new();
     while result.is_none() {
         let request = wire::ImageJoinStreamingRequest {
@@ -229,20 +227,17 @@ pub async fn build(
             for line in item.task_logs.iter().flat_map(|l| l.data.lines()) {
                 log(line);
             }
-            if let Some(r) = item
-                .result
-                .filter(|r| r.status() != GenericStatus::Unspecified)
-            {
+            if let Some(r) = item.result.filter(is_final) {
                 result = Some(r);
                 break;
             }
         }
     }
     let result = result.unwrap_or_default();
-    if result.status() != GenericStatus::Success {
+    if result.status != GenericStatus::Success as i32 {
         bail!(
-            "the image build {image_id} ended with {:?}: {}",
-            result.status(),
+            "the image build {image_id} ended with {}: {}",
+            describe_status(result.status),
             result.exception
         );
     }
@@ -253,6 +248,22 @@ pub async fn build(
         image_id,
         reused: false,
     })
+}
+
+/// Whether a build result is the end of the build: any status but
+/// "unspecified", read from the raw value. prost reads a value this version
+/// does not know (a newer failure, say `KERNEL_OOM_KILL`) as unspecified,
+/// which would keep the build followed forever.
+fn is_final(result: &wire::GenericResult) -> bool {
+    result.status != GenericStatus::Unspecified as i32
+}
+
+/// A status by name, or by number when this version does not know it.
+fn describe_status(raw: i32) -> String {
+    match GenericStatus::try_from(raw) {
+        Ok(status) => format!("{status:?}"),
+        Err(_) => format!("status {raw} (unknown to this version of Garrison)"),
+    }
 }
 
 async fn exists(client: &Client, image_id: &str) -> anyhow::Result<bool> {
@@ -300,6 +311,27 @@ mod tests {
         recipe.mirror = Some("https://mirror.example/debian".into());
         let commands = dockerfile_commands(&recipe).unwrap();
         assert!(commands[1].contains("deb https://mirror.example/debian bookworm main"));
+    }
+
+    #[test]
+    fn any_known_or_unknown_status_but_unspecified_ends_the_build() {
+        let result = |status: i32| wire::GenericResult {
+            status,
+            ..Default::default()
+        };
+        assert!(!is_final(&result(0)));
+        for status in [1, 2, 8] {
+            assert!(is_final(&result(status)), "{status}");
+        }
+        // 9 and 10 are MEMORY_THRASHING_EVICTION and KERNEL_OOM_KILL in
+        // newer clients: a failure, not "still building". The typed reading
+        // cannot tell them from unspecified, so the raw value decides.
+        assert_eq!(result(9).status(), GenericStatus::Unspecified);
+        for status in [9, 10, 99] {
+            assert!(is_final(&result(status)), "{status}");
+            assert!(describe_status(status).contains(&format!("status {status}")));
+        }
+        assert_eq!(describe_status(2), "Failure");
     }
 
     #[test]

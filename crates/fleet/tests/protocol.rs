@@ -1,8 +1,9 @@
 //! Conformance: each documented behaviour of the fleet API, point by point,
 //! with the emulator (answering as the real service does, per Cognition's
 //! reference model) and the client exercised together. The comment above
-//! each test names the section of the protocol page (`shared/docs/outposts-protocol.md` beside the repository) it
-//! checks. Everything talks to 127.0.0.1 only.
+//! each test names the section of the protocol page it checks
+//! (`shared/docs/outposts-protocol.md`, beside the repository). Everything
+//! talks to 127.0.0.1 only.
 
 #[allow(dead_code)]
 #[path = "emulator/common.rs"]

@@ -258,6 +258,19 @@ pub fn image(value: &Sourced<String>) -> Result<String, SettingsError> {
     Ok(image.to_owned())
 }
 
+/// `["a", "b", "c"]` as "a, b or c", for messages that list the accepted
+/// values; empty for none.
+pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
+    match items.split_last() {
+        Some((last, [])) => last.as_ref().to_owned(),
+        Some((last, rest)) => {
+            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
+            format!("{} or {}", rest.join(", "), last.as_ref())
+        }
+        None => String::new(),
+    }
+}
+
 /// A [`SettingsSource`] over plain maps, for tests and for callers that
 /// assemble settings themselves.
 #[derive(Clone, Debug, Default)]
@@ -313,6 +326,13 @@ mod tests {
         let b = source.get("B", "b").unwrap();
         assert_eq!(b.value, "from file");
         assert_eq!(b.origin.to_string(), "b in /g.toml");
+    }
+
+    #[test]
+    fn lists_read_with_or() {
+        assert_eq!(or_list::<&str>(&[]), "");
+        assert_eq!(or_list(&["host"]), "host");
+        assert_eq!(or_list(&["host", "local", "modal"]), "host, local or modal");
     }
 
     #[test]

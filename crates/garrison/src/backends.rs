@@ -29,11 +29,7 @@ pub fn find(name: &str) -> Option<&'static dyn BackendPlugin> {
 /// The names, for help texts: "host, local, tensorlake or modal".
 pub fn names() -> String {
     let names: Vec<&str> = ALL.iter().map(|b| b.name()).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
+    common::settings::or_list(&names)
 }
 
 /// `backend` configured from this process's environment and the settings
@@ -63,11 +59,7 @@ pub fn help() -> String {
         .iter()
         .map(|b| format!("{} ({})", b.name(), b.summary()))
         .collect();
-    match described.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
+    common::settings::or_list(&described)
 }
 
 /// The settings file to read: `explicit`, else the default one if it exists.

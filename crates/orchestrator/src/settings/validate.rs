@@ -120,10 +120,9 @@ pub(super) fn backend(
         return Ok(plugin.name());
     }
     let names: Vec<&str> = known.iter().map(|b| b.name()).collect();
-    let expected = match names.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => "none is built in".to_owned(),
+    let expected = match names.as_slice() {
+        [] => "none is built in".to_owned(),
+        names => common::settings::or_list(names),
     };
     Err(value.invalid(format!("unknown backend {name:?} (expected {expected})")))
 }

@@ -26,12 +26,16 @@ use fleet::{NetworkPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
 
 mod claims;
+mod output;
 mod renewal;
 mod stage;
 mod start;
 mod wind_down;
 
 pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+pub use output::{
+    DEFAULT_SESSION_LOG_MAX_BYTES, OutputAllowance, output_allowance, output_exhausted,
+};
 pub use renewal::{
     ASSUMED_CLAIM_LIFETIME_MS, ClaimAnswer, LifetimeSource, MIN_RENEW_INTERVAL_MS,
     MIN_STEP_BUDGET_MS, Renewal, claim_lifetime, renew_margin, renewal_due_in, step_budget,
@@ -88,6 +92,9 @@ pub struct Policy {
     pub confirm_interval_ms: Millis,
     /// Failed attempts to start a sandbox before the claim is released.
     pub max_start_failures: u32,
+    /// Bytes of the remote's output copied into the session log; the rest
+    /// is left in the sandbox (see [`output_allowance`]).
+    pub session_log_max_bytes: u64,
 }
 
 impl Default for Policy {
@@ -101,6 +108,7 @@ impl Default for Policy {
             confirm_attempts: 10,
             confirm_interval_ms: 1_000,
             max_start_failures: 3,
+            session_log_max_bytes: DEFAULT_SESSION_LOG_MAX_BYTES,
         }
     }
 }

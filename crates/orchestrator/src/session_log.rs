@@ -53,6 +53,13 @@ impl SessionLogs {
         f.write_all(bytes)
     }
 
+    /// Bytes in the session's copy of the remote's output (0 before any):
+    /// what counts against the session's log cap, across restarts and
+    /// resumes of the remote and of Garrison.
+    pub fn remote_output_len(&self, session_id: &str) -> u64 {
+        std::fs::metadata(self.dir(session_id).join(REMOTE_LOG)).map_or(0, |m| m.len())
+    }
+
     /// Appends output of the remote.
     pub fn remote_output(&self, session_id: &str, bytes: &[u8]) -> std::io::Result<()> {
         let text = self.redactor.scrub(&String::from_utf8_lossy(bytes));

@@ -1,51 +1,15 @@
 //! The conformance suite and the local-only checks against the `local`
-//! backend: real runc containers on overlayfs.
-//!
-//! These need root and the default image that `scripts/setup` builds into
-//! `$GARRISON_TEST_IMAGES` (scripts/test exports it). Without them each test
-//! says why and passes without checking anything, so a developer without
-//! root can still run the rest of the suite; CI has both.
+//! backend: real runc containers on overlayfs (root and the test image
+//! needed; see `local_support`).
 
-use std::path::PathBuf;
+mod local_support;
+
 use std::sync::Arc;
-use std::time::Duration;
 
+use local_support::*;
 use sandbox::conformance::Harness;
-use sandbox::local::images::ImageStore;
-use sandbox::local::{LocalBackend, LocalConfig};
-use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
-
-fn environment() -> Option<(PathBuf, PathBuf)> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the local backend needs root");
-        return None;
-    }
-    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
-        eprintln!(
-            "skipped: GARRISON_TEST_IMAGES is not set (run scripts/test, which builds the test image)"
-        );
-        return None;
-    };
-    let shim = std::env::var_os("GARRISON_STATIC_SHIM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")));
-    Some((images, shim))
-}
-
-fn config() -> Option<LocalConfig> {
-    let (images, shim) = environment()?;
-    let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    Some(LocalConfig {
-        root: root.join("local"),
-        snapshot_dir: root.join("snapshots"),
-        images: ImageStore::open(&images).unwrap(),
-        default_image: sandbox::local::images::DEFAULT_IMAGE.to_owned(),
-        shim_exe: shim,
-        tini: PathBuf::from("/usr/bin/tini-static"),
-        runc: PathBuf::from("/usr/sbin/runc"),
-        desktop: false,
-    })
-}
+use sandbox::local::LocalBackend;
+use sandbox::{ProcessSpec, ProcessStatus, Sandbox};
 
 fn harness() -> Option<Harness> {
     let config = config()?;
@@ -64,76 +28,6 @@ mod conformance {
     use super::harness;
 
     sandbox::conformance_tests!(optional: harness());
-}
-
-struct Sized {
-    backend: LocalBackend,
-    handle: sandbox::Handle,
-}
-
-/// Resources of a test sandbox.
-fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
-    Resources {
-        cpus,
-        memory_mb,
-        disk_mb,
-    }
-}
-
-/// A sandbox for a fresh session called `<label>-<random>`.
-fn spec(
-    label: &str,
-    resources: Resources,
-    restore_from: Option<sandbox::SnapshotRef>,
-) -> SandboxSpec {
-    let session = format!("{label}-{:016x}", rand::random::<u64>());
-    SandboxSpec {
-        name: SandboxName::for_session(&session),
-        labels: sandbox::session_labels(&session, "outpost_test"),
-        image: None,
-        restore_from,
-        resources,
-        network: Default::default(),
-    }
-}
-
-async fn sandbox_with(resources: Resources) -> Option<Sized> {
-    let backend = LocalBackend::new(config()?).unwrap();
-    let spec = spec("local-limits", resources, None);
-    let handle = backend.create(&spec).await.unwrap();
-    Some(Sized { backend, handle })
-}
-
-async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
-    let spec = ProcessSpec {
-        name: format!("sh-{:08x}", rand::random::<u32>()),
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        env: [("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())].into(),
-        cwd: s.handle.workdir.clone(),
-    };
-    let p = s.backend.spawn(&s.handle, &spec).await.unwrap();
-    let status = tokio::time::timeout(
-        Duration::from_secs(120),
-        sandbox::wait_exit(&s.backend, &s.handle, &p, Duration::from_millis(25)),
-    )
-    .await
-    .expect("process finished")
-    .unwrap();
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let chunk = s
-            .backend
-            .read_output(&s.handle, &p, offset, 1 << 20)
-            .await
-            .unwrap();
-        if chunk.data.is_empty() {
-            break;
-        }
-        offset = chunk.next_offset;
-        out.extend(chunk.data);
-    }
-    (status, String::from_utf8_lossy(&out).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,8 @@ use tracing::{info, warn};
 
 use super::{RecordFailed, SessionRunner, now_ms};
 use crate::planner::{
-    EntryObs, OperatorStop, RemoteObs, Stage, track_applied_policy, track_suspended,
+    EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
+    track_applied_policy, track_suspended,
 };
 
 /// Output copied per read.
@@ -124,7 +125,12 @@ impl SessionRunner {
         handle: &Handle,
         process: &ProcessRef,
     ) -> Result<(), RecordFailed> {
+        let cap = self.deps.policy.session_log_max_bytes;
         loop {
+            let copied = self.deps.logs.remote_output_len(self.id());
+            if output_exhausted(copied, cap) {
+                return Ok(());
+            }
             let chunk = match self
                 .deps
                 .backend
@@ -137,13 +143,40 @@ impl SessionRunner {
             if chunk.data.is_empty() {
                 return Ok(());
             }
-            if let Err(e) = self.deps.logs.remote_output(self.id(), &chunk.data) {
+            let allowed = output_allowance(copied, cap, chunk.data.len());
+            if let Err(e) = self
+                .deps
+                .logs
+                .remote_output(self.id(), &chunk.data[..allowed.take])
+            {
                 warn!(session_id = self.id(), error = %e, "writing the session log failed");
                 return Ok(());
+            }
+            if allowed.cap_reached {
+                self.note_output_capped(cap);
             }
             self.rec.output_offset = chunk.next_offset;
             self.save()?;
         }
+    }
+
+    /// Says, in the log a reader sees and in the events, that the rest of
+    /// the output stays in the sandbox.
+    fn note_output_capped(&self, cap: u64) {
+        let notice = format!(
+            "\n[garrison] this log reached its cap of {} MiB (session_log_max_mb); \
+             the remote's further output is not copied\n",
+            cap >> 20
+        );
+        if let Err(e) = self.deps.logs.remote_output(self.id(), notice.as_bytes()) {
+            warn!(session_id = self.id(), error = %e, "writing the session log failed");
+        }
+        warn!(
+            session_id = self.id(),
+            cap_bytes = cap,
+            "the session log reached its cap; further output is not copied"
+        );
+        self.event("output_capped", json!({ "cap_bytes": cap }));
     }
 
     pub(super) async fn confirm_end(&mut self) {

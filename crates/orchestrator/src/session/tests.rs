@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, SessionKind, SessionStatus, Timestamp};
 use sandbox::host::{HostBackend, HostConfig};
-use sandbox::{Handle, SandboxName, SandboxSpec};
+use sandbox::{Handle, ProcessRef, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
 use super::*;
@@ -333,4 +333,77 @@ async fn a_404_on_renewal_means_the_entry_is_gone() {
         next_action(&runner),
         SessionAction::Finish(crate::planner::Finish::Released)
     );
+}
+
+/// The remote's output as the host backend keeps it, written directly: as
+/// large as the sandbox likes.
+fn fake_output(world: &World, handle: &Handle, process: &str, bytes: &[u8]) -> ProcessRef {
+    let dir = world
+        .dir
+        .path()
+        .join("host/sandboxes")
+        .join(&handle.name)
+        .join("proc")
+        .join(process);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(sandbox::shim::OUTPUT_FILE), bytes).unwrap();
+    ProcessRef { id: process.into() }
+}
+
+#[tokio::test]
+async fn the_session_log_stops_at_its_cap_and_says_so_once() {
+    let world = World::new().await;
+    let handle = world.sandbox().await;
+    let mut runner = world.runner(record(Stage::Running, Some(handle.clone())));
+    let cap = 1 << 20;
+    Arc::get_mut(&mut runner.deps)
+        .unwrap()
+        .policy
+        .session_log_max_bytes = cap;
+    let first = fake_output(&world, &handle, "p1", &vec![b'a'; 3 << 20]);
+    runner.copy_output(&handle, &first).await.unwrap();
+
+    let log = world
+        .dir
+        .path()
+        .join("sessions")
+        .join(sandbox::names::hashed_id(SESSION));
+    let copied = std::fs::read(log.join(crate::session_log::REMOTE_LOG)).unwrap();
+    let text = String::from_utf8_lossy(&copied);
+    let notice = "this log reached its cap of 1 MiB (session_log_max_mb)";
+    assert_eq!(
+        text.matches(notice).count(),
+        1,
+        "{}",
+        &text[text.len() - 200..]
+    );
+    let before_notice = text.split("\n[garrison]").next().unwrap();
+    assert_eq!(before_notice.len(), cap as usize);
+
+    // A restarted remote (a new process, its output from offset 0) adds
+    // nothing: the cap is the session's.
+    runner.rec.output_offset = 0;
+    let second = fake_output(&world, &handle, "p2", &vec![b'b'; 1 << 20]);
+    runner.copy_output(&handle, &second).await.unwrap();
+    let after = std::fs::read(log.join(crate::session_log::REMOTE_LOG)).unwrap();
+    assert_eq!(after.len(), copied.len());
+    let events = std::fs::read_to_string(log.join(crate::session_log::EVENTS_LOG)).unwrap();
+    assert_eq!(events.matches("output_capped").count(), 1, "{events}");
+}
+
+#[tokio::test]
+async fn output_below_the_cap_is_copied_whole() {
+    let world = World::new().await;
+    let handle = world.sandbox().await;
+    let mut runner = world.runner(record(Stage::Running, Some(handle.clone())));
+    let process = fake_output(&world, &handle, "p1", b"hello\n");
+    runner.copy_output(&handle, &process).await.unwrap();
+    let log = world
+        .dir
+        .path()
+        .join("sessions")
+        .join(sandbox::names::hashed_id(SESSION));
+    let copied = std::fs::read_to_string(log.join(crate::session_log::REMOTE_LOG)).unwrap();
+    assert_eq!(copied, "hello\n");
+    assert_eq!(runner.rec.output_offset, 6);
 }

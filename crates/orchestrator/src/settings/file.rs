@@ -30,6 +30,7 @@ struct FileSettings {
     disk_mb: Option<i64>,
     image: Option<String>,
     max_restarts: Option<i64>,
+    session_log_max_mb: Option<i64>,
     repos: Option<Vec<String>>,
     git_username: Option<String>,
     #[serde(default)]
@@ -132,6 +133,7 @@ pub fn parse_file(
         disk_mb: num(file.disk_mb, "disk_mb", None),
         image: text_of(file.image, "image", None),
         max_restarts: num(file.max_restarts, "max_restarts", None),
+        session_log_max_mb: num(file.session_log_max_mb, "session_log_max_mb", None),
         token: None,
         repos: file.repos.map(|r| Sourced::new(r, at("repos", None))),
         git_username: text_of(file.git_username, "git_username", None),

@@ -35,6 +35,7 @@ pub struct RawSettings {
     pub disk_mb: Option<Sourced<String>>,
     pub image: Option<Sourced<String>>,
     pub max_restarts: Option<Sourced<String>>,
+    pub session_log_max_mb: Option<Sourced<String>>,
     /// Only from the environment; `Secret` keeps it out of `Debug`.
     pub token: Option<Sourced<Secret>>,
     /// Clone URLs; each item may hold several, comma-separated.
@@ -85,6 +86,7 @@ impl RawSettings {
             disk_mb: self.disk_mb.or(lower.disk_mb),
             image: self.image.or(lower.image),
             max_restarts: self.max_restarts.or(lower.max_restarts),
+            session_log_max_mb: self.session_log_max_mb.or(lower.session_log_max_mb),
             token: self.token.or(lower.token),
             repos: self.repos.or(lower.repos),
             git_username: self.git_username.or(lower.git_username),
@@ -127,6 +129,7 @@ impl RawSettings {
             disk_mb: text(names::DISK_MB),
             image: text(names::IMAGE),
             max_restarts: text(names::MAX_RESTARTS),
+            session_log_max_mb: text(names::SESSION_LOG_MAX_MB),
             token: host
                 .var(TOKEN_ENV)
                 .map(|t| Sourced::new(Secret::new(t), Origin::Env(TOKEN_ENV))),

@@ -54,6 +54,11 @@ pub const MEMORY_MB: Names = n("--memory-mb", Some("SANDBOX_MEMORY_MB"), "memory
 pub const DISK_MB: Names = n("--disk-mb", Some("SANDBOX_DISK_MB"), "disk_mb");
 pub const IMAGE: Names = n("--image", Some("SANDBOX_IMAGE"), "image");
 pub const MAX_RESTARTS: Names = n("--max-restarts", None, "max_restarts");
+pub const SESSION_LOG_MAX_MB: Names = n(
+    "--session-log-max-mb",
+    Some("SESSION_LOG_MAX_MB"),
+    "session_log_max_mb",
+);
 pub const CONFIG: Names = n("--config", Some("GARRISON_CONFIG_FILE"), "config");
 pub const REPOS: Names = n("--repos", Some("REPOS"), "repos");
 pub const GIT_USERNAME: Names = n("--git-username", Some("GIT_USERNAME"), "git_username");
@@ -76,6 +81,7 @@ pub const ALL: &[Names] = &[
     DISK_MB,
     IMAGE,
     MAX_RESTARTS,
+    SESSION_LOG_MAX_MB,
     CONFIG,
     REPOS,
     GIT_USERNAME,

@@ -14,9 +14,9 @@ use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 use super::validate::*;
 use super::{
     Credentials, DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_RESTARTS,
-    DEFAULT_RELIST_INTERVAL, DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, HostEnv, Origin,
-    OutpostConfig, OutpostTable, QueueMode, RawSettings, Repos, ServeConfig, SettingsError,
-    Sourced,
+    DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB, DEFAULT_SNAPSHOT_RETENTION,
+    DEFAULT_STATIC_BASE_URL, HostEnv, Origin, OutpostConfig, OutpostTable, QueueMode, RawSettings,
+    Repos, ServeConfig, SettingsError, Sourced,
 };
 use crate::planner::Policy;
 
@@ -84,6 +84,10 @@ pub fn resolve(
         Some(value) => to_u64(integer(value, 0..=100)?) as u32,
         None => DEFAULT_MAX_RESTARTS,
     };
+    let session_log_max_bytes = match &raw.session_log_max_mb {
+        Some(value) => to_u64(integer(value, 1..=1 << 20)?) << 20,
+        None => DEFAULT_SESSION_LOG_MAX_MB << 20,
+    };
     let defaults = OutpostDefaults::resolve(&raw, backends)?;
     let outposts = outposts(&raw, &defaults, credentials)?;
     let backends = configure_backends(&outposts, backends, host, &raw.backend_keys)?;
@@ -102,6 +106,7 @@ pub fn resolve(
         drain: raw.drain.is_some_and(|d| d.value),
         policy: Policy {
             max_restarts,
+            session_log_max_bytes,
             ..Policy::default()
         },
         outposts,

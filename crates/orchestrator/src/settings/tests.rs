@@ -187,6 +187,7 @@ fn flag(names: Names, value: &str) -> RawSettings {
         "disk_mb" => raw.disk_mb = text,
         "image" => raw.image = text,
         "max_restarts" => raw.max_restarts = text,
+        "session_log_max_mb" => raw.session_log_max_mb = text,
         "git_username" => raw.git_username = text,
         "repos" => {
             raw.repos = Some(Sourced::new(
@@ -422,6 +423,14 @@ fn cases() -> Vec<Case> {
             file: "0",
             expect: ["7", "", "0", "3"],
             get: |c| c.policy.max_restarts.to_string(),
+        },
+        Case {
+            names: names::SESSION_LOG_MAX_MB,
+            flag: "2",
+            env: "1",
+            file: "1024",
+            expect: ["2097152", "1048576", "1073741824", "268435456"],
+            get: |c| c.policy.session_log_max_bytes.to_string(),
         },
     ]
 }

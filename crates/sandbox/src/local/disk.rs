@@ -65,8 +65,10 @@ pub async fn mount_overlay(
             bail!("{s:?} cannot be an overlay directory");
         }
     }
+    // nodev: a device node the sandbox makes in its root (it holds
+    // CAP_MKNOD) must not open a host device when the host reads the root.
     let options = format!(
-        "lowerdir={},upperdir={},workdir={}",
+        "nodev,lowerdir={},upperdir={},workdir={}",
         lower.display(),
         upper.display(),
         work.display()

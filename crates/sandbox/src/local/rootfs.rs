@@ -179,10 +179,21 @@ impl Root {
         Ok(())
     }
 
-    /// Opens a file for reading.
+    /// Opens a regular file for reading. The sandbox may have put anything
+    /// at `path`: a symlink (refused, not followed, even within the root), a
+    /// FIFO (opened without blocking, then refused), a device node (refused
+    /// by the `nodev` mounts, and here). Never blocks.
     pub fn open_read(&self, path: &str) -> io::Result<File> {
         let relative = container_relative(path)?;
-        Ok(File::from(self.openat2(&relative, libc::O_RDONLY, 0)?))
+        let file = File::from(self.openat2(
+            &relative,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        )?);
+        if !file.metadata()?.file_type().is_file() {
+            return Err(invalid(format!("{path:?} is not a regular file")));
+        }
+        Ok(file)
     }
 
     /// Reads a whole small file, at most `limit` bytes.
@@ -224,6 +235,23 @@ mod tests {
         assert_eq!(container_relative("/a/./b").unwrap(), PathBuf::from("a/b"));
         for bad in ["a/b", "/a/../b", "/", ""] {
             assert!(container_relative(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reads_refuse_fifos_symlinks_and_directories_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("real"), b"ok").unwrap();
+        nix::unistd::mkfifo(&dir.path().join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink("/real", dir.path().join("link")).unwrap();
+        std::fs::create_dir(dir.path().join("dir")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+
+        assert_eq!(root.read_small("/real", 10).unwrap(), b"ok");
+        // A FIFO without a writer would block a plain open forever.
+        for refused in ["/fifo", "/link", "/dir"] {
+            assert!(root.open_read(refused).is_err(), "{refused}");
+            assert!(root.read_small(refused, 10).is_err(), "{refused}");
         }
     }
 

@@ -151,6 +151,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<String>,
 
+    /// Output of a session's remote copied into its log, in MiB; past it the
+    /// log says so and stops growing, 1-1048576 [default: 256]
+    #[arg(long, value_name = "MIB")]
+    pub session_log_max_mb: Option<String>,
+
     /// Repositories cloned into each new sandbox; repeat or separate with commas
     #[arg(long = "repos", value_name = "URLS")]
     pub repos: Vec<String>,
@@ -207,6 +212,7 @@ impl ServeArgs {
             disk_mb: text(&self.disk_mb, names::DISK_MB),
             image: text(&self.image, names::IMAGE),
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
+            session_log_max_mb: text(&self.session_log_max_mb, names::SESSION_LOG_MAX_MB),
             // Never from the command line: see after_help().
             token: None,
             repos: list(&self.repos, names::REPOS),

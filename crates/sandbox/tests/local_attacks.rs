@@ -1,0 +1,144 @@
+//! Attacks from inside a real local sandbox on the host's side of it. The
+//! session's code is root in its container and can replace any file the
+//! host later reads; each test plants one trap and checks that the host
+//! reads nothing it should not and never blocks.
+//!
+//! Root and the test image are needed (see `local_support`).
+
+mod local_support;
+
+use std::time::Duration;
+
+use local_support::*;
+use sandbox::{ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
+
+/// Stops a test whose host-side read blocked (the attack worked) instead of
+/// hanging the suite.
+const HUNG: Duration = Duration::from_secs(60);
+
+/// A finished process whose files the attacker then tampers with.
+async fn victim(s: &Sized) -> ProcessRef {
+    let spec = ProcessSpec {
+        name: format!("victim-{:08x}", rand::random::<u32>()),
+        argv: vec!["/bin/sh".into(), "-c".into(), "echo hello".into()],
+        env: Default::default(),
+        cwd: s.handle.workdir.clone(),
+    };
+    let process = s.backend.spawn(&s.handle, &spec).await.unwrap();
+    let status = tokio::time::timeout(
+        HUNG,
+        sandbox::wait_exit(
+            s.backend.as_ref(),
+            &s.handle,
+            &process,
+            Duration::from_millis(25),
+        ),
+    )
+    .await
+    .expect("the victim finishes")
+    .unwrap();
+    assert_eq!(status, ProcessStatus::Exited(0));
+    process
+}
+
+/// Runs `script` in the sandbox with `$P` set to the victim's directory as
+/// the container sees it.
+async fn tamper(s: &Sized, victim: &ProcessRef, script: &str) {
+    let dir = format!("{}/{}", sandbox::local::oci::PROC_DIR, victim.id);
+    let (status, out) = sh(s, &format!("P={dir}; set -e; {script}")).await;
+    assert_eq!(status, ProcessStatus::Exited(0), "the trap was set: {out}");
+}
+
+/// The host reads the victim's output with a hang guard; returns the bytes.
+async fn host_reads_output(s: &Sized, process: &ProcessRef) -> Vec<u8> {
+    let backend = s.backend.clone();
+    let handle = s.handle.clone();
+    let process = process.clone();
+    // On its own task, so that a blocking open stalls that worker only and
+    // the timeout still fires.
+    let read =
+        tokio::spawn(async move { backend.read_output(&handle, &process, 0, 1 << 20).await });
+    tokio::time::timeout(HUNG, read)
+        .await
+        .expect("reading the output does not block")
+        .unwrap()
+        .unwrap()
+        .data
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fifo_in_place_of_the_output_log_neither_blocks_nor_is_read() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let p = victim(&s).await;
+    tamper(&s, &p, "rm $P/output.log; mkfifo $P/output.log").await;
+    assert!(host_reads_output(&s, &p).await.is_empty());
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fifo_in_place_of_the_exit_file_does_not_block_the_status() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let p = victim(&s).await;
+    tamper(&s, &p, "rm $P/exit; mkfifo $P/exit").await;
+    let backend = s.backend.clone();
+    let (handle, process) = (s.handle.clone(), p.clone());
+    let status = tokio::spawn(async move { backend.status(&handle, &process).await });
+    let status = tokio::time::timeout(HUNG, status)
+        .await
+        .expect("the status does not block")
+        .unwrap();
+    // Whatever it says, it is not the code the FIFO would never deliver.
+    assert!(
+        !matches!(status, Ok(ProcessStatus::Exited(0))),
+        "{status:?}"
+    );
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_device_node_is_made_and_no_symlink_is_followed_by_the_host() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    // A device node in the root would be a host device to a host-side
+    // read (/dev/zero: endless bytes; a disk: its contents). The devices
+    // cgroup refuses mknod, and the root is mounted nodev besides.
+    let (_, out) = sh(&s, "mknod /tmp/zero c 1 5 2>&1 && echo made").await;
+    assert!(!out.contains("made"), "{out}");
+    let traps = [
+        "rm $P/output.log; ln -s /dev/zero $P/output.log",
+        "rm $P/output.log; ln -s /etc/shadow $P/output.log",
+        "rm $P/output.log; ln -s /proc/self/environ $P/output.log",
+        "rm $P/output.log; mkdir $P/output.log",
+    ];
+    for trap in traps {
+        let p = victim(&s).await;
+        tamper(&s, &p, trap).await;
+        let read = host_reads_output(&s, &p).await;
+        assert!(
+            read.is_empty(),
+            "{trap}: the host read {} bytes",
+            read.len()
+        );
+    }
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let p = victim(&s).await;
+    // Costs the sandbox no disk at all.
+    tamper(&s, &p, "truncate -s 1T $P/output.log").await;
+    let read = host_reads_output(&s, &p).await;
+    assert!(read.len() <= 1 << 20, "{}", read.len());
+    // (What the host copies of it in all is capped per session by the
+    // orchestrator: session_log_max_mb.)
+    s.backend.destroy(&s.handle).await.unwrap();
+}

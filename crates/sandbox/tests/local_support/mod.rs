@@ -1,0 +1,118 @@
+//! What the tests of the `local` backend share: its configuration from the
+//! test environment, and sandboxes to run shell scripts in.
+//!
+//! These need root and the default image that `scripts/setup` builds into
+//! `$GARRISON_TEST_IMAGES` (scripts/test exports it). Without them each
+//! helper says why and returns `None`, and the test passes without checking
+//! anything, so a developer without root can still run the rest of the
+//! suite; CI has both.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sandbox::local::images::ImageStore;
+use sandbox::local::{LocalBackend, LocalConfig};
+use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
+
+pub fn environment() -> Option<(PathBuf, PathBuf)> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the local backend needs root");
+        return None;
+    }
+    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
+        eprintln!(
+            "skipped: GARRISON_TEST_IMAGES is not set (run scripts/test, which builds the test image)"
+        );
+        return None;
+    };
+    let shim = std::env::var_os("GARRISON_STATIC_SHIM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")));
+    Some((images, shim))
+}
+
+pub fn config() -> Option<LocalConfig> {
+    let (images, shim) = environment()?;
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    Some(LocalConfig {
+        root: root.join("local"),
+        snapshot_dir: root.join("snapshots"),
+        images: ImageStore::open(&images).unwrap(),
+        default_image: sandbox::local::images::DEFAULT_IMAGE.to_owned(),
+        shim_exe: shim,
+        tini: PathBuf::from("/usr/bin/tini-static"),
+        runc: PathBuf::from("/usr/sbin/runc"),
+        desktop: false,
+    })
+}
+
+pub struct Sized {
+    pub backend: std::sync::Arc<LocalBackend>,
+    pub handle: sandbox::Handle,
+}
+
+/// Resources of a test sandbox.
+pub fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
+    Resources {
+        cpus,
+        memory_mb,
+        disk_mb,
+    }
+}
+
+/// A sandbox for a fresh session called `<label>-<random>`.
+pub fn spec(
+    label: &str,
+    resources: Resources,
+    restore_from: Option<sandbox::SnapshotRef>,
+) -> SandboxSpec {
+    let session = format!("{label}-{:016x}", rand::random::<u64>());
+    SandboxSpec {
+        name: SandboxName::for_session(&session),
+        labels: sandbox::session_labels(&session, "outpost_test"),
+        image: None,
+        restore_from,
+        resources,
+        network: Default::default(),
+    }
+}
+
+pub async fn sandbox_with(resources: Resources) -> Option<Sized> {
+    let backend = std::sync::Arc::new(LocalBackend::new(config()?).unwrap());
+    let spec = spec("local-limits", resources, None);
+    let handle = backend.create(&spec).await.unwrap();
+    Some(Sized { backend, handle })
+}
+
+pub async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
+    let spec = ProcessSpec {
+        name: format!("sh-{:08x}", rand::random::<u32>()),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: [("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())].into(),
+        cwd: s.handle.workdir.clone(),
+    };
+    let p = s.backend.spawn(&s.handle, &spec).await.unwrap();
+    let status = tokio::time::timeout(
+        Duration::from_secs(120),
+        sandbox::wait_exit(s.backend.as_ref(), &s.handle, &p, Duration::from_millis(25)),
+    )
+    .await
+    .expect("process finished")
+    .unwrap();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let chunk = s
+            .backend
+            .read_output(&s.handle, &p, offset, 1 << 20)
+            .await
+            .unwrap();
+        if chunk.data.is_empty() {
+            break;
+        }
+        offset = chunk.next_offset;
+        out.extend(chunk.data);
+    }
+    (status, String::from_utf8_lossy(&out).into_owned())
+}

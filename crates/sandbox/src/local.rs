@@ -11,6 +11,7 @@ pub mod oci;
 mod plugin;
 pub mod rootfs;
 mod runc;
+pub mod seccomp;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV};

@@ -142,3 +142,60 @@ async fn a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time() {
     // orchestrator: session_log_max_mb.)
     s.backend.destroy(&s.handle).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let (_, status) = sh(&s, "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status").await;
+    assert!(status.contains("Seccomp:\t2"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // A user namespace would make the agent root with CAP_SYS_ADMIN again.
+    for attempt in ["unshare -U true", "unshare -r id", "unshare -m true"] {
+        let (_, out) = sh(&s, &format!("{attempt} 2>&1 && echo ESCAPED")).await;
+        assert!(!out.contains("ESCAPED"), "{attempt}: {out}");
+    }
+    // perl (Debian's perl-base, in every image) makes raw syscalls: keyctl
+    // would reach root's keyring, shared with the host; io_uring and bpf
+    // are the usual kernel bugs' way in.
+    #[cfg(target_arch = "x86_64")]
+    {
+        let probes = [
+            ("keyctl", "250, 0, -3, 0"),
+            ("io_uring_setup", "425, 1, 0"),
+            ("bpf", "321, 0, 0, 0"),
+            ("add_key", "248, 0, 0, 0, 0, 0"),
+        ];
+        for (name, args) in probes {
+            let (_, out) = sh(
+                &s,
+                &format!("perl -e '$r = syscall({args}); print \"$r \", $!+0, \"\\n\"'"),
+            )
+            .await;
+            assert_eq!(out.trim(), "-1 1", "{name} was not refused with EPERM");
+        }
+    }
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_cgroup_tree_and_energy_counters_are_hidden() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let (_, cgroup) = sh(&s, "cat /proc/self/cgroup").await;
+    // One line per hierarchy (v1, v2 or both, as the host has them), each
+    // the namespace's root rather than /garrison/<name> on the host.
+    assert!(
+        cgroup.lines().all(|line| line.ends_with(":/")),
+        "the host's cgroup path shows: {cgroup}"
+    );
+    let (_, powercap) = sh(
+        &s,
+        "ls -A /sys/devices/virtual/powercap 2>/dev/null | wc -l; cat /sys/devices/virtual/powercap/*/energy_uj 2>&1 | head -c 200",
+    )
+    .await;
+    assert!(powercap.starts_with("0\n"), "{powercap}");
+    s.backend.destroy(&s.handle).await.unwrap();
+}

@@ -63,6 +63,9 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
         json!({"type": "ipc"}),
         json!({"type": "uts"}),
         json!({"type": "mount"}),
+        // Its own cgroup tree as the root: no host cgroup paths in
+        // /proc/self/cgroup.
+        json!({"type": "cgroup"}),
     ];
     namespaces.push(match c.netns {
         Some(path) => json!({"type": "network", "path": path}),
@@ -83,7 +86,10 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
             "capabilities": {
                 "bounding": caps, "effective": caps, "permitted": caps, "inheritable": [], "ambient": []
             },
-            "noNewPrivileges": false,
+            // No setuid or file-capability gain past what the container
+            // started with (it is root already; this closes the ways back
+            // up after dropping privileges).
+            "noNewPrivileges": true,
             "oomScoreAdj": 500
         },
         "root": {"path": "rootfs", "readonly": false},
@@ -106,9 +112,13 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
                 "cpu": {"quota": quota, "period": CPU_PERIOD_US},
                 "pids": {"limit": PIDS_LIMIT}
             },
+            "seccomp": super::seccomp::profile(),
+            // Docker's list: host hardware, kernel memory and timing
+            // (powercap's energy counters are the PLATYPUS side channel).
             "maskedPaths": [
                 "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+                "/sys/devices/virtual/powercap"
             ],
             "readonlyPaths": [
                 "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
@@ -179,8 +189,23 @@ mod tests {
             .iter()
             .map(|n| n["type"].as_str().unwrap())
             .collect();
-        assert_eq!(types, ["pid", "ipc", "uts", "mount", "network"]);
-        assert_eq!(c["linux"]["namespaces"][4]["path"], "/run/netns/x");
+        assert_eq!(types, ["pid", "ipc", "uts", "mount", "cgroup", "network"]);
+        assert_eq!(c["linux"]["namespaces"][5]["path"], "/run/netns/x");
+    }
+
+    #[test]
+    fn no_new_privileges_a_seccomp_filter_and_masked_host_paths() {
+        let c = sample(None);
+        assert_eq!(c["process"]["noNewPrivileges"], true);
+        assert_eq!(c["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
+        let masked = c["linux"]["maskedPaths"].as_array().unwrap();
+        for path in [
+            "/sys/devices/virtual/powercap",
+            "/proc/kcore",
+            "/sys/firmware",
+        ] {
+            assert!(masked.iter().any(|m| m == path), "{path}");
+        }
     }
 
     #[test]

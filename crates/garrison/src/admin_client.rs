@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use common::Secret;
 use orchestrator::api::{LogChunk, SessionDetail, SessionSummary, StatusView};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
@@ -55,10 +56,14 @@ impl std::error::Error for AdminError {}
 pub struct Admin {
     base: String,
     http: reqwest::Client,
+    /// The daemon's admin token, when this user can read it: sent with
+    /// every request (terminating always needs it; a daemon listening
+    /// beyond loopback needs it for everything).
+    token: Option<Secret>,
 }
 
 impl Admin {
-    pub fn new(base: &str) -> anyhow::Result<Self> {
+    pub fn new(base: &str, token: Option<Secret>) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             bail!("--admin must be an http:// or https:// URL, not {base:?}");
@@ -68,7 +73,14 @@ impl Admin {
             .connect_timeout(Duration::from_secs(2))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { base, http })
+        Ok(Self { base, http, token })
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token.expose()),
+            None => request,
+        }
     }
 
     pub fn base(&self) -> &str {
@@ -85,8 +97,7 @@ impl Admin {
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, AdminError> {
         let response = self
-            .http
-            .get(self.url(path))
+            .authorized(self.http.get(self.url(path)))
             .timeout(Duration::from_secs(10))
             .send()
             .await
@@ -134,8 +145,10 @@ impl Admin {
         keep_snapshot: bool,
     ) -> Result<(u16, String), AdminError> {
         let response = self
-            .http
-            .post(self.url(&Self::session_path(session_id, "/terminate")))
+            .authorized(
+                self.http
+                    .post(self.url(&Self::session_path(session_id, "/terminate"))),
+            )
             .json(&orchestrator::api::TerminateRequest { keep_snapshot })
             .timeout(Duration::from_secs(10))
             .send()
@@ -149,8 +162,10 @@ impl Admin {
     /// The session's live stream (`/stream`), for wake-ups while following.
     pub async fn stream(&self, session_id: &str) -> Result<reqwest::Response, AdminError> {
         let response = self
-            .http
-            .get(self.url(&Self::session_path(session_id, "/stream")))
+            .authorized(
+                self.http
+                    .get(self.url(&Self::session_path(session_id, "/stream"))),
+            )
             .header("accept", "text/event-stream")
             .send()
             .await

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use common::Secret;
+use common::settings::SettingsError;
 use orchestrator::api::{LogChunk, SessionSummary};
 use orchestrator::settings::{HostEnv, RawSettings};
 use orchestrator::store::Store;
@@ -32,7 +34,28 @@ pub struct SourceArgs {
 
 impl SourceArgs {
     pub fn admin_client(&self) -> anyhow::Result<Admin> {
-        Admin::new(&self.admin)
+        Admin::new(&self.admin, self.admin_token()?)
+    }
+
+    /// The daemon's admin token: `GARRISON_ADMIN_TOKEN`, else the state
+    /// directory's token file when this user may read it (`None` when not:
+    /// reading needs no token on loopback, and a refusal says what would).
+    fn admin_token(&self) -> anyhow::Result<Option<Secret>> {
+        use orchestrator::admin::token::{ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE};
+        if let Some(token) = std::env::var(ADMIN_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+        {
+            return Ok(Some(Secret::new(token)));
+        }
+        let Ok(state_dir) = self.state_dir() else {
+            return Ok(None);
+        };
+        match common::settings::read_secret_file(&state_dir.join(ADMIN_TOKEN_FILE)) {
+            Ok(token) => Ok(Some(token)),
+            Err(SettingsError::Read { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The state directory: the flag, else `GARRISON_HOME`, else the

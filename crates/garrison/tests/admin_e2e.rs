@@ -155,9 +155,30 @@ async fn the_admin_listener_serves_health_metrics_api_stream_and_dashboard() {
         404
     );
 
-    // Terminate: 404 unknown, 409 done, and only with a JSON body.
+    // Terminate: only with the admin token (made 0600 in the state
+    // directory), then 404 unknown, 409 done, and only with a JSON body.
+    let token_file = state.join("admin-token");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim();
+    for wrong in [None, Some("not-the-token")] {
+        let req = http
+            .post(format!("{base}/api/sessions/{id_path}/terminate"))
+            .header("content-type", "application/json")
+            .body("{}");
+        let req = match wrong {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status().as_u16(), 401, "token {wrong:?}");
+        assert!(res.text().await.unwrap().contains("admin token"));
+    }
     let post = |path: String, json: bool| {
-        let req = http.post(format!("{base}{path}"));
+        let req = http.post(format!("{base}{path}")).bearer_auth(token);
         let req = if json {
             req.header("content-type", "application/json").body("{}")
         } else {

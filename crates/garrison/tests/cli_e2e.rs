@@ -313,9 +313,31 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
         .await;
     }
     let admin = admin_url(&g).await;
+    let state_arg = state.display().to_string();
+
+    // Without the daemon's token (another user, a state directory it
+    // cannot read) terminating is refused and says what would do.
+    let out = cli(home, &["terminate", &drop, "--admin", &admin]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("terminating needs its admin token"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stage(&g, &drop), Some(Stage::Running));
 
     let out = ok(
-        cli(home, &["terminate", &drop, "--admin", &admin]),
+        cli(
+            home,
+            &[
+                "terminate",
+                &drop,
+                "--admin",
+                &admin,
+                "--state-dir",
+                &state_arg,
+            ],
+        ),
         "terminate",
     );
     assert!(
@@ -326,7 +348,15 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
     let out = ok(
         cli(
             home,
-            &["terminate", &keep, "--keep-snapshot", "--admin", &admin],
+            &[
+                "terminate",
+                &keep,
+                "--keep-snapshot",
+                "--admin",
+                &admin,
+                "--state-dir",
+                &state_arg,
+            ],
         ),
         "terminate --keep-snapshot",
     );
@@ -359,10 +389,23 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
     assert_eq!(sandbox_dirs(&state), 0, "the sandboxes were destroyed");
 
     // Again: not active any more. Unknown: not found.
-    let out = cli(home, &["terminate", &drop, "--admin", &admin]);
+    let with_token = |id: &str| {
+        cli(
+            home,
+            &[
+                "terminate",
+                id,
+                "--admin",
+                &admin,
+                "--state-dir",
+                &state_arg,
+            ],
+        )
+    };
+    let out = with_token(&drop);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("not active"), "{}", stderr(&out));
-    let out = cli(home, &["terminate", "devin-nope/../x", "--admin", &admin]);
+    let out = with_token("devin-nope/../x");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no session"), "{}", stderr(&out));
     // Without the daemon there is nothing to ask.

@@ -1,15 +1,17 @@
 //! The admin HTTP listener of `garrison serve`: `/metrics`, `/healthz`,
 //! `/readyz`, the JSON API of [`crate::api`] and the dashboard at `/`.
 //!
-//! It listens on loopback by default and has no authentication: anyone who
-//! can reach it can read session logs and terminate sessions. A
-//! non-loopback address is accepted with a loud warning. While bound to
+//! It listens on loopback by default. Changing anything (terminating a
+//! session) needs the admin token of [`token`] (`Authorization: Bearer`);
+//! on a non-loopback address, accepted with a warning, so does reading
+//! anything but `/healthz` and the dashboard's static files. While bound to
 //! loopback, requests naming any other host are refused (so a web page
 //! cannot reach the listener by DNS rebinding), and `POST` routes require a
 //! JSON body (so a cross-site form or `no-cors` fetch cannot trigger them).
 
 pub mod prometheus;
 mod routes;
+pub mod token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +27,8 @@ use axum::routing::get;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+
+use common::Secret;
 
 use crate::serve::Serving;
 use crate::settings::{OutpostConfig, QueueMode, ServeConfig};
@@ -46,10 +50,12 @@ pub struct AdminState {
     pub fresh_within: Duration,
     pub started_at_ms: i64,
     pub version: &'static str,
+    /// What a request that needs it must present (see [`token`]).
+    pub token: Secret,
 }
 
 impl AdminState {
-    pub fn new(config: &ServeConfig, serving: Arc<Serving>) -> Self {
+    pub fn new(config: &ServeConfig, serving: Arc<Serving>, token: Secret) -> Self {
         let every = match config.queue_mode {
             QueueMode::Watch => config.relist_interval,
             QueueMode::Poll(every) => every,
@@ -61,6 +67,7 @@ impl AdminState {
             fresh_within: (every * FRESH_INTERVALS).max(Duration::from_secs(1)),
             started_at_ms: chrono::Utc::now().timestamp_millis(),
             version: env!("CARGO_PKG_VERSION"),
+            token,
         }
     }
 
@@ -118,7 +125,7 @@ pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminS
     if !loopback {
         warn!(
             %addr,
-            "THE ADMIN LISTENER IS NOT ON LOOPBACK: it has no authentication, and anyone who can reach {addr} can read session logs and terminate sessions"
+            "the admin listener is not on loopback: every request but /healthz and the dashboard's files needs the admin token, sent in cleartext (put TLS in front of it)"
         );
     }
     let listener = tokio::net::TcpListener::bind(addr)
@@ -136,6 +143,7 @@ pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminS
 }
 
 pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
+    let token = state.token.clone();
     let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -146,6 +154,10 @@ pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
         .route("/assets/style.css", get(style_css))
         .merge(routes::routes())
         .with_state(state)
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            let token = token.clone();
+            async move { require_token(req, next, &token, loopback_only).await }
+        }))
         .layer(middleware::from_fn(security_headers));
     if loopback_only {
         router.layer(middleware::from_fn(loopback_host_only))
@@ -188,6 +200,35 @@ async fn loopback_host_only(req: Request, next: Next) -> Response {
         )
             .into_response()
     }
+}
+
+async fn require_token(req: Request, next: Next, token: &Secret, loopback: bool) -> Response {
+    if !token::needs_token(req.method(), req.uri().path(), loopback) {
+        return next.run(req).await;
+    }
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if token::presents(header, token) {
+        return next.run(req).await;
+    }
+    let mut res = (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({
+            "error": format!(
+                "this needs the admin token (<state-dir>/{}, or {} for the CLI)",
+                token::ADMIN_TOKEN_FILE,
+                token::ADMIN_TOKEN_ENV
+            )
+        })),
+    )
+        .into_response();
+    res.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"garrison\""),
+    );
+    res
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {
@@ -301,7 +342,60 @@ async fn style_css() -> impl IntoResponse {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+
+    /// The routes as a listener beyond loopback serves them (`router`'s
+    /// flag; bound to loopback here, as tests must be).
+    async fn exposed_listener(dir: &Path, token: &str) -> String {
+        let serving = Arc::new(Serving {
+            acceptor_id: "me".into(),
+            store: Arc::new(crate::store::Store::open(&dir.join("garrison.db")).unwrap()),
+            metrics: Default::default(),
+            client: fleet::FleetClient::new("http://127.0.0.1:9", "t".into(), Default::default())
+                .unwrap(),
+            views: vec![],
+            operator_stops: Default::default(),
+        });
+        let state = AdminState {
+            serving,
+            outposts: vec![],
+            sessions_dir: dir.join("sessions"),
+            fresh_within: Duration::from_secs(1),
+            started_at_ms: 0,
+            version: "test",
+            token: Secret::new(token),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = router(Arc::new(state), false);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        base
+    }
+
+    #[tokio::test]
+    async fn beyond_loopback_everything_but_health_and_the_dashboard_shell_needs_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = "t".repeat(64);
+        let base = exposed_listener(dir.path(), &token).await;
+        let http = reqwest::Client::new();
+        let status = |path: &str, token: Option<&str>| {
+            let mut req = http.get(format!("{base}{path}"));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            async move { req.send().await.unwrap().status().as_u16() }
+        };
+        for open in ["/healthz", "/", "/assets/app.js", "/sessions/devin-1"] {
+            assert_eq!(status(open, None).await, 200, "{open}");
+        }
+        for guarded in ["/api/status", "/api/sessions", "/metrics", "/readyz"] {
+            assert_eq!(status(guarded, None).await, 401, "{guarded}");
+            assert_eq!(status(guarded, Some("wrong")).await, 401, "{guarded}");
+            assert_ne!(status(guarded, Some(&token)).await, 401, "{guarded}");
+        }
+    }
 
     #[test]
     fn only_local_host_headers_pass() {

@@ -185,13 +185,16 @@ pub async fn run_prepared(
     info!(acceptor_id = %serving.acceptor_id, outposts = config.outposts.len(), "garrison serving");
     // Stops (dropped) when serving returns.
     let _admin = match config.admin_listen {
-        Some(addr) => Some(
-            crate::admin::start(
-                addr,
-                crate::admin::AdminState::new(&config, serving.clone()),
+        Some(addr) => {
+            let token = crate::admin::token::load_or_create(&config.state_dir)?;
+            Some(
+                crate::admin::start(
+                    addr,
+                    crate::admin::AdminState::new(&config, serving.clone(), token),
+                )
+                .await?,
             )
-            .await?,
-        ),
+        }
         None => None,
     };
 

@@ -52,8 +52,32 @@ function apiPath(id) {
   return "/api/sessions/" + encodeURIComponent(id);
 }
 
+// The admin token (<state-dir>/admin-token): terminating needs it, and so
+// does everything on a listener beyond loopback. Asked for when first
+// needed, kept for this tab only.
+let tokenDeclined = false;
+
+function adminToken(ask) {
+  let token = sessionStorage.getItem("garrison-admin-token");
+  if (!token && ask && !tokenDeclined) {
+    token = (prompt("Garrison's admin token (the contents of <state-dir>/admin-token):") || "").trim();
+    if (token) sessionStorage.setItem("garrison-admin-token", token);
+    else tokenDeclined = true; // polling must not ask again and again
+  }
+  return token || null;
+}
+
+function withToken(headers, ask) {
+  const token = adminToken(ask);
+  return token ? { ...headers, authorization: "Bearer " + token } : headers;
+}
+
 async function getJSON(url) {
-  const res = await fetch(url, { headers: { accept: "application/json" }, cache: "no-store" });
+  let res = await fetch(url, { headers: withToken({ accept: "application/json" }, false), cache: "no-store" });
+  if (res.status === 401 && adminToken(true)) {
+    res = await fetch(url, { headers: withToken({ accept: "application/json" }, false), cache: "no-store" });
+  }
+  if (res.status === 401) sessionStorage.removeItem("garrison-admin-token");
   if (!res.ok) throw new Error(url + ": HTTP " + res.status);
   return res.json();
 }
@@ -255,9 +279,10 @@ async function terminate() {
   try {
     const res = await fetch(apiPath(id) + "/terminate", {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: withToken({ "content-type": "application/json" }, true),
       body: JSON.stringify({ keep_snapshot: keep }),
     });
+    if (res.status === 401) sessionStorage.removeItem("garrison-admin-token");
     const body = await res.json().catch(() => ({}));
     $("detail-message").textContent = res.status === 202 ? "Termination requested." : "Refused: " + (body.error || "HTTP " + res.status);
   } catch (e) {

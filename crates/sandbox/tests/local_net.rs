@@ -221,6 +221,62 @@ async fn only_the_gateway_port_of_the_host_loopback_is_reachable() {
     net::destroy(&cfg, name.as_str()).await.unwrap();
 }
 
+/// A sandbox that opens connections and keeps them (a leak, or an attack
+/// on the host's conntrack table) gets no more than its share tracked.
+#[tokio::test]
+async fn a_sandbox_cannot_hold_more_than_its_share_of_connections() {
+    if skip_unless_root() {
+        return;
+    }
+    // Both ends of every connection are in this process.
+    let want = u64::from(net::MAX_CONNECTIONS) * 2 + 1024;
+    let limit = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: a plain system call with a valid pointer.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir);
+    let name = unique_name("conns");
+    let gateway_url = format!("ws://127.0.0.1:{port}/gateway");
+    let net = net::create(&cfg, &name, Some(&gateway_url), &Default::default())
+        .await
+        .unwrap();
+    let gateway = SocketAddr::new(net.host_gateway, port);
+    let limit = net::MAX_CONNECTIONS as usize;
+    let (opened, refused_after) = in_netns(&net.netns_path, move || {
+        let mut open = Vec::new();
+        // Paced by retrying refusals, so the new-connection rate limit
+        // delays the loop but never ends it: only the count does.
+        let mut refusals_in_a_row = 0;
+        while refusals_in_a_row < 100 && open.len() <= limit {
+            match connect(gateway) {
+                Ok(conn) => {
+                    open.push(conn);
+                    refusals_in_a_row = 0;
+                }
+                Err(_) => {
+                    refusals_in_a_row += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        (open.len(), refusals_in_a_row)
+    });
+    assert_eq!(opened, limit, "connections held by one sandbox");
+    assert_eq!(refused_after, 100);
+    net::destroy(&cfg, name.as_str()).await.unwrap();
+}
+
 #[tokio::test]
 async fn create_after_a_crash_replaces_the_leftover() {
     if skip_unless_root() {

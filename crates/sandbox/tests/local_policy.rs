@@ -39,7 +39,12 @@ const ZONE: &[(&str, Ipv4Addr)] = &[
     ("github.test", Ipv4Addr::new(198, 51, 100, 13)),
     ("evilgithub.test", Ipv4Addr::new(198, 51, 100, 14)),
     ("unlisted.test", Ipv4Addr::new(198, 51, 100, 20)),
+    // A name rebound onto a private network (the server lives in the
+    // test's "internet", so nothing leaves the machine).
+    ("rebind.test", PRIVATE),
 ];
+/// A private address, served in the test's "internet".
+const PRIVATE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
 const TTL: u32 = 30;
 
 fn addr_of(name: &str) -> Ipv4Addr {
@@ -162,14 +167,37 @@ impl Drop for Internet {
 
 /// A DNS query for `name`, type A.
 fn query(id: u16, name: &str) -> Vec<u8> {
+    query_type(id, name, 1)
+}
+
+fn query_type(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     let mut q = id.to_be_bytes().to_vec();
     q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
     for label in name.split('.') {
         q.push(label.len() as u8);
         q.extend_from_slice(label.as_bytes());
     }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
     q
+}
+
+/// The response code the sandbox's resolver gives a `qtype` query.
+fn rcode(sb: &SandboxNet, name: &str, qtype: u16) -> Option<u8> {
+    let name = name.to_owned();
+    in_netns(&sb.netns_path, move || {
+        let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(4)))
+            .unwrap();
+        socket
+            .send_to(&query_type(0x4243, &name, qtype), RESOLVER)
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).ok()?;
+        Some(buf[..n].get(3)? & 0x0f)
+    })
 }
 
 /// The question's name and the offset after the question.
@@ -524,6 +552,33 @@ fn world() {
     );
     assert_open(&sb, addr_of("github.test"), "github.test, disabled policy");
     assert_always_closed(&sb, gateway_port, other_port);
+    // Open egress is not the host's networks: a private address is refused
+    // (TCP, UDP and ICMP), a name rebound onto one is not answered, and the
+    // query types a tunnel uses are refused.
+    assert_closed(&sb, PRIVATE, "a private address, disabled policy");
+    assert_eq!(resolve(&sb, "rebind.test"), None);
+    const REFUSED: u8 = 5;
+    assert_eq!(rcode(&sb, "allowed.test", 16), Some(REFUSED), "TXT");
+    assert_eq!(rcode(&sb, "allowed.test", 255), Some(REFUSED), "ANY");
+    assert_eq!(rcode(&sb, "allowed.test", 1), Some(0), "A");
+
+    // A network that covers the private ranges wholesale names none of
+    // them; one inside them does, and its names resolve there.
+    let wholesale = policy(true, vec![AllowRule::Ipv4("0.0.0.0/0".into())]);
+    rt.block_on(net::apply_policy(&cfg, &sb, &wholesale))
+        .unwrap();
+    assert_open(&sb, CIDR_HOST, "203.0.113.5 under 0.0.0.0/0");
+    assert_closed(&sb, PRIVATE, "a private address under 0.0.0.0/0");
+    let named = policy(
+        true,
+        vec![
+            AllowRule::Ipv4("10.0.0.0/24".into()),
+            AllowRule::Hostname("rebind.test".into()),
+        ],
+    );
+    rt.block_on(net::apply_policy(&cfg, &sb, &named)).unwrap();
+    assert_open(&sb, PRIVATE, "a private network the policy names");
+    assert_eq!(resolve(&sb, "rebind.test"), Some(PRIVATE));
 
     // "Garrison restarts": its runtime, and the resolver task with it, ends;
     // the namespace and its rules stay. Lookups fail until the resolver is

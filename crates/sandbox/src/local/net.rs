@@ -43,8 +43,12 @@
 //! sandbox must not hold `CAP_NET_ADMIN` (it could rewrite the rules) or
 //! `CAP_NET_RAW` (a packet socket bypasses nftables).
 
+pub use rules::MAX_CONNECTIONS;
+
 mod dns;
+mod dns_budget;
 mod host_rules;
+mod ranges;
 mod rules;
 mod tools;
 mod url;
@@ -242,7 +246,11 @@ async fn enforce(
     let script = format!("{before}{}", rules::policy_script(&parsed, &always));
     tools::run(&tools.nft, ["-f", "-"], Some(&paths.netns), Some(&script)).await?;
     if net.dns.is_some() {
-        dns::start_or_update(&paths.netns, cfg.upstream(), parsed)?;
+        dns::start_or_update(
+            &paths.netns,
+            cfg.upstream(),
+            resolver_policy(net, parsed, &always),
+        )?;
     }
     Ok(())
 }
@@ -263,7 +271,29 @@ pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
             allow: Vec::new(),
         });
     tracing::info!(sandbox = %net.name, "restarting the sandbox's DNS resolver");
-    dns::start_or_update(&paths.netns, cfg.upstream(), enforced(net, &policy).0)
+    let (parsed, always) = enforced(net, &policy);
+    dns::start_or_update(
+        &paths.netns,
+        cfg.upstream(),
+        resolver_policy(net, parsed, &always),
+    )
+}
+
+/// What the resolver needs of the enforced policy.
+fn resolver_policy(
+    net: &SandboxNet,
+    parsed: crate::policy::Parsed,
+    always: &[crate::policy::Cidr],
+) -> dns::ResolverPolicy {
+    dns::ResolverPolicy {
+        named_internal: ranges::named_by(&parsed, always),
+        gateway_name: net
+            .gateway_host
+            .as_ref()
+            .filter(|h| h.parse::<IpAddr>().is_err())
+            .map(|h| h.trim_end_matches('.').to_ascii_lowercase()),
+        parsed,
+    }
 }
 
 /// The policy as enforced: validated, with the gateway added (its name to

@@ -12,9 +12,15 @@
 //! A query for a name the policy allows (or any name, when the policy is
 //! disabled) is forwarded as it is; before the answer is passed back, its
 //! A/AAAA addresses are added to the namespace's `dns_v4`/`dns_v6` nftables
-//! sets with a timeout equal to their TTL, so the client's connection that
-//! follows is accepted. Any other name gets NXDOMAIN and its addresses
-//! stay refused. Only UDP is served (a truncated answer makes a client
+//! sets with a timeout equal to their TTL (bounded, and the client is told
+//! the bounded TTL), so the client's connection that follows is accepted.
+//! Any other name gets NXDOMAIN and its addresses stay refused. Only the
+//! query types resolution needs are served (TXT, ANY and the rest are
+//! refused: they are how data is tunnelled through a resolver). An answer
+//! with an address in a refused range (private, loopback, link-local,
+//! metadata; see `ranges`) that the policy does not name is refused whole,
+//! so a name cannot be rebound onto the host's networks; the gateway's own
+//! name is exempt. What lookups cost the host is bounded by `dns_budget`. Only UDP is served (a truncated answer makes a client
 //! retry over TCP, which is refused: rare for the A/AAAA answers that
 //! matter).
 //!
@@ -41,9 +47,10 @@ use anyhow::anyhow;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
+use super::dns_budget::{self, Budget};
 use super::rules;
 use super::tools::{self, Tools};
-use crate::policy::Parsed;
+use crate::policy::{Cidr, Parsed};
 use crate::{Result, SandboxError};
 
 /// Where the resolver listens inside each sandbox's namespace (its own
@@ -58,11 +65,27 @@ const MAX_IN_FLIGHT: usize = 32;
 
 const RCODE_SERVFAIL: u8 = 2;
 const RCODE_NXDOMAIN: u8 = 3;
+const RCODE_REFUSED: u8 = 5;
 const TYPE_A: u16 = 1;
+const TYPE_CNAME: u16 = 5;
 const TYPE_AAAA: u16 = 28;
+const TYPE_SVCB: u16 = 64;
+const TYPE_HTTPS: u16 = 65;
+
+/// What the resolver answers for: the policy as enforced, the networks
+/// inside internal ranges it names, and the gateway's name.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ResolverPolicy {
+    pub parsed: Parsed,
+    /// Networks inside internal ranges the policy or the gateway names
+    /// (see `ranges::named_internal`).
+    pub named_internal: Vec<Cidr>,
+    /// The gateway's host name, whose internal addresses are let through.
+    pub gateway_name: Option<String>,
+}
 
 struct Running {
-    policy: Arc<RwLock<Parsed>>,
+    policy: Arc<RwLock<ResolverPolicy>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -74,7 +97,7 @@ static RESOLVERS: LazyLock<Mutex<HashMap<PathBuf, Running>>> = LazyLock::new(Def
 pub(crate) fn start_or_update(
     netns: &Path,
     upstream: Option<SocketAddr>,
-    policy: Parsed,
+    policy: ResolverPolicy,
 ) -> Result<()> {
     let mut all = RESOLVERS.lock().expect("resolver registry");
     if let Some(running) = all.get(netns)
@@ -141,9 +164,10 @@ async fn serve(
     socket: UdpSocket,
     netns: PathBuf,
     upstream: Option<SocketAddr>,
-    policy: Arc<RwLock<Parsed>>,
+    policy: Arc<RwLock<ResolverPolicy>>,
 ) {
     let socket = Arc::new(socket);
+    let budget = Arc::new(Mutex::new(Budget::new(std::time::Instant::now())));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut buf = vec![0u8; MAX_QUERY];
     loop {
@@ -160,9 +184,10 @@ async fn serve(
         };
         let query = buf[..n].to_vec();
         let (socket, netns, policy) = (Arc::clone(&socket), netns.clone(), Arc::clone(&policy));
+        let budget = Arc::clone(&budget);
         tokio::spawn(async move {
             let _permit = permit;
-            if let Some(reply) = answer(&query, &policy, &netns, upstream).await {
+            if let Some(reply) = answer(&query, &policy, &budget, &netns, upstream).await {
                 let _ = socket.send_to(&reply, client).await;
             }
         });
@@ -172,38 +197,125 @@ async fn serve(
 /// The reply to `query` (none for a message that is not a query).
 async fn answer(
     query: &[u8],
-    policy: &RwLock<Parsed>,
+    policy: &RwLock<ResolverPolicy>,
+    budget: &Mutex<Budget>,
     netns: &Path,
     upstream: Option<SocketAddr>,
 ) -> Option<Vec<u8>> {
     let q = parse_query(query)?;
-    let (allowed, open) = {
-        let policy = policy.read().expect("resolver policy");
-        (policy.allows_name(&q.name), policy.open)
-    };
-    if !allowed {
+    if !serves_type(q.qtype) {
+        tracing::debug!(netns = %netns.display(), name = %q.name, qtype = q.qtype, "DNS: refused query type");
+        return Some(error_reply(query, &q, RCODE_REFUSED));
+    }
+    let policy = policy.read().expect("resolver policy").clone();
+    if !policy.parsed.allows_name(&q.name) {
         tracing::debug!(netns = %netns.display(), name = %q.name, "DNS: refused name");
         return Some(error_reply(query, &q, RCODE_NXDOMAIN));
     }
-    let Some(reply) = forward(query, upstream).await else {
+    let Some(mut reply) = forward(query, upstream).await else {
         return Some(error_reply(query, &q, RCODE_SERVFAIL));
     };
-    if !open {
-        let addrs = answer_addresses(&reply).unwrap_or_default();
-        if let Some(script) = rules::dns_elements_script(&addrs) {
-            let added = match Tools::find() {
-                Ok(t) => tools::run(&t.nft, ["-f", "-"], Some(netns), Some(&script))
-                    .await
-                    .map(drop),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = added {
-                tracing::warn!(netns = %netns.display(), error = %e, "DNS: adding answers to the allow set");
+    let answers: Vec<(IpAddr, u32)> = answer_addresses(&reply)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(ip, ttl)| (ip, dns_budget::bounded_ttl(ttl)))
+        .collect();
+    let mut script = String::new();
+    match screen(&answers, &policy, &q.name) {
+        Screened::Refused(ip) => {
+            tracing::info!(netns = %netns.display(), name = %q.name, %ip, "DNS: an answer in a refused range was dropped");
+            return Some(error_reply(query, &q, RCODE_REFUSED));
+        }
+        Screened::GatewayInternal(addrs) => {
+            script.extend(rules::named_internal_script(&addrs));
+        }
+        Screened::Clean => {}
+    }
+    if !policy.parsed.open {
+        let admitted = budget
+            .lock()
+            .expect("resolver budget")
+            .admit(std::time::Instant::now(), &answers);
+        match admitted {
+            Ok(needed) => script.extend(rules::dns_elements_script(&needed)),
+            Err(refusal) => {
+                tracing::warn!(netns = %netns.display(), name = %q.name, ?refusal, "DNS: not learning more addresses");
                 return Some(error_reply(query, &q, RCODE_SERVFAIL));
             }
         }
     }
+    if !script.is_empty() {
+        let added = match Tools::find() {
+            Ok(t) => tools::run(&t.nft, ["-f", "-"], Some(netns), Some(&script))
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = added {
+            tracing::warn!(netns = %netns.display(), error = %e, "DNS: adding answers to the allow set");
+            return Some(error_reply(query, &q, RCODE_SERVFAIL));
+        }
+    }
+    cap_ttls(&mut reply, dns_budget::MAX_TTL_SECS);
     Some(reply)
+}
+
+/// The query types resolution needs.
+fn serves_type(qtype: u16) -> bool {
+    matches!(
+        qtype,
+        TYPE_A | TYPE_AAAA | TYPE_CNAME | TYPE_SVCB | TYPE_HTTPS
+    )
+}
+
+/// What an answer's addresses allow.
+#[derive(Debug, PartialEq, Eq)]
+enum Screened {
+    /// Nothing refused.
+    Clean,
+    /// The gateway's name, at these internal addresses: let through.
+    GatewayInternal(Vec<IpAddr>),
+    /// This address is in a refused range the policy does not name.
+    Refused(IpAddr),
+}
+
+fn screen(answers: &[(IpAddr, u32)], policy: &ResolverPolicy, name: &str) -> Screened {
+    let refused: Vec<IpAddr> = answers
+        .iter()
+        .map(|(ip, _)| *ip)
+        .filter(|ip| super::ranges::refused_answer(*ip, &policy.named_internal))
+        .collect();
+    let Some(first) = refused.first() else {
+        return Screened::Clean;
+    };
+    let gateway = policy.gateway_name.as_deref() == Some(name);
+    let never = |ip: &IpAddr| rules::always_blocked().iter().any(|c| c.contains(*ip));
+    if gateway && !refused.iter().any(never) {
+        Screened::GatewayInternal(refused)
+    } else {
+        Screened::Refused(*first)
+    }
+}
+
+/// Lowers every answer record's TTL to at most `max`, so the client
+/// forgets an address no later than the sandbox's rules do.
+fn cap_ttls(msg: &mut [u8], max: u32) -> Option<()> {
+    let qdcount = u16::from_be_bytes([*msg.get(4)?, *msg.get(5)?]);
+    let ancount = u16::from_be_bytes([*msg.get(6)?, *msg.get(7)?]);
+    let mut pos = 12;
+    for _ in 0..qdcount {
+        pos = skip_name(msg, pos)? + 4;
+    }
+    for _ in 0..ancount {
+        pos = skip_name(msg, pos)?;
+        let ttl_at = pos + 4;
+        let ttl = u32::from_be_bytes(msg.get(ttl_at..ttl_at + 4)?.try_into().ok()?);
+        msg.get_mut(ttl_at..ttl_at + 4)?
+            .copy_from_slice(&ttl.min(max).to_be_bytes());
+        let rdlen = usize::from(u16::from_be_bytes([*msg.get(pos + 8)?, *msg.get(pos + 9)?]));
+        pos += 10 + rdlen;
+    }
+    Some(())
 }
 
 /// The upstream's answer to `query`; none without an upstream, on a
@@ -425,6 +537,73 @@ mod tests {
         lp[5] = 1;
         lp.extend_from_slice(&[1, b'a', 0xc0]);
         assert_eq!(answer_addresses(&lp), None);
+    }
+
+    #[test]
+    fn only_the_types_resolution_needs_are_served() {
+        for t in [TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_HTTPS, TYPE_SVCB] {
+            assert!(serves_type(t), "{t}");
+        }
+        // TXT, ANY, NULL, MX: the usual tunnels.
+        for t in [16, 255, 10, 15] {
+            assert!(!serves_type(t), "{t}");
+        }
+    }
+
+    fn resolver_policy(named: &[&str], gateway: Option<&str>) -> ResolverPolicy {
+        ResolverPolicy {
+            parsed: Parsed::default(),
+            named_internal: named
+                .iter()
+                .map(|n| Cidr::parse(n, false).unwrap())
+                .collect(),
+            gateway_name: gateway.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn rebinding_onto_internal_addresses_is_refused_unless_named_or_the_gateway() {
+        let public = ("198.51.100.10".parse().unwrap(), 60);
+        let private = ("10.0.0.5".parse().unwrap(), 60);
+        let metadata = ("169.254.169.254".parse().unwrap(), 60);
+        let p = resolver_policy(&[], Some("gw.corp"));
+        assert_eq!(screen(&[public], &p, "a.test"), Screened::Clean);
+        assert_eq!(
+            screen(&[public, private], &p, "a.test"),
+            Screened::Refused(private.0)
+        );
+        assert_eq!(
+            screen(&[private], &p, "gw.corp"),
+            Screened::GatewayInternal(vec![private.0])
+        );
+        assert_eq!(
+            screen(&[metadata], &p, "gw.corp"),
+            Screened::Refused(metadata.0)
+        );
+        let named = resolver_policy(&["10.0.0.0/24"], None);
+        assert_eq!(screen(&[private], &named, "a.test"), Screened::Clean);
+    }
+
+    #[test]
+    fn answer_ttls_are_capped_in_place() {
+        let q = query("a.test", TYPE_A);
+        let mut r = q.clone();
+        r[2] = 0x81;
+        r[3] = 0x80;
+        r[7] = 2;
+        r.extend_from_slice(&[
+            0xc0, 12, 0, 1, 0, 1, 0, 1, 0x51, 0x80, 0, 4, 198, 51, 100, 10,
+        ]);
+        r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 198, 51, 100, 11]);
+        cap_ttls(&mut r, 300).unwrap();
+        assert_eq!(
+            answer_addresses(&r).unwrap(),
+            vec![
+                ("198.51.100.10".parse().unwrap(), 300),
+                ("198.51.100.11".parse().unwrap(), 30)
+            ]
+        );
+        assert_eq!(cap_ttls(&mut r[..r.len() - 5].to_vec(), 300), None);
     }
 
     #[test]

@@ -11,12 +11,15 @@
 //! output (policy accept):
 //!   oif lo                                  accept   the namespace's own loopback and addresses
 //!   ct established,related                  accept
+//!   new, over MAX_CONNECTIONS tracked        refuse   one sandbox cannot fill the
+//!   new, over NEW_CONNECTIONS_PER_SEC        refuse   host's conntrack table
 //!   ICMPv6 neighbour discovery              accept   IPv6 next hop resolution
 //!   @host_loopback_v4/6 . tcp @gateway_ports accept  the one path to the gateway
 //!   @host_loopback_v4/6                     refuse   every other port of the host's end
 //!   @sandbox_nets_v4                        refuse   other sandboxes and their links
 //!   @blocked_v4/6                           refuse   169.254.0.0/16, fd00:ec2::254, fe80::/10
 //!   @host_addrs_v4/6                        refuse   the host's own addresses
+//!   @internal_v4/6 not @named_internal_v4/6 refuse   private, CGNAT, ULA... (`ranges`)
 //!   jump session_policy                              the policy (see below)
 //!   (end of chain)                          accept   outbound connectivity
 //! session_policy: owned by `apply_policy` (`policy_script`):
@@ -43,6 +46,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::ranges::{INTERNAL_V4, INTERNAL_V6};
 use crate::policy::{Cidr, Parsed};
 
 /// The nftables table every rule lives in (family `inet`).
@@ -70,6 +74,19 @@ pub(crate) const BLOCKED_V6: &[(Ipv6Addr, u8)] = &[
     (Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254), 128),
     (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
 ];
+
+/// [`BLOCKED_V4`] and [`BLOCKED_V6`] as networks.
+pub(crate) fn always_blocked() -> Vec<Cidr> {
+    let v4 = BLOCKED_V4.iter().map(|(a, l)| Cidr {
+        addr: IpAddr::V4(*a),
+        len: *l,
+    });
+    let v6 = BLOCKED_V6.iter().map(|(a, l)| Cidr {
+        addr: IpAddr::V6(*a),
+        len: *l,
+    });
+    v4.chain(v6).collect()
+}
 
 fn v4s(addrs: &BTreeSet<IpAddr>) -> Vec<String> {
     addrs
@@ -148,15 +165,34 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
         false,
         &v6s(&rules.host_addrs),
     );
+    let internal4: Vec<String> = INTERNAL_V4
+        .iter()
+        .map(|(a, l)| format!("{a}/{l}"))
+        .collect();
+    let internal6: Vec<String> = INTERNAL_V6
+        .iter()
+        .map(|(a, l)| format!("{a}/{l}"))
+        .collect();
+    set(&mut s, "internal_v4", "ipv4_addr", true, &internal4);
+    set(&mut s, "internal_v6", "ipv6_addr", true, &internal6);
     // Filled by `policy_script`.
     set(&mut s, "allow_v4", "ipv4_addr", true, &[]);
     set(&mut s, "allow_v6", "ipv6_addr", true, &[]);
-    s.push_str(
-        "\tchain output {
+    set(&mut s, NAMED_INTERNAL_V4, "ipv4_addr", true, &[]);
+    set(&mut s, NAMED_INTERNAL_V6, "ipv6_addr", true, &[]);
+    // Keyed by the sandbox's own address: one counter per sandbox.
+    s.push_str("\tset conns_v4 { type ipv4_addr; size 16; flags dynamic; }\n");
+    s.push_str("\tset conns_v6 { type ipv6_addr; size 16; flags dynamic; }\n");
+    let _ = write!(
+        s,
+        "\tchain output {{
 \t\ttype filter hook output priority filter; policy accept;
 \t\toifname \"lo\" accept
 \t\tct state established,related accept
-\t\ticmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept
+\t\tct state new add @conns_v4 {{ ip saddr ct count over {MAX_CONNECTIONS} }} goto refuse
+\t\tct state new add @conns_v6 {{ ip6 saddr ct count over {MAX_CONNECTIONS} }} goto refuse
+\t\tct state new limit rate over {NEW_CONNECTIONS_PER_SEC}/second burst {NEW_CONNECTIONS_BURST} packets goto refuse
+\t\ticmpv6 type {{ nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert }} accept
 \t\tip daddr @host_loopback_v4 tcp dport @gateway_ports accept
 \t\tip6 daddr @host_loopback_v6 tcp dport @gateway_ports accept
 \t\tip daddr @host_loopback_v4 goto refuse
@@ -166,25 +202,35 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
 \t\tip6 daddr @blocked_v6 goto refuse
 \t\tip daddr @host_addrs_v4 goto refuse
 \t\tip6 daddr @host_addrs_v6 goto refuse
+\t\tip daddr @internal_v4 ip daddr != @named_internal_v4 goto refuse
+\t\tip6 daddr @internal_v6 ip6 daddr != @named_internal_v6 goto refuse
 \t\tjump session_policy
-\t}
-\tchain session_policy {
-\t}
-\tchain refuse {
+\t}}
+\tchain session_policy {{
+\t}}
+\tchain refuse {{
 \t\tmeta l4proto tcp reject with tcp reset
 \t\treject with icmpx type admin-prohibited
-\t}
-\tchain input {
+\t}}
+\tchain input {{
 \t\ttype filter hook input priority filter; policy drop;
 \t\tiifname \"lo\" accept
 \t\tct state established,related accept
-\t\tmeta l4proto { icmp, ipv6-icmp } accept
-\t}
-}
+\t\tmeta l4proto {{ icmp, ipv6-icmp }} accept
+\t}}
+}}
 ",
     );
     s
 }
+
+/// Connections one sandbox may have tracked at once: plenty for builds and
+/// browsers, and a host's conntrack table (262144 entries by default) is
+/// not filled by one sandbox.
+pub const MAX_CONNECTIONS: u32 = 4096;
+/// New connections per second one sandbox may open (beyond a burst).
+pub(crate) const NEW_CONNECTIONS_PER_SEC: u32 = 200;
+pub(crate) const NEW_CONNECTIONS_BURST: u32 = 1000;
 
 /// Sets the resolver fills with the addresses of allowed names, each
 /// element with a timeout equal to its DNS TTL. Declared by
@@ -192,6 +238,11 @@ pub(crate) fn base_ruleset(rules: &BaseRules) -> String {
 /// made before they existed get them too.
 pub(crate) const DNS_SET_V4: &str = "dns_v4";
 pub(crate) const DNS_SET_V6: &str = "dns_v6";
+
+/// The networks inside internal ranges that may be reached anyway: those
+/// the policy names, the gateway's (see `ranges`).
+pub(crate) const NAMED_INTERNAL_V4: &str = "named_internal_v4";
+pub(crate) const NAMED_INTERNAL_V6: &str = "named_internal_v6";
 
 /// An `nft -f` script that replaces the policy atomically: the
 /// `allow_v4`/`allow_v6` sets (the policy's networks, plus the gateway's
@@ -204,31 +255,26 @@ pub(crate) fn policy_script(policy: &Parsed, always: &[Cidr]) -> String {
         "table inet {TABLE} {{
 \tset {DNS_SET_V4} {{ type ipv4_addr; flags timeout; }}
 \tset {DNS_SET_V6} {{ type ipv6_addr; flags timeout; }}
+\tset {NAMED_INTERNAL_V4} {{ type ipv4_addr; flags interval; }}
+\tset {NAMED_INTERNAL_V6} {{ type ipv6_addr; flags interval; }}
 }}
 flush chain inet {TABLE} session_policy
 flush set inet {TABLE} allow_v4
 flush set inet {TABLE} allow_v6
 flush set inet {TABLE} {DNS_SET_V4}
 flush set inet {TABLE} {DNS_SET_V6}
+flush set inet {TABLE} {NAMED_INTERNAL_V4}
+flush set inet {TABLE} {NAMED_INTERNAL_V6}
 "
+    );
+    add_elements(
+        &mut s,
+        [NAMED_INTERNAL_V4, NAMED_INTERNAL_V6],
+        &minimal(&super::ranges::named_by(policy, always)),
     );
     if !policy.open {
         let nets: Vec<Cidr> = policy.nets.iter().chain(always).copied().collect();
-        let nets = minimal(&nets);
-        for (set, v6) in [("allow_v4", false), ("allow_v6", true)] {
-            let elements: Vec<String> = nets
-                .iter()
-                .filter(|c| c.addr.is_ipv6() == v6)
-                .map(Cidr::to_string)
-                .collect();
-            if !elements.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "add element inet {TABLE} {set} {{ {} }}",
-                    elements.join(", ")
-                );
-            }
-        }
+        add_elements(&mut s, ["allow_v4", "allow_v6"], &minimal(&nets));
     }
     let _ = writeln!(s, "table inet {TABLE} {{\n\tchain session_policy {{");
     for rule in policy_rules(policy) {
@@ -236,6 +282,37 @@ flush set inet {TABLE} {DNS_SET_V6}
     }
     s.push_str("\t}\n}\n");
     s
+}
+
+/// Adds `nets` to the IPv4 and the IPv6 set of `sets`.
+fn add_elements(s: &mut String, sets: [&str; 2], nets: &[Cidr]) {
+    for (set, v6) in [(sets[0], false), (sets[1], true)] {
+        let elements: Vec<String> = nets
+            .iter()
+            .filter(|c| c.addr.is_ipv6() == v6)
+            .map(Cidr::to_string)
+            .collect();
+        if !elements.is_empty() {
+            let _ = writeln!(
+                s,
+                "add element inet {TABLE} {set} {{ {} }}",
+                elements.join(", ")
+            );
+        }
+    }
+}
+
+/// An `nft -f` script that lets the sandbox reach the internal addresses
+/// the gateway's name resolved to (until the policy is next applied).
+pub(crate) fn named_internal_script(addrs: &[IpAddr]) -> Option<String> {
+    let nets: Vec<Cidr> = addrs.iter().copied().map(Cidr::host).collect();
+    let mut s = String::new();
+    add_elements(
+        &mut s,
+        [NAMED_INTERNAL_V4, NAMED_INTERNAL_V6],
+        &minimal(&nets),
+    );
+    (!s.is_empty()).then_some(s)
 }
 
 /// `nets` without the ones another contains (an interval set refuses
@@ -272,8 +349,7 @@ fn policy_rules(policy: &Parsed) -> Vec<String> {
 }
 
 /// An `nft -f` script adding resolver answers to the DNS sets, each for
-/// `ttl` seconds (bounded to 5 s .. 1 day: a zero TTL must still let the
-/// client connect).
+/// `ttl` seconds (bounded as `dns_budget` bounds them).
 pub(crate) fn dns_elements_script(answers: &[(IpAddr, u32)]) -> Option<String> {
     let mut s = String::new();
     for (addr, ttl) in answers {
@@ -282,7 +358,7 @@ pub(crate) fn dns_elements_script(answers: &[(IpAddr, u32)]) -> Option<String> {
         } else {
             DNS_SET_V4
         };
-        let ttl = (*ttl).clamp(5, 86_400);
+        let ttl = super::dns_budget::bounded_ttl(*ttl);
         let _ = writeln!(
             s,
             "add element inet {TABLE} {set} {{ {addr} timeout {ttl}s }}"
@@ -325,6 +401,14 @@ mod tests {
             s.contains("set host_addrs_v4 { type ipv4_addr; elements = { 10.1.2.3, 192.0.2.2 }; }")
         );
         assert!(s.contains("set allow_v4 { type ipv4_addr; flags interval; }"));
+        assert!(s.contains("10.0.0.0/8, 100.64.0.0/10"), "{s}");
+        assert!(s.contains("168.63.129.16/32"));
+        assert!(s.contains("fc00::/7"));
+        // Internal ranges are refused before any policy can open them.
+        let internal = s
+            .find("ip daddr @internal_v4 ip daddr != @named_internal_v4 goto refuse")
+            .unwrap();
+        assert!(internal < s.find("jump session_policy").unwrap());
         // The gateway port is accepted before the rest of the host's loopback
         // is refused, and the policy comes after every always-on rule.
         let accept = s.find("tcp dport @gateway_ports accept").unwrap();
@@ -332,6 +416,22 @@ mod tests {
         let policy = s.find("jump session_policy").unwrap();
         assert!(accept < refuse && refuse < policy);
         assert!(s.rfind("goto refuse").unwrap() < policy);
+    }
+
+    #[test]
+    fn tracked_and_new_connections_are_limited_per_sandbox() {
+        let s = base_ruleset(&rules());
+        assert!(s.contains("set conns_v4 { type ipv4_addr; size 16; flags dynamic; }"));
+        assert!(s.contains(&format!(
+            "ct state new add @conns_v4 {{ ip saddr ct count over {MAX_CONNECTIONS} }} goto refuse"
+        )));
+        assert!(s.contains(&format!(
+            "ct state new limit rate over {NEW_CONNECTIONS_PER_SEC}/second"
+        )));
+        // Counted before anything is accepted but the sandbox's own
+        // loopback and flows already open.
+        let limit = s.find("ct count over").unwrap();
+        assert!(limit < s.find("@gateway_ports accept").unwrap());
     }
 
     #[test]
@@ -345,6 +445,23 @@ mod tests {
 
     fn parsed(enabled: bool, allow: Vec<common::AllowRule>) -> Parsed {
         crate::policy::parse(&common::NetworkPolicy { enabled, allow })
+    }
+
+    #[test]
+    fn a_wholesale_network_names_no_internal_range_and_an_open_policy_names_only_the_gateway() {
+        use common::AllowRule::*;
+        let s = policy_script(&parsed(true, vec![Ipv4("0.0.0.0/0".into())]), &[]);
+        assert!(
+            !s.contains("add element inet garrison named_internal"),
+            "{s}"
+        );
+        let gateway = Cidr::parse("10.9.8.7", false).unwrap();
+        let s = policy_script(&parsed(false, vec![Ipv4("10.1.0.0/16".into())]), &[gateway]);
+        assert!(
+            s.contains("add element inet garrison named_internal_v4 { 10.9.8.7/32 }"),
+            "{s}"
+        );
+        assert!(!s.contains("10.1.0.0/16"), "{s}");
     }
 
     #[test]
@@ -381,6 +498,12 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("add element inet garrison allow_v6 { 2001:db8::/32 }"));
+        // 10.0.0.0/8 names the internal range; 203.0.113.0/24 is not one.
+        assert!(
+            s.contains("add element inet garrison named_internal_v4 { 10.0.0.0/8 }"),
+            "{s}"
+        );
+        assert!(s.contains("flush set inet garrison named_internal_v4"));
         assert!(s.contains("set dns_v4 { type ipv4_addr; flags timeout; }"));
         assert!(s.contains("flush set inet garrison dns_v4"));
         let chain = &s[s.rfind("chain session_policy").unwrap()..];
@@ -404,7 +527,7 @@ mod tests {
             s,
             "add element inet garrison dns_v4 { 198.51.100.10 timeout 60s }\n\
              add element inet garrison dns_v6 { 2001:db8::1 timeout 5s }\n\
-             add element inet garrison dns_v4 { 198.51.100.11 timeout 86400s }\n"
+             add element inet garrison dns_v4 { 198.51.100.11 timeout 300s }\n"
         );
         assert_eq!(dns_elements_script(&[]), None);
     }

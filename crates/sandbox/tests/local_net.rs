@@ -221,6 +221,51 @@ async fn only_the_gateway_port_of_the_host_loopback_is_reachable() {
     net::destroy(&cfg, name.as_str()).await.unwrap();
 }
 
+/// IPv6 is off between a sandbox and the host: what the sandbox sends to
+/// the host's end over IPv6 (all-nodes multicast, link-local) is dropped.
+#[tokio::test]
+async fn the_host_takes_in_no_ipv6_from_a_sandbox() {
+    if skip_unless_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir);
+    let name = unique_name("ipv6");
+    let net = net::create(&cfg, &name, None, &Default::default())
+        .await
+        .unwrap();
+    let link = net::host_link(&cfg, name.as_str()).unwrap();
+    let disabled =
+        std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6")).unwrap();
+    assert_eq!(disabled.trim(), "1");
+    // A host service on every IPv6 address; the sandbox multicasts to all
+    // nodes on its link, which the host's end would otherwise take in.
+    let Ok(host) = std::net::UdpSocket::bind("[::]:0") else {
+        eprintln!("skipping the multicast probe: no IPv6 on this host");
+        net::destroy(&cfg, name.as_str()).await.unwrap();
+        return;
+    };
+    host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let sent = in_netns(&net.netns_path, move || {
+        // SAFETY: a NUL-terminated literal.
+        let index = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
+        let socket = std::net::UdpSocket::bind("[::]:0").ok()?;
+        let to = std::net::SocketAddrV6::new("ff02::1".parse().unwrap(), port, 0, index);
+        Some(socket.send_to(b"hello host", to).is_ok())
+    });
+    // The send itself is refused inside the namespace (ff00::/8 is
+    // internal) or leaves and is dropped by the host's end; either way
+    // nothing arrives.
+    println!("sent from the sandbox: {sent:?}");
+    let mut buf = [0u8; 64];
+    assert!(
+        host.recv_from(&mut buf).is_err(),
+        "the host took in the sandbox's multicast (sent: {sent:?})"
+    );
+    net::destroy(&cfg, name.as_str()).await.unwrap();
+}
+
 /// A sandbox that opens connections and keeps them (a leak, or an attack
 /// on the host's conntrack table) gets no more than its share tracked.
 #[tokio::test]

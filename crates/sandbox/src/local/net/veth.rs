@@ -131,6 +131,10 @@ pub(crate) async fn attach(
     // The gateway port is DNATed to the host's loopback (`host_rules`),
     // which the kernel only routes for links that allow it.
     write_sysctl(&format!("net/ipv4/conf/{host_if}/route_localnet"), "1")?;
+    // IPv6 is off on the link: the sandbox keeps only its own ::1, and
+    // nothing it sends over IPv6 (link-local, multicast to the host's
+    // services) is taken in by the host's end.
+    write_sysctl(&format!("net/ipv6/conf/{host_if}/disable_ipv6"), "1")?;
     let batch_sandbox = format!(
         "link set lo up\naddress add {sandbox_cidr} dev {SANDBOX_IF}\nlink set {SANDBOX_IF} up\n\
          route add default via {}\n",

@@ -199,3 +199,44 @@ async fn the_host_cgroup_tree_and_energy_counters_are_hidden() {
     assert!(powercap.starts_with("0\n"), "{powercap}");
     s.backend.destroy(&s.handle).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse() {
+    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+        return;
+    };
+    // Free for the sandbox; without sparse packing the host would read and
+    // compress a terabyte of zeros.
+    let (status, out) = sh(
+        &s,
+        "truncate -s 1T /workspace/huge && printf tail >> /workspace/huge && echo ok",
+    )
+    .await;
+    assert_eq!((status, out.trim()), (ProcessStatus::Exited(0), "ok"));
+    let snapshot = s.backend.snapshot(&s.handle).await.unwrap();
+    assert!(snapshot.size_bytes < 1 << 20, "{snapshot:?}");
+    s.backend.destroy(&s.handle).await.unwrap();
+
+    let restored = spec("local-sparse", sized(1.0, 256, 256), Some(snapshot));
+    let handle = s.backend.create(&restored).await.unwrap();
+    let again = Sized {
+        backend: s.backend.clone(),
+        handle,
+    };
+    let (_, out) = sh(
+        &again,
+        "stat -c '%s %b' /workspace/huge; tail -c 4 /workspace/huge",
+    )
+    .await;
+    let mut lines = out.lines();
+    let sizes: Vec<u64> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(sizes[0], (1 << 40) + 4);
+    assert!(sizes[1] * 512 < 1 << 20, "{} blocks", sizes[1]);
+    assert_eq!(lines.next(), Some("tail"));
+    again.backend.destroy(&again.handle).await.unwrap();
+}

@@ -5,9 +5,15 @@
 //! `trusted.overlay.opaque` attribute of directories that replace a lower
 //! one, other extended attributes, ownership by number, and modes. zstd
 //! compresses the stream on the fly.
+//!
+//! The layer is the sandbox's, so its shape is the attacker's: a sparse
+//! file claims any size for free. Sparse files are packed as sparse (tar
+//! reads only their data), and a pack is bounded in bytes written (the
+//! kernel stops zstd at the limit) and in time.
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -17,18 +23,57 @@ const TAR_FLAGS: &[&str] = &[
     "--numeric-owner",
     "--acls",
     "--selinux",
+    "--sparse",
 ];
+
+/// What one pack may cost.
+#[derive(Clone, Copy, Debug)]
+pub struct PackLimits {
+    /// Bytes of archive written at most.
+    pub max_bytes: u64,
+    /// Time the whole pack may take.
+    pub max_time: Duration,
+}
 
 /// Archives `upper` (minus `exclude`, relative to it) into `archive`.
 /// Returns the archive's size.
-pub async fn pack(upper: &Path, exclude: &str, archive: &Path) -> anyhow::Result<u64> {
+pub async fn pack(
+    upper: &Path,
+    exclude: &str,
+    archive: &Path,
+    limits: PackLimits,
+) -> anyhow::Result<u64> {
     let partial = archive.with_extension("partial");
-    let out = std::fs::File::create(&partial)
+    let packed = tokio::time::timeout(
+        limits.max_time,
+        pack_to(upper, exclude, &partial, limits.max_bytes),
+    )
+    .await;
+    let outcome = match packed {
+        Ok(result) => result,
+        Err(_) => Err(anyhow::anyhow!(
+            "packing took longer than {} s; the snapshot was abandoned",
+            limits.max_time.as_secs()
+        )),
+    };
+    if let Err(e) = outcome {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::File::open(&partial)?.sync_all()?;
+    std::fs::rename(&partial, archive)?;
+    Ok(std::fs::metadata(archive)?.len())
+}
+
+async fn pack_to(
+    upper: &Path,
+    exclude: &str,
+    partial: &Path,
+    max_bytes: u64,
+) -> anyhow::Result<()> {
+    let out = std::fs::File::create(partial)
         .with_context(|| format!("creating {}", partial.display()))?;
-    std::fs::set_permissions(
-        &partial,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )?;
+    std::fs::set_permissions(partial, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let mut tar = tokio::process::Command::new("tar")
         .args(TAR_FLAGS)
         .arg(format!("--exclude=./{exclude}"))
@@ -37,35 +82,51 @@ pub async fn pack(upper: &Path, exclude: &str, archive: &Path) -> anyhow::Result
         .args(["-cf", "-", "."])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .context("running tar")?;
     let tar_out: Stdio = tar.stdout.take().context("tar stdout")?.try_into()?;
-    let zstd = tokio::process::Command::new("zstd")
-        .args(["-q", "-3", "-T0", "-c"])
+    let mut zstd = tokio::process::Command::new("zstd");
+    zstd.args(["-q", "-3", "-T0", "-c"])
         .stdin(tar_out)
         .stdout(out)
         .stderr(Stdio::piped())
-        .spawn()
-        .context("running zstd")?;
+        .kill_on_drop(true);
+    let limit = libc::rlimit {
+        rlim_cur: max_bytes,
+        rlim_max: max_bytes,
+    };
+    // SAFETY: only setrlimit and signal, async-signal-safe, between fork
+    // and exec. Past the limit a write fails with EFBIG (SIGXFSZ ignored)
+    // and zstd stops with an error.
+    unsafe {
+        zstd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let zstd = zstd.spawn().context("running zstd")?;
     let (tar_done, zstd_done) = tokio::join!(tar.wait_with_output(), zstd.wait_with_output());
     let (tar_done, zstd_done) = (tar_done?, zstd_done?);
+    if std::fs::metadata(partial).is_ok_and(|m| m.len() >= max_bytes) {
+        bail!("the snapshot would exceed its limit of {max_bytes} bytes");
+    }
     if !tar_done.status.success() {
-        let _ = std::fs::remove_file(&partial);
         bail!(
             "tar failed: {}",
             String::from_utf8_lossy(&tar_done.stderr).trim()
         );
     }
     if !zstd_done.status.success() {
-        let _ = std::fs::remove_file(&partial);
         bail!(
             "zstd failed: {}",
             String::from_utf8_lossy(&zstd_done.stderr).trim()
         );
     }
-    std::fs::File::open(&partial)?.sync_all()?;
-    std::fs::rename(&partial, archive)?;
-    Ok(std::fs::metadata(archive)?.len())
+    Ok(())
 }
 
 /// Restores an archive made by [`pack`] into an empty `upper`.
@@ -103,4 +164,66 @@ pub async fn unpack(archive: &Path, upper: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    const LIMITS: PackLimits = PackLimits {
+        max_bytes: 64 << 20,
+        max_time: Duration::from_secs(300),
+    };
+
+    #[tokio::test]
+    async fn a_sparse_terabyte_packs_and_restores_as_sparse() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        let huge = std::fs::File::create(upper.join("huge")).unwrap();
+        huge.set_len(1 << 40).unwrap();
+        std::os::unix::fs::FileExt::write_at(&huge, b"data at the end", (1 << 40) - 15).unwrap();
+        let archive = dir.path().join("snap.tar.zst");
+        let size = pack(&upper, ".garrison", &archive, LIMITS).await.unwrap();
+        assert!(size < 1 << 20, "archive of {size} bytes");
+
+        let restored = dir.path().join("restored");
+        std::fs::create_dir(&restored).unwrap();
+        unpack(&archive, &restored).await.unwrap();
+        let meta = std::fs::metadata(restored.join("huge")).unwrap();
+        assert_eq!(meta.len(), 1 << 40);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+        let mut tail = [0u8; 15];
+        std::os::unix::fs::FileExt::read_exact_at(
+            &std::fs::File::open(restored.join("huge")).unwrap(),
+            &mut tail,
+            (1 << 40) - 15,
+        )
+        .unwrap();
+        assert_eq!(&tail, b"data at the end");
+    }
+
+    #[tokio::test]
+    async fn a_pack_past_its_byte_limit_fails_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        // Incompressible, so the archive is as large as the data.
+        let noise: Vec<u8> = (0..4 << 20).map(|_| rand::random::<u8>()).collect();
+        std::fs::write(upper.join("noise"), noise).unwrap();
+        let archive = dir.path().join("snap.tar.zst");
+        let limits = PackLimits {
+            max_bytes: 1 << 20,
+            ..LIMITS
+        };
+        let err = pack(&upper, ".garrison", &archive, limits)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exceed its limit"), "{err}");
+        assert!(!archive.exists());
+        assert!(!archive.with_extension("partial").exists());
+    }
 }

@@ -94,6 +94,9 @@ impl LocalConfig {
     }
 }
 
+/// Longest a snapshot may take; its size is bounded by the disk.
+const SNAPSHOT_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 pub struct LocalBackend {
     config: LocalConfig,
     snapshots: SnapshotDir,
@@ -282,10 +285,31 @@ impl Sandbox for LocalBackend {
             .snapshots
             .new_ref(self.kind(), &handle.name, handle.image.clone());
         let archive_path = self.snapshots.archive_path(&snapshot)?;
-        // Frozen, the layer cannot change under tar.
+        // Frozen, the layer cannot change under tar. A running container
+        // that will not freeze could rewrite it while it is read (a file
+        // grown without end, swapped for a link): no snapshot then. A
+        // stopped one changes nothing.
         let paused = self.runc.pause(&handle.name).await.is_ok();
-        let packed =
-            archive::pack(&dir.join("disk").join("upper"), ".garrison", &archive_path).await;
+        if !paused && self.runc.is_running(&handle.name).await {
+            return Err(SandboxError::Transient(anyhow!(
+                "{} could not be paused; not snapshotting a filesystem that can change under it",
+                handle.name
+            )));
+        }
+        let limits = archive::PackLimits {
+            // The layer lives on the sandbox's disk: its data cannot exceed
+            // the disk, and tar's headers add little to it.
+            max_bytes: std::fs::metadata(dir.join("disk.img"))
+                .map_or(u64::MAX, |m| m.len().saturating_add(256 << 20)),
+            max_time: SNAPSHOT_MAX_TIME,
+        };
+        let packed = archive::pack(
+            &dir.join("disk").join("upper"),
+            ".garrison",
+            &archive_path,
+            limits,
+        )
+        .await;
         if paused && let Err(e) = self.runc.resume(&handle.name).await {
             tracing::warn!(sandbox = handle.name, error = %e, "resuming after a snapshot failed");
         }

@@ -18,9 +18,13 @@ pub struct Runc {
     pub state_root: PathBuf,
 }
 
-/// What `runc state` reports; only whether it answers matters here.
+/// What `runc state` reports.
 #[derive(Debug, Deserialize)]
-pub struct State {}
+pub struct State {
+    /// `created`, `running`, `paused` or `stopped`.
+    #[serde(default)]
+    pub status: String,
+}
 
 impl Runc {
     fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<String> {
@@ -124,6 +128,11 @@ impl Runc {
     pub async fn state(&self, id: &str) -> Option<State> {
         let out = self.call(&["state", id]).await.ok()?;
         serde_json::from_slice(&out).ok()
+    }
+
+    /// Whether the container exists and runs (not paused, not stopped).
+    pub async fn is_running(&self, id: &str) -> bool {
+        self.state(id).await.is_some_and(|s| s.status == "running")
     }
 
     pub async fn pause(&self, id: &str) -> anyhow::Result<()> {

@@ -289,3 +289,116 @@ async fn a_url_with_credentials_stops_garrison_at_start_without_echoing_them() {
     assert!(log.contains("GIT_TOKEN"), "{log}");
     assert!(!log.contains("hunter2"), "{log}");
 }
+
+/// The agent, root in a real local sandbox, looks everywhere the token
+/// used to be (the clone process's spawn request and environment, any
+/// file): the clone is made on Garrison's side, so it is nowhere inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_git_token_never_enters_a_local_sandbox() {
+    if !Backend::Local.available() {
+        return;
+    }
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let repo = bare_repo(dir.path());
+    let state = dir.path().join("state");
+    let token = random_token();
+    let url = format!("file://{}", repo.display());
+    let env = [
+        ("REPOS", url.as_str()),
+        ("GIT_USERNAME", "u"),
+        ("GIT_TOKEN", token.as_str()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .to_vec();
+    let g = Garrison::start_on_with_env(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+        Backend::Local,
+        env,
+    );
+    let id = session(
+        &emu,
+        &outpost,
+        vec![
+            run("git -C repos/repo log --oneline"),
+            run(
+                "ls /.garrison/proc; cat /.garrison/proc/*/* 2>/dev/null; cat /proc/[0-9]*/environ | tr '\\0' '\\n'",
+            ),
+            run(
+                "grep -rla gtok_ / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; echo searched",
+            ),
+        ],
+        Then::End,
+    );
+    wait_until("the three steps ran", Some(&g), || {
+        step_outputs(&emu, &id).len() == 3
+    })
+    .await;
+    let outputs = step_outputs(&emu, &id);
+    assert!(outputs[0].contains(COMMIT_MESSAGE), "{outputs:?}");
+    assert!(outputs[1].contains("clone-0-unpack"), "{outputs:?}");
+    assert!(outputs[2].trim_end().ends_with("searched"), "{outputs:?}");
+    for output in &outputs {
+        assert!(
+            !output.contains(&token),
+            "the token is in the sandbox: {output}"
+        );
+    }
+    assert_eq!(
+        outputs[2].trim(),
+        "searched",
+        "a file in the sandbox holds a gtok_ token"
+    );
+    assert!(!g.log().contains(&token));
+}
+
+/// The clone reaches a cloud sandbox through its files API as it does a
+/// local one (the mocks run on this host; the clone is made by Garrison).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_reaches_tensorlake_and_modal_sandboxes() {
+    for backend in [Backend::Tensorlake, Backend::Modal] {
+        let emu = emulator().await;
+        let outpost = outpost(&emu);
+        let dir = tempfile::tempdir().unwrap();
+        let repo = bare_repo(dir.path());
+        let state = dir.path().join("state");
+        let token = random_token();
+        let url = format!("file://{}", repo.display());
+        let env = [("REPOS", url.as_str()), ("GIT_TOKEN", token.as_str())]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec();
+        let g = Garrison::start_on_with_env(
+            &emu,
+            GarrisonOptions {
+                outpost: &outpost,
+                state_dir: &state,
+                extra_args: vec![],
+            },
+            backend,
+            env,
+        );
+        let id = session(
+            &emu,
+            &outpost,
+            vec![run("git -C repos/repo log --oneline; ls -a")],
+            Then::End,
+        );
+        wait_until("the step ran", Some(&g), || {
+            step_outputs(&emu, &id).len() == 1
+        })
+        .await;
+        let out = &step_outputs(&emu, &id)[0];
+        assert!(out.contains(COMMIT_MESSAGE), "{backend:?}: {out}");
+        assert!(
+            !out.contains(".garrison-clone"),
+            "{backend:?}: parts left: {out}"
+        );
+        assert!(!out.contains(&token));
+    }
+}

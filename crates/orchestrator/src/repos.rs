@@ -6,7 +6,8 @@
 //!
 //! The URLs are checked (and named a directory) in `repos/urls.rs`; how the
 //! credentials reach the clone command and nothing else is in
-//! `repos/credentials.rs`; running a clone in the sandbox in `repos/clone.rs`.
+//! `repos/credentials.rs`; cloning on Garrison's side and copying the clone
+//! into the sandbox (so the token never enters it) in `repos/clone.rs`.
 //! This file holds the plan that ties a list of URLs to directories.
 
 use std::collections::HashSet;

@@ -1,32 +1,42 @@
-//! Running one clone in the sandbox: the `git clone` process and the
-//! read-back of the clone's configuration, each bounded in time, with the
-//! output copied into the session log and quoted (scrubbed, from its end)
-//! in the error when the clone fails.
+//! Cloning one repository for a sandbox, on Garrison's side: the token
+//! never enters the sandbox (not a process environment, not a spawn
+//! request file, not the agent's memory). `git clone` runs here with the
+//! credentials in its own environment, the clone's configuration is read
+//! back and refused if it holds a helper or the token, and the clone goes
+//! into the sandbox as a tar stream in bounded parts, unpacked there by
+//! `tar`. Each step is bounded in time; the clone's output is copied into
+//! the session log and quoted (scrubbed, from its end) in the error when
+//! the clone fails.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context, anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
+use tokio::io::AsyncReadExt;
 
 use super::PlannedClone;
 use super::credentials::{check_config, clone_argv, clone_env};
 use crate::session_log::SessionLogs;
 use crate::settings::Repos;
 
-/// A clone that takes longer than this is stopped and the start fails.
+/// A clone (or its unpacking) that takes longer than this is stopped and
+/// the start fails.
 const CLONE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const POLL: Duration = Duration::from_millis(100);
 const OUTPUT_CHUNK: usize = 256 * 1024;
 /// Output quoted in an error, from its end.
 const ERROR_OUTPUT: usize = 2000;
+/// The clone goes into the sandbox in files of at most this size, so
+/// Garrison never holds a whole repository in memory.
+const PART_BYTES: usize = 16 << 20;
+/// A clone's configuration is small; more is refused.
+const MAX_CONFIG: u64 = 1 << 20;
 
 /// Clones one repository into `clone.dir` (`repos/<name>`) under the
-/// sandbox's workdir, the directory the remote is started in (git makes
-/// `repos/` itself): spawns `clone-<n>`,
-/// waits for it, copies its output into the session log, then reads the
-/// clone's `.git/config` back (process `clone-<n>-check`) and refuses a
-/// credential helper or the token in it.
+/// sandbox's workdir, the directory the remote is started in.
 pub async fn clone_one(
     backend: &dyn Sandbox,
     handle: &Handle,
@@ -36,45 +46,185 @@ pub async fn clone_one(
     logs: &SessionLogs,
     session_id: &str,
 ) -> anyhow::Result<()> {
-    let name = format!("clone-{n}");
-    let spec = ProcessSpec {
-        name: name.clone(),
-        argv: clone_argv(clone, repos.git_token.is_some()),
-        env: clone_env(repos, &handle.home),
-        cwd: handle.workdir.clone(),
-    };
-    let (status, output) = run(backend, handle, &spec).await?;
+    let scratch = Scratch::new(logs.dir(session_id).join(format!("clone-{n}")))?;
+    let (ok, output) = clone_on_host(scratch.path(), clone, repos).await?;
     let _ = logs.remote_output(session_id, &output);
-    if status != ProcessStatus::Exited(0) {
+    if !ok.success() {
         let text = String::from_utf8_lossy(&output);
         let tail = tail_of(text.trim(), ERROR_OUTPUT);
         // The caller scrubs the message; the output is scrubbed here too, so
         // the error is safe wherever it goes.
         let tail = logs.redactor().scrub(tail);
         bail!(
-            "cloning {} into {} failed ({}): {tail}",
+            "cloning {} into {} failed ({ok}): {tail}",
             clone.url,
-            clone.dir,
-            describe(status)
+            clone.dir
         );
     }
+    let config_path = scratch.path().join(&clone.dir).join(".git/config");
+    let mut config = String::new();
+    std::fs::File::open(&config_path)
+        .and_then(|f| {
+            std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_CONFIG), &mut config)
+        })
+        .with_context(|| format!("reading {}/.git/config after cloning", clone.dir))?;
+    check_config(&config, repos).map_err(|reason| {
+        anyhow!(
+            "{}/.git/config after cloning {}: {reason}",
+            clone.dir,
+            clone.url
+        )
+    })?;
 
-    let config = format!("{}/.git/config", clone.dir);
-    let check = ProcessSpec {
-        name: format!("{name}-check"),
-        argv: vec!["cat".into(), "--".into(), config.clone()],
+    let parts = upload(backend, handle, n, scratch.path(), &clone.dir).await?;
+    let unpack = ProcessSpec {
+        name: format!("clone-{n}-unpack"),
+        argv: unpack_argv(&parts),
         env: BTreeMap::from([("PATH".to_owned(), crate::contract::PATH.to_owned())]),
         cwd: handle.workdir.clone(),
     };
-    let (status, output) = run(backend, handle, &check).await?;
+    let (status, output) = run(backend, handle, &unpack).await?;
     if status != ProcessStatus::Exited(0) {
+        let text = String::from_utf8_lossy(&output);
         bail!(
-            "reading {config} after cloning failed ({})",
-            describe(status)
+            "unpacking the clone of {} into {} in the sandbox failed ({}): {}",
+            clone.url,
+            clone.dir,
+            describe(status),
+            tail_of(text.trim(), ERROR_OUTPUT)
         );
     }
-    check_config(&String::from_utf8_lossy(&output), repos)
-        .map_err(|reason| anyhow!("{config} after cloning {}: {reason}", clone.url))
+    Ok(())
+}
+
+/// `git clone` here, in `scratch`, with the credentials in its environment
+/// only and neither the machine's nor the user's git configuration.
+async fn clone_on_host(
+    scratch: &Path,
+    clone: &PlannedClone,
+    repos: &Repos,
+) -> anyhow::Result<(std::process::ExitStatus, Vec<u8>)> {
+    let home = scratch.join("home");
+    std::fs::create_dir_all(&home)?;
+    let argv = clone_argv(clone, repos.git_token.is_some());
+    let mut env = clone_env(repos, &home.display().to_string());
+    env.insert("GIT_CONFIG_NOSYSTEM".into(), "1".into());
+    env.insert("GIT_CONFIG_GLOBAL".into(), "/dev/null".into());
+    let child = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(&env)
+        .current_dir(scratch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("running git on this host (is git installed?)")?;
+    let out = tokio::time::timeout(CLONE_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "git clone of {} did not finish within {CLONE_TIMEOUT:?}",
+                clone.url
+            )
+        })??;
+    let mut output = out.stdout;
+    output.extend_from_slice(&out.stderr);
+    Ok((out.status, output))
+}
+
+/// Streams `dir` (relative to `root`) as a tar archive into the sandbox,
+/// [`PART_BYTES`] at a time; returns the parts' paths there, in order.
+async fn upload(
+    backend: &dyn Sandbox,
+    handle: &Handle,
+    n: usize,
+    root: &Path,
+    dir: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut tar = tokio::process::Command::new("tar")
+        .args(["--numeric-owner", "-C"])
+        .arg(root)
+        .args(["-cf", "-", "--", dir])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("running tar on this host")?;
+    let mut stdout = tar.stdout.take().context("tar stdout")?;
+    let mut parts = Vec::new();
+    loop {
+        let mut part = Vec::with_capacity(PART_BYTES);
+        (&mut stdout)
+            .take(PART_BYTES as u64)
+            .read_to_end(&mut part)
+            .await
+            .context("reading the clone's archive")?;
+        if part.is_empty() {
+            break;
+        }
+        let path = format!(
+            "{}/.garrison-clone-{n}.part{:05}",
+            handle.workdir,
+            parts.len()
+        );
+        backend
+            .put_file(handle, &path, &part, 0o600)
+            .await
+            .map_err(|e| anyhow!(e).context("copying the clone into the sandbox"))?;
+        parts.push(path);
+    }
+    let done = tar.wait_with_output().await?;
+    if !done.status.success() {
+        bail!(
+            "packing the clone failed: {}",
+            String::from_utf8_lossy(&done.stderr).trim()
+        );
+    }
+    Ok(parts)
+}
+
+/// Unpacks the parts in order where the process runs, then removes them.
+fn unpack_argv(parts: &[String]) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        "cat -- \"$@\" | tar -x --no-same-owner -f -; status=$?; rm -f -- \"$@\"; exit $status",
+        "unpack",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    argv.extend(parts.iter().cloned());
+    argv
+}
+
+/// A host directory for one clone, removed when dropped (the clone holds no
+/// secret, but it is the session's code and must not linger).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(path: PathBuf) -> anyhow::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Spawns `spec`, waits for it (at most [`CLONE_TIMEOUT`]) and returns its
@@ -104,7 +254,7 @@ async fn run(
     };
     let mut output = Vec::new();
     let mut offset = 0;
-    loop {
+    while output.len() < OUTPUT_CHUNK * 4 {
         let chunk = backend
             .read_output(handle, &process, offset, OUTPUT_CHUNK)
             .await
@@ -136,4 +286,25 @@ fn tail_of(text: &str, max: usize) -> &str {
         start += 1;
     }
     &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_are_unpacked_in_order_then_removed() {
+        let argv = unpack_argv(&["/w/a.part00000".into(), "/w/a.part00001".into()]);
+        assert_eq!(argv[0], "/bin/sh");
+        assert!(argv[2].contains("tar -x --no-same-owner"));
+        assert!(argv[2].contains("rm -f"));
+        assert_eq!(argv[4..], ["/w/a.part00000", "/w/a.part00001"]);
+    }
+
+    #[test]
+    fn tails_end_on_character_boundaries() {
+        assert_eq!(tail_of("abcdef", 3), "def");
+        assert_eq!(tail_of("aé", 1), "");
+        assert_eq!(tail_of("ab", 5), "ab");
+    }
 }

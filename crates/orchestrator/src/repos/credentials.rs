@@ -1,5 +1,6 @@
-//! How the credentials reach the clone command and nothing else. They are in
-//! that one process's environment, and an inline credential helper given
+//! How the credentials reach the clone command and nothing else. The clone
+//! runs on Garrison's side, never in the sandbox (`clone.rs`); the
+//! credentials are in that one process's environment, and an inline credential helper given
 //! with `git -c` hands them to git: the helper names the variables, never
 //! their values, so argv carries no secret, and `git -c` (unlike
 //! `git clone -c`) writes nothing into the new repository's configuration.

@@ -26,6 +26,7 @@ const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
 pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
     let mut checks = vec![root()];
     checks.push(file_check("runc", Path::new(RUNC), "apt-get install runc"));
+    checks.extend(isolation(Path::new(RUNC)));
     checks.push(file_check(
         "tini-static",
         Path::new(TINI),
@@ -57,6 +58,60 @@ pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
     ));
     checks.push(default_image(state_dir));
     checks
+}
+
+/// What isolates a local sandbox: the runtime, its seccomp support (the
+/// filter is part of every container's configuration, so a runc without it
+/// cannot start one), and whether user namespaces are in use.
+fn isolation(runc: &Path) -> Vec<Check> {
+    let version = std::process::Command::new(runc)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| v.lines().next().map(str::to_owned));
+    let Some(version) = version else {
+        return Vec::new();
+    };
+    let features = std::process::Command::new(runc)
+        .arg("features")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
+    vec![
+        Check::info(
+            "runtime",
+            format!("{version}: namespaces, cgroups, dropped capabilities, no_new_privileges"),
+        ),
+        seccomp_check(features.as_ref()),
+        Check::info(
+            "user namespaces",
+            "not used: a sandbox's root is root on this host, held in by capabilities, \
+             seccomp and the namespaces (SECURITY.md)",
+        ),
+    ]
+}
+
+/// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.
+pub fn seccomp_check(features: Option<&serde_json::Value>) -> Check {
+    match features.map(|f| &f["linux"]["seccomp"]["enabled"]) {
+        Some(serde_json::Value::Bool(true)) => Check::pass(
+            "seccomp",
+            "active: every sandbox refuses namespaces, mounting, keyrings, bpf, io_uring and the rest of Docker's default refusals",
+        ),
+        Some(serde_json::Value::Bool(false)) => Check::fail(
+            "seccomp",
+            "this runc was built without seccomp, so no sandbox can start",
+            "install Debian's runc (apt-get install runc), which has it",
+        ),
+        _ => Check::warn(
+            "seccomp",
+            "runc does not say whether it supports seccomp (`runc features` failed)",
+            "use runc 1.1 or newer (apt-get install runc)",
+        ),
+    }
 }
 
 fn root() -> Check {
@@ -261,6 +316,16 @@ mod tests {
         let check = disk_space(&dir.path().join("not/yet"));
         assert!(check.detail.contains("free in"), "{check}");
         assert!(!check.is_blocking());
+    }
+
+    #[test]
+    fn seccomp_support_is_read_from_runc_features() {
+        let on = serde_json::json!({"linux": {"seccomp": {"enabled": true}}});
+        let off = serde_json::json!({"linux": {"seccomp": {"enabled": false}}});
+        assert!(seccomp_check(Some(&on)).passed());
+        assert!(seccomp_check(Some(&off)).is_blocking());
+        assert!(!seccomp_check(None).is_blocking());
+        assert!(!seccomp_check(None).passed());
     }
 
     #[test]

@@ -27,8 +27,10 @@ use sandbox::{
     SandboxSpec,
 };
 
-use crate::backend::TensorlakeBackend;
+use crate::backend::{TensorlakeBackend, process_status};
 use crate::catalog::{CatalogImage, ImageCatalog, check_image_name};
+use crate::dataplane::ProcessKey;
+use crate::models::StartProcess;
 
 /// `PATH` of the build steps unless the caller gives another.
 pub const DEFAULT_STEP_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -219,12 +221,7 @@ async fn materialise(
         progress(&format!("step {}/{}: {}", i + 1, steps.len(), step.label));
         run_step(backend, handle, i, step, progress).await?;
     }
-    let cleanup = PlannedStep {
-        label: "cleanup".to_owned(),
-        argv: cleanup_argv(handle),
-        env: steps.first().map(|s| s.env.clone()).unwrap_or_default(),
-    };
-    run_step(backend, handle, steps.len(), &cleanup, &mut |_| {}).await?;
+    remove_traces(backend, handle).await?;
     progress("snapshotting the builder sandbox's filesystem");
     let snapshot = backend
         .snapshot(handle)
@@ -242,19 +239,44 @@ async fn materialise(
 
 /// Removes what Garrison itself left in the builder's filesystem: its
 /// output log and labels file at the root of its directories (the parent
-/// of the workspace), so sessions started from the image begin clean.
-fn cleanup_argv(handle: &Handle) -> Vec<String> {
+/// of the workspace), so sessions started from the image begin clean. Run
+/// straight through the data plane: a process started through the backend
+/// would write its output to that very log.
+async fn remove_traces(backend: &TensorlakeBackend, handle: &Handle) -> anyhow::Result<()> {
     let root = std::path::Path::new(&handle.workdir)
         .parent()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| handle.workdir.clone());
-    vec![
-        "rm".to_owned(),
-        "-f".to_owned(),
-        "--".to_owned(),
-        format!("{root}/{}", crate::backend::OUTPUT_LOG),
-        format!("{root}/garrison-labels.json"),
-    ]
+    let dp = backend
+        .sandbox_if_running(handle)
+        .await?
+        .ok_or_else(|| anyhow!("the builder sandbox stopped running"))?;
+    let started = dp
+        .start_process(&StartProcess {
+            command: "rm".to_owned(),
+            args: vec![
+                "-f".to_owned(),
+                "--".to_owned(),
+                format!("{root}/{}", crate::backend::OUTPUT_LOG),
+                format!("{root}/garrison-labels.json"),
+            ],
+            env: BTreeMap::from([("PATH".to_owned(), DEFAULT_STEP_PATH.to_owned())]),
+            working_dir: None,
+            name: None,
+            restart: None,
+        })
+        .await?;
+    let key = ProcessKey::Pid(started.pid);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        match process_status(&dp.get_process(&key).await?) {
+            ProcessStatus::Running if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            ProcessStatus::Exited(0) => return Ok(()),
+            other => bail!("removing Garrison's files from the builder sandbox: {other:?}"),
+        }
+    }
 }
 
 async fn run_step(

@@ -1,0 +1,169 @@
+//! `garrison image build|ls|rm --backend tensorlake`: the real binary
+//! against the in-process mock Tensorlake.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Output;
+
+use common::{TENSORLAKE_KEY, TensorlakeWorld, garrison_bin};
+
+struct Host {
+    world: std::sync::Arc<TensorlakeWorld>,
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let world = TensorlakeWorld::for_state_dir(&dir.path().join("state"));
+        // The mock runs the steps on this machine: its `apt-get` only says
+        // what it was asked.
+        let bin = dir.path().join("fake-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let apt = bin.join("apt-get");
+        std::fs::write(&apt, "#!/bin/sh\necho \"fake apt-get $*\"\n").unwrap();
+        std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Self { world, dir }
+    }
+
+    fn recipe(&self, text: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join("recipe.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    async fn garrison(&self, args: &[&str], recipe: Option<&Path>) -> Output {
+        let mut command = tokio::process::Command::new(garrison_bin());
+        command
+            .arg("image")
+            .args(args)
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env(
+                "TENSORLAKE_BUILD_PATH",
+                format!("{}:/usr/bin:/bin", self.dir.path().join("fake-bin").display()),
+            )
+            .envs(self.world.env())
+            .kill_on_drop(true);
+        if let Some(recipe) = recipe {
+            command.arg("--recipe").arg(recipe);
+        }
+        let output = tokio::time::timeout(common::HANG_GUARD, command.output())
+            .await
+            .expect("garrison image finishes")
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!all.contains(TENSORLAKE_KEY), "the API key was printed");
+        output
+    }
+
+    fn sandboxes_left(&self) -> Vec<std::path::PathBuf> {
+        self.world.sandbox_dirs()
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_ls_and_rm_go_through_tensorlakes_catalog() {
+    let host = Host::new();
+    let recipe = host.recipe(
+        "packages = [\"jq\"]\nffmpeg = true\nsteps = [\"echo built > marker\", \"echo second step\"]\n",
+    );
+    let out = host
+        .garrison(
+            &["build", "garrison-session", "--backend", "tensorlake"],
+            Some(&recipe),
+        )
+        .await;
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    for expected in [
+        "step 1/3: packages",
+        "fake apt-get install -y --no-install-recommends ca-certificates ffmpeg git jq",
+        "step 3/3: steps[1]",
+        "| second step",
+        "built garrison-session on Tensorlake: image_",
+        "TENSORLAKE_IMAGE=garrison-session",
+    ] {
+        assert!(printed.contains(expected), "{expected:?} in:\n{printed}");
+    }
+
+    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(listed.starts_with("NAME"), "{listed}");
+    assert!(listed.contains("garrison-session  image_"), "{listed}");
+
+    let out = host
+        .garrison(&["rm", "garrison-session", "--backend", "tensorlake"], None)
+        .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("garrison-session"));
+    let out = host
+        .garrison(&["rm", "garrison-session", "--backend", "tensorlake"], None)
+        .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("no image garrison-session"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_step_fails_the_build_naming_it_and_leaves_no_sandbox() {
+    let host = Host::new();
+    let recipe = host.recipe("steps = [\"echo compiling; echo 'cc: fatal error' >&2; exit 4\"]\n");
+    let out = host
+        .garrison(
+            &["build", "broken", "--backend", "tensorlake"],
+            Some(&recipe),
+        )
+        .await;
+    let printed = text(&out);
+    assert!(!out.status.success(), "{printed}");
+    assert!(
+        printed.contains("build step steps[0] exited with status 4"),
+        "{printed}"
+    );
+    assert!(printed.contains("| cc: fatal error"), "{printed}");
+    // The mock removes a deleted sandbox's directory in the background.
+    let deadline = std::time::Instant::now() + common::HANG_GUARD;
+    while !host.sandboxes_left().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(host.sandboxes_left().is_empty(), "the builder is deleted");
+    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("broken"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_catalog_cannot_hold_is_refused_up_front() {
+    let host = Host::new();
+    let out = host
+        .garrison(&["build", "Session", "--backend", "tensorlake"], None)
+        .await;
+    assert!(!out.status.success());
+    assert!(text(&out).contains("lowercase"), "{}", text(&out));
+    assert!(host.sandboxes_left().is_empty());
+    let out = host.garrison(&["build", "x", "--base", "y"], None).await;
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--base is for --backend tensorlake"));
+}

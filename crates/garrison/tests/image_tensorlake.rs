@@ -167,3 +167,85 @@ async fn a_name_the_catalog_cannot_hold_is_refused_up_front() {
     assert!(!out.status.success());
     assert!(text(&out).contains("--base is for --backend tensorlake"));
 }
+
+/// `deploy tensorlake --image NAME` boots the orchestrator's sandbox from
+/// an image built here (its tools), and still copies this binary in: the
+/// deployed serve is always the build that resolved its settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_boots_from_a_catalog_image_and_still_copies_the_binary_in() {
+    let host = Host::new();
+    let recipe = host.recipe("steps = [\"echo from-the-image > tool.txt\"]\n");
+    let out = host
+        .garrison(
+            &["build", "orchestrator-base", "--backend", "tensorlake"],
+            Some(&recipe),
+        )
+        .await;
+    assert!(out.status.success(), "{}", text(&out));
+
+    let emu = common::emulator().await;
+    let outpost = common::outpost(&emu);
+    let output = tokio::time::timeout(
+        common::HANG_GUARD,
+        tokio::process::Command::new(garrison_bin())
+            .args(["deploy", "tensorlake", "--image", "orchestrator-base", "--"])
+            .args(["--outpost", &outpost, "--api-url", &emu.base_url()])
+            .args(["--static-base-url", &emu.static_base_url()])
+            .args(["--listen", "127.0.0.1:0"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", host.dir.path())
+            .env("GARRISON_CONFIG", host.dir.path().join("no-config"))
+            .env("DEVIN_OUTPOSTS_TOKEN", emu.account_token())
+            .envs(host.world.env())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("deploy finishes")
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let created = host.world.mock().last_create().unwrap();
+    assert_eq!(created["image"], "orchestrator-base", "{created}");
+    let list: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/sandboxes", host.world.mock().url()))
+        .bearer_auth(TENSORLAKE_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "garrison-orchestrator")
+        .expect("the deployment")["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = host.world.root.join("sandboxes").join(&id);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("workspace/tool.txt")).unwrap(),
+        "from-the-image\n"
+    );
+    assert!(
+        host.world
+            .mock()
+            .process_starts()
+            .iter()
+            .any(|s| s["name"].as_str().is_some_and(|n| n.starts_with("garrison-serve-"))),
+        "serve was started from the copied binary"
+    );
+    let gone = tokio::process::Command::new(garrison_bin())
+        .args(["deploy", "tensorlake", "--terminate"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", host.dir.path())
+        .envs(host.world.env())
+        .output()
+        .await
+        .unwrap();
+    assert!(gone.status.success(), "{}", text(&gone));
+}

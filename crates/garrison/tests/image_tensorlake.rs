@@ -46,7 +46,10 @@ impl Host {
             .env("HOME", self.dir.path())
             .env(
                 "TENSORLAKE_BUILD_PATH",
-                format!("{}:/usr/bin:/bin", self.dir.path().join("fake-bin").display()),
+                format!(
+                    "{}:/usr/bin:/bin",
+                    self.dir.path().join("fake-bin").display()
+                ),
             )
             .envs(self.world.env())
             .kill_on_drop(true);
@@ -104,7 +107,9 @@ async fn build_ls_and_rm_go_through_tensorlakes_catalog() {
         assert!(printed.contains(expected), "{expected:?} in:\n{printed}");
     }
 
-    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    let out = host
+        .garrison(&["ls", "--backend", "tensorlake"], None)
+        .await;
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}", text(&out));
     assert!(listed.starts_with("NAME"), "{listed}");
@@ -114,7 +119,9 @@ async fn build_ls_and_rm_go_through_tensorlakes_catalog() {
         .garrison(&["rm", "garrison-session", "--backend", "tensorlake"], None)
         .await;
     assert!(out.status.success(), "{}", text(&out));
-    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    let out = host
+        .garrison(&["ls", "--backend", "tensorlake"], None)
+        .await;
     assert!(!String::from_utf8_lossy(&out.stdout).contains("garrison-session"));
     let out = host
         .garrison(&["rm", "garrison-session", "--backend", "tensorlake"], None)
@@ -150,7 +157,9 @@ async fn a_failing_step_fails_the_build_naming_it_and_leaves_no_sandbox() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(host.sandboxes_left().is_empty(), "the builder is deleted");
-    let out = host.garrison(&["ls", "--backend", "tensorlake"], None).await;
+    let out = host
+        .garrison(&["ls", "--backend", "tensorlake"], None)
+        .await;
     assert!(!String::from_utf8_lossy(&out.stdout).contains("broken"));
 }
 
@@ -231,11 +240,9 @@ async fn deploy_boots_from_a_catalog_image_and_still_copies_the_binary_in() {
         "from-the-image\n"
     );
     assert!(
-        host.world
-            .mock()
-            .process_starts()
-            .iter()
-            .any(|s| s["name"].as_str().is_some_and(|n| n.starts_with("garrison-serve-"))),
+        host.world.mock().process_starts().iter().any(|s| s["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("garrison-serve-"))),
         "serve was started from the copied binary"
     );
     let gone = tokio::process::Command::new(garrison_bin())

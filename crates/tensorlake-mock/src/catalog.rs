@@ -113,10 +113,8 @@ pub fn valid_image_name(name: &str) -> bool {
         let mut after_separator = true;
         for b in c.bytes() {
             let separator = matches!(b, b'.' | b'_' | b'-');
-            if separator && after_separator {
-                return false;
-            }
-            if !separator && !(b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            let alphanumeric = b.is_ascii_lowercase() || b.is_ascii_digit();
+            if (separator && after_separator) || !(separator || alphanumeric) {
                 return false;
             }
             after_separator = separator;
@@ -141,7 +139,10 @@ pub fn routes() -> Router<Arc<Shared>> {
             "/images/v4/images/name/{*name}",
             get(get_by_name).delete(delete_by_name),
         )
-        .route("/images/v4/images/{id}", get(get_by_id).delete(delete_by_id))
+        .route(
+            "/images/v4/images/{id}",
+            get(get_by_id).delete(delete_by_id),
+        )
         .route("/platform/v1/sandbox-templates", get(list_templates))
         .route(
             "/platform/v1/sandbox-templates/by-name/{*name}",
@@ -250,8 +251,20 @@ async fn register(
         }
     })
     .await
-    .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()))?
-    .map_err(|e| refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()))?;
+    .map_err(|e| {
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &e.to_string(),
+        )
+    })?
+    .map_err(|e| {
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &e.to_string(),
+        )
+    })?;
     let now = now_rfc3339();
     let mut inner = shared.lock();
     let catalog = &mut inner.catalog;

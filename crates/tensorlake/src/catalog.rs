@@ -105,9 +105,8 @@ fn valid_component(component: &str) -> bool {
     let mut after_separator = true;
     for b in component.bytes() {
         let separator = matches!(b, b'.' | b'_' | b'-');
-        if separator && after_separator
-            || !separator && !(b.is_ascii_lowercase() || b.is_ascii_digit())
-        {
+        let alphanumeric = b.is_ascii_lowercase() || b.is_ascii_digit();
+        if (separator && after_separator) || !(separator || alphanumeric) {
             return false;
         }
         after_separator = separator;
@@ -173,7 +172,9 @@ impl ImageCatalog {
     pub async fn register(&self, name: &str, snapshot_id: &str) -> Result<CatalogImage> {
         check_image_name(name)?;
         if !sandbox::names::is_plain_id(snapshot_id) {
-            return Err(Error::Invalid(format!("invalid snapshot id {snapshot_id:?}")));
+            return Err(Error::Invalid(format!(
+                "invalid snapshot id {snapshot_id:?}"
+            )));
         }
         let url = self.url(&["from-snapshot"]);
         let key = format!("garrison-{:032x}", rand::random::<u128>());
@@ -223,7 +224,11 @@ impl ImageCatalog {
                 .json(Idempotency::Idempotent, |c| c.get(url.clone()))
                 .await?;
             images.extend(page.items);
-            match page.pagination.and_then(|p| p.next).filter(|n| !n.is_empty()) {
+            match page
+                .pagination
+                .and_then(|p| p.next)
+                .filter(|n| !n.is_empty())
+            {
                 Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
                 _ => return Ok(images),
             }
@@ -297,7 +302,10 @@ mod tests {
             code: code.map(str::to_owned),
             message: String::new(),
         };
-        assert!(is_publication_pending(&api(503, Some("publication_pending"))));
+        assert!(is_publication_pending(&api(
+            503,
+            Some("publication_pending")
+        )));
         assert!(!is_publication_pending(&api(503, None)));
         assert!(!is_publication_pending(&api(
             409,

@@ -130,7 +130,11 @@ impl Lines {
         let mut out = Vec::new();
         while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=end).collect();
-            out.push(String::from_utf8_lossy(&line[..end]).trim_end_matches('\r').to_owned());
+            out.push(
+                String::from_utf8_lossy(&line[..end])
+                    .trim_end_matches('\r')
+                    .to_owned(),
+            );
         }
         out
     }
@@ -191,7 +195,7 @@ pub async fn build_image(
             labels: BTreeMap::from([(LABEL_IMAGE_BUILD.to_owned(), request.name.clone())]),
             image: request.base_image.clone(),
             restore_from: None,
-            resources: request.resources.clone(),
+            resources: request.resources,
             // The steps fetch packages: open egress.
             network: NetworkSpec::default(),
         })
@@ -361,12 +365,17 @@ mod tests {
 
     #[test]
     fn a_recipe_plans_into_shell_steps_with_a_fixed_environment() {
-        let recipe = Recipe::parse("packages = [\"jq\"]\nsteps = [\"echo built > marker\"]").unwrap();
+        let recipe =
+            Recipe::parse("packages = [\"jq\"]\nsteps = [\"echo built > marker\"]").unwrap();
         let steps = plan("garrison-session", &recipe, "/opt/x:/usr/bin").unwrap();
         let labels: Vec<&str> = steps.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels, ["packages", "steps[0]"]);
         assert_eq!(steps[1].argv, ["/bin/sh", "-ec", "echo built > marker"]);
-        assert!(steps[0].argv[2].contains("apt-get install"), "{:?}", steps[0]);
+        assert!(
+            steps[0].argv[2].contains("apt-get install"),
+            "{:?}",
+            steps[0]
+        );
         assert!(steps[0].argv[2].contains(" jq "), "{:?}", steps[0]);
         assert_eq!(steps[0].env["PATH"], "/opt/x:/usr/bin");
         assert_eq!(steps[0].env["DEBIAN_FRONTEND"], "noninteractive");
@@ -407,8 +416,12 @@ mod tests {
 
     #[test]
     fn a_failure_names_the_step_its_status_and_its_last_output() {
-        let step = &plan("img", &Recipe::parse("steps = [\"false\"]").unwrap(), "/bin")
-            .unwrap()[1];
+        let step = &plan(
+            "img",
+            &Recipe::parse("steps = [\"false\"]").unwrap(),
+            "/bin",
+        )
+        .unwrap()[1];
         let mut tail = Tail::default();
         tail.push("E: Unable to locate package nope");
         let message = step_failure(step, ProcessStatus::Exited(100), &tail);
@@ -417,6 +430,9 @@ mod tests {
             "build step steps[0] exited with status 100; its last output:\n  | E: Unable to locate package nope"
         );
         let killed = step_failure(step, ProcessStatus::Exited(137), &Tail::default());
-        assert_eq!(killed, "build step steps[0] was killed by signal 9 (no output)");
+        assert_eq!(
+            killed,
+            "build step steps[0] was killed by signal 9 (no output)"
+        );
     }
 }

@@ -81,7 +81,10 @@ async fn a_recipe_is_built_in_a_builder_sandbox_snapshotted_and_registered() {
         "registering snapshot",
         "deleting the builder sandbox",
     ] {
-        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
     }
     assert!(
         client(&world).list_sandboxes().await.unwrap().is_empty(),
@@ -231,4 +234,68 @@ fn the_image_setting_takes_a_catalog_image_name() {
     };
     let settings = tensorlake::settings::resolve(&source).unwrap();
     assert_eq!(settings.image.as_deref(), Some("team/garrison-session:v2"));
+}
+
+#[tokio::test]
+async fn a_pending_registration_is_sent_again_until_published() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let catalog = ImageCatalog::new(&client(&world));
+    let handle = session(&backend, "source", None).await;
+    let snapshot = backend.snapshot(&handle).await.unwrap();
+    // More pending answers than one request's retries absorb.
+    world.mock.inject(tensorlake_mock::Fault {
+        method: Some("POST".into()),
+        path_prefix: "/images/v4/images/from-snapshot".into(),
+        status: 503,
+        code: Some("publication_pending".into()),
+        times: 5,
+    });
+    let image = catalog.register("pending", &snapshot.id).await.unwrap();
+    assert_eq!(image.name, "pending");
+    assert_eq!(
+        world.mock.requests("/images/v4/images/from-snapshot"),
+        6,
+        "five pending answers, then the publication"
+    );
+    // Any other refusal is an error at once.
+    world.mock.inject(tensorlake_mock::Fault {
+        method: Some("POST".into()),
+        path_prefix: "/images/v4/images/from-snapshot".into(),
+        status: 409,
+        code: Some("image_build_in_progress".into()),
+        times: 1,
+    });
+    let error = catalog.register("pending", &snapshot.id).await.unwrap_err();
+    assert_eq!(error.status(), Some(409), "{error}");
+}
+
+#[tokio::test]
+async fn the_mock_answers_a_replayed_idempotency_key_with_the_first_result() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = session(&backend, "source", None).await;
+    let snapshot = backend.snapshot(&handle).await.unwrap();
+    let post = |key: Option<&str>, name: &str| {
+        let mut request = reqwest::Client::new()
+            .post(format!(
+                "{}/images/v4/images/from-snapshot",
+                world.mock.url()
+            ))
+            .bearer_auth(KEY)
+            .json(&serde_json::json!({"name": name, "snapshot_id": snapshot.id, "public": false}));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send()
+    };
+    let first = post(Some("k1"), "app").await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first: serde_json::Value = first.json().await.unwrap();
+    let again = post(Some("k1"), "app").await.unwrap();
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.json::<serde_json::Value>().await.unwrap(), first);
+    assert_eq!(post(Some("k1"), "other").await.unwrap().status(), 422);
+    assert_eq!(post(None, "app").await.unwrap().status(), 400);
+    assert_eq!(post(Some("k2"), "Not Valid").await.unwrap().status(), 400);
 }

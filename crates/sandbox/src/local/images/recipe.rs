@@ -358,9 +358,9 @@ mod tests {
                 .contains("deb http://mirror.example/debian bookworm main")
         );
         assert!(
-            steps[1]
-                .script
-                .contains("install -y --no-install-recommends ca-certificates chromium git python3 &&"),
+            steps[1].script.contains(
+                "install -y --no-install-recommends ca-certificates chromium git python3 &&"
+            ),
             "{}",
             steps[1].script
         );

@@ -84,19 +84,23 @@ enum ImageCommand {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
-    /// List images: named ones, then unnamed ones kept for sessions and
-    /// snapshots made on them. With `--backend tensorlake`, the images in
-    /// Tensorlake's catalog (those Garrison built and any other, such as
-    /// the SDK's `tl sbx image create`).
+    /// List images (this machine's, or Tensorlake's catalog).
+    ///
+    /// Locally: named images, then unnamed ones kept for sessions and
+    /// snapshots made on them. With `--backend tensorlake`: every image in
+    /// Tensorlake's catalog, those Garrison built and any other (such as
+    /// the SDK's `tl sbx image create`), with its `image_` id.
     Ls {
         /// Whose images: `local` (this machine's) or `tensorlake`.
         #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "tensorlake"])]
         backend: String,
     },
-    /// Remove an image name (or an id); refused while a sandbox or a
-    /// snapshot of the local backend uses the image. With `--backend
-    /// tensorlake`, removes NAME from Tensorlake's catalog (sandboxes
-    /// already running from it keep running).
+    /// Remove an image (this machine's, or from Tensorlake's catalog).
+    ///
+    /// Locally: a name (or an id), refused while a sandbox or a snapshot of
+    /// the local backend uses the image. With `--backend tensorlake`: the
+    /// catalog image NAME (sandboxes already running from it keep running;
+    /// new sessions with TENSORLAKE_IMAGE=NAME fail to start).
     Rm {
         #[arg(value_name = "NAME_OR_ID")]
         name: String,

@@ -256,3 +256,68 @@ async fn deploy_boots_from_a_catalog_image_and_still_copies_the_binary_in() {
         .unwrap();
     assert!(gone.status.success(), "{}", text(&gone));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_stops_the_build_and_deletes_the_builder() {
+    use tokio::io::AsyncBufReadExt;
+
+    let host = Host::new();
+    let recipe = host.recipe("steps = [\"echo waiting; sleep 600\"]\n");
+    let mut child = tokio::process::Command::new(garrison_bin())
+        .args([
+            "image",
+            "build",
+            "slow",
+            "--backend",
+            "tensorlake",
+            "--recipe",
+        ])
+        .arg(&recipe)
+        .arg("--state-dir")
+        .arg(host.dir.path().join("state"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", host.dir.path())
+        .env(
+            "TENSORLAKE_BUILD_PATH",
+            format!(
+                "{}:/usr/bin:/bin",
+                host.dir.path().join("fake-bin").display()
+            ),
+        )
+        .envs(host.world.env())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    tokio::time::timeout(common::HANG_GUARD, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("| waiting") {
+                return;
+            }
+        }
+        panic!("the build ended before its step ran");
+    })
+    .await
+    .expect("the step starts");
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = tokio::time::timeout(common::HANG_GUARD, child.wait_with_output())
+        .await
+        .expect("the build stops")
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let deadline = std::time::Instant::now() + common::HANG_GUARD;
+    while !host.sandboxes_left().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(host.sandboxes_left().is_empty(), "the builder is deleted");
+}

@@ -169,12 +169,16 @@ pub fn step_failure(step: &PlannedStep, status: ProcessStatus, tail: &Tail) -> S
 }
 
 /// Builds `request` on Tensorlake and registers it in `catalog`; progress
-/// lines go to `progress`. The builder sandbox is deleted whatever happens.
+/// lines go to `progress`. The builder sandbox is deleted whatever happens,
+/// including when `cancel` completes first (an interrupt): the build then
+/// stops where it is, with an error. A `cancel` that completes while the
+/// builder is being created takes effect as soon as it exists.
 pub async fn build_image(
     backend: &TensorlakeBackend,
     catalog: &ImageCatalog,
     request: &BuildRequest,
     progress: &mut (dyn FnMut(&str) + Send),
+    cancel: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<CatalogImage> {
     let steps = plan(&request.name, &request.recipe, &request.step_path)?;
     let builder = SandboxName::for_session(&format!(
@@ -201,7 +205,10 @@ pub async fn build_image(
         })
         .await
         .context("creating the builder sandbox")?;
-    let built = materialise(backend, catalog, request, &steps, &handle, progress).await;
+    let built = tokio::select! {
+        built = materialise(backend, catalog, request, &steps, &handle, progress) => built,
+        () = cancel => Err(anyhow!("interrupted")),
+    };
     progress(&format!("deleting the builder sandbox {}", handle.name));
     if let Err(e) = backend.destroy(&handle).await {
         // The build's own outcome matters more; the leftover is named.

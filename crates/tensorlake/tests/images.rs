@@ -66,6 +66,7 @@ async fn a_recipe_is_built_in_a_builder_sandbox_snapshotted_and_registered() {
             "packages = [\"jq\"]\nsteps = [\"echo built > marker\", \"echo step two ran\"]",
         ),
         &mut |line: &str| lines.push(line.to_owned()),
+        std::future::pending(),
     )
     .await
     .unwrap();
@@ -129,6 +130,7 @@ async fn a_failing_step_names_the_step_and_its_output_and_the_builder_is_deleted
             "steps = [\"true\", \"echo about to fail; echo no such thing >&2; exit 3\", \"echo never\"]",
         ),
         &mut |_: &str| {},
+        std::future::pending(),
     )
     .await
     .unwrap_err();
@@ -153,6 +155,7 @@ async fn a_bad_name_is_refused_before_any_sandbox_exists() {
         &catalog,
         &request(&world, "Not_Lowercase", ""),
         &mut |_: &str| {},
+        std::future::pending(),
     )
     .await
     .unwrap_err();
@@ -298,4 +301,32 @@ async fn the_mock_answers_a_replayed_idempotency_key_with_the_first_result() {
     assert_eq!(post(Some("k1"), "other").await.unwrap().status(), 422);
     assert_eq!(post(None, "app").await.unwrap().status(), 400);
     assert_eq!(post(Some("k2"), "Not Valid").await.unwrap().status(), 400);
+}
+
+#[tokio::test]
+async fn an_interrupted_build_deletes_its_builder_and_registers_nothing() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let catalog = ImageCatalog::new(&client(&world));
+    let step_started = tokio::sync::Notify::new();
+    let error = build_image(
+        &backend,
+        &catalog,
+        &request(
+            &world,
+            "interrupted",
+            "steps = [\"echo waiting; sleep 600\"]",
+        ),
+        &mut |line: &str| {
+            if line.contains("| waiting") {
+                step_started.notify_one();
+            }
+        },
+        step_started.notified(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.to_string(), "interrupted");
+    assert!(client(&world).list_sandboxes().await.unwrap().is_empty());
+    assert!(catalog.list().await.unwrap().is_empty());
 }

@@ -53,9 +53,9 @@ enum ImageCommand {
     ///               its filesystem is snapshotted and registered in
     ///               Tensorlake's image catalog under NAME (lowercase, e.g.
     ///               `garrison-session`), replacing what NAME held; the
-    ///               builder sandbox is deleted whatever happens. A failing
-    ///               step stops the build, naming the step and its last
-    ///               output. Sessions use it with
+    ///               builder sandbox is deleted whatever happens (Ctrl-C
+    ///               included). A failing step stops the build, naming the
+    ///               step and its last output. Sessions use it with
     ///               TENSORLAKE_IMAGE=NAME garrison serve --backend tensorlake
     ///               Needs TENSORLAKE_API_KEY; the builder starts from
     ///               --base (default: Tensorlake's default image, which must

@@ -59,9 +59,19 @@ pub async fn build(
         step_path,
         resources: Default::default(),
     };
-    let image = build_image(&backend, &catalog, &request, &mut |line: &str| {
-        println!("  {line}");
-    })
+    // Listening from here on: an interrupt while the builder is being
+    // created still deletes it once it exists.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("listening for an interrupt")?;
+    let image = build_image(
+        &backend,
+        &catalog,
+        &request,
+        &mut |line: &str| println!("  {line}"),
+        async move {
+            interrupt.recv().await;
+        },
+    )
     .await
     .with_context(|| format!("building {name} on Tensorlake"))?;
     println!(

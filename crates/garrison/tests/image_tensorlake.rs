@@ -172,6 +172,14 @@ async fn a_name_the_catalog_cannot_hold_is_refused_up_front() {
     assert!(!out.status.success());
     assert!(text(&out).contains("lowercase"), "{}", text(&out));
     assert!(host.sandboxes_left().is_empty());
+    let out = host
+        .garrison(
+            &["build", "x", "--backend", "tensorlake", "--base", " "],
+            None,
+        )
+        .await;
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--base is empty"), "{}", text(&out));
     let out = host.garrison(&["build", "x", "--base", "y"], None).await;
     assert!(!out.status.success());
     assert!(text(&out).contains("--base is for --backend tensorlake"));

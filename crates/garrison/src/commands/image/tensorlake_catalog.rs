@@ -38,6 +38,9 @@ pub async fn build(
         Some(path) => Recipe::load(path)?,
         None => Recipe::default_recipe(),
     };
+    if base.is_some_and(|b| b.trim().is_empty()) {
+        bail!("--base is empty: name a Tensorlake image, or leave it out for the default");
+    }
     let settings = settings()?;
     let step_path = std::env::var(STEP_PATH_ENV).unwrap_or_else(|_| DEFAULT_STEP_PATH.to_owned());
     let backend = TensorlakeBackend::new(TensorlakeConfig {

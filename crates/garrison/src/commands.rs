@@ -38,7 +38,9 @@ pub enum Command {
     Logs(logs::LogsArgs),
     /// Stop a session's sandbox, keep or drop its snapshot, release the claim.
     Terminate(terminate::TerminateArgs),
-    /// Build, import, list and remove the local backend's images (`image build --backend modal` builds on Modal).
+    /// Build, import, list and remove session images: the local backend's,
+    /// on Modal (`build --backend modal`) and in Tensorlake's catalog
+    /// (`--backend tensorlake`).
     Image(image::ImageArgs),
     /// A self-contained demo: scripted sessions against a local emulator of
     /// Devin, served in this process, with a summary at the end.

@@ -20,26 +20,12 @@ use crate::wire::{self, generic_result::GenericStatus};
 pub const IMAGE_APP: &str = "garrison-images";
 
 /// The Dockerfile of a recipe: Debian's slim image of the recipe's suite,
-/// its packages (with Chromium and ffmpeg when asked for) in one layer,
-/// then each step as its own `RUN` with `sh -e`, as the local backend
-/// runs them.
+/// then each of [`Recipe::shell_steps`] (its packages, with Chromium and
+/// ffmpeg when asked for, in one layer, then each step) as its own `RUN`
+/// with `sh -e`, as the local backend runs them.
 pub fn dockerfile_commands(recipe: &Recipe) -> anyhow::Result<Vec<String>> {
-    recipe.validate()?;
     let mut commands = vec![format!("FROM debian:{}-slim", recipe.suite)];
-    if let Some(mirror) = &recipe.mirror {
-        // The mirror is validated: one URL, no spaces or control characters.
-        commands.push(run(&format!(
-            "rm -f /etc/apt/sources.list.d/debian.sources && \
-             echo 'deb {mirror} {suite} main' > /etc/apt/sources.list",
-            suite = recipe.suite
-        )));
-    }
-    commands.push(run(&format!(
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-         --no-install-recommends {} && rm -rf /var/lib/apt/lists/*",
-        recipe.all_packages().join(" ")
-    )));
-    commands.extend(recipe.steps.iter().map(|step| run(step)));
+    commands.extend(recipe.shell_steps()?.iter().map(|step| run(&step.script)));
     Ok(commands)
 }
 

@@ -14,6 +14,10 @@
 //!   `X-Tensorlake-Sandbox-Id` header: `/api/v1/processes` (start, get,
 //!   signal, output, output/follow as server-sent events), `/api/v1/files`,
 //!   `/api/v1/pty` with its binary websocket;
+//! - the sandbox-image catalog the SDK's image builder and lookups use
+//!   (`/images/v4/images...`, `/platform/v1/sandbox-templates`; see
+//!   `catalog`): a sandbox created with `image` naming a registered image
+//!   starts from its snapshot's filesystem;
 //! - bearer authentication on everything (401).
 //!
 //! Processes really run, on the host, in a directory per sandbox
@@ -31,6 +35,7 @@
 // every error response would buy nothing in a test mock.
 #![allow(clippy::result_large_err)]
 
+mod catalog;
 mod dataplane;
 mod host;
 mod lifecycle;
@@ -107,7 +112,7 @@ impl MockTensorlake {
     }
 
     pub async fn start_on(addr: SocketAddr, config: MockConfig) -> anyhow::Result<Self> {
-        for dir in ["sandboxes", "snapshots"] {
+        for dir in ["sandboxes", "snapshots", "images"] {
             std::fs::create_dir_all(config.root.join(dir))?;
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -208,6 +213,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .merge(lifecycle::routes())
         .merge(dataplane::routes())
         .merge(pty::routes())
+        .merge(catalog::routes())
         .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
         .with_state(shared)
 }

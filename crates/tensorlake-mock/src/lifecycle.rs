@@ -108,7 +108,12 @@ async fn create(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
                 Some(s) if s.completed => Some(s.archive.clone()),
                 _ => return Err(not_found("snapshot")),
             },
-            None => None,
+            // An image the catalog holds starts from its filesystem; any
+            // other image name stands for an empty directory.
+            None => sandbox
+                .image
+                .as_deref()
+                .and_then(|image| crate::catalog::archive_for(&inner, image)),
         };
         inner.sandboxes.insert(id.clone(), sandbox);
         archive

@@ -182,6 +182,8 @@ impl Snapshot {
 pub struct Inner {
     pub sandboxes: HashMap<String, Sandbox>,
     pub snapshots: HashMap<String, Snapshot>,
+    /// The sandbox-image catalog (see `catalog`).
+    pub catalog: crate::catalog::Catalog,
 }
 
 /// Everything the handlers share.

@@ -6,6 +6,10 @@
 //!   `/api/v1/files`, `/api/v1/pty`), reached through the sandbox proxy.
 //! - [`pty`]: the PTY websocket and its binary frame format.
 //! - [`backend::TensorlakeBackend`]: the [`sandbox::Sandbox`] implementation.
+//! - [`catalog::ImageCatalog`]: the sandbox-image catalog (register a
+//!   snapshot as a named image, list, find, delete), and
+//!   [`image_build`]: a Garrison recipe built into such an image in a
+//!   builder sandbox.
 //!
 //! The wire shapes follow Tensorlake's published SDKs (read, not copied):
 //! `crates/cloud-sdk/src/sandboxes/{mod,models}.rs`,
@@ -15,10 +19,12 @@
 //! (<https://docs.rs/crate/tensorlake/latest/source/src/retry.rs>).
 
 pub mod backend;
+pub mod catalog;
 mod client;
 pub mod dataplane;
 mod error;
 pub mod follow;
+pub mod image_build;
 pub mod models;
 pub mod policy;
 pub mod pty;

@@ -1,7 +1,9 @@
 //! `garrison image`: build, import, list and remove the `local` backend's
-//! images (see `sandbox::local::images`).
+//! images (see `sandbox::local::images`); build the same recipe on Modal,
+//! and build, list and remove images in Tensorlake's catalog.
 
 mod modal_build;
+mod tensorlake_catalog;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -29,7 +31,7 @@ pub struct ImageArgs {
 
 #[derive(Subcommand)]
 enum ImageCommand {
-    /// Build an image with mmdebstrap from a TOML recipe (needs root).
+    /// Build a session image from a TOML recipe.
     ///
     /// Without --recipe, builds the default recipe: Debian bookworm with
     /// git, ca-certificates, curl, procps and the usual tools. A recipe:
@@ -39,18 +41,41 @@ enum ImageCommand {
     ///   steps = ["pip install --break-system-packages uv"]
     ///   chromium = true     # sets DEVIN_CHROME_PATH in sessions
     ///   ffmpeg = false
+    ///
+    /// Where it is built (--backend):
+    ///
+    ///   local       mmdebstrap on this machine (needs root); sessions of
+    ///               `serve --backend local` use the image named `default`
+    ///   modal       Modal's image builder; the image id is cached by name
+    ///               and recipe for `serve --backend modal`
+    ///   tensorlake  a builder sandbox runs the packages and each step in
+    ///               order (as root, `/bin/sh -e`, output shown as it comes),
+    ///               its filesystem is snapshotted and registered in
+    ///               Tensorlake's image catalog under NAME (lowercase, e.g.
+    ///               `garrison-session`), replacing what NAME held; the
+    ///               builder sandbox is deleted whatever happens (Ctrl-C
+    ///               included). A failing step stops the build, naming the
+    ///               step and its last output. Sessions use it with
+    ///               TENSORLAKE_IMAGE=NAME garrison serve --backend tensorlake
+    ///               Needs TENSORLAKE_API_KEY; the builder starts from
+    ///               --base (default: Tensorlake's default image, which must
+    ///               have apt-get); `suite` only names the suite of `mirror`.
+    ///               TENSORLAKE_BUILD_PATH replaces the steps' PATH.
     #[command(verbatim_doc_comment)]
     Build {
-        /// The name to give the image (`default` is what sessions use).
+        /// The name to give the image (`default` is what local sessions
+        /// use).
         name: String,
         /// The recipe file.
         #[arg(long, value_name = "FILE")]
         recipe: Option<PathBuf>,
-        /// Where to build: `local` (mmdebstrap on this machine) or `modal`
-        /// (Modal's image builder, from the same recipe; the image id is
-        /// cached by name and recipe for `serve --backend modal`).
-        #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "modal"])]
+        /// Where to build: `local`, `modal` or `tensorlake` (see above).
+        #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "modal", "tensorlake"])]
         backend: String,
+        /// `--backend tensorlake` only: the image the builder sandbox
+        /// starts from (a catalog name or a Tensorlake image).
+        #[arg(long, value_name = "IMAGE")]
+        base: Option<String>,
     },
     /// Import an OCI image layout (directory or tar) or a `docker save`
     /// tarball (plain, gzip or zstd).
@@ -59,14 +84,29 @@ enum ImageCommand {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
-    /// List images: named ones, then unnamed ones kept for sessions and
-    /// snapshots made on them.
-    Ls,
-    /// Remove an image name (or an id); refused while a sandbox or a
-    /// snapshot of the local backend uses the image.
+    /// List images (this machine's, or Tensorlake's catalog).
+    ///
+    /// Locally: named images, then unnamed ones kept for sessions and
+    /// snapshots made on them. With `--backend tensorlake`: every image in
+    /// Tensorlake's catalog, those Garrison built and any other (such as
+    /// the SDK's `tl sbx image create`), with its `image_` id.
+    Ls {
+        /// Whose images: `local` (this machine's) or `tensorlake`.
+        #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "tensorlake"])]
+        backend: String,
+    },
+    /// Remove an image (this machine's, or from Tensorlake's catalog).
+    ///
+    /// Locally: a name (or an id), refused while a sandbox or a snapshot of
+    /// the local backend uses the image. With `--backend tensorlake`: the
+    /// catalog image NAME (sandboxes already running from it keep running;
+    /// new sessions with TENSORLAKE_IMAGE=NAME fail to start).
     Rm {
         #[arg(value_name = "NAME_OR_ID")]
         name: String,
+        /// Whose image: `local` (this machine's) or `tensorlake`.
+        #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "tensorlake"])]
+        backend: String,
     },
     /// Remove the unnamed images no sandbox or snapshot uses.
     Prune,
@@ -83,14 +123,33 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
         .snapshot_dir
         .clone()
         .unwrap_or_else(|| state_dir.join("snapshots"));
-    if let ImageCommand::Build {
-        name,
-        recipe,
-        backend,
-    } = &args.command
-        && backend == "modal"
-    {
-        return modal_build::build(name, recipe.as_deref(), &state_dir).await;
+    match &args.command {
+        ImageCommand::Build {
+            name,
+            recipe,
+            backend,
+            base,
+        } => match backend.as_str() {
+            "modal" => return modal_build::build(name, recipe.as_deref(), &state_dir).await,
+            "tensorlake" => {
+                return tensorlake_catalog::build(
+                    name,
+                    recipe.as_deref(),
+                    base.as_deref(),
+                    &state_dir,
+                )
+                .await;
+            }
+            _ if base.is_some() => bail!("--base is for --backend tensorlake"),
+            _ => {}
+        },
+        ImageCommand::Ls { backend } if backend == "tensorlake" => {
+            return tensorlake_catalog::list().await;
+        }
+        ImageCommand::Rm { name, backend } if backend == "tensorlake" => {
+            return tensorlake_catalog::remove(name).await;
+        }
+        _ => {}
     }
     let store = ImageStore::open(&state_dir.join("images"))
         .with_context(|| format!("opening the images of {}", state_dir.display()))?;
@@ -113,8 +172,8 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
             progress.finish();
             report("imported", &image?, started);
         }
-        ImageCommand::Ls => print!("{}", table(&store.list()?)),
-        ImageCommand::Rm { name } => {
+        ImageCommand::Ls { .. } => print!("{}", table(&store.list()?)),
+        ImageCommand::Rm { name, .. } => {
             let users = ImageUsers::scan(&state_dir, &snapshot_dir);
             let image = store.resolve(&name)?;
             let who = users.users(&image.id);

@@ -194,6 +194,55 @@ impl Recipe {
     }
 }
 
+/// One shell step of a recipe, for the builders that run a recipe as a
+/// sequence of commands on a Debian-like base (Modal's image builder, a
+/// Tensorlake builder sandbox) rather than through mmdebstrap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellStep {
+    /// What the step is, for progress lines and errors: `apt sources`,
+    /// `packages`, or `steps[N]` as the recipe file counts them.
+    pub label: String,
+    /// Run with `/bin/sh -ec`, as root.
+    pub script: String,
+}
+
+impl Recipe {
+    /// The recipe as shell steps, in order: the mirror (when one is set)
+    /// as apt's only source for the recipe's suite, every package of
+    /// [`Recipe::all_packages`] in one `apt-get install`, then each of the
+    /// recipe's own steps. Validates the recipe first: the mirror and the
+    /// package names end up in a shell command.
+    pub fn shell_steps(&self) -> anyhow::Result<Vec<ShellStep>> {
+        self.validate()?;
+        let mut steps = Vec::new();
+        if let Some(mirror) = &self.mirror {
+            // Validated: one URL, no spaces, quotes or control characters
+            // cannot reach the shell unquoted (`validate` refuses them).
+            steps.push(ShellStep {
+                label: "apt sources".to_owned(),
+                script: format!(
+                    "rm -f /etc/apt/sources.list.d/debian.sources && \
+                     echo 'deb {mirror} {suite} main' > /etc/apt/sources.list",
+                    suite = self.suite
+                ),
+            });
+        }
+        steps.push(ShellStep {
+            label: "packages".to_owned(),
+            script: format!(
+                "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+                 --no-install-recommends {} && rm -rf /var/lib/apt/lists/*",
+                self.all_packages().join(" ")
+            ),
+        });
+        steps.extend(self.steps.iter().enumerate().map(|(i, step)| ShellStep {
+            label: format!("steps[{i}]"),
+            script: step.clone(),
+        }));
+        Ok(steps)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,5 +336,43 @@ mod tests {
         for needed in ["git", "ca-certificates", "curl", "procps", "coreutils"] {
             assert!(packages.iter().any(|p| p == needed), "{needed}");
         }
+    }
+
+    #[test]
+    fn shell_steps_install_then_run_the_recipe_steps_in_order() {
+        let recipe = Recipe::parse(
+            r#"
+            mirror = "http://mirror.example/debian"
+            packages = ["python3"]
+            chromium = true
+            steps = ["echo one", "echo 'two'"]
+            "#,
+        )
+        .unwrap();
+        let steps = recipe.shell_steps().unwrap();
+        let labels: Vec<&str> = steps.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["apt sources", "packages", "steps[0]", "steps[1]"]);
+        assert!(
+            steps[0]
+                .script
+                .contains("deb http://mirror.example/debian bookworm main")
+        );
+        assert!(
+            steps[1].script.contains(
+                "install -y --no-install-recommends ca-certificates chromium git python3 &&"
+            ),
+            "{}",
+            steps[1].script
+        );
+        assert_eq!(steps[3].script, "echo 'two'");
+        let bare = Recipe::parse("").unwrap().shell_steps().unwrap();
+        assert_eq!(bare.len(), 1, "no mirror step without a mirror");
+    }
+
+    #[test]
+    fn shell_steps_refuse_an_invalid_recipe() {
+        let mut recipe = Recipe::default_recipe();
+        recipe.packages.push("a;rm -rf /".to_owned());
+        assert!(recipe.shell_steps().is_err());
     }
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use fleet::{ClaimError, Timestamp};
+use futures::StreamExt;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -42,57 +43,10 @@ pub(super) async fn claim_round(
         finished_here: &finished_here,
         released,
     });
+    let mut to_claim = Vec::new();
     for action in actions {
         match action {
-            ClaimAction::Claim(session_id) => {
-                let Some(seen) = entries.get(&session_id) else {
-                    continue;
-                };
-                match deps.client.claim(&session_id, &deps.acceptor_id).await {
-                    Ok(entry) => {
-                        Metrics::inc(&deps.metrics.claims_won);
-                        let rec = claimed_record(deps, &entry);
-                        if let Err(e) = deps.store.put_session(&rec) {
-                            // Unrecorded, the claim would be adopted after a
-                            // restart; still, do not run what we cannot record.
-                            error!(session_id, error = %e, "recording the claim failed; releasing it");
-                            let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
-                            if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
-                                cooldown.insert(session_id, until);
-                            }
-                            continue;
-                        }
-                        info!(session_id, kind = %rec.kind, "claimed");
-                        if let Err(e) = deps.store.add_event(
-                            &session_id,
-                            now_ms(),
-                            "claimed",
-                            &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
-                        ) {
-                            warn!(session_id, error = %e, "recording an event failed");
-                        }
-                        if let Err(e) = deps.logs.event(
-                            &session_id,
-                            now_ms(),
-                            "claimed",
-                            &json!({ "acceptor_id": deps.acceptor_id }),
-                        ) {
-                            warn!(session_id, error = %e, "writing an event to the session log failed");
-                        }
-                        deps.view.upsert(entry.clone());
-                        held.insert(session_id.clone());
-                        let runner = SessionRunner::claimed(deps.clone(), rec, entry);
-                        runners.spawn(async move { (session_id, runner.run().await) });
-                    }
-                    Err(ClaimError::Conflict) => {
-                        Metrics::inc(&deps.metrics.claims_lost);
-                        lost.insert(session_id, seen.metadata.updated_at);
-                    }
-                    Err(ClaimError::Fleet(e)) => {
-                        warn!(session_id, error = %e, "claim failed");
-                    }
-                }
-            }
+            ClaimAction::Claim(session_id) => to_claim.push(session_id),
             ClaimAction::Adopt(session_id) => {
                 let Some(entry) = entries.get(&session_id) else {
                     continue;
@@ -131,6 +85,81 @@ pub(super) async fn claim_round(
             }
         }
     }
+    // A burst of new sessions is claimed in parallel (each claim is one
+    // round trip to the fleet API), bounded so a thousand do not open a
+    // thousand connections; each answer is then handled in turn.
+    let answers: Vec<(String, Result<fleet::QueueEntry, ClaimError>)> =
+        futures::stream::iter(to_claim)
+            .map(|session_id| async move {
+                let answer = deps.client.claim(&session_id, &deps.acceptor_id).await;
+                (session_id, answer)
+            })
+            .buffer_unordered(CLAIMS_IN_FLIGHT)
+            .collect()
+            .await;
+    for (session_id, answer) in answers {
+        let Some(seen) = entries.get(&session_id) else {
+            continue;
+        };
+        match answer {
+            Ok(entry) => start_claimed(deps, runners, held, cooldown, session_id, entry).await,
+            Err(ClaimError::Conflict) => {
+                Metrics::inc(&deps.metrics.claims_lost);
+                lost.insert(session_id, seen.metadata.updated_at);
+            }
+            Err(ClaimError::Fleet(e)) => {
+                warn!(session_id, error = %e, "claim failed");
+            }
+        }
+    }
+}
+
+/// Claims sent to the fleet API at once in a round.
+const CLAIMS_IN_FLIGHT: usize = 16;
+
+/// Records a claim won and starts its runner; a claim that cannot be
+/// recorded is released again.
+async fn start_claimed(
+    deps: &Arc<Deps>,
+    runners: &mut JoinSet<(String, RunnerEnd)>,
+    held: &mut BTreeSet<String>,
+    cooldown: &mut BTreeMap<String, i64>,
+    session_id: String,
+    entry: fleet::QueueEntry,
+) {
+    Metrics::inc(&deps.metrics.claims_won);
+    let rec = claimed_record(deps, &entry);
+    if let Err(e) = deps.store.put_session(&rec) {
+        // Unrecorded, the claim would be adopted after a restart; still, do
+        // not run what we cannot record.
+        error!(session_id, error = %e, "recording the claim failed; releasing it");
+        let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
+        if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
+            cooldown.insert(session_id, until);
+        }
+        return;
+    }
+    info!(session_id, kind = %rec.kind, "claimed");
+    if let Err(e) = deps.store.add_event(
+        &session_id,
+        now_ms(),
+        "claimed",
+        &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
+    ) {
+        warn!(session_id, error = %e, "recording an event failed");
+    }
+    if let Err(e) = deps.logs.event(
+        &session_id,
+        now_ms(),
+        "claimed",
+        &json!({ "acceptor_id": deps.acceptor_id }),
+    ) {
+        warn!(session_id, error = %e, "writing an event to the session log failed");
+    }
+    deps.view.upsert(entry.clone());
+    held.insert(session_id.clone());
+    let runner = SessionRunner::claimed(deps.clone(), rec, entry);
+    runners.spawn(async move { (session_id, runner.run().await) });
 }
 
 /// Our claims in the view that no runner holds and the state store has as

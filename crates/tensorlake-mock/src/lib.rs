@@ -31,7 +31,10 @@
 // every error response would buy nothing in a test mock.
 #![allow(clippy::result_large_err)]
 
+mod control;
+mod create;
 mod dataplane;
+mod files;
 mod host;
 mod lifecycle;
 mod pty;
@@ -77,17 +80,46 @@ impl MockConfig {
 }
 
 /// An error the mock answers instead of handling a request.
-#[derive(Clone, Debug)]
+///
+/// Tests set one with [`MockTensorlake::inject`] or, against a
+/// `garrison mock tensorlake` process, by `POST /_mock/faults` with this
+/// as JSON, e.g. `{"path_prefix": "/api/v1/processes", "status": 502,
+/// "code": "SANDBOX_UPSTREAM_ERROR", "times": 2}`. The proxy codes the
+/// service answers are `SANDBOX_UPSTREAM_ERROR`, `SANDBOX_NOT_READY`,
+/// `SANDBOX_UNREACHABLE` and `AUTH_SERVICE_UNAVAILABLE`; a 429 with
+/// `retry_after_secs` carries a `Retry-After` header.
+#[derive(Clone, Debug, serde::Deserialize)]
 pub struct Fault {
     /// `GET`, `POST`... or `None` for any.
+    #[serde(default)]
     pub method: Option<String>,
     /// Requests whose path starts with this.
     pub path_prefix: String,
     pub status: u16,
     /// Tensorlake error code for the body.
+    #[serde(default)]
     pub code: Option<String>,
     /// How many requests fail before the next succeed.
     pub times: usize,
+    /// Sent as `Retry-After` (seconds).
+    #[serde(default)]
+    pub retry_after_secs: Option<u64>,
+}
+
+/// What a create (`POST /sandboxes`) answers instead of waiting for the
+/// sandbox to run, as the service does under capacity pressure or a failed
+/// start. Queued with [`MockTensorlake::next_create`] or, against a
+/// `garrison mock tensorlake` process, by `POST /_mock/create_outcomes`
+/// with this as JSON: `{"timeout": {"pending_ms": 500}}` or `"failed"`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateOutcome {
+    /// 504 `{"status": "timeout", "sandbox_id": ...}`: the sandbox stays
+    /// `pending` for `pending_ms`, then runs.
+    Timeout { pending_ms: u64 },
+    /// 422 `{"status": "failed", "sandbox_id": ...}`: the sandbox is
+    /// `failed` and never runs.
+    Failed,
 }
 
 /// A running mock. Dropping it stops the server and kills every process
@@ -151,6 +183,15 @@ impl MockTensorlake {
         self.shared.faults.lock().expect("faults").push(fault);
     }
 
+    /// Makes the next create answer `outcome` (queued after earlier ones).
+    pub fn next_create(&self, outcome: CreateOutcome) {
+        self.shared
+            .create_outcomes
+            .lock()
+            .expect("create outcomes")
+            .push_back(outcome);
+    }
+
     /// How many requests (after authentication) had a path starting with
     /// `prefix`.
     pub fn requests(&self, prefix: &str) -> usize {
@@ -208,6 +249,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .merge(lifecycle::routes())
         .merge(dataplane::routes())
         .merge(pty::routes())
+        .merge(control::routes())
         .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
         .with_state(shared)
 }
@@ -248,11 +290,17 @@ async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -
     };
     if let Some(fault) = fault {
         let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        return error(
+        let mut response = error(
             status,
             fault.code.as_deref().unwrap_or("INJECTED"),
             "injected fault",
         );
+        if let Some(secs) = fault.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        return response;
     }
     next.run(request).await
 }

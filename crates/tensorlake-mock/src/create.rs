@@ -59,7 +59,20 @@ fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
 }
 
-pub async fn create(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Reply {
+/// The header with which a client asks for the answer this many ms before
+/// its own timeout.
+const GRACE_HEADER: &str = "x-tensorlake-request-timeout-grace-ms";
+
+pub async fn create(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Reply {
+    let grace = headers
+        .get(GRACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    shared.create_graces.lock().expect("graces").push(grace);
     let raw: serde_json::Value =
         serde_json::from_slice(&body).map_err(|e| bad_request(&e.to_string()))?;
     *shared.last_create.lock().expect("last create") = Some(raw.clone());

@@ -219,6 +219,31 @@ impl MockTensorlake {
             .clone()
     }
 
+    /// How each PTY websocket attach carried its token so far: `"header"`
+    /// (`X-PTY-Token`) or `"query"` (`?token=`).
+    pub fn pty_token_carriers(&self) -> Vec<&'static str> {
+        self.shared
+            .pty_token_carriers
+            .lock()
+            .expect("pty token carriers")
+            .clone()
+    }
+
+    /// The `X-Tensorlake-Request-Timeout-Grace-Ms` of every create so far
+    /// (`None` where it was not sent).
+    pub fn create_graces(&self) -> Vec<Option<u64>> {
+        self.shared.create_graces.lock().expect("graces").clone()
+    }
+
+    /// A snapshot's state (`in_progress`, `local_ready`, `completed`).
+    pub fn snapshot_status(&self, snapshot_id: &str) -> Option<String> {
+        self.shared
+            .lock()
+            .snapshots
+            .get(snapshot_id)
+            .map(|s| s.status.as_str().to_owned())
+    }
+
     /// Suspends a sandbox as Tensorlake does after an idle window.
     pub fn suspend_for_idleness(&self, sandbox_id: &str) -> bool {
         lifecycle::begin_suspend(&self.shared, sandbox_id).is_ok()

@@ -230,6 +230,10 @@ pub struct Shared {
     pub process_starts: Mutex<Vec<serde_json::Value>>,
     /// What the next creates answer, first first.
     pub create_outcomes: Mutex<std::collections::VecDeque<crate::CreateOutcome>>,
+    /// How each PTY attach carried its token: `header` or `query`.
+    pub pty_token_carriers: Mutex<Vec<&'static str>>,
+    /// The request-timeout grace each create asked for, in ms.
+    pub create_graces: Mutex<Vec<Option<u64>>>,
 }
 
 impl Shared {
@@ -243,6 +247,8 @@ impl Shared {
             last_create: Mutex::new(None),
             process_starts: Mutex::new(Vec::new()),
             create_outcomes: Mutex::new(std::collections::VecDeque::new()),
+            pty_token_carriers: Mutex::new(Vec::new()),
+            create_graces: Mutex::new(Vec::new()),
         }
     }
 

@@ -72,8 +72,11 @@ const TRANSITION_GUARD: Duration = Duration::from_secs(600);
 /// How to reach Tensorlake and lay out its sandboxes.
 #[derive(Clone, Debug)]
 pub struct TensorlakeConfig {
-    /// The lifecycle API, [`crate::DEFAULT_API_URL`] unless testing.
+    /// The API, [`crate::DEFAULT_API_URL`] unless testing.
     pub api_url: String,
+    /// Where the lifecycle calls go when not derived from `api_url` (see
+    /// [`crate::urls`]; `TENSORLAKE_SANDBOX_API_URL`).
+    pub sandbox_api_url: Option<String>,
     pub api_key: Secret,
     /// The image sandboxes boot from when a spec names none.
     pub default_image: Option<String>,
@@ -98,7 +101,8 @@ pub struct TensorlakeBackend {
 
 impl TensorlakeBackend {
     pub fn new(config: TensorlakeConfig) -> anyhow::Result<Self> {
-        let client = Client::with_retry(&config.api_url, config.api_key.clone(), config.retry)?;
+        let client = Client::with_retry(&config.api_url, config.api_key.clone(), config.retry)?
+            .with_sandbox_api_url(config.sandbox_api_url.as_deref())?;
         if !config.sandbox_root.starts_with('/') {
             anyhow::bail!(
                 "the Tensorlake sandbox root {:?} must be an absolute path",

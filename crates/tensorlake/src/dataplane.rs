@@ -192,7 +192,7 @@ impl SandboxClient {
         let url = self.url(&["processes", &process.segment(), "output", "follow"]);
         let response = self
             .http
-            .send_with(Idempotency::Idempotent, None, |c| {
+            .send_with(Idempotency::Idempotent, None, &[], |c| {
                 self.request(c, Method::GET, url.clone())
                     .header(reqwest::header::ACCEPT, "text/event-stream")
             })
@@ -279,12 +279,19 @@ impl SandboxClient {
 
     /// Attaches to a PTY session over its websocket.
     pub async fn connect_pty(&self, session: &PtySession) -> Result<PtyConnection> {
+        // The token travels in the `X-PTY-Token` header, never in the URL,
+        // where proxies' access logs would keep it.
         let mut url = self.url(&["pty", &session.session_id, "ws"]);
-        url.query_pairs_mut().append_pair("token", &session.token);
         let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
         url.set_scheme(scheme)
             .map_err(|()| Error::Invalid("websocket URL".into()))?;
-        PtyConnection::connect(url, self.http.api_key.expose(), &self.sandbox_id).await
+        PtyConnection::connect(
+            url,
+            self.http.api_key.expose(),
+            &self.sandbox_id,
+            &session.token,
+        )
+        .await
     }
 }
 

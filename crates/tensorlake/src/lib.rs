@@ -25,6 +25,8 @@ pub mod pty;
 pub mod retry;
 pub mod settings;
 mod sse;
+pub mod timestamp;
+pub mod urls;
 
 pub use backend::{TensorlakeBackend, TensorlakeConfig};
 pub use client::{Client, DEFAULT_API_URL};

@@ -163,6 +163,7 @@ async fn idempotent_requests_retry_503_until_success() {
         status: 503,
         code: None,
         times: 2,
+        retry_after_secs: None,
     });
     client(&world).list_sandboxes().await.unwrap();
     assert_eq!(world.mock.requests("/sandboxes"), 3);
@@ -178,6 +179,7 @@ async fn a_create_is_retried_only_when_it_provably_did_not_run() {
         status,
         code: code.map(str::to_owned),
         times: 1,
+        retry_after_secs: None,
     };
     // A plain 503 may come after the sandbox was made: not retried.
     world.mock.inject(fault(503, None));
@@ -203,6 +205,7 @@ async fn retries_give_up_after_the_policy_allows() {
         status: 502,
         code: None,
         times: 100,
+        retry_after_secs: None,
     });
     let error = client(&world).list_sandboxes().await.unwrap_err();
     assert_eq!(error.status(), Some(502));

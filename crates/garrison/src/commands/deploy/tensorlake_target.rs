@@ -110,13 +110,10 @@ fn client_for_reading(args: &TensorlakeDeployArgs) -> anyhow::Result<Client> {
 
 /// The live sandbox of that name, if any.
 async fn find(client: &Client, name: &str) -> anyhow::Result<Option<SandboxInfo>> {
-    let all = client
-        .list_sandboxes()
+    client
+        .find_by_name(name)
         .await
-        .context("listing Tensorlake sandboxes")?;
-    Ok(all
-        .into_iter()
-        .find(|s| s.name.as_deref() == Some(name) && !s.status.is_final()))
+        .with_context(|| format!("looking up the Tensorlake sandbox {name}"))
 }
 
 struct Poll(Duration);
@@ -177,7 +174,7 @@ async fn ensure(args: &TensorlakeDeployArgs, resolved: &Resolved) -> anyhow::Res
 
 fn newest_uptime(processes: &[ProcessInfo]) -> String {
     plan::newest_serve(processes)
-        .and_then(|p| p.started_at)
+        .and_then(|p| p.started_at.as_ref()?.unix_ms())
         .map(|at| format!(", up {}", plan::uptime(now_ms() - at)))
         .unwrap_or_default()
 }

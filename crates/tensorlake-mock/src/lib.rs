@@ -200,7 +200,18 @@ impl MockTensorlake {
             .lock()
             .expect("log")
             .iter()
-            .filter(|p| p.starts_with(prefix))
+            .filter(|(_, p)| p.starts_with(prefix))
+            .count()
+    }
+
+    /// How many `method` requests were for exactly `path`.
+    pub fn requests_exact(&self, method: &str, path: &str) -> usize {
+        self.shared
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|(m, p)| m.eq_ignore_ascii_case(method) && p == path)
             .count()
     }
 
@@ -291,14 +302,14 @@ async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -
         return error(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "invalid API key");
     }
     let path = request.uri().path().to_owned();
+    let method = request.method().as_str().to_owned();
     {
         let mut log = shared.log.lock().expect("log");
         if log.len() >= MAX_LOG {
             log.drain(..MAX_LOG / 2);
         }
-        log.push(path.clone());
+        log.push((method.clone(), path.clone()));
     }
-    let method = request.method().as_str().to_owned();
     let fault = {
         let mut faults = shared.faults.lock().expect("faults");
         let hit = faults.iter_mut().find(|f| {

@@ -135,6 +135,7 @@ async fn delete(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
         let sandbox = inner
             .sandboxes
             .get_mut(&id)
+            .filter(|s| s.status != Status::Terminated)
             .ok_or_else(|| not_found("sandbox"))?;
         sandbox.status = Status::Terminated;
         for group in sandbox.groups() {

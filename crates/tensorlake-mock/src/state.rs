@@ -224,7 +224,8 @@ pub struct Shared {
     pub url: String,
     pub inner: Mutex<Inner>,
     pub faults: Mutex<Vec<Fault>>,
-    pub log: Mutex<Vec<String>>,
+    /// `(method, path)` of every authenticated request.
+    pub log: Mutex<Vec<(String, String)>>,
     pub last_create: Mutex<Option<serde_json::Value>>,
     /// The body of every `POST /api/v1/processes`, as sent.
     pub process_starts: Mutex<Vec<serde_json::Value>>,

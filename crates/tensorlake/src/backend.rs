@@ -33,6 +33,7 @@ mod files;
 mod labels;
 mod lifecycle;
 mod network;
+mod output;
 mod processes;
 mod snapshots;
 
@@ -54,7 +55,7 @@ use crate::models::SandboxStatus;
 use crate::retry::RetryPolicy;
 use common::Secret;
 
-pub use processes::{process_status, slice_lines};
+pub use processes::process_status;
 
 const KIND: &str = "tensorlake";
 /// Every process Garrison starts in a sandbox also appends its output
@@ -97,6 +98,8 @@ pub struct TensorlakeConfig {
 pub struct TensorlakeBackend {
     client: Client,
     config: TensorlakeConfig,
+    /// Open output-follow streams, for reading output by offset.
+    readers: output::Readers,
 }
 
 impl TensorlakeBackend {
@@ -113,7 +116,11 @@ impl TensorlakeBackend {
         std::fs::create_dir_all(&labels)?;
         set_private(&config.state_dir)?;
         set_private(&labels)?;
-        Ok(Self { client, config })
+        Ok(Self {
+            client,
+            config,
+            readers: output::Readers::default(),
+        })
     }
 
     pub fn client(&self) -> &Client {

@@ -287,6 +287,7 @@ fn failure_reason(created: &crate::models::CreatedSandbox) -> String {
 
 pub(super) async fn destroy(backend: &TensorlakeBackend, handle: &Handle) -> Result<()> {
     check_id(&handle.id)?;
+    backend.readers.forget_sandbox(&handle.id);
     found(backend.client.delete_sandbox(&handle.id).await).map_err(map_err)?;
     if let Some(name) = SandboxName::parse(&handle.name) {
         let _ = std::fs::remove_file(backend.labels_path(&name));

@@ -1,19 +1,33 @@
-//! A mock of Tensorlake's sandbox API for tests, following the behaviour
-//! its SDKs and documentation publish (`crates/cloud-sdk/src/sandboxes`,
-//! `src/tensorlake/sandbox/{models,pty}.py` in
-//! <https://github.com/tensorlakeai/tensorlake>):
+//! A mock of Tensorlake's sandbox API for tests, following what the
+//! official SDK (`tensorlake` 0.5.163 on PyPI, its Rust core in the
+//! `tensorlake` crate, <https://github.com/tensorlakeai/tensorlake>) sends
+//! and expects; `tests/python/test_tensorlake_sdk.py` drives it with that
+//! SDK:
 //!
-//! - lifecycle: `POST/GET /sandboxes`, `GET/PATCH/DELETE /sandboxes/{id}`,
-//!   `POST /sandboxes/{id}/{suspend,resume,snapshot}`,
-//!   `GET/DELETE /snapshots/{id}`, `GET /snapshots`; states
-//!   `pending -> running -> suspending -> suspended -> running`, and gone
-//!   (404) once deleted; 409 on a reused name and on a suspend or resume
+//! - lifecycle (the SDK's sandbox API host: point `TENSORLAKE_SANDBOX_API_URL`
+//!   here): `POST/GET /sandboxes`, `GET/PATCH/DELETE /sandboxes/{id}` (a
+//!   name works wherever an id does), `POST /sandboxes/{id}/{suspend,
+//!   resume,snapshot}`, `GET/DELETE /snapshots/{id}`, `GET /snapshots`;
+//!   states `pending -> running -> suspending -> suspended -> running`;
+//!   a create waits for the sandbox to run (200) unless it sent
+//!   `"wait": false` (202, `pending`); missing sizes get the service's
+//!   defaults; `GET /sandboxes` pages by 100 with a `cursor`; suspend and
+//!   resume answer 200 once done within `wait_ms`, else 202; a delete is
+//!   asynchronous (`terminated`, gone after the transition); snapshots go
+//!   `in_progress -> local_ready -> completed` and restore from
+//!   `local_ready`; 409 on a reused name and on a suspend or resume
 //!   mid-transition; idle named sandboxes suspended after `timeout_secs`
 //!   when [`MockConfig::idle_suspend`] is on;
 //! - data plane, on the same address, the sandbox named by the
-//!   `X-Tensorlake-Sandbox-Id` header: `/api/v1/processes` (start, get,
-//!   signal, output, output/follow as server-sent events), `/api/v1/files`,
-//!   `/api/v1/pty` with its binary websocket;
+//!   `X-Tensorlake-Sandbox-Id` header or a `Host: {id}.local` (the SDK's
+//!   form on loopback): `/api/v1/processes` (start, list, get, signal,
+//!   output, stdout, stderr, their follows as server-sent events, and the
+//!   streaming `run`), `/api/v1/files` (read, write, delete, `list`),
+//!   `/api/v1/pty` with its binary websocket (token in `X-PTY-Token`, or
+//!   `?token=` as the service's fallback);
+//! - the service's failure answers on demand: [`Fault`] and
+//!   [`CreateOutcome`], from Rust or through `POST /_mock/faults` and
+//!   `POST /_mock/create_outcomes`;
 //! - bearer authentication on everything (401).
 //!
 //! Processes really run, on the host, in a directory per sandbox
@@ -24,8 +38,8 @@
 //!
 //! Where the published material is silent the mock chooses, and says so:
 //! a data-plane request to a sandbox that is not running answers 409
-//! `SANDBOX_NOT_RUNNING` (unless it was created with `auto_resume`), and a
-//! resume is immediate.
+//! `SANDBOX_NOT_RUNNING` (unless it was created with `auto_resume`), a
+//! resume is immediate, and named processes are never restarted.
 
 // Handlers fail with the response to send, as axum handlers do; boxing
 // every error response would buy nothing in a test mock.

@@ -289,6 +289,16 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_api_url_is_in_the_help_and_the_file_keys() {
+        assert!(
+            PLUGIN
+                .settings_help()
+                .contains("TENSORLAKE_SANDBOX_API_URL")
+        );
+        assert!(PLUGIN.file_keys().contains(&SANDBOX_API_URL_KEY));
+    }
+
+    #[test]
     fn settings_come_from_the_file_too_and_the_environment_wins() {
         let file = "/etc/garrison/garrison.toml";
         let at = |key| Origin::file(Path::new(file), key, None);

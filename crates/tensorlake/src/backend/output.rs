@@ -105,19 +105,18 @@ impl Reader {
     }
 }
 
+/// A process's reader, empty until opened; locked for the whole of a read.
+pub(super) type Slot = Arc<tokio::sync::Mutex<Option<Reader>>>;
+
 /// The open readers, by sandbox and process.
 #[derive(Default)]
 pub(super) struct Readers {
-    open: std::sync::Mutex<HashMap<(String, ProcessKey), Arc<tokio::sync::Mutex<Option<Reader>>>>>,
+    open: std::sync::Mutex<HashMap<(String, ProcessKey), Slot>>,
 }
 
 impl Readers {
     /// The slot of a process's reader (empty until opened).
-    pub fn slot(
-        &self,
-        sandbox_id: &str,
-        process: &ProcessKey,
-    ) -> Arc<tokio::sync::Mutex<Option<Reader>>> {
+    pub fn slot(&self, sandbox_id: &str, process: &ProcessKey) -> Slot {
         let mut open = self.open.lock().expect("readers");
         if open.len() >= MAX_READERS {
             open.retain(|_, slot| {

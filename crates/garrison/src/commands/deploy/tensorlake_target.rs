@@ -220,7 +220,27 @@ async fn ensure_sandbox(
                     })
                     .await
                     .with_context(|| format!("creating sandbox {}", args.name))?;
-                println!("created sandbox {} (id {})", args.name, created.sandbox_id);
+                match created.status {
+                    SandboxStatus::Failed => {
+                        // It keeps the name until deleted.
+                        let _ = client.delete_sandbox(&created.sandbox_id).await;
+                        bail!(
+                            "sandbox {} (id {}) failed to start: {}",
+                            args.name,
+                            created.sandbox_id,
+                            created
+                                .termination_reason
+                                .as_deref()
+                                .unwrap_or("no reason given")
+                        );
+                    }
+                    // The service's wait ran out; the sandbox stays queued.
+                    SandboxStatus::Timeout => println!(
+                        "sandbox {} (id {}) is queued for capacity; waiting for it",
+                        args.name, created.sandbox_id
+                    ),
+                    _ => println!("created sandbox {} (id {})", args.name, created.sandbox_id),
+                }
             }
             (SandboxStep::Resume, Some(info)) => {
                 match client.resume_sandbox(&info.sandbox_id).await {

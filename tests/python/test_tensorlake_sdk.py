@@ -322,6 +322,39 @@ def test_suspend_and_resume_answer_once_done(mock):
         sandbox.terminate()
 
 
+def raw(mock, method, path):
+    """A request as the SDK's Rust core sends it: (status, JSON body)."""
+    request = urllib.request.Request(
+        mock.vars["TENSORLAKE_SANDBOX_API_URL"] + path,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Length": "0"},
+        method=method,
+        data=b"" if method == "POST" else None,
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status, json.loads(response.read() or b"null")
+
+
+def test_suspend_and_resume_with_wait_ms_answer_once_done_and_without_at_once(mock):
+    name = unique("waits")
+    sandbox = create(mock, name=name)
+    try:
+        status, _ = raw(mock, "POST", f"/sandboxes/{name}/suspend?wait_ms=30000")
+        assert status == 200
+        assert client(mock).get(name).value.status.value == "suspended"
+        status, _ = raw(mock, "POST", f"/sandboxes/{name}/resume?wait_ms=30000")
+        assert status == 200
+        assert client(mock).get(name).value.status.value == "running"
+        # Without a wait the service accepts and goes on.
+        status, _ = raw(mock, "POST", f"/sandboxes/{name}/suspend")
+        assert status == 202
+        eventually(
+            lambda: client(mock).get(name).value.status.value == "suspended",
+            "the suspend to finish",
+        )
+    finally:
+        sandbox.terminate()
+
+
 def test_a_snapshot_restores_the_files(mock):
     source = create(mock, name=unique("source"))
     try:

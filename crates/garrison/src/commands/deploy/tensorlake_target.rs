@@ -316,50 +316,35 @@ async fn install(
     Ok(())
 }
 
-/// Runs a short helper command in the sandbox to completion.
+/// Runs a short helper command in the sandbox to completion, over one
+/// streaming request.
 async fn run_ok(dp: &SandboxClient, argv: &[&str]) -> anyhow::Result<()> {
     let (command, rest) = argv.split_first().context("a command")?;
-    let started = dp
-        .start_process(&StartProcess {
-            command: (*command).to_owned(),
-            args: rest.iter().map(|a| (*a).to_owned()).collect(),
-            env: BTreeMap::from([(
-                "PATH".to_owned(),
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-            )]),
-            working_dir: None,
-            name: None,
-            restart: None,
-        })
+    let request = StartProcess {
+        command: (*command).to_owned(),
+        args: rest.iter().map(|a| (*a).to_owned()).collect(),
+        env: BTreeMap::from([(
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        )]),
+        working_dir: None,
+        name: None,
+        restart: None,
+    };
+    let run = tokio::time::timeout(TRANSITION_GUARD, dp.run_process(&request, 2000))
         .await
+        .map_err(|_| anyhow::anyhow!("{command} in the sandbox did not finish"))?
         .with_context(|| format!("running {command} in the sandbox"))?;
-    let key = ProcessKey::Pid(started.pid);
-    let deadline = tokio::time::Instant::now() + TRANSITION_GUARD;
-    let mut poll = Poll::new();
-    loop {
-        let info = dp.get_process(&key).await?;
-        if info.status != ProcessState::Running {
-            if info.exit_code == Some(0) {
-                return Ok(());
-            }
-            let output = dp
-                .output(&key)
-                .await
-                .map(|o| o.lines.join("\n"))
-                .unwrap_or_default();
-            bail!(
-                "{} in the sandbox ended {} (code {:?}): {}",
-                argv.join(" "),
-                info.status,
-                info.exit_code,
-                output.chars().take(2000).collect::<String>()
-            );
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("{command} in the sandbox did not finish");
-        }
-        poll.wait().await;
+    if run.ended && run.exit_code == Some(0) {
+        return Ok(());
     }
+    bail!(
+        "{} in the sandbox ended with code {:?}, signal {:?}: {}",
+        argv.join(" "),
+        run.exit_code,
+        run.signal,
+        run.output
+    );
 }
 
 /// Prints the state; the exit status for the shell.

@@ -260,6 +260,16 @@ impl MockTensorlake {
         self.shared.create_graces.lock().expect("graces").clone()
     }
 
+    /// The `wait_ms` of every suspend and resume so far that was not
+    /// refused (`None` where it was not sent).
+    pub fn lifecycle_waits(&self) -> Vec<Option<u64>> {
+        self.shared
+            .lifecycle_waits
+            .lock()
+            .expect("lifecycle waits")
+            .clone()
+    }
+
     /// A snapshot's state (`in_progress`, `local_ready`, `completed`).
     pub fn snapshot_status(&self, snapshot_id: &str) -> Option<String> {
         self.shared

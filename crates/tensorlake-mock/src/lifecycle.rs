@@ -231,6 +231,11 @@ const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
 /// 200 once the sandbox is `want` within `wait_ms`, 202 otherwise (also
 /// without `wait_ms`: the transition continues).
 async fn answer_when(shared: &Shared, id: &str, want: Status, wait_ms: Option<u64>) -> Response {
+    shared
+        .lifecycle_waits
+        .lock()
+        .expect("lifecycle waits")
+        .push(wait_ms);
     let done = |shared: &Shared| shared.lock().sandboxes.get(id).map(|s| s.status) == Some(want);
     if let Some(wait_ms) = wait_ms {
         let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_LIFECYCLE_WAIT);

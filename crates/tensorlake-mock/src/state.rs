@@ -233,6 +233,8 @@ pub struct Shared {
     pub create_outcomes: Mutex<std::collections::VecDeque<crate::CreateOutcome>>,
     /// How each PTY attach carried its token: `header` or `query`.
     pub pty_token_carriers: Mutex<Vec<&'static str>>,
+    /// The `wait_ms` of every suspend and resume (`None` where absent).
+    pub lifecycle_waits: Mutex<Vec<Option<u64>>>,
     /// The request-timeout grace each create asked for, in ms.
     pub create_graces: Mutex<Vec<Option<u64>>>,
 }
@@ -250,6 +252,7 @@ impl Shared {
             create_outcomes: Mutex::new(std::collections::VecDeque::new()),
             pty_token_carriers: Mutex::new(Vec::new()),
             create_graces: Mutex::new(Vec::new()),
+            lifecycle_waits: Mutex::new(Vec::new()),
         }
     }
 

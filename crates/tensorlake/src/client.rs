@@ -368,6 +368,29 @@ impl Client {
             .await
     }
 
+    /// Suspends (`action` `suspend`) or resumes (`resume`) with the
+    /// service holding the request until it is done, for at most `wait`
+    /// (the service caps it at 30 s): `true` when it answered done (200),
+    /// `false` when its wait ran out and the change goes on (202).
+    pub async fn change_and_wait(
+        &self,
+        sandbox_id: &str,
+        action: LifecycleChange,
+        wait: Duration,
+    ) -> Result<bool> {
+        let mut url = self.url(&["sandboxes", sandbox_id, action.segment()]);
+        let wait_ms = wait.min(MAX_LIFECYCLE_WAIT).as_millis().to_string();
+        url.query_pairs_mut().append_pair("wait_ms", &wait_ms);
+        let response = self
+            .http
+            .send(Idempotency::Idempotent, |c| {
+                c.post(url.clone())
+                    .header(reqwest::header::CONTENT_LENGTH, 0)
+            })
+            .await?;
+        Ok(response.status() == StatusCode::OK)
+    }
+
     /// Replaces a running sandbox's egress rules (`PATCH /sandboxes/{id}`).
     pub async fn update_network(&self, sandbox_id: &str, network: &NetworkConfig) -> Result<()> {
         let url = self.url(&["sandboxes", sandbox_id]);
@@ -436,6 +459,25 @@ impl Client {
         url
     }
 }
+
+/// A suspend or a resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LifecycleChange {
+    Suspend,
+    Resume,
+}
+
+impl LifecycleChange {
+    fn segment(self) -> &'static str {
+        match self {
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+        }
+    }
+}
+
+/// The longest the service holds a suspend or resume open.
+pub const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
 
 /// The header with which a blocking create asks the service to answer this
 /// many milliseconds before the client's own timeout (the SDK's

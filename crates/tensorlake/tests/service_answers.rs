@@ -210,6 +210,21 @@ async fn only_the_proxys_undelivered_codes_on_a_5xx_are_retried() {
 }
 
 #[tokio::test]
+async fn suspend_and_resume_ask_the_service_to_answer_once_done() {
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("waits")).await.unwrap();
+    backend.suspend(&handle).await.unwrap();
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    backend.resume(&handle).await.unwrap();
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("running"));
+    assert_eq!(
+        world.mock.lifecycle_waits(),
+        vec![Some(30_000), Some(30_000)]
+    );
+}
+
+#[tokio::test]
 async fn a_snapshot_is_used_at_local_ready() {
     // Replication takes long enough to be seen not done.
     let world = World::start_with(|c| c.transition = Duration::from_secs(3)).await;

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::labels::LABELS_FILE;
 use super::network::{LABEL_GATEWAY, gateway_origin};
 use super::{KIND, Poll, TRANSITION_GUARD, TensorlakeBackend, check_id, map_err, plain};
-use crate::client::found;
+use crate::client::{LifecycleChange, MAX_LIFECYCLE_WAIT, found};
 use crate::dataplane::SandboxClient;
 use crate::error::Error;
 use crate::models::{CreateSandbox, Resources, SandboxInfo, SandboxStatus};
@@ -168,13 +168,19 @@ impl TensorlakeBackend {
                 SandboxStatus::Running | SandboxStatus::Suspended
             );
             if settled && !asked {
-                let request = if target == SandboxStatus::Suspended {
-                    self.client.suspend_sandbox(&handle.id).await
+                let change = if target == SandboxStatus::Suspended {
+                    LifecycleChange::Suspend
                 } else {
-                    self.client.resume_sandbox(&handle.id).await
+                    LifecycleChange::Resume
                 };
+                // The service answers once done (or its wait ran out: then
+                // the polling below goes on).
+                let request = self
+                    .client
+                    .change_and_wait(&handle.id, change, MAX_LIFECYCLE_WAIT)
+                    .await;
                 match request {
-                    Ok(()) => asked = true,
+                    Ok(_) => asked = true,
                     Err(e) if e.is_conflict() => {}
                     Err(e) => return Err(map_err(e)),
                 }

@@ -28,6 +28,7 @@ async fn logs_follow_waits_across_a_suspend_without_waking_and_goes_on_after_the
     let mock = world.mock();
     let backend = TensorlakeBackend::new(TensorlakeConfig {
         api_url: mock.url().to_owned(),
+        sandbox_api_url: None,
         api_key: Secret::new(TENSORLAKE_KEY),
         default_image: None,
         timeout_secs: 1800,

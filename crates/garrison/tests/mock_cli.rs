@@ -24,6 +24,9 @@ async fn the_mock_tensorlake_command_serves_the_api_with_the_key_from_the_enviro
         .to_owned();
     let root = lines.next().unwrap().unwrap();
     assert!(root.starts_with("TENSORLAKE_SANDBOX_ROOT="), "{root}");
+    // Where the official SDK and Garrison send lifecycle calls.
+    let sandbox_api = lines.next().unwrap().unwrap();
+    assert_eq!(sandbox_api, format!("TENSORLAKE_SANDBOX_API_URL={url}"));
 
     let http = reqwest::Client::new();
     let listed = http
@@ -35,7 +38,7 @@ async fn the_mock_tensorlake_command_serves_the_api_with_the_key_from_the_enviro
     assert_eq!(listed.status(), 200);
     assert_eq!(
         listed.json::<serde_json::Value>().await.unwrap(),
-        serde_json::json!({ "sandboxes": [] })
+        serde_json::json!({ "sandboxes": [], "cursor": null })
     );
     let refused = http.get(format!("{url}/sandboxes")).send().await.unwrap();
     assert_eq!(refused.status(), 401);
@@ -84,8 +87,9 @@ fn the_mock_is_listed_and_its_help_says_what_it_is_for() {
     let tensorlake = help(&["mock", "tensorlake", "--help"]);
     for needle in [
         "TENSORLAKE_API_KEY",
-        "The first line is TENSORLAKE_API_URL=",
+        "TENSORLAKE_API_URL=http://127.0.0.1:PORT",
         "TENSORLAKE_SANDBOX_ROOT=",
+        "TENSORLAKE_SANDBOX_API_URL=",
     ] {
         assert!(
             tensorlake.contains(needle),

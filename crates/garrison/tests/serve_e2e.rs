@@ -241,6 +241,35 @@ async fn tensorlake_suspends_the_sandbox_and_resumes_it_with_its_processes() {
     wait_until("sandbox deleted", Some(&g), || sandbox_dirs(&state) == 0).await;
 }
 
+/// Under capacity pressure Tensorlake's create answers 504 `timeout` with
+/// the sandbox left queued: Garrison waits for that sandbox and serves the
+/// session in it, never creating again (which would meet the name) nor
+/// deleting the queued one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensorlake_waits_for_a_sandbox_queued_for_capacity() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start_on(&emu, opts(&outpost, &state), Backend::Tensorlake);
+    let world = g.tensorlake.clone().expect("the mock");
+    world
+        .mock()
+        .next_create(tensorlake_mock::CreateOutcome::Timeout { pending_ms: 1500 });
+    let id = session(&emu, &outpost, vec![run("echo served")], Then::End);
+    wait_until("terminated and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    assert_eq!(step_outputs(&emu, &id)[0].trim(), "served");
+    assert_eq!(
+        world.mock().requests_exact("POST", "/sandboxes"),
+        1,
+        "one create, waited for"
+    );
+    wait_until("sandbox deleted", Some(&g), || sandbox_dirs(&state) == 0).await;
+}
+
 async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);

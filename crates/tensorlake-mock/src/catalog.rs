@@ -225,7 +225,7 @@ async fn register(
             return Ok((StatusCode::CREATED, Json(image.info())).into_response());
         }
         match inner.snapshots.get(&body.snapshot_id) {
-            Some(s) if s.completed => s.archive.clone(),
+            Some(s) if s.status.usable() => s.archive.clone(),
             Some(_) => {
                 return Err(refuse(
                     StatusCode::CONFLICT,

@@ -9,12 +9,12 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
@@ -23,8 +23,6 @@ use crate::state::{Shared, Status};
 use crate::{Reply, error};
 
 pub const SANDBOX_ID_HEADER: &str = "x-tensorlake-sandbox-id";
-/// Largest file the files API takes.
-const MAX_FILE: usize = 512 << 20;
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
@@ -34,13 +32,11 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/api/v1/processes/{key}/output", get(output_all))
         .route("/api/v1/processes/{key}/stdout", get(output_stdout))
         .route("/api/v1/processes/{key}/stderr", get(output_stderr))
-        .route("/api/v1/processes/{key}/output/follow", get(follow))
-        .route(
-            "/api/v1/files",
-            get(read_file)
-                .put(write_file)
-                .layer(axum::extract::DefaultBodyLimit::max(MAX_FILE)),
-        )
+        .route("/api/v1/processes/{key}/output/follow", get(follow_all))
+        .route("/api/v1/processes/{key}/stdout/follow", get(follow_stdout))
+        .route("/api/v1/processes/{key}/stderr/follow", get(follow_stderr))
+        .route("/api/v1/processes/run", post(run))
+        .merge(crate::files::routes())
 }
 
 /// The sandbox a data-plane request is for, and its directory, if it runs
@@ -75,6 +71,13 @@ pub fn target(shared: &Shared, headers: &HeaderMap) -> Result<(String, PathBuf),
         match sandbox.status {
             Status::Running | Status::Snapshotting => return Ok((id, sandbox.dir.clone())),
             Status::Suspended if sandbox.auto_resume => true,
+            Status::Terminated | Status::Failed => {
+                return Err(error(
+                    StatusCode::NOT_FOUND,
+                    "SANDBOX_NOT_FOUND",
+                    "sandbox not found",
+                ));
+            }
             other => {
                 return Err(error(
                     StatusCode::CONFLICT,
@@ -146,12 +149,13 @@ struct StartBody {
     name: Option<String>,
 }
 
-async fn start(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Json(raw): Json<serde_json::Value>,
-) -> Reply {
-    let (id, dir) = target(&shared, &headers)?;
+/// Starts what `raw` asks for in sandbox `id` and records it there.
+fn launch(
+    shared: &Shared,
+    id: &str,
+    dir: &std::path::Path,
+    raw: serde_json::Value,
+) -> Result<Arc<Proc>, Response> {
     shared
         .process_starts
         .lock()
@@ -169,18 +173,18 @@ async fn start(
         ));
     }
     let cwd = match &body.working_dir {
-        Some(path) => host::inside(&dir, path).ok_or_else(|| {
+        Some(path) => host::inside(dir, path).ok_or_else(|| {
             error(
                 StatusCode::BAD_REQUEST,
                 "INVALID_PATH",
                 "working_dir is outside the sandbox",
             )
         })?,
-        None => dir.clone(),
+        None => dir.to_path_buf(),
     };
     // Held across the spawn so that two starts of one name cannot race.
     let mut inner = shared.lock();
-    let sandbox = inner.sandboxes.get_mut(&id).ok_or_else(|| {
+    let sandbox = inner.sandboxes.get_mut(id).ok_or_else(|| {
         error(
             StatusCode::NOT_FOUND,
             "SANDBOX_NOT_FOUND",
@@ -209,7 +213,54 @@ async fn start(
     .map_err(|e| error(StatusCode::BAD_REQUEST, "SPAWN_FAILED", &e.to_string()))?;
     sandbox.next_pid += 1;
     sandbox.processes.push(proc.clone());
+    Ok(proc)
+}
+
+async fn start(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Json(raw): Json<serde_json::Value>,
+) -> Reply {
+    let (id, dir) = target(&shared, &headers)?;
+    let proc = launch(&shared, &id, &dir, raw)?;
     Ok(Json(proc.info()).into_response())
+}
+
+/// `POST /api/v1/processes/run`: starts a process and streams, as
+/// server-sent events, `{pid, started_at}`, its output lines and
+/// `{exit_code, signal}` once it has ended.
+async fn run(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Json(raw): Json<serde_json::Value>,
+) -> Reply {
+    let (id, dir) = target(&shared, &headers)?;
+    let proc = launch(&shared, &id, &dir, raw)?;
+    let started = serde_json::json!({
+        "pid": proc.pid,
+        "started_at": proc.started_ms as f64 / 1000.0,
+    });
+    let head = futures::stream::once(async move {
+        Ok::<_, Infallible>(Event::default().data(started.to_string()))
+    });
+    let exited = proc.clone();
+    let tail = futures::stream::once(async move {
+        let exit = exited.state.lock().expect("proc").exit;
+        let (code, signal) = match exit {
+            Some(host::Exit::Code(c)) => (Some(c), None),
+            Some(host::Exit::Signal(s)) => (None, Some(s)),
+            None => (None, None),
+        };
+        let reason = if signal.is_some() {
+            "signaled"
+        } else {
+            "exited"
+        };
+        let data = serde_json::json!({ "exit_code": code, "signal": signal, "reason": reason });
+        Ok::<_, Infallible>(Event::default().data(data.to_string()))
+    });
+    let body = head.chain(follow_stream(proc, None)).chain(tail);
+    Ok(Sse::new(body).into_response())
 }
 
 async fn list(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Reply {
@@ -310,23 +361,46 @@ async fn output_stderr(
     Ok(lines_of(&*find(&shared, &id, &key)?, Some("stderr")))
 }
 
-/// Every line so far, then new ones, ending once the process has exited
-/// and all were sent.
-async fn follow(
+async fn follow_all(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Reply {
-    let (id, _) = target(&shared, &headers)?;
-    let proc = find(&shared, &id, &key)?;
-    Ok(Sse::new(follow_stream(proc)).into_response())
+    follow(&shared, &headers, &key, None)
 }
 
-fn follow_stream(proc: Arc<Proc>) -> impl Stream<Item = Result<Event, Infallible>> {
+async fn follow_stdout(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Reply {
+    follow(&shared, &headers, &key, Some("stdout"))
+}
+
+async fn follow_stderr(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Reply {
+    follow(&shared, &headers, &key, Some("stderr"))
+}
+
+/// Every line so far of `stream` (both when `None`), then new ones, ending
+/// once the process has exited and all were sent.
+fn follow(shared: &Shared, headers: &HeaderMap, key: &str, stream: Option<&'static str>) -> Reply {
+    let (id, _) = target(shared, headers)?;
+    let proc = find(shared, &id, key)?;
+    Ok(Sse::new(follow_stream(proc, stream)).into_response())
+}
+
+fn follow_stream(
+    proc: Arc<Proc>,
+    only: Option<&'static str>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     let changed = proc.changed.subscribe();
     futures::stream::unfold(
         (proc, changed, 0usize),
-        |(proc, mut changed, mut next)| async move {
+        move |(proc, mut changed, mut next)| async move {
             loop {
                 let (line, exited) = {
                     let state = proc.state.lock().expect("proc");
@@ -335,6 +409,9 @@ fn follow_stream(proc: Arc<Proc>) -> impl Stream<Item = Result<Event, Infallible
                 };
                 if let Some((stream, line)) = line {
                     next += 1;
+                    if only.is_some_and(|want| want != stream) {
+                        continue;
+                    }
                     let data = serde_json::json!({
                         "line": line, "stream": stream, "timestamp": host::now_ms(),
                     });
@@ -350,57 +427,4 @@ fn follow_stream(proc: Arc<Proc>) -> impl Stream<Item = Result<Event, Infallible
             }
         },
     )
-}
-
-#[derive(Deserialize)]
-struct PathQuery {
-    path: String,
-}
-
-fn file_path(dir: &std::path::Path, path: &str) -> Result<PathBuf, Response> {
-    host::inside(dir, path).ok_or_else(|| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "INVALID_PATH",
-            "path is outside the sandbox",
-        )
-    })
-}
-
-async fn read_file(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Query(query): Query<PathQuery>,
-) -> Reply {
-    let (_, dir) = target(&shared, &headers)?;
-    let path = file_path(&dir, &query.path)?;
-    match tokio::fs::read(&path).await {
-        Ok(bytes) => Ok(bytes.into_response()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error(
-            StatusCode::NOT_FOUND,
-            "FILE_NOT_FOUND",
-            "no such file",
-        )),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, "FILE_ERROR", &e.to_string())),
-    }
-}
-
-async fn write_file(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Query(query): Query<PathQuery>,
-    body: axum::body::Bytes,
-) -> Reply {
-    let (_, dir) = target(&shared, &headers)?;
-    let path = file_path(&dir, &query.path)?;
-    let write = async {
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await?;
-        }
-        tokio::fs::write(&path, &body).await
-    };
-    write
-        .await
-        .map_err(|e| error(StatusCode::BAD_REQUEST, "FILE_ERROR", &e.to_string()))?;
-    Ok(Json(serde_json::json!({})).into_response())
 }

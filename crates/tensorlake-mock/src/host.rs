@@ -78,6 +78,7 @@ impl Proc {
             Some(Exit::Code(c)) => ("exited", Some(c), None),
             Some(Exit::Signal(s)) => ("signaled", None, Some(s)),
         };
+        let ended = exit_code.is_some() || signal.is_some();
         serde_json::json!({
             "pid": self.pid,
             "status": status,
@@ -85,12 +86,10 @@ impl Proc {
             "signal": signal,
             "command": self.command,
             "args": self.args,
-            "started_at": self.started_ms,
+            // The daemon's form: Unix seconds with a fraction.
+            "started_at": self.started_ms as f64 / 1000.0,
             "stdin_writable": false,
-            "managed": self.name.as_ref().map(|n| serde_json::json!({
-                "id": n, "name": n, "status": if exit_code.is_some() || signal.is_some() { "stopped" } else { "running" },
-                "restart_count": 0, "restart": {"policy": "never"},
-            })),
+            "managed": self.name.as_ref().map(|n| managed_info(n, ended)),
         })
     }
 
@@ -108,6 +107,24 @@ impl Proc {
         drop(state);
         self.changed.send_modify(|v| *v += 1);
     }
+}
+
+/// A named process's supervision record, as the daemon reports it: the mock
+/// never restarts and checks no health.
+fn managed_info(name: &str, ended: bool) -> serde_json::Value {
+    serde_json::json!({
+        "id": name,
+        "name": name,
+        "status": if ended { "stopped" } else { "running" },
+        "restart_count": 0,
+        "restart": {
+            "policy": "never",
+            "initial_backoff_ms": 500,
+            "max_backoff_ms": 30_000,
+        },
+        "health_status": "disabled",
+        "consecutive_health_failures": 0,
+    })
 }
 
 /// What to run.

@@ -1,23 +1,37 @@
-//! A mock of Tensorlake's sandbox API for tests, following the behaviour
-//! its SDKs and documentation publish (`crates/cloud-sdk/src/sandboxes`,
-//! `src/tensorlake/sandbox/{models,pty}.py` in
-//! <https://github.com/tensorlakeai/tensorlake>):
+//! A mock of Tensorlake's sandbox API for tests, following what the
+//! official SDK (`tensorlake` 0.5.163 on PyPI, its Rust core in the
+//! `tensorlake` crate, <https://github.com/tensorlakeai/tensorlake>) sends
+//! and expects; `tests/python/test_tensorlake_sdk.py` drives it with that
+//! SDK:
 //!
-//! - lifecycle: `POST/GET /sandboxes`, `GET/PATCH/DELETE /sandboxes/{id}`,
-//!   `POST /sandboxes/{id}/{suspend,resume,snapshot}`,
-//!   `GET/DELETE /snapshots/{id}`, `GET /snapshots`; states
-//!   `pending -> running -> suspending -> suspended -> running`, and gone
-//!   (404) once deleted; 409 on a reused name and on a suspend or resume
+//! - lifecycle (the SDK's sandbox API host: point `TENSORLAKE_SANDBOX_API_URL`
+//!   here): `POST/GET /sandboxes`, `GET/PATCH/DELETE /sandboxes/{id}` (a
+//!   name works wherever an id does), `POST /sandboxes/{id}/{suspend,
+//!   resume,snapshot}`, `GET/DELETE /snapshots/{id}`, `GET /snapshots`;
+//!   states `pending -> running -> suspending -> suspended -> running`;
+//!   a create waits for the sandbox to run (200) unless it sent
+//!   `"wait": false` (202, `pending`); missing sizes get the service's
+//!   defaults; `GET /sandboxes` pages by 100 with a `cursor`; suspend and
+//!   resume answer 200 once done within `wait_ms`, else 202; a delete is
+//!   asynchronous (`terminated`, gone after the transition); snapshots go
+//!   `in_progress -> local_ready -> completed` and restore from
+//!   `local_ready`; 409 on a reused name and on a suspend or resume
 //!   mid-transition; idle named sandboxes suspended after `timeout_secs`
 //!   when [`MockConfig::idle_suspend`] is on;
 //! - data plane, on the same address, the sandbox named by the
-//!   `X-Tensorlake-Sandbox-Id` header: `/api/v1/processes` (start, get,
-//!   signal, output, output/follow as server-sent events), `/api/v1/files`,
-//!   `/api/v1/pty` with its binary websocket;
+//!   `X-Tensorlake-Sandbox-Id` header or a `Host: {id}.local` (the SDK's
+//!   form on loopback): `/api/v1/processes` (start, list, get, signal,
+//!   output, stdout, stderr, their follows as server-sent events, and the
+//!   streaming `run`), `/api/v1/files` (read, write, delete, `list`),
+//!   `/api/v1/pty` with its binary websocket (token in `X-PTY-Token`, or
+//!   `?token=` as the service's fallback);
 //! - the sandbox-image catalog the SDK's image builder and lookups use
 //!   (`/images/v4/images...`, `/platform/v1/sandbox-templates`; see
 //!   `catalog`): a sandbox created with `image` naming a registered image
 //!   starts from its snapshot's filesystem;
+//! - the service's failure answers on demand: [`Fault`] and
+//!   [`CreateOutcome`], from Rust or through `POST /_mock/faults` and
+//!   `POST /_mock/create_outcomes`;
 //! - bearer authentication on everything (401).
 //!
 //! Processes really run, on the host, in a directory per sandbox
@@ -28,15 +42,18 @@
 //!
 //! Where the published material is silent the mock chooses, and says so:
 //! a data-plane request to a sandbox that is not running answers 409
-//! `SANDBOX_NOT_RUNNING` (unless it was created with `auto_resume`), and a
-//! resume is immediate.
+//! `SANDBOX_NOT_RUNNING` (unless it was created with `auto_resume`), a
+//! resume is immediate, and named processes are never restarted.
 
 // Handlers fail with the response to send, as axum handlers do; boxing
 // every error response would buy nothing in a test mock.
 #![allow(clippy::result_large_err)]
 
 mod catalog;
+mod control;
+mod create;
 mod dataplane;
+mod files;
 mod host;
 mod lifecycle;
 mod pty;
@@ -82,17 +99,46 @@ impl MockConfig {
 }
 
 /// An error the mock answers instead of handling a request.
-#[derive(Clone, Debug)]
+///
+/// Tests set one with [`MockTensorlake::inject`] or, against a
+/// `garrison mock tensorlake` process, by `POST /_mock/faults` with this
+/// as JSON, e.g. `{"path_prefix": "/api/v1/processes", "status": 502,
+/// "code": "SANDBOX_UPSTREAM_ERROR", "times": 2}`. The proxy codes the
+/// service answers are `SANDBOX_UPSTREAM_ERROR`, `SANDBOX_NOT_READY`,
+/// `SANDBOX_UNREACHABLE` and `AUTH_SERVICE_UNAVAILABLE`; a 429 with
+/// `retry_after_secs` carries a `Retry-After` header.
+#[derive(Clone, Debug, serde::Deserialize)]
 pub struct Fault {
     /// `GET`, `POST`... or `None` for any.
+    #[serde(default)]
     pub method: Option<String>,
     /// Requests whose path starts with this.
     pub path_prefix: String,
     pub status: u16,
     /// Tensorlake error code for the body.
+    #[serde(default)]
     pub code: Option<String>,
     /// How many requests fail before the next succeed.
     pub times: usize,
+    /// Sent as `Retry-After` (seconds).
+    #[serde(default)]
+    pub retry_after_secs: Option<u64>,
+}
+
+/// What a create (`POST /sandboxes`) answers instead of waiting for the
+/// sandbox to run, as the service does under capacity pressure or a failed
+/// start. Queued with [`MockTensorlake::next_create`] or, against a
+/// `garrison mock tensorlake` process, by `POST /_mock/create_outcomes`
+/// with this as JSON: `{"timeout": {"pending_ms": 500}}` or `"failed"`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateOutcome {
+    /// 504 `{"status": "timeout", "sandbox_id": ...}`: the sandbox stays
+    /// `pending` for `pending_ms`, then runs.
+    Timeout { pending_ms: u64 },
+    /// 422 `{"status": "failed", "sandbox_id": ...}`: the sandbox is
+    /// `failed` and never runs.
+    Failed,
 }
 
 /// A running mock. Dropping it stops the server and kills every process
@@ -156,6 +202,15 @@ impl MockTensorlake {
         self.shared.faults.lock().expect("faults").push(fault);
     }
 
+    /// Makes the next create answer `outcome` (queued after earlier ones).
+    pub fn next_create(&self, outcome: CreateOutcome) {
+        self.shared
+            .create_outcomes
+            .lock()
+            .expect("create outcomes")
+            .push_back(outcome);
+    }
+
     /// How many requests (after authentication) had a path starting with
     /// `prefix`.
     pub fn requests(&self, prefix: &str) -> usize {
@@ -164,7 +219,18 @@ impl MockTensorlake {
             .lock()
             .expect("log")
             .iter()
-            .filter(|p| p.starts_with(prefix))
+            .filter(|(_, p)| p.starts_with(prefix))
+            .count()
+    }
+
+    /// How many `method` requests were for exactly `path`.
+    pub fn requests_exact(&self, method: &str, path: &str) -> usize {
+        self.shared
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|(m, p)| m.eq_ignore_ascii_case(method) && p == path)
             .count()
     }
 
@@ -181,6 +247,41 @@ impl MockTensorlake {
             .lock()
             .expect("process starts")
             .clone()
+    }
+
+    /// How each PTY websocket attach carried its token so far: `"header"`
+    /// (`X-PTY-Token`) or `"query"` (`?token=`).
+    pub fn pty_token_carriers(&self) -> Vec<&'static str> {
+        self.shared
+            .pty_token_carriers
+            .lock()
+            .expect("pty token carriers")
+            .clone()
+    }
+
+    /// The `X-Tensorlake-Request-Timeout-Grace-Ms` of every create so far
+    /// (`None` where it was not sent).
+    pub fn create_graces(&self) -> Vec<Option<u64>> {
+        self.shared.create_graces.lock().expect("graces").clone()
+    }
+
+    /// The `wait_ms` of every suspend and resume so far that was not
+    /// refused (`None` where it was not sent).
+    pub fn lifecycle_waits(&self) -> Vec<Option<u64>> {
+        self.shared
+            .lifecycle_waits
+            .lock()
+            .expect("lifecycle waits")
+            .clone()
+    }
+
+    /// A snapshot's state (`in_progress`, `local_ready`, `completed`).
+    pub fn snapshot_status(&self, snapshot_id: &str) -> Option<String> {
+        self.shared
+            .lock()
+            .snapshots
+            .get(snapshot_id)
+            .map(|s| s.status.as_str().to_owned())
     }
 
     /// Suspends a sandbox as Tensorlake does after an idle window.
@@ -214,6 +315,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .merge(dataplane::routes())
         .merge(pty::routes())
         .merge(catalog::routes())
+        .merge(control::routes())
         .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
         .with_state(shared)
 }
@@ -230,14 +332,14 @@ async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -
         return error(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "invalid API key");
     }
     let path = request.uri().path().to_owned();
+    let method = request.method().as_str().to_owned();
     {
         let mut log = shared.log.lock().expect("log");
         if log.len() >= MAX_LOG {
             log.drain(..MAX_LOG / 2);
         }
-        log.push(path.clone());
+        log.push((method.clone(), path.clone()));
     }
-    let method = request.method().as_str().to_owned();
     let fault = {
         let mut faults = shared.faults.lock().expect("faults");
         let hit = faults.iter_mut().find(|f| {
@@ -254,11 +356,17 @@ async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -
     };
     if let Some(fault) = fault {
         let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        return error(
+        let mut response = error(
             status,
             fault.code.as_deref().unwrap_or("INJECTED"),
             "injected fault",
         );
+        if let Some(secs) = fault.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        return response;
     }
     next.run(request).await
 }

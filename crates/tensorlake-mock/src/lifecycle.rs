@@ -1,12 +1,11 @@
 //! The lifecycle API: sandboxes and snapshots.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -14,12 +13,12 @@ use nix::sys::signal::Signal;
 use serde::Deserialize;
 
 use crate::host::{self, kill_group};
-use crate::state::{self, Refusal, Sandbox, Shared, Snapshot, Status};
+use crate::state::{self, Refusal, Shared, Snapshot, SnapshotStatus, Status};
 use crate::{Reply, error};
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
-        .route("/sandboxes", post(create).get(list))
+        .route("/sandboxes", post(crate::create::create).get(list))
         .route("/sandboxes/{id}", get(get_one).delete(delete).patch(update))
         .route("/sandboxes/{id}/suspend", post(suspend))
         .route("/sandboxes/{id}/resume", post(resume))
@@ -40,138 +39,61 @@ fn not_found(what: &str) -> Response {
     )
 }
 
-fn bad_request(message: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
-}
+/// Sandboxes a listing page holds, as the service pages them.
+pub const PAGE_SIZE: usize = 100;
 
 #[derive(Deserialize)]
-struct CreateBody {
+struct PageQuery {
     #[serde(default)]
-    image: Option<String>,
-    resources: serde_json::Value,
+    cursor: Option<String>,
     #[serde(default)]
-    timeout_secs: Option<u64>,
-    #[serde(default)]
-    network: Option<serde_json::Value>,
-    #[serde(default)]
-    snapshot_id: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    auto_resume: Option<bool>,
+    limit: Option<usize>,
 }
 
-async fn create(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Reply {
-    let raw: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| bad_request(&e.to_string()))?;
-    *shared.last_create.lock().expect("last create") = Some(raw.clone());
-    let body: CreateBody = serde_json::from_value(raw).map_err(|e| bad_request(&e.to_string()))?;
-    if let Some(name) = &body.name
-        && !state::valid_name(name)
-    {
-        return Err(bad_request("invalid sandbox name"));
-    }
-    let id = state::new_id();
-    let dir = shared.config.root.join("sandboxes").join(&id);
-    let sandbox = Sandbox {
-        id: id.clone(),
-        name: body.name.clone(),
-        status: Status::Pending,
-        image: body.image,
-        resources: body.resources,
-        timeout_secs: body.timeout_secs.unwrap_or(0),
-        network: body.network,
-        auto_resume: body.auto_resume.unwrap_or(true),
-        dir: dir.clone(),
-        processes: Vec::new(),
-        ptys: HashMap::new(),
-        last_activity: Instant::now(),
-        next_pid: 0,
-    };
-    // The name is taken in the same step it is checked.
-    let archive = {
-        let mut inner = shared.lock();
-        if let Some(name) = &body.name
-            && inner
-                .sandboxes
-                .values()
-                .any(|s| s.name.as_ref() == Some(name))
-        {
-            return Err(error(
-                StatusCode::CONFLICT,
-                "SANDBOX_NAME_IN_USE",
-                &format!("a sandbox named {name} exists"),
-            ));
-        }
-        let archive = match &body.snapshot_id {
-            Some(snap) => match inner.snapshots.get(snap) {
-                Some(s) if s.completed => Some(s.archive.clone()),
-                _ => return Err(not_found("snapshot")),
-            },
-            // An image the catalog holds starts from its filesystem; any
-            // other image name stands for an empty directory.
-            None => sandbox
-                .image
-                .as_deref()
-                .and_then(|image| crate::catalog::archive_for(&inner, image)),
-        };
-        inner.sandboxes.insert(id.clone(), sandbox);
-        archive
-    };
-    let prepared = async {
-        std::fs::create_dir_all(&dir)?;
-        if let Some(archive) = archive {
-            let target = dir.clone();
-            tokio::task::spawn_blocking(move || host::unpack(&archive, &target))
-                .await
-                .map_err(std::io::Error::other)??;
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    if let Err(e) = prepared.await {
-        shared.lock().sandboxes.remove(&id);
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(internal(&e));
-    }
-    let later = shared.clone();
-    let started = id.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(later.config.transition).await;
-        if let Some(s) = later.lock().sandboxes.get_mut(&started)
-            && s.status == Status::Pending
-        {
-            s.status = Status::Running;
-            s.last_activity = Instant::now();
-        }
-    });
-    Ok(Json(serde_json::json!({
-        "sandbox_id": id,
-        "status": "pending",
-        "name": body.name,
-        "sandbox_url": shared.url,
-    }))
-    .into_response())
+/// One page of ids in a stable order: those after `cursor`, at most
+/// `limit`, and the cursor of the next page when more remain.
+pub fn page<'a>(
+    mut ids: Vec<&'a str>,
+    cursor: Option<&str>,
+    limit: usize,
+) -> (Vec<&'a str>, Option<String>) {
+    ids.sort_unstable();
+    let start = cursor.map_or(0, |c| ids.partition_point(|id| *id <= c));
+    let rest = &ids[start..];
+    let taken: Vec<&str> = rest.iter().take(limit).copied().collect();
+    let next = (rest.len() > taken.len()).then(|| taken.last().map(|s| s.to_string()));
+    (taken, next.flatten())
 }
 
-fn internal(e: &dyn std::fmt::Display) -> Response {
-    error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "INTERNAL",
-        &e.to_string(),
-    )
-}
-
-async fn list(State(shared): State<Arc<Shared>>) -> Response {
+async fn list(State(shared): State<Arc<Shared>>, Query(query): Query<PageQuery>) -> Response {
     let inner = shared.lock();
-    let sandboxes: Vec<_> = inner
+    let ids = inner
         .sandboxes
         .values()
+        .filter(|s| s.status != Status::Terminated)
+        .map(|s| s.id.as_str())
+        .collect();
+    let limit = query.limit.unwrap_or(PAGE_SIZE).clamp(1, PAGE_SIZE);
+    let (ids, cursor) = page(ids, query.cursor.as_deref(), limit);
+    let sandboxes: Vec<_> = ids
+        .iter()
+        .filter_map(|id| inner.sandboxes.get(*id))
         .map(|s| s.info(&shared.url))
         .collect();
-    Json(serde_json::json!({ "sandboxes": sandboxes })).into_response()
+    Json(serde_json::json!({ "sandboxes": sandboxes, "cursor": cursor })).into_response()
 }
 
-async fn get_one(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Reply {
+/// The id `key` (an id or a name) stands for.
+fn resolve(shared: &Shared, key: &str) -> Result<String, Response> {
+    shared
+        .lock()
+        .resolve(key)
+        .map(str::to_owned)
+        .ok_or_else(|| not_found("sandbox"))
+}
+
+async fn get_one(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Reply {
+    let id = resolve(&shared, &key)?;
     let inner = shared.lock();
     let sandbox = inner
         .sandboxes
@@ -188,9 +110,10 @@ struct UpdateBody {
 
 async fn update(
     State(shared): State<Arc<Shared>>,
-    Path(id): Path<String>,
+    Path(key): Path<String>,
     Json(body): Json<UpdateBody>,
 ) -> Reply {
+    let id = resolve(&shared, &key)?;
     let mut inner = shared.lock();
     let sandbox = inner
         .sandboxes
@@ -202,22 +125,40 @@ async fn update(
     Ok(Json(sandbox.info(&shared.url)).into_response())
 }
 
-async fn delete(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Reply {
-    let sandbox = shared
-        .lock()
-        .sandboxes
-        .remove(&id)
-        .ok_or_else(|| not_found("sandbox"))?;
-    for group in sandbox.groups() {
-        kill_group(group, Signal::SIGKILL);
-        kill_group(group, Signal::SIGCONT);
+/// Deleting is asynchronous, as on the service: the sandbox is
+/// `terminated` at once (its processes killed, its name free) and gone
+/// after the transition.
+async fn delete(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Reply {
+    let id = resolve(&shared, &key)?;
+    {
+        let mut inner = shared.lock();
+        let sandbox = inner
+            .sandboxes
+            .get_mut(&id)
+            .filter(|s| s.status != Status::Terminated)
+            .ok_or_else(|| not_found("sandbox"))?;
+        sandbox.status = Status::Terminated;
+        for group in sandbox.groups() {
+            kill_group(group, Signal::SIGKILL);
+            kill_group(group, Signal::SIGCONT);
+        }
+        for pty in sandbox.ptys.values() {
+            pty.kick("sandbox terminated");
+        }
     }
-    for pty in sandbox.ptys.values() {
-        pty.kick("sandbox terminated");
-    }
-    let dir = sandbox.dir.clone();
-    tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
-    Ok(Json(serde_json::json!({})).into_response())
+    let later = shared.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(later.config.transition).await;
+        let removed = later.lock().sandboxes.remove(&id);
+        if let Some(sandbox) = removed {
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(sandbox.dir)).await;
+        }
+    });
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "sandbox_id": key, "status": "terminated" })),
+    )
+        .into_response())
 }
 
 /// Starts suspending a sandbox; it is `suspended` after the transition.
@@ -277,17 +218,64 @@ pub fn resume_now(shared: &Shared, id: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-async fn suspend(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Reply {
+/// `wait_ms`: how long a suspend or resume may hold the request open for
+/// the transition to finish (the service caps it at 30 s).
+#[derive(Deserialize)]
+struct WaitQuery {
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
+
+/// 200 once the sandbox is `want` within `wait_ms`, 202 otherwise (also
+/// without `wait_ms`: the transition continues).
+async fn answer_when(shared: &Shared, id: &str, want: Status, wait_ms: Option<u64>) -> Response {
+    shared
+        .lifecycle_waits
+        .lock()
+        .expect("lifecycle waits")
+        .push(wait_ms);
+    let done = |shared: &Shared| shared.lock().sandboxes.get(id).map(|s| s.status) == Some(want);
+    if let Some(wait_ms) = wait_ms {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_LIFECYCLE_WAIT);
+        while !done(shared) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if done(shared) {
+            return Json(serde_json::json!({ "sandbox_id": id, "status": want.as_str() }))
+                .into_response();
+        }
+    }
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "sandbox_id": id })),
+    )
+        .into_response()
+}
+
+async fn suspend(
+    State(shared): State<Arc<Shared>>,
+    Path(key): Path<String>,
+    Query(query): Query<WaitQuery>,
+) -> Reply {
+    let id = resolve(&shared, &key)?;
     begin_suspend(&shared, &id).map_err(refused)?;
-    Ok(Json(serde_json::json!({})).into_response())
+    Ok(answer_when(&shared, &id, Status::Suspended, query.wait_ms).await)
 }
 
-async fn resume(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Reply {
+async fn resume(
+    State(shared): State<Arc<Shared>>,
+    Path(key): Path<String>,
+    Query(query): Query<WaitQuery>,
+) -> Reply {
+    let id = resolve(&shared, &key)?;
     resume_now(&shared, &id).map_err(refused)?;
-    Ok(Json(serde_json::json!({})).into_response())
+    Ok(answer_when(&shared, &id, Status::Running, query.wait_ms).await)
 }
 
-async fn snapshot(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Reply {
+async fn snapshot(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> Reply {
+    let id = resolve(&shared, &key)?;
     let snapshot_id = state::new_id();
     let archive = shared
         .config
@@ -307,7 +295,7 @@ async fn snapshot(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> 
             Snapshot {
                 id: snapshot_id.clone(),
                 sandbox_id: id.clone(),
-                completed: false,
+                status: SnapshotStatus::InProgress,
                 archive: archive.clone(),
                 size: 0,
                 base_image: out.1.clone(),
@@ -328,9 +316,17 @@ async fn snapshot(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> 
         match packed {
             Ok(Ok(size)) => {
                 if let Some(s) = inner.snapshots.get_mut(&snap) {
-                    s.completed = true;
+                    s.status = SnapshotStatus::LocalReady;
                     s.size = size;
                 }
+                // Usable here at once; `completed` once "replicated".
+                let replicated = later.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(replicated.config.transition).await;
+                    if let Some(s) = replicated.lock().snapshots.get_mut(&snap) {
+                        s.status = SnapshotStatus::Completed;
+                    }
+                });
             }
             _ => {
                 inner.snapshots.remove(&snap);
@@ -390,5 +386,24 @@ pub async fn idle_ticker(shared: Arc<Shared>) {
         for id in idle {
             let _ = begin_suspend(&shared, &id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page;
+
+    #[test]
+    fn pages_follow_the_cursor_to_the_end() {
+        let ids = ["c", "a", "e", "b", "d"];
+        let (first, cursor) = page(ids.to_vec(), None, 2);
+        assert_eq!(first, ["a", "b"]);
+        let (second, cursor) = page(ids.to_vec(), cursor.as_deref(), 2);
+        assert_eq!(second, ["c", "d"]);
+        let (last, cursor) = page(ids.to_vec(), cursor.as_deref(), 2);
+        assert_eq!(last, ["e"]);
+        assert_eq!(cursor, None);
+        let (exact, cursor) = page(vec!["a", "b"], None, 2);
+        assert_eq!((exact.len(), cursor), (2, None));
     }
 }

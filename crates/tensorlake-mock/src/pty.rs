@@ -219,8 +219,13 @@ async fn remove(
 
 #[derive(Deserialize)]
 struct TokenQuery {
-    token: String,
+    #[serde(default)]
+    token: Option<String>,
 }
+
+/// The header a PTY token travels in; the `token` query parameter is the
+/// service's fallback.
+const PTY_TOKEN_HEADER: &str = "x-pty-token";
 
 async fn attach(
     State(shared): State<Arc<Shared>>,
@@ -231,7 +236,22 @@ async fn attach(
 ) -> Reply {
     let (id, _) = target(&shared, &headers)?;
     let pty = session_of(&shared, &id, &session)?;
-    if query.token != pty.token {
+    let from_header = headers
+        .get(PTY_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let carrier = if from_header.is_some() {
+        "header"
+    } else {
+        "query"
+    };
+    let given = from_header.or(query.token);
+    shared
+        .pty_token_carriers
+        .lock()
+        .expect("pty token carriers")
+        .push(carrier);
+    if given.as_deref() != Some(pty.token.as_str()) {
         return Err(error(
             StatusCode::UNAUTHORIZED,
             "UNAUTHORIZED",

@@ -19,6 +19,10 @@ pub enum Status {
     Snapshotting,
     Suspending,
     Suspended,
+    /// Never started ([`crate::CreateOutcome::Failed`]).
+    Failed,
+    /// Deleted; gone once the transition has passed.
+    Terminated,
 }
 
 impl Status {
@@ -29,6 +33,8 @@ impl Status {
             Self::Snapshotting => "snapshotting",
             Self::Suspending => "suspending",
             Self::Suspended => "suspended",
+            Self::Failed => "failed",
+            Self::Terminated => "terminated",
         }
     }
 }
@@ -123,6 +129,8 @@ pub struct Sandbox {
     pub timeout_secs: u64,
     pub network: Option<serde_json::Value>,
     pub auto_resume: bool,
+    /// Unix seconds, as the service's `created_at`.
+    pub created_at: f64,
     pub dir: PathBuf,
     pub processes: Vec<Arc<Proc>>,
     pub ptys: HashMap<String, Arc<PtySession>>,
@@ -141,6 +149,9 @@ impl Sandbox {
             "resources": self.resources,
             "timeout_secs": self.timeout_secs,
             "network": self.network,
+            "network_policy": self.network,
+            "auto_resume": self.auto_resume,
+            "created_at": self.created_at,
             "sandbox_url": url,
         })
     }
@@ -158,7 +169,7 @@ impl Sandbox {
 pub struct Snapshot {
     pub id: String,
     pub sandbox_id: String,
-    pub completed: bool,
+    pub status: SnapshotStatus,
     pub archive: PathBuf,
     pub size: u64,
     pub base_image: Option<String>,
@@ -170,11 +181,34 @@ impl Snapshot {
             "snapshot_id": self.id,
             "namespace": "default",
             "sandbox_id": self.sandbox_id,
-            "status": if self.completed { "completed" } else { "in_progress" },
+            "status": self.status.as_str(),
             "size_bytes": self.size,
             "base_image": self.base_image,
             "snapshot_type": "filesystem",
         })
+    }
+}
+
+/// A snapshot's state: usable from `local_ready` on, `completed` once
+/// replicated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotStatus {
+    InProgress,
+    LocalReady,
+    Completed,
+}
+
+impl SnapshotStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "in_progress",
+            Self::LocalReady => "local_ready",
+            Self::Completed => "completed",
+        }
+    }
+
+    pub fn usable(self) -> bool {
+        self != Self::InProgress
     }
 }
 
@@ -192,10 +226,19 @@ pub struct Shared {
     pub url: String,
     pub inner: Mutex<Inner>,
     pub faults: Mutex<Vec<Fault>>,
-    pub log: Mutex<Vec<String>>,
+    /// `(method, path)` of every authenticated request.
+    pub log: Mutex<Vec<(String, String)>>,
     pub last_create: Mutex<Option<serde_json::Value>>,
     /// The body of every `POST /api/v1/processes`, as sent.
     pub process_starts: Mutex<Vec<serde_json::Value>>,
+    /// What the next creates answer, first first.
+    pub create_outcomes: Mutex<std::collections::VecDeque<crate::CreateOutcome>>,
+    /// How each PTY attach carried its token: `header` or `query`.
+    pub pty_token_carriers: Mutex<Vec<&'static str>>,
+    /// The `wait_ms` of every suspend and resume (`None` where absent).
+    pub lifecycle_waits: Mutex<Vec<Option<u64>>>,
+    /// The request-timeout grace each create asked for, in ms.
+    pub create_graces: Mutex<Vec<Option<u64>>>,
 }
 
 impl Shared {
@@ -208,6 +251,10 @@ impl Shared {
             log: Mutex::new(Vec::new()),
             last_create: Mutex::new(None),
             process_starts: Mutex::new(Vec::new()),
+            create_outcomes: Mutex::new(std::collections::VecDeque::new()),
+            pty_token_carriers: Mutex::new(Vec::new()),
+            create_graces: Mutex::new(Vec::new()),
+            lifecycle_waits: Mutex::new(Vec::new()),
         }
     }
 
@@ -215,10 +262,12 @@ impl Shared {
         self.inner.lock().expect("mock state")
     }
 
+    /// A sandbox's state; `None` once deleted (even while `terminated`).
     pub fn status_of(&self, id: &str) -> Option<String> {
         self.lock()
             .sandboxes
             .get(id)
+            .filter(|s| s.status != Status::Terminated)
             .map(|s| s.status.as_str().to_owned())
     }
 
@@ -238,6 +287,28 @@ impl Shared {
             }
         }
     }
+}
+
+impl Inner {
+    /// The sandbox an id or a name stands for, as the service resolves
+    /// `/sandboxes/{id}` (a deleted one's name is free again).
+    pub fn resolve(&self, key: &str) -> Option<&str> {
+        if self.sandboxes.contains_key(key) {
+            return Some(self.sandboxes.get_key_value(key)?.0);
+        }
+        self.sandboxes
+            .values()
+            .find(|s| s.name.as_deref() == Some(key) && s.status != Status::Terminated)
+            .map(|s| s.id.as_str())
+    }
+}
+
+/// Unix time in seconds, with fractions, as the service reports it.
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// A fresh id: lowercase hex.

@@ -33,6 +33,7 @@ mod files;
 mod labels;
 mod lifecycle;
 mod network;
+mod output;
 mod processes;
 mod snapshots;
 
@@ -54,7 +55,7 @@ use crate::models::SandboxStatus;
 use crate::retry::RetryPolicy;
 use common::Secret;
 
-pub use processes::{process_status, slice_lines};
+pub use processes::process_status;
 
 const KIND: &str = "tensorlake";
 /// Every process Garrison starts in a sandbox also appends its output
@@ -72,8 +73,11 @@ const TRANSITION_GUARD: Duration = Duration::from_secs(600);
 /// How to reach Tensorlake and lay out its sandboxes.
 #[derive(Clone, Debug)]
 pub struct TensorlakeConfig {
-    /// The lifecycle API, [`crate::DEFAULT_API_URL`] unless testing.
+    /// The API, [`crate::DEFAULT_API_URL`] unless testing.
     pub api_url: String,
+    /// Where the lifecycle calls go when not derived from `api_url` (see
+    /// [`crate::urls`]; `TENSORLAKE_SANDBOX_API_URL`).
+    pub sandbox_api_url: Option<String>,
     pub api_key: Secret,
     /// The image sandboxes boot from when a spec names none.
     pub default_image: Option<String>,
@@ -94,11 +98,14 @@ pub struct TensorlakeConfig {
 pub struct TensorlakeBackend {
     client: Client,
     config: TensorlakeConfig,
+    /// Open output-follow streams, for reading output by offset.
+    readers: output::Readers,
 }
 
 impl TensorlakeBackend {
     pub fn new(config: TensorlakeConfig) -> anyhow::Result<Self> {
-        let client = Client::with_retry(&config.api_url, config.api_key.clone(), config.retry)?;
+        let client = Client::with_retry(&config.api_url, config.api_key.clone(), config.retry)?
+            .with_sandbox_api_url(config.sandbox_api_url.as_deref())?;
         if !config.sandbox_root.starts_with('/') {
             anyhow::bail!(
                 "the Tensorlake sandbox root {:?} must be an absolute path",
@@ -109,7 +116,11 @@ impl TensorlakeBackend {
         std::fs::create_dir_all(&labels)?;
         set_private(&config.state_dir)?;
         set_private(&labels)?;
-        Ok(Self { client, config })
+        Ok(Self {
+            client,
+            config,
+            readers: output::Readers::default(),
+        })
     }
 
     pub fn client(&self) -> &Client {

@@ -43,15 +43,18 @@ impl Http {
         idem: Idempotency,
         build: impl Fn(&reqwest::Client) -> RequestBuilder,
     ) -> Result<Response> {
-        self.send_with(idem, Some(REQUEST_TIMEOUT), build).await
+        self.send_with(idem, Some(REQUEST_TIMEOUT), &[], build)
+            .await
     }
 
     /// [`Http::send`] with its own bound on the whole exchange (`None` for
-    /// a stream that lasts as long as what it follows).
+    /// a stream that lasts as long as what it follows), returning answers
+    /// with a status in `accept` as they are (neither retried nor errors).
     pub async fn send_with(
         &self,
         idem: Idempotency,
         timeout: Option<Duration>,
+        accept: &[u16],
         build: impl Fn(&reqwest::Client) -> RequestBuilder,
     ) -> Result<Response> {
         let mut attempt = 0u32;
@@ -63,7 +66,12 @@ impl Http {
                 request = request.timeout(timeout);
             }
             let (error, retry_after) = match request.send().await {
-                Ok(response) if response.status().is_success() => return Ok(response),
+                Ok(response)
+                    if response.status().is_success()
+                        || accept.contains(&response.status().as_u16()) =>
+                {
+                    return Ok(response);
+                }
                 Ok(response) => {
                     let retry_after = retry_after(&response);
                     let error = error_from(response).await;
@@ -154,12 +162,15 @@ pub(crate) async fn read_bounded(
 pub struct Client {
     pub(crate) http: Arc<Http>,
     pub(crate) api_url: url::Url,
+    /// Where `/sandboxes` and `/snapshots` go (see [`crate::urls`]).
+    pub(crate) lifecycle_url: url::Url,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("api_url", &self.api_url.as_str())
+            .field("lifecycle_url", &self.lifecycle_url.as_str())
             .finish()
     }
 }
@@ -185,6 +196,7 @@ impl Client {
             .connect_timeout(Duration::from_secs(15))
             .build()
             .map_err(|e| Error::Invalid(format!("building the HTTP client: {e}")))?;
+        let lifecycle_url = crate::urls::sandbox_api_url(&api_url, None)?;
         Ok(Self {
             http: Arc::new(Http {
                 client,
@@ -192,26 +204,34 @@ impl Client {
                 retry,
             }),
             api_url,
+            lifecycle_url,
         })
+    }
+
+    /// Sends the lifecycle calls to `explicit` (`TENSORLAKE_SANDBOX_API_URL`)
+    /// instead of the host derived from the API URL; `None` keeps that.
+    pub fn with_sandbox_api_url(mut self, explicit: Option<&str>) -> Result<Self> {
+        self.lifecycle_url = crate::urls::sandbox_api_url(&self.api_url, explicit)?;
+        Ok(self)
     }
 
     pub fn api_url(&self) -> &url::Url {
         &self.api_url
     }
 
+    /// The base URL of the lifecycle calls.
+    pub fn sandbox_api_url(&self) -> &url::Url {
+        &self.lifecycle_url
+    }
+
     /// Whether the API is on this machine (the mock): its sandboxes then
     /// run here too.
     pub fn is_loopback(&self) -> bool {
-        match self.api_url.host() {
-            Some(url::Host::Domain(d)) => d == "localhost",
-            Some(url::Host::Ipv4(a)) => a.is_loopback(),
-            Some(url::Host::Ipv6(a)) => a.is_loopback(),
-            None => false,
-        }
+        crate::urls::is_loopback(&self.api_url)
     }
 
     fn url(&self, segments: &[&str]) -> url::Url {
-        let mut url = self.api_url.clone();
+        let mut url = self.lifecycle_url.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
         }
@@ -250,15 +270,30 @@ impl Client {
         Ok(())
     }
 
-    /// Creates a sandbox (`pending` at first; poll [`Client::get_sandbox`]).
+    /// Creates a sandbox, the service waiting for it to run. Its answer is a
+    /// record whatever happened: `running`; `timeout` (HTTP 504: the wait
+    /// ran out, the sandbox stays `pending` in the queue: poll
+    /// [`Client::get_sandbox`], never create again); `failed` (HTTP 422: it
+    /// will never run). A 504 or 422 without a record is an error.
     pub async fn create_sandbox(&self, request: &CreateSandbox) -> Result<CreatedSandbox> {
-        self.call(
-            Method::POST,
-            &["sandboxes"],
-            Some(request),
-            Idempotency::NotIdempotent,
-        )
-        .await
+        let url = self.url(&["sandboxes"]);
+        let grace = create_grace_ms(REQUEST_TIMEOUT);
+        let response = self
+            .http
+            .send_with(
+                Idempotency::NotIdempotent,
+                Some(REQUEST_TIMEOUT),
+                &[GATEWAY_TIMEOUT, UNPROCESSABLE],
+                |c| {
+                    c.post(url.clone())
+                        .header(REQUEST_TIMEOUT_GRACE_HEADER, grace)
+                        .json(request)
+                },
+            )
+            .await?;
+        let status = response.status().as_u16();
+        let bytes = read_bounded(response, MAX_JSON_BYTES, "JSON answer").await?;
+        created_record(status, &bytes)
     }
 
     pub async fn get_sandbox(&self, sandbox_id: &str) -> Result<SandboxInfo> {
@@ -271,16 +306,49 @@ impl Client {
         .await
     }
 
+    /// The live sandbox holding `name`, if any: the service takes a name
+    /// wherever it takes an id, so no listing is needed.
+    pub async fn find_by_name(&self, name: &str) -> Result<Option<SandboxInfo>> {
+        if name.is_empty() || name.contains('/') {
+            return Err(Error::Invalid(format!("sandbox name {name:?}")));
+        }
+        Ok(found(self.get_sandbox(name).await)?
+            .filter(|s| s.name.as_deref() == Some(name) && !s.status.is_final()))
+    }
+
+    /// Every sandbox, following the listing's cursor page by page. To find
+    /// one by name, [`Client::get_sandbox`] takes the name.
     pub async fn list_sandboxes(&self) -> Result<Vec<SandboxInfo>> {
-        let list: SandboxList = self
-            .call(
-                Method::GET,
-                &["sandboxes"],
-                None::<&()>,
-                Idempotency::Idempotent,
-            )
-            .await?;
-        Ok(list.sandboxes)
+        self.list_all::<SandboxList>("sandboxes").await
+    }
+
+    /// Every item of a paged listing: the first request carries no query,
+    /// later ones the cursor the previous page gave and the page size.
+    async fn list_all<P: crate::models::Page>(&self, what: &str) -> Result<Vec<P::Item>> {
+        let mut items = Vec::new();
+        let mut cursors = crate::models::Cursors::default();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut url = self.url(&[what]);
+            if let Some(cursor) = &cursor {
+                url.query_pairs_mut()
+                    .append_pair("cursor", cursor)
+                    .append_pair("limit", LIST_PAGE_LIMIT);
+            }
+            let page: P = self
+                .http
+                .json(Idempotency::Idempotent, |c| c.get(url.clone()))
+                .await?;
+            let (page_items, next) = page.into_page();
+            items.extend(page_items);
+            match cursors
+                .next(next)
+                .map_err(|e| Error::Decode(format!("listing {what}: {e}")))?
+            {
+                Some(next) => cursor = Some(next),
+                None => return Ok(items),
+            }
+        }
     }
 
     /// Terminates and removes a sandbox.
@@ -298,6 +366,29 @@ impl Client {
     pub async fn resume_sandbox(&self, sandbox_id: &str) -> Result<()> {
         self.call_empty(Method::POST, &["sandboxes", sandbox_id, "resume"])
             .await
+    }
+
+    /// Suspends (`action` `suspend`) or resumes (`resume`) with the
+    /// service holding the request until it is done, for at most `wait`
+    /// (the service caps it at 30 s): `true` when it answered done (200),
+    /// `false` when its wait ran out and the change goes on (202).
+    pub async fn change_and_wait(
+        &self,
+        sandbox_id: &str,
+        action: LifecycleChange,
+        wait: Duration,
+    ) -> Result<bool> {
+        let mut url = self.url(&["sandboxes", sandbox_id, action.segment()]);
+        let wait_ms = wait.min(MAX_LIFECYCLE_WAIT).as_millis().to_string();
+        url.query_pairs_mut().append_pair("wait_ms", &wait_ms);
+        let response = self
+            .http
+            .send(Idempotency::Idempotent, |c| {
+                c.post(url.clone())
+                    .header(reqwest::header::CONTENT_LENGTH, 0)
+            })
+            .await?;
+        Ok(response.status() == StatusCode::OK)
     }
 
     /// Replaces a running sandbox's egress rules (`PATCH /sandboxes/{id}`).
@@ -338,15 +429,7 @@ impl Client {
     }
 
     pub async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        let list: SnapshotList = self
-            .call(
-                Method::GET,
-                &["snapshots"],
-                None::<&()>,
-                Idempotency::Idempotent,
-            )
-            .await?;
-        Ok(list.snapshots)
+        self.list_all::<SnapshotList>("snapshots").await
     }
 
     pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<()> {
@@ -374,6 +457,61 @@ impl Client {
             let _ = url.set_host(Some(&host));
         }
         url
+    }
+}
+
+/// A suspend or a resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LifecycleChange {
+    Suspend,
+    Resume,
+}
+
+impl LifecycleChange {
+    fn segment(self) -> &'static str {
+        match self {
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+        }
+    }
+}
+
+/// The longest the service holds a suspend or resume open.
+pub const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
+
+/// The header with which a blocking create asks the service to answer this
+/// many milliseconds before the client's own timeout (the SDK's
+/// `REQUEST_TIMEOUT_GRACE_HEADER`).
+pub const REQUEST_TIMEOUT_GRACE_HEADER: &str = "X-Tensorlake-Request-Timeout-Grace-Ms";
+/// The most grace asked for; a quarter of shorter timeouts instead.
+const MAX_GRACE: Duration = Duration::from_secs(5);
+const GATEWAY_TIMEOUT: u16 = 504;
+const UNPROCESSABLE: u16 = 422;
+/// Items each page after the first asks for: the service's maximum.
+const LIST_PAGE_LIMIT: &str = "100";
+
+/// The grace a create asks for under a request timeout of `timeout`.
+pub fn create_grace_ms(timeout: Duration) -> u64 {
+    MAX_GRACE.min(timeout / 4).as_millis() as u64
+}
+
+/// The record a create answered with `status`: any 2xx, or a 504 or 422
+/// carrying one (a gateway's bare 504 is an error like any other).
+pub fn created_record(status: u16, body: &[u8]) -> Result<CreatedSandbox> {
+    match serde_json::from_slice::<CreatedSandbox>(body) {
+        Ok(created) => Ok(created),
+        Err(e) if (200..300).contains(&status) => Err(Error::Decode(e.to_string())),
+        Err(_) => {
+            let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+            Err(Error::Api {
+                status,
+                code: parsed.code.map(|c| c.chars().take(128).collect()),
+                message: parsed
+                    .error
+                    .or(parsed.message)
+                    .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(2048).collect()),
+            })
+        }
     }
 }
 

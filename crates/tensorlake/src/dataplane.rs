@@ -21,10 +21,101 @@ use crate::sse::SseParser;
 
 /// Header naming the sandbox a proxied request is for.
 pub const SANDBOX_ID_HEADER: &str = "X-Tensorlake-Sandbox-Id";
-/// Largest output answer read: a process's whole output comes at once.
+/// Largest whole-output answer read ([`SandboxClient::output`], for
+/// showing a short process's output; Garrison's sessions read theirs by
+/// offset from the follow stream).
 const MAX_OUTPUT_BYTES: usize = 64 << 20;
 /// Largest file read back.
 const MAX_FILE_BYTES: usize = 256 << 20;
+
+/// How a process run with [`SandboxClient::run_process`] went.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub pid: Option<i64>,
+    /// The stream ended with an exit event (else it was cut).
+    pub ended: bool,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    /// The output's last bytes (lines joined by `\n`).
+    pub output: String,
+}
+
+impl RunOutcome {
+    fn keep_line(&mut self, line: &str, keep: usize) {
+        if !self.output.is_empty() {
+            self.output.push('\n');
+        }
+        self.output.push_str(line);
+        if self.output.len() > keep {
+            let mut cut = self.output.len() - keep;
+            while !self.output.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.output.drain(..cut);
+        }
+    }
+}
+
+/// One event of the run stream, told apart by its fields as the SDK's
+/// untagged `RunProcessEvent`: `{pid, started_at}`, `{line, ...}`, then
+/// `{exit_code, signal}`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RunEvent<'a> {
+    Started {
+        pid: i64,
+    },
+    Output(&'a str),
+    Exited {
+        exit_code: Option<i64>,
+        signal: Option<i64>,
+    },
+    Other,
+}
+
+impl<'a> RunEvent<'a> {
+    pub fn of(event: &'a serde_json::Value) -> Self {
+        if let Some(line) = event.get("line").and_then(|l| l.as_str()) {
+            return Self::Output(line);
+        }
+        if let Some(pid) = event.get("pid").and_then(|p| p.as_i64())
+            && event.get("started_at").is_some()
+        {
+            return Self::Started { pid };
+        }
+        let exit_code = event.get("exit_code").and_then(|c| c.as_i64());
+        let signal = event.get("signal").and_then(|c| c.as_i64());
+        if exit_code.is_some() || signal.is_some() {
+            return Self::Exited { exit_code, signal };
+        }
+        Self::Other
+    }
+}
+
+/// The `data` payloads of a server-sent-events answer.
+fn sse_payloads(
+    response: reqwest::Response,
+) -> futures::stream::BoxStream<'static, Result<Vec<u8>>> {
+    let chunks = response.bytes_stream();
+    futures::stream::unfold(
+        (
+            chunks,
+            SseParser::default(),
+            std::collections::VecDeque::new(),
+        ),
+        |(mut chunks, mut parser, mut pending)| async move {
+            loop {
+                if let Some(payload) = pending.pop_front() {
+                    return Some((payload, (chunks, parser, pending)));
+                }
+                match chunks.next().await? {
+                    Ok(bytes) => pending.extend(parser.feed(&bytes).into_iter().map(Ok)),
+                    Err(e) => pending.push_back(Err(Error::transport(e))),
+                }
+            }
+        },
+    )
+    .boxed()
+}
 
 /// The data-plane client of one sandbox.
 #[derive(Clone)]
@@ -44,7 +135,7 @@ impl std::fmt::Debug for SandboxClient {
 }
 
 /// A process by pid or by managed name (a name is never all digits).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ProcessKey {
     Pid(i64),
     Name(String),
@@ -192,40 +283,54 @@ impl SandboxClient {
         let url = self.url(&["processes", &process.segment(), "output", "follow"]);
         let response = self
             .http
-            .send_with(Idempotency::Idempotent, None, |c| {
+            .send_with(Idempotency::Idempotent, None, &[], |c| {
                 self.request(c, Method::GET, url.clone())
                     .header(reqwest::header::ACCEPT, "text/event-stream")
             })
             .await?;
-        let chunks = response.bytes_stream();
-        let stream = futures::stream::unfold(
-            (
-                chunks,
-                SseParser::default(),
-                std::collections::VecDeque::new(),
-            ),
-            |(mut chunks, mut parser, mut pending)| async move {
-                loop {
-                    if let Some(event) = pending.pop_front() {
-                        return Some((event, (chunks, parser, pending)));
-                    }
-                    match chunks.next().await? {
-                        Ok(bytes) => {
-                            for data in parser.feed(&bytes) {
-                                // Heartbeats and other events are skipped.
-                                if let Ok(event) = serde_json::from_slice::<OutputEvent>(&data) {
-                                    pending.push_back(Ok(event));
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            pending.push_back(Err(Error::transport(e)));
-                        }
-                    }
+        // Heartbeats and other events are skipped.
+        Ok(sse_payloads(response)
+            .filter_map(|payload| async move {
+                match payload {
+                    Ok(data) => serde_json::from_slice::<OutputEvent>(&data).ok().map(Ok),
+                    Err(e) => Some(Err(e)),
                 }
-            },
-        );
-        Ok(stream)
+            })
+            .boxed())
+    }
+
+    /// Runs a process to completion over one streaming request
+    /// (`POST /api/v1/processes/run`, as the SDK's `run`): its pid, how it
+    /// ended, and the last `keep` bytes of its output (lines joined by
+    /// `\n`).
+    pub async fn run_process(&self, request: &StartProcess, keep: usize) -> Result<RunOutcome> {
+        let url = self.url(&["processes", "run"]);
+        let response = self
+            .http
+            .send_with(Idempotency::NotIdempotent, None, &[], |c| {
+                self.request(c, Method::POST, url.clone())
+                    .header(reqwest::header::ACCEPT, "text/event-stream")
+                    .json(request)
+            })
+            .await?;
+        let mut events = sse_payloads(response);
+        let mut outcome = RunOutcome::default();
+        while let Some(payload) = events.next().await {
+            let Ok(event) = serde_json::from_slice::<serde_json::Value>(&payload?) else {
+                continue;
+            };
+            match RunEvent::of(&event) {
+                RunEvent::Started { pid } => outcome.pid = Some(pid),
+                RunEvent::Output(line) => outcome.keep_line(line, keep),
+                RunEvent::Exited { exit_code, signal } => {
+                    outcome.exit_code = exit_code;
+                    outcome.signal = signal;
+                    outcome.ended = true;
+                }
+                RunEvent::Other => {}
+            }
+        }
+        Ok(outcome)
     }
 
     /// Writes a file (parents created by the daemon), replacing it.
@@ -279,12 +384,19 @@ impl SandboxClient {
 
     /// Attaches to a PTY session over its websocket.
     pub async fn connect_pty(&self, session: &PtySession) -> Result<PtyConnection> {
+        // The token travels in the `X-PTY-Token` header, never in the URL,
+        // where proxies' access logs would keep it.
         let mut url = self.url(&["pty", &session.session_id, "ws"]);
-        url.query_pairs_mut().append_pair("token", &session.token);
         let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
         url.set_scheme(scheme)
             .map_err(|()| Error::Invalid("websocket URL".into()))?;
-        PtyConnection::connect(url, self.http.api_key.expose(), &self.sandbox_id).await
+        PtyConnection::connect(
+            url,
+            self.http.api_key.expose(),
+            &self.sandbox_id,
+            &session.token,
+        )
+        .await
     }
 }
 
@@ -298,5 +410,40 @@ fn check_plain(id: &str, what: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Decode(format!("{what} {id:?}")))
+    }
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn run_events_are_told_apart_by_their_fields() {
+        let started = json!({"pid": 7, "started_at": 1.5});
+        assert_eq!(RunEvent::of(&started), RunEvent::Started { pid: 7 });
+        let line = json!({"line": "hi", "stream": "stdout", "timestamp": 1});
+        assert_eq!(RunEvent::of(&line), RunEvent::Output("hi"));
+        let exited = json!({"exit_code": 3, "signal": null, "reason": "exited"});
+        assert_eq!(
+            RunEvent::of(&exited),
+            RunEvent::Exited {
+                exit_code: Some(3),
+                signal: None
+            }
+        );
+        assert_eq!(RunEvent::of(&json!({"exit_code": null})), RunEvent::Other);
+    }
+
+    #[test]
+    fn a_run_keeps_only_the_last_bytes_of_its_output() {
+        let mut outcome = RunOutcome::default();
+        for line in ["one", "two", "three"] {
+            outcome.keep_line(line, 8);
+        }
+        assert_eq!(outcome.output, "wo\nthree");
+        let mut wide = RunOutcome::default();
+        wide.keep_line("ééé", 3);
+        assert_eq!(wide.output, "é");
     }
 }

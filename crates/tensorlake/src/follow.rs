@@ -72,12 +72,7 @@ impl Follower {
     }
 
     async fn find(&self) -> anyhow::Result<Option<SandboxInfo>> {
-        Ok(self
-            .client
-            .list_sandboxes()
-            .await?
-            .into_iter()
-            .find(|s| s.name.as_deref() == Some(self.name.as_str()) && !s.status.is_final()))
+        Ok(self.client.find_by_name(self.name.as_str()).await?)
     }
 
     /// One attachment: until the websocket closes (a suspend, an idle

@@ -31,9 +31,11 @@ pub mod pty;
 pub mod retry;
 pub mod settings;
 mod sse;
+pub mod timestamp;
+pub mod urls;
 
 pub use backend::{TensorlakeBackend, TensorlakeConfig};
-pub use client::{Client, DEFAULT_API_URL};
+pub use client::{Client, DEFAULT_API_URL, LifecycleChange};
 pub use common::Secret;
 pub use dataplane::SandboxClient;
 pub use error::{Error, Result};

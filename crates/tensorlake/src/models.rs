@@ -69,13 +69,14 @@ open_enum!(
         Suspended = "suspended",
         Terminated = "terminated",
         Timeout = "timeout",
+        Failed = "failed",
     }
 );
 
 impl SandboxStatus {
     /// The sandbox is gone for good.
     pub fn is_final(&self) -> bool {
-        matches!(self, Self::Terminated | Self::Timeout)
+        matches!(self, Self::Terminated | Self::Timeout | Self::Failed)
     }
 }
 
@@ -85,9 +86,24 @@ open_enum!(
         InProgress = "in_progress",
         LocalReady = "local_ready",
         Completed = "completed",
+        Replicating = "replicating",
         Failed = "failed",
+        Deleting = "deleting",
     }
 );
+
+impl SnapshotStatus {
+    /// A sandbox can be restored from it (the SDK waits for `local_ready`
+    /// by default; `completed` only adds replication).
+    pub fn is_usable(&self) -> bool {
+        matches!(self, Self::LocalReady | Self::Replicating | Self::Completed)
+    }
+
+    /// It will never be usable.
+    pub fn is_dead(&self) -> bool {
+        matches!(self, Self::Failed | Self::Deleting)
+    }
+}
 
 open_enum!(
     /// What a snapshot keeps.
@@ -165,7 +181,15 @@ pub struct CreateSandbox {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct CreatedSandbox {
     pub sandbox_id: String,
+    /// `running`, `timeout` (still queued: `pending`), `failed`, or
+    /// `pending` from a service that answers before the sandbox runs.
+    #[serde(alias = "state")]
     pub status: SandboxStatus,
+    /// Why a start failed.
+    #[serde(default)]
+    pub termination_reason: Option<String>,
+    #[serde(default)]
+    pub error_details: Option<serde_json::Value>,
     #[serde(default)]
     pub sandbox_url: Option<String>,
     #[serde(default)]
@@ -193,6 +217,54 @@ pub struct SandboxInfo {
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// One page of a listing: its items and where the next page starts.
+pub(crate) trait Page: serde::de::DeserializeOwned {
+    type Item;
+    fn into_page(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+impl Page for SandboxList {
+    type Item = SandboxInfo;
+    fn into_page(self) -> (Vec<SandboxInfo>, Option<String>) {
+        (self.sandboxes, self.cursor)
+    }
+}
+
+impl Page for SnapshotList {
+    type Item = SnapshotInfo;
+    fn into_page(self) -> (Vec<SnapshotInfo>, Option<String>) {
+        (self.snapshots, self.cursor)
+    }
+}
+
+/// The cursors a listing has followed: it ends at a page without one, and
+/// a cursor seen twice (a loop) or too many pages are errors.
+#[derive(Default)]
+pub struct Cursors {
+    seen: std::collections::HashSet<String>,
+}
+
+/// Most pages followed (about 100,000 items).
+const MAX_PAGES: usize = 1000;
+
+impl Cursors {
+    /// The cursor to ask for next, `None` when the listing is complete.
+    pub fn next(&mut self, cursor: Option<String>) -> Result<Option<String>, String> {
+        let Some(cursor) = cursor.filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        if self.seen.len() >= MAX_PAGES {
+            return Err(format!("more than {MAX_PAGES} pages"));
+        }
+        if !self.seen.insert(cursor.clone()) {
+            return Err(format!("cursor {cursor:?} came back"));
+        }
+        Ok(Some(cursor))
+    }
 }
 
 /// `POST /sandboxes/{id}/snapshot`.
@@ -227,6 +299,8 @@ pub struct SnapshotInfo {
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct SnapshotList {
     pub snapshots: Vec<SnapshotInfo>,
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// `restart` of a process start.
@@ -287,9 +361,9 @@ pub struct ProcessInfo {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// When it started, in milliseconds since the Unix epoch.
+    /// When it started, in whichever form the daemon sent.
     #[serde(default)]
-    pub started_at: Option<i64>,
+    pub started_at: Option<crate::timestamp::Timestamp>,
     #[serde(default)]
     pub managed: Option<ManagedInfo>,
 }

@@ -1,6 +1,6 @@
 //! Tensorlake's PTY websocket.
 //!
-//! `POST /api/v1/pty` makes a session; `GET /api/v1/pty/{id}/ws?token=...`
+//! `POST /api/v1/pty` makes a session; `GET /api/v1/pty/{id}/ws` with its token in `X-PTY-Token`
 //! attaches to it. Every websocket message is binary, one opcode byte then
 //! a payload (`src/tensorlake/sandbox/pty.py`, `typescript/src/sandbox.ts`
 //! in <https://github.com/tensorlakeai/tensorlake>):
@@ -100,6 +100,10 @@ pub enum PtyEvent {
     },
 }
 
+/// The header that carries a PTY session's token (the SDK's; it also
+/// sends a `token` query parameter, which the service takes as a fallback).
+pub const PTY_TOKEN_HEADER: &str = "X-PTY-Token";
+
 /// An attached PTY session.
 pub struct PtyConnection {
     socket: tokio_tungstenite::WebSocketStream<
@@ -109,7 +113,12 @@ pub struct PtyConnection {
 }
 
 impl PtyConnection {
-    pub(crate) async fn connect(url: url::Url, api_key: &str, sandbox_id: &str) -> Result<Self> {
+    pub(crate) async fn connect(
+        url: url::Url,
+        api_key: &str,
+        sandbox_id: &str,
+        pty_token: &str,
+    ) -> Result<Self> {
         let mut request = url
             .as_str()
             .into_client_request()
@@ -119,6 +128,10 @@ impl PtyConnection {
             .map_err(|_| Error::Invalid("the API key is not a valid header value".into()))?;
         auth.set_sensitive(true);
         headers.insert("Authorization", auth);
+        let mut token = HeaderValue::from_str(pty_token)
+            .map_err(|_| Error::Invalid("the PTY token is not a valid header value".into()))?;
+        token.set_sensitive(true);
+        headers.insert(PTY_TOKEN_HEADER, token);
         headers.insert(
             SANDBOX_ID_HEADER,
             HeaderValue::from_str(sandbox_id).map_err(|e| Error::Invalid(e.to_string()))?,

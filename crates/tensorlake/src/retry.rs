@@ -6,17 +6,27 @@
 //! - 502, 503 and 504 may come after the server acted, so they are retried
 //!   only for requests that can safely run twice;
 //! - 429 means the request was refused before it ran: always retried;
-//! - a proxy answering [`UNDELIVERED_CODES`] (it could not route the
-//!   request) and a failed connect never reached the sandbox: retried even
-//!   for creating a sandbox or starting a process.
+//! - a proxy answering a 5xx with one of [`UNDELIVERED_CODES`] (it gave up
+//!   before forwarding the request) and a failed connect never reached the
+//!   sandbox: retried even for creating a sandbox or starting a process. A
+//!   4xx with such a code is a definitive answer the proxy passed on, and
+//!   is not retried (`SANDBOX_PROXY_UNDELIVERED_CODES` and
+//!   `never_reached_server` in `src/error.rs` of the `tensorlake` crate).
 
 use std::time::Duration;
 
 use common::Backoff;
 
-/// Error codes with which Tensorlake's sandbox proxy says the request was
-/// not forwarded.
-pub const UNDELIVERED_CODES: &[&str] = &["SANDBOX_UPSTREAM_ERROR"];
+/// Error codes with which Tensorlake's sandbox proxy says, on a 5xx, that
+/// the request was not forwarded: its lookup did not answer, the sandbox
+/// has no route yet, the dataplane could not be reached, the auth check
+/// failed.
+pub const UNDELIVERED_CODES: &[&str] = &[
+    "SANDBOX_UPSTREAM_ERROR",
+    "SANDBOX_NOT_READY",
+    "SANDBOX_UNREACHABLE",
+    "AUTH_SERVICE_UNAVAILABLE",
+];
 
 /// How many times and how patiently to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +58,7 @@ pub enum Idempotency {
 
 /// Whether an HTTP answer `status` with error `code` is worth retrying.
 pub fn retryable_status(status: u16, code: Option<&str>, idem: Idempotency) -> bool {
-    if code.is_some_and(|c| UNDELIVERED_CODES.contains(&c)) {
+    if (500..600).contains(&status) && code.is_some_and(|c| UNDELIVERED_CODES.contains(&c)) {
         return true;
     }
     match status {
@@ -99,6 +109,40 @@ mod tests {
         assert!(!retryable_status(500, None, Idempotent));
         assert!(!retryable_status(404, None, Idempotent));
         assert!(!retryable_status(409, None, Idempotent));
+    }
+
+    #[test]
+    fn exactly_the_proxys_undelivered_codes_on_a_5xx_are_retried_for_anything() {
+        for code in [
+            "SANDBOX_UPSTREAM_ERROR",
+            "SANDBOX_NOT_READY",
+            "SANDBOX_UNREACHABLE",
+            "AUTH_SERVICE_UNAVAILABLE",
+        ] {
+            for status in [500, 502, 503, 504] {
+                assert!(
+                    retryable_status(status, Some(code), NotIdempotent),
+                    "{status} {code}"
+                );
+            }
+            // A 4xx with the code is the proxy passing on a real answer.
+            for status in [400, 403, 404, 409] {
+                assert!(
+                    !retryable_status(status, Some(code), NotIdempotent),
+                    "{status} {code}"
+                );
+                assert!(
+                    !retryable_status(status, Some(code), Idempotent),
+                    "{status} {code}"
+                );
+            }
+        }
+        for other in ["SANDBOX_NOT_FOUND", "SANDBOX_NOT_RUNNING", "INTERNAL"] {
+            assert!(
+                !retryable_status(503, Some(other), NotIdempotent),
+                "{other}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! | --- | --- | --- | --- |
 //! | `TENSORLAKE_API_KEY` | (never in the file) | the API key | required |
 //! | `TENSORLAKE_API_KEY_FILE` | `tensorlake_api_key_file` | a 0600 file holding the key, if the variable is unset | |
-//! | `TENSORLAKE_API_URL` | `tensorlake_api_url` | the lifecycle API | [`crate::DEFAULT_API_URL`] |
+//! | `TENSORLAKE_API_URL` | `tensorlake_api_url` | the API | [`crate::DEFAULT_API_URL`] |
+//! | `TENSORLAKE_SANDBOX_API_URL` | `tensorlake_sandbox_api_url` | where lifecycle calls (`/sandboxes`, `/snapshots`) go, as the official SDK reads it | derived from the API URL: `api.X` becomes `sandbox.X` ([`crate::urls`]) |
 //! | `TENSORLAKE_IMAGE` | `tensorlake_image` | the image when the outpost names none | Tensorlake's default |
 //! | `SANDBOX_TIMEOUT_SECS` | `sandbox_timeout_secs` | idle seconds before Tensorlake suspends a sandbox, 0 to 30 days | 1800 |
 //! | `TENSORLAKE_SANDBOX_ROOT` | `tensorlake_sandbox_root` | Garrison's directory inside each sandbox (`{id}`: the sandbox id) | `/garrison` |
@@ -32,6 +33,8 @@ pub const API_KEY_FILE_ENV: &str = "TENSORLAKE_API_KEY_FILE";
 pub const API_KEY_FILE_KEY: &str = "tensorlake_api_key_file";
 pub const API_URL_ENV: &str = "TENSORLAKE_API_URL";
 pub const API_URL_KEY: &str = "tensorlake_api_url";
+pub const SANDBOX_API_URL_ENV: &str = "TENSORLAKE_SANDBOX_API_URL";
+pub const SANDBOX_API_URL_KEY: &str = "tensorlake_sandbox_api_url";
 pub const IMAGE_ENV: &str = "TENSORLAKE_IMAGE";
 pub const IMAGE_KEY: &str = "tensorlake_image";
 pub const TIMEOUT_SECS_ENV: &str = "SANDBOX_TIMEOUT_SECS";
@@ -52,6 +55,8 @@ pub const NO_KEY: &str = "the tensorlake backend needs an API key: set TENSORLAK
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorlakeSettings {
     pub api_url: String,
+    /// The lifecycle calls' URL when set (else derived from `api_url`).
+    pub sandbox_api_url: Option<String>,
     pub api_key: Secret,
     /// The image when the outpost names none.
     pub image: Option<String>,
@@ -85,6 +90,16 @@ pub fn resolve(source: &dyn SettingsSource) -> Result<TensorlakeSettings, Settin
         Some(value) => http_url(&value)?.as_str().trim_end_matches('/').to_owned(),
         None => crate::DEFAULT_API_URL.to_owned(),
     };
+    let sandbox_api_url = match source.get(SANDBOX_API_URL_ENV, SANDBOX_API_URL_KEY) {
+        Some(value) => Some(
+            crate::urls::parse_sandbox_api_url(&value.value)
+                .map_err(|e| value.invalid(e.to_string()))?
+                .as_str()
+                .trim_end_matches('/')
+                .to_owned(),
+        ),
+        None => None,
+    };
     let image = source
         .get(IMAGE_ENV, IMAGE_KEY)
         .as_ref()
@@ -101,11 +116,20 @@ pub fn resolve(source: &dyn SettingsSource) -> Result<TensorlakeSettings, Settin
     };
     Ok(TensorlakeSettings {
         api_url,
+        sandbox_api_url,
         api_key: api_key.value,
         image,
         timeout_secs,
         sandbox_root,
     })
+}
+
+impl TensorlakeSettings {
+    /// A lifecycle client for these settings.
+    pub fn client(&self) -> crate::Result<crate::Client> {
+        crate::Client::new(&self.api_url, self.api_key.clone())?
+            .with_sandbox_api_url(self.sandbox_api_url.as_deref())
+    }
 }
 
 fn sandbox_root(root: &Sourced<String>) -> Result<String, SettingsError> {
@@ -140,7 +164,8 @@ impl BackendPlugin for TensorlakePlugin {
     fn settings_help(&self) -> &'static str {
         "  TENSORLAKE_API_KEY (never a flag, never the file; or TENSORLAKE_API_KEY_FILE,
   a file of mode 0600), TENSORLAKE_API_URL [default: https://api.tensorlake.ai],
-  TENSORLAKE_IMAGE, SANDBOX_TIMEOUT_SECS (idle seconds before Tensorlake
+  TENSORLAKE_SANDBOX_API_URL (where lifecycle calls go, as the official SDK reads
+  it) [default: the API URL's host with api. made sandbox.], TENSORLAKE_IMAGE, SANDBOX_TIMEOUT_SECS (idle seconds before Tensorlake
   suspends a sandbox) [default: 1800], TENSORLAKE_SANDBOX_ROOT [default: /garrison].
   Environment or file only (snake_case keys, e.g. tensorlake_image)."
     }
@@ -149,6 +174,7 @@ impl BackendPlugin for TensorlakePlugin {
         &[
             API_KEY_FILE_KEY,
             API_URL_KEY,
+            SANDBOX_API_URL_KEY,
             IMAGE_KEY,
             TIMEOUT_SECS_KEY,
             SANDBOX_ROOT_KEY,
@@ -193,6 +219,7 @@ impl ConfiguredBackend for TensorlakeSettings {
         Ok(Arc::new(crate::TensorlakeBackend::new(
             crate::TensorlakeConfig {
                 api_url: self.api_url.clone(),
+                sandbox_api_url: self.sandbox_api_url.clone(),
                 api_key: self.api_key.clone(),
                 default_image: self.image.clone(),
                 timeout_secs: self.timeout_secs,
@@ -204,7 +231,7 @@ impl ConfiguredBackend for TensorlakeSettings {
     }
 
     fn log_follower(&self, session_id: &str) -> anyhow::Result<Option<Box<dyn LogFollower>>> {
-        let client = crate::Client::new(&self.api_url, self.api_key.clone())?;
+        let client = self.client()?;
         Ok(Some(Box::new(crate::follow::Follower::new(
             client, self, session_id,
         ))))
@@ -234,6 +261,11 @@ mod tests {
         assert_eq!(tl.timeout_secs, DEFAULT_SANDBOX_TIMEOUT_SECS);
         assert_eq!(tl.sandbox_root, DEFAULT_SANDBOX_ROOT);
         assert_eq!(tl.image, None);
+        assert_eq!(tl.sandbox_api_url, None);
+        assert_eq!(
+            tl.client().unwrap().sandbox_api_url().as_str(),
+            "https://sandbox.tensorlake.ai/"
+        );
         assert!(!format!("{tl:?}").contains(TL_KEY));
 
         let tl = resolve(&MapSource::vars(&[
@@ -242,12 +274,28 @@ mod tests {
             ("TENSORLAKE_IMAGE", "devin-outposts"),
             ("SANDBOX_TIMEOUT_SECS", "600"),
             ("TENSORLAKE_SANDBOX_ROOT", "/srv/garrison/{id}"),
+            ("TENSORLAKE_SANDBOX_API_URL", "http://127.0.0.1:9001/"),
         ]))
         .unwrap();
         assert_eq!(tl.api_url, "http://127.0.0.1:9000");
+        assert_eq!(tl.sandbox_api_url.as_deref(), Some("http://127.0.0.1:9001"));
+        assert_eq!(
+            tl.client().unwrap().sandbox_api_url().as_str(),
+            "http://127.0.0.1:9001/"
+        );
         assert_eq!(tl.image.as_deref(), Some("devin-outposts"));
         assert_eq!(tl.timeout_secs, 600);
         assert_eq!(tl.sandbox_root, "/srv/garrison/{id}");
+    }
+
+    #[test]
+    fn the_sandbox_api_url_is_in_the_help_and_the_file_keys() {
+        assert!(
+            PLUGIN
+                .settings_help()
+                .contains("TENSORLAKE_SANDBOX_API_URL")
+        );
+        assert!(PLUGIN.file_keys().contains(&SANDBOX_API_URL_KEY));
     }
 
     #[test]
@@ -277,6 +325,8 @@ mod tests {
         for (var, value) in [
             ("SANDBOX_TIMEOUT_SECS", "soon"),
             ("TENSORLAKE_API_URL", "not a url"),
+            ("TENSORLAKE_SANDBOX_API_URL", "sandbox.example.com"),
+            ("TENSORLAKE_SANDBOX_API_URL", "https://x/?q=1"),
             ("TENSORLAKE_SANDBOX_ROOT", "relative/dir"),
             ("TENSORLAKE_SANDBOX_ROOT", "/a/../b"),
         ] {

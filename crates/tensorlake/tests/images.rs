@@ -253,6 +253,7 @@ async fn a_pending_registration_is_sent_again_until_published() {
         status: 503,
         code: Some("publication_pending".into()),
         times: 5,
+        retry_after_secs: None,
     });
     let image = catalog.register("pending", &snapshot.id).await.unwrap();
     assert_eq!(image.name, "pending");
@@ -268,6 +269,7 @@ async fn a_pending_registration_is_sent_again_until_published() {
         status: 409,
         code: Some("image_build_in_progress".into()),
         times: 1,
+        retry_after_secs: None,
     });
     let error = catalog.register("pending", &snapshot.id).await.unwrap_err();
     assert_eq!(error.status(), Some(409), "{error}");

@@ -15,7 +15,7 @@ use tensorlake::models::{
 };
 use tensorlake::pty::PtyEvent;
 use tensorlake::{Client, Secret};
-use tensorlake_mock::Fault;
+use tensorlake_mock::{CreateOutcome, Fault};
 
 /// Bounds a wait that should end; never an assertion about speed.
 const GUARD: Duration = Duration::from_secs(60);
@@ -94,8 +94,16 @@ async fn lifecycle_follows_the_state_machine_with_conflicts_and_404_after_delete
     // even on a loaded machine.
     let world = World::start_with(|c| c.transition = Duration::from_secs(2)).await;
     let client = client(&world);
+    // The service's wait runs out: the sandbox stays queued.
+    world
+        .mock
+        .next_create(CreateOutcome::Timeout { pending_ms: 2000 });
     let created = client.create_sandbox(&named("life-1")).await.unwrap();
-    assert_eq!(created.status, SandboxStatus::Pending);
+    assert_eq!(created.status, SandboxStatus::Timeout);
+    assert_eq!(
+        client.get_sandbox("life-1").await.unwrap().status,
+        SandboxStatus::Pending
+    );
     // Mid-transition requests are refused.
     let early = client
         .suspend_sandbox(&created.sandbox_id)
@@ -126,8 +134,11 @@ async fn lifecycle_follows_the_state_machine_with_conflicts_and_404_after_delete
     wait_status(&client, &created.sandbox_id, SandboxStatus::Running).await;
 
     client.delete_sandbox(&created.sandbox_id).await.unwrap();
-    let gone = client.get_sandbox(&created.sandbox_id).await.unwrap_err();
-    assert!(gone.is_not_found(), "{gone}");
+    // Deleting is asynchronous: terminated, then gone.
+    match client.get_sandbox(&created.sandbox_id).await {
+        Ok(info) => assert_eq!(info.status, SandboxStatus::Terminated),
+        Err(gone) => assert!(gone.is_not_found(), "{gone}"),
+    }
     assert!(
         client
             .delete_sandbox(&created.sandbox_id)
@@ -163,6 +174,7 @@ async fn idempotent_requests_retry_503_until_success() {
         status: 503,
         code: None,
         times: 2,
+        retry_after_secs: None,
     });
     client(&world).list_sandboxes().await.unwrap();
     assert_eq!(world.mock.requests("/sandboxes"), 3);
@@ -178,6 +190,7 @@ async fn a_create_is_retried_only_when_it_provably_did_not_run() {
         status,
         code: code.map(str::to_owned),
         times: 1,
+        retry_after_secs: None,
     };
     // A plain 503 may come after the sandbox was made: not retried.
     world.mock.inject(fault(503, None));
@@ -203,6 +216,7 @@ async fn retries_give_up_after_the_policy_allows() {
         status: 502,
         code: None,
         times: 100,
+        retry_after_secs: None,
     });
     let error = client(&world).list_sandboxes().await.unwrap_err();
     assert_eq!(error.status(), Some(502));

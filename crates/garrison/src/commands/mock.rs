@@ -22,17 +22,20 @@ its sandboxes end with it.";
 
 const TENSORLAKE_AFTER_HELP: &str = "\
 Output:
-  The first line is TENSORLAKE_API_URL=http://127.0.0.1:PORT (the mock's
-  address), the second TENSORLAKE_SANDBOX_ROOT=<root>/sandboxes/{id}; both are
-  the variables `garrison serve --backend tensorlake` reads, so they can be
-  exported as printed. Nothing else is written to stdout.
+  Three lines: TENSORLAKE_API_URL=http://127.0.0.1:PORT (the mock's address),
+  TENSORLAKE_SANDBOX_ROOT=<root>/sandboxes/{id} and
+  TENSORLAKE_SANDBOX_API_URL=http://127.0.0.1:PORT (where lifecycle calls go;
+  the official SDKs read the same variable). They are the variables
+  `garrison serve --backend tensorlake` reads, so they can be exported as
+  printed. Nothing else is written to stdout.
 
 Example:
   # In one terminal (the key is any string; serve must be given the same):
   TENSORLAKE_API_KEY=tl_try garrison mock tensorlake --root /tmp/tl-mock
-  # In another, with the two lines it printed:
+  # In another, with the three lines it printed:
   export TENSORLAKE_API_KEY=tl_try TENSORLAKE_API_URL=http://127.0.0.1:PORT \\
-         TENSORLAKE_SANDBOX_ROOT=/tmp/tl-mock/sandboxes/{id}
+         TENSORLAKE_SANDBOX_ROOT=/tmp/tl-mock/sandboxes/{id} \\
+         TENSORLAKE_SANDBOX_API_URL=http://127.0.0.1:PORT
   garrison serve --backend tensorlake";
 
 #[derive(Args, Debug)]
@@ -82,6 +85,10 @@ pub async fn run(args: MockArgs) -> anyhow::Result<()> {
     let mock = tensorlake_mock::MockTensorlake::start_on(listen, config).await?;
     println!("TENSORLAKE_API_URL={}", mock.url());
     println!("TENSORLAKE_SANDBOX_ROOT={}", mock.sandbox_root_template());
+    // The lifecycle calls go to the sandbox API host, which the SDKs derive
+    // from the API URL (`api.` becomes `sandbox.`); a loopback address has
+    // nothing to derive from, so it is named as the official SDK lets it be.
+    println!("TENSORLAKE_SANDBOX_API_URL={}", mock.url());
     let stop = CancellationToken::new();
     crate::signals::on_stop_signal(stop.clone())?;
     stop.cancelled().await;

@@ -97,11 +97,13 @@ impl TensorlakeWorld {
         self.mock.as_ref().expect("mock")
     }
 
-    /// What `garrison serve` needs to use it.
+    /// What `garrison serve` needs to use it: the variables `garrison mock
+    /// tensorlake` prints.
     pub fn env(&self) -> Vec<(String, String)> {
         let mock = self.mock();
         vec![
             ("TENSORLAKE_API_URL".into(), mock.url().to_owned()),
+            ("TENSORLAKE_SANDBOX_API_URL".into(), mock.url().to_owned()),
             ("TENSORLAKE_API_KEY".into(), TENSORLAKE_KEY.into()),
             (
                 "TENSORLAKE_SANDBOX_ROOT".into(),

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::labels::LABELS_FILE;
 use super::network::{LABEL_GATEWAY, gateway_origin};
 use super::{KIND, Poll, TRANSITION_GUARD, TensorlakeBackend, check_id, map_err, plain};
-use crate::client::found;
+use crate::client::{LifecycleChange, MAX_LIFECYCLE_WAIT, found};
 use crate::dataplane::SandboxClient;
 use crate::error::Error;
 use crate::models::{CreateSandbox, Resources, SandboxInfo, SandboxStatus};
@@ -135,19 +135,16 @@ impl TensorlakeBackend {
     /// sandbox under that name, so one made by a create whose answer was
     /// lost), so it is deleted and the create is for the caller to retry.
     async fn clear_name(&self, name: &SandboxName, refused: Error) -> SandboxError {
-        let holders = match self.client.list_sandboxes().await {
-            Ok(all) => all,
+        let holder = match self.client.find_by_name(name.as_str()).await {
+            Ok(holder) => holder,
             Err(e) => return map_err(e),
         };
-        for info in holders {
-            if info.name.as_deref() == Some(name.as_str())
-                && !info.status.is_final()
-                && plain(&info.sandbox_id)
-            {
-                warn!(sandbox = %name, id = info.sandbox_id, "deleting a leftover sandbox that holds the session's name");
-                if let Err(e) = found(self.client.delete_sandbox(&info.sandbox_id).await) {
-                    return map_err(e);
-                }
+        if let Some(info) = holder
+            && plain(&info.sandbox_id)
+        {
+            warn!(sandbox = %name, id = info.sandbox_id, "deleting a leftover sandbox that holds the session's name");
+            if let Err(e) = found(self.client.delete_sandbox(&info.sandbox_id).await) {
+                return map_err(e);
             }
         }
         SandboxError::Transient(anyhow!(
@@ -171,13 +168,19 @@ impl TensorlakeBackend {
                 SandboxStatus::Running | SandboxStatus::Suspended
             );
             if settled && !asked {
-                let request = if target == SandboxStatus::Suspended {
-                    self.client.suspend_sandbox(&handle.id).await
+                let change = if target == SandboxStatus::Suspended {
+                    LifecycleChange::Suspend
                 } else {
-                    self.client.resume_sandbox(&handle.id).await
+                    LifecycleChange::Resume
                 };
+                // The service answers once done (or its wait ran out: then
+                // the polling below goes on).
+                let request = self
+                    .client
+                    .change_and_wait(&handle.id, change, MAX_LIFECYCLE_WAIT)
+                    .await;
                 match request {
-                    Ok(()) => asked = true,
+                    Ok(_) => asked = true,
                     Err(e) if e.is_conflict() => {}
                     Err(e) => return Err(map_err(e)),
                 }
@@ -222,6 +225,9 @@ pub(super) async fn create(backend: &TensorlakeBackend, spec: &SandboxSpec) -> R
         name: Some(spec.name.to_string()),
         auto_resume: Some(false),
     };
+    // The service answers once the sandbox runs, or `timeout` with it left
+    // queued (waited for below: creating again would only meet the name),
+    // or `failed`.
     let created = match backend.client.create_sandbox(&request).await {
         Ok(created) => created,
         Err(e) if e.is_not_found() && snapshot_id.is_some() => {
@@ -234,6 +240,21 @@ pub(super) async fn create(backend: &TensorlakeBackend, spec: &SandboxSpec) -> R
         Err(e) => return Err(map_err(e)),
     };
     check_id(&created.sandbox_id)?;
+    if created.status == SandboxStatus::Failed {
+        let handle = backend.handle_for(
+            &created.sandbox_id,
+            spec.name.as_str(),
+            spec.labels.clone(),
+            image,
+        );
+        // A failed sandbox keeps its name until deleted.
+        let _ = destroy(backend, &handle).await;
+        return Err(SandboxError::Fatal(anyhow!(
+            "sandbox {} failed to start: {}",
+            spec.name,
+            failure_reason(&created)
+        )));
+    }
     let mut labels = spec.labels.clone();
     if let Some(origin) = spec.network.gateway_url.as_deref().and_then(gateway_origin) {
         labels.insert(LABEL_GATEWAY.to_owned(), origin);
@@ -252,8 +273,27 @@ pub(super) async fn create(backend: &TensorlakeBackend, spec: &SandboxSpec) -> R
     Ok(handle)
 }
 
+/// What a failed create says about why, for the error.
+fn failure_reason(created: &crate::models::CreatedSandbox) -> String {
+    let details =
+        created
+            .error_details
+            .as_ref()
+            .map(|d| match d.get("message").and_then(|m| m.as_str()) {
+                Some(message) => message.to_owned(),
+                None => d.to_string(),
+            });
+    [created.termination_reason.clone(), details]
+        .into_iter()
+        .flatten()
+        .map(|s| s.chars().take(512).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 pub(super) async fn destroy(backend: &TensorlakeBackend, handle: &Handle) -> Result<()> {
     check_id(&handle.id)?;
+    backend.readers.forget_sandbox(&handle.id);
     found(backend.client.delete_sandbox(&handle.id).await).map_err(map_err)?;
     if let Some(name) = SandboxName::parse(&handle.name) {
         let _ = std::fs::remove_file(backend.labels_path(&name));

@@ -12,6 +12,9 @@ use anyhow::anyhow;
 use sandbox::names::is_plain_id;
 use sandbox::{Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
 
+use futures::StreamExt;
+
+use super::output::{READ_WINDOW, Reader};
 use super::{OUTPUT_LOG, Poll, TRANSITION_GUARD, TensorlakeBackend, map_err};
 use crate::client::found;
 use crate::dataplane::{ProcessKey, SandboxClient};
@@ -35,41 +38,47 @@ fi
 unset PWD OLDPWD SHLVL _
 exec "$@""#;
 
+/// The end of a helper command's output kept for an error message.
+const HELPER_OUTPUT_KEPT: usize = 64 << 10;
+
 /// `PATH` for the helper processes Garrison runs itself.
 const HELPER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 impl TensorlakeBackend {
-    /// Runs a helper command to completion: its exit code and output.
+    /// Runs a helper command to completion over one streaming request:
+    /// its exit code and the end of its output (for an error message).
     async fn run(&self, dp: &SandboxClient, argv: &[&str]) -> Result<(ProcessStatus, String)> {
         let (command, args) = argv.split_first().expect("a command");
-        let started = dp
-            .start_process(&StartProcess {
-                command: (*command).to_owned(),
-                args: args.iter().map(|a| (*a).to_owned()).collect(),
-                env: BTreeMap::from([("PATH".to_owned(), HELPER_PATH.to_owned())]),
-                working_dir: None,
-                name: None,
-                restart: None,
-            })
-            .await
-            .map_err(map_err)?;
-        let key = ProcessKey::Pid(started.pid);
-        let deadline = tokio::time::Instant::now() + TRANSITION_GUARD;
-        let mut poll = Poll::new();
-        let status = loop {
-            let info = dp.get_process(&key).await.map_err(map_err)?;
-            match process_status(&info) {
-                ProcessStatus::Running if tokio::time::Instant::now() < deadline => {
-                    poll.wait().await
-                }
-                ProcessStatus::Running => {
-                    return Err(SandboxError::Transient(anyhow!("{command} did not finish")));
-                }
-                done => break done,
-            }
+        let request = StartProcess {
+            command: (*command).to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: BTreeMap::from([("PATH".to_owned(), HELPER_PATH.to_owned())]),
+            working_dir: None,
+            name: None,
+            restart: None,
         };
-        let output = dp.output(&key).await.map_err(map_err)?.lines.join("\n");
-        Ok((status, output))
+        let run = tokio::time::timeout(
+            TRANSITION_GUARD,
+            dp.run_process(&request, HELPER_OUTPUT_KEPT),
+        )
+        .await
+        .map_err(|_| SandboxError::Transient(anyhow!("{command} did not finish")))?
+        .map_err(map_err)?;
+        if !run.ended {
+            return Err(SandboxError::Transient(anyhow!(
+                "{command}: the run stream ended before the process"
+            )));
+        }
+        let status = match (run.signal, run.exit_code) {
+            (Some(signal), _) if (1..64).contains(&signal) => {
+                ProcessStatus::Exited(128 + signal as i32)
+            }
+            (_, Some(code)) => {
+                ProcessStatus::Exited(code.clamp(i32::MIN as i64, i32::MAX as i64) as i32)
+            }
+            _ => ProcessStatus::Lost,
+        };
+        Ok((status, run.output))
     }
 
     pub(super) async fn run_ok(&self, dp: &SandboxClient, argv: &[&str]) -> Result<()> {
@@ -181,12 +190,79 @@ pub(super) async fn read_output(
     max: usize,
 ) -> Result<OutputChunk> {
     let key = process_key(process)?;
+    let slot = backend.readers.slot(&handle.id, &key);
+    let mut held = slot.lock().await;
+    let read = read_from(backend, handle, process, &key, &mut held, offset, max).await;
+    let finished = held
+        .as_ref()
+        .is_some_and(|r| r.stream.is_none() && !r.has(offset));
+    if read.is_err() || finished {
+        *held = None;
+        drop(held);
+        backend.readers.forget(&handle.id, &key);
+    }
+    read
+}
+
+/// [`read_output`] with the process's reader in hand.
+async fn read_from(
+    backend: &TensorlakeBackend,
+    handle: &Handle,
+    process: &ProcessRef,
+    key: &ProcessKey,
+    held: &mut Option<Reader>,
+    offset: u64,
+    max: usize,
+) -> Result<OutputChunk> {
+    let gone = || SandboxError::Gone(format!("process {}", process.id));
     let dp = backend.dataplane(handle).await?;
-    let output = match found(dp.output(&key).await).map_err(map_err)? {
-        Some(output) => output,
-        None => return Err(SandboxError::Gone(format!("process {}", process.id))),
-    };
-    Ok(slice_lines(&output.lines, offset, max))
+    if held.as_ref().is_none_or(|r| r.passed(offset)) {
+        let stream = found(dp.follow_output(key).await)
+            .map_err(map_err)?
+            .ok_or_else(gone)?;
+        *held = Some(Reader::new(stream.boxed()));
+    }
+    let reader = held.as_mut().expect("opened above");
+    let deadline = tokio::time::Instant::now() + TRANSITION_GUARD;
+    // Whether the process has ended, asked at most once per read: an
+    // ended process's stream ends after its last line, so the read waits
+    // for that; a running one's read returns what has come.
+    let mut ended: Option<bool> = None;
+    loop {
+        reader.drain_ready(offset, max).map_err(map_err)?;
+        if reader.holds(offset, max) || reader.stream.is_none() {
+            break;
+        }
+        if reader.has(offset) {
+            if ended.is_none() {
+                ended = Some(has_ended(&dp, key).await?.ok_or_else(gone)?);
+            }
+            if ended == Some(false) {
+                break;
+            }
+        }
+        let stream = reader.stream.as_mut().expect("checked above");
+        match tokio::time::timeout(READ_WINDOW, stream.next()).await {
+            Ok(Some(event)) => reader.push(&event.map_err(map_err)?.line, offset),
+            Ok(None) => reader.stream = None,
+            Err(_) => {
+                if ended.is_none() {
+                    ended = Some(has_ended(&dp, key).await?.ok_or_else(gone)?);
+                }
+                if ended == Some(false) || tokio::time::Instant::now() > deadline {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(reader.chunk(offset, max))
+}
+
+/// Whether the process has ended; `None` when the daemon knows it not.
+async fn has_ended(dp: &SandboxClient, key: &ProcessKey) -> Result<Option<bool>> {
+    Ok(found(dp.get_process(key).await)
+        .map_err(map_err)?
+        .map(|info| process_status(&info) != ProcessStatus::Running))
 }
 
 /// Signal numbers (Linux): the daemon takes numbers.
@@ -209,30 +285,6 @@ pub fn process_status(info: &ProcessInfo) -> ProcessStatus {
     }
 }
 
-/// Bytes `[offset, offset + max)` of the output, lines joined by `\n`.
-pub fn slice_lines(lines: &[String], offset: u64, max: usize) -> OutputChunk {
-    let mut data = Vec::new();
-    let mut position = 0u64;
-    for line in lines {
-        for bytes in [line.as_bytes(), b"\n"] {
-            let end = position + bytes.len() as u64;
-            if end > offset && data.len() < max {
-                let from = offset.saturating_sub(position) as usize;
-                let take = (bytes.len() - from).min(max - data.len());
-                data.extend_from_slice(&bytes[from..from + take]);
-            }
-            position = end;
-        }
-        if data.len() >= max {
-            break;
-        }
-    }
-    OutputChunk {
-        next_offset: offset + data.len() as u64,
-        data,
-    }
-}
-
 fn process_key(process: &ProcessRef) -> Result<ProcessKey> {
     if is_plain_id(&process.id) && !process.id.bytes().all(|b| b.is_ascii_digit()) {
         Ok(ProcessKey::Name(process.id.clone()))
@@ -247,18 +299,6 @@ fn process_key(process: &ProcessRef) -> Result<ProcessKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn output_slices_by_byte_offset() {
-        let lines = vec!["hello".to_owned(), "oops".to_owned()];
-        let all = slice_lines(&lines, 0, 1024);
-        assert_eq!(all.data, b"hello\noops\n");
-        assert_eq!(all.next_offset, 11);
-        let part = slice_lines(&lines, 3, 4);
-        assert_eq!(part.data, b"lo\no");
-        assert_eq!(part.next_offset, 7);
-        assert!(slice_lines(&lines, 11, 10).data.is_empty());
-    }
 
     #[test]
     fn exit_codes() {

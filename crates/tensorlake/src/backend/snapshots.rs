@@ -7,7 +7,7 @@ use sandbox::{Handle, Result, SandboxError, SnapshotRef};
 
 use super::{KIND, Poll, TRANSITION_GUARD, TensorlakeBackend, check_id, map_err, plain};
 use crate::client::found;
-use crate::models::{CreateSnapshot, SnapshotStatus, SnapshotType};
+use crate::models::{CreateSnapshot, SnapshotType};
 
 pub(super) async fn snapshot(backend: &TensorlakeBackend, handle: &Handle) -> Result<SnapshotRef> {
     backend.running(handle).await?;
@@ -31,7 +31,8 @@ pub(super) async fn snapshot(backend: &TensorlakeBackend, handle: &Handle) -> Re
             .await
             .map_err(map_err)?;
         match info.status {
-            SnapshotStatus::Completed => {
+            // Usable from `local_ready`, as the SDK's default wait.
+            ref status if status.is_usable() => {
                 return Ok(SnapshotRef {
                     backend: KIND.to_owned(),
                     id: created.snapshot_id,
@@ -40,9 +41,9 @@ pub(super) async fn snapshot(backend: &TensorlakeBackend, handle: &Handle) -> Re
                     base_image: info.base_image.or(handle.image.clone()),
                 });
             }
-            SnapshotStatus::Failed => {
+            ref status if status.is_dead() => {
                 return Err(SandboxError::Fatal(anyhow!(
-                    "snapshot {} failed: {}",
+                    "snapshot {} is {status}: {}",
                     created.snapshot_id,
                     info.error.unwrap_or_default()
                 )));
@@ -68,7 +69,7 @@ pub(super) async fn snapshot_exists(
     }
     Ok(
         match found(backend.client.get_snapshot(&snapshot.id).await).map_err(map_err)? {
-            Some(info) => info.status != SnapshotStatus::Failed,
+            Some(info) => !info.status.is_dead(),
             None => false,
         },
     )

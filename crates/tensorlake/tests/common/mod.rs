@@ -34,6 +34,7 @@ impl World {
     pub fn config(&self) -> TensorlakeConfig {
         TensorlakeConfig {
             api_url: self.mock.url().to_owned(),
+            sandbox_api_url: None,
             api_key: Secret::new(KEY),
             default_image: Some("garrison-test".into()),
             timeout_secs: 1800,

@@ -34,6 +34,6 @@ pub fn settings(config: Option<&Path>) -> anyhow::Result<Option<TensorlakeSettin
 pub fn client(config: Option<&Path>) -> anyhow::Result<(tensorlake::Client, TensorlakeSettings)> {
     let s = settings(config)?
         .ok_or_else(|| SettingsError::Missing(tensorlake::settings::NO_KEY.to_owned()))?;
-    let client = tensorlake::Client::new(&s.api_url, s.api_key.clone())?;
+    let client = s.client()?;
     Ok((client, s))
 }

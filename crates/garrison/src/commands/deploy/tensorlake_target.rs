@@ -110,13 +110,10 @@ fn client_for_reading(args: &TensorlakeDeployArgs) -> anyhow::Result<Client> {
 
 /// The live sandbox of that name, if any.
 async fn find(client: &Client, name: &str) -> anyhow::Result<Option<SandboxInfo>> {
-    let all = client
-        .list_sandboxes()
+    client
+        .find_by_name(name)
         .await
-        .context("listing Tensorlake sandboxes")?;
-    Ok(all
-        .into_iter()
-        .find(|s| s.name.as_deref() == Some(name) && !s.status.is_final()))
+        .with_context(|| format!("looking up the Tensorlake sandbox {name}"))
 }
 
 struct Poll(Duration);
@@ -177,7 +174,7 @@ async fn ensure(args: &TensorlakeDeployArgs, resolved: &Resolved) -> anyhow::Res
 
 fn newest_uptime(processes: &[ProcessInfo]) -> String {
     plan::newest_serve(processes)
-        .and_then(|p| p.started_at)
+        .and_then(|p| p.started_at.as_ref()?.unix_ms())
         .map(|at| format!(", up {}", plan::uptime(now_ms() - at)))
         .unwrap_or_default()
 }
@@ -223,7 +220,27 @@ async fn ensure_sandbox(
                     })
                     .await
                     .with_context(|| format!("creating sandbox {}", args.name))?;
-                println!("created sandbox {} (id {})", args.name, created.sandbox_id);
+                match created.status {
+                    SandboxStatus::Failed => {
+                        // It keeps the name until deleted.
+                        let _ = client.delete_sandbox(&created.sandbox_id).await;
+                        bail!(
+                            "sandbox {} (id {}) failed to start: {}",
+                            args.name,
+                            created.sandbox_id,
+                            created
+                                .termination_reason
+                                .as_deref()
+                                .unwrap_or("no reason given")
+                        );
+                    }
+                    // The service's wait ran out; the sandbox stays queued.
+                    SandboxStatus::Timeout => println!(
+                        "sandbox {} (id {}) is queued for capacity; waiting for it",
+                        args.name, created.sandbox_id
+                    ),
+                    _ => println!("created sandbox {} (id {})", args.name, created.sandbox_id),
+                }
             }
             (SandboxStep::Resume, Some(info)) => {
                 match client.resume_sandbox(&info.sandbox_id).await {
@@ -299,50 +316,35 @@ async fn install(
     Ok(())
 }
 
-/// Runs a short helper command in the sandbox to completion.
+/// Runs a short helper command in the sandbox to completion, over one
+/// streaming request.
 async fn run_ok(dp: &SandboxClient, argv: &[&str]) -> anyhow::Result<()> {
     let (command, rest) = argv.split_first().context("a command")?;
-    let started = dp
-        .start_process(&StartProcess {
-            command: (*command).to_owned(),
-            args: rest.iter().map(|a| (*a).to_owned()).collect(),
-            env: BTreeMap::from([(
-                "PATH".to_owned(),
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-            )]),
-            working_dir: None,
-            name: None,
-            restart: None,
-        })
+    let request = StartProcess {
+        command: (*command).to_owned(),
+        args: rest.iter().map(|a| (*a).to_owned()).collect(),
+        env: BTreeMap::from([(
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        )]),
+        working_dir: None,
+        name: None,
+        restart: None,
+    };
+    let run = tokio::time::timeout(TRANSITION_GUARD, dp.run_process(&request, 2000))
         .await
+        .map_err(|_| anyhow::anyhow!("{command} in the sandbox did not finish"))?
         .with_context(|| format!("running {command} in the sandbox"))?;
-    let key = ProcessKey::Pid(started.pid);
-    let deadline = tokio::time::Instant::now() + TRANSITION_GUARD;
-    let mut poll = Poll::new();
-    loop {
-        let info = dp.get_process(&key).await?;
-        if info.status != ProcessState::Running {
-            if info.exit_code == Some(0) {
-                return Ok(());
-            }
-            let output = dp
-                .output(&key)
-                .await
-                .map(|o| o.lines.join("\n"))
-                .unwrap_or_default();
-            bail!(
-                "{} in the sandbox ended {} (code {:?}): {}",
-                argv.join(" "),
-                info.status,
-                info.exit_code,
-                output.chars().take(2000).collect::<String>()
-            );
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("{command} in the sandbox did not finish");
-        }
-        poll.wait().await;
+    if run.ended && run.exit_code == Some(0) {
+        return Ok(());
     }
+    bail!(
+        "{} in the sandbox ended with code {:?}, signal {:?}: {}",
+        argv.join(" "),
+        run.exit_code,
+        run.signal,
+        run.output
+    );
 }
 
 /// Prints the state; the exit status for the shell.

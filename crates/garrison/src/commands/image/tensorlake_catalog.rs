@@ -45,6 +45,7 @@ pub async fn build(
     let step_path = std::env::var(STEP_PATH_ENV).unwrap_or_else(|_| DEFAULT_STEP_PATH.to_owned());
     let backend = TensorlakeBackend::new(TensorlakeConfig {
         api_url: settings.api_url.clone(),
+        sandbox_api_url: settings.sandbox_api_url.clone(),
         api_key: settings.api_key.clone(),
         default_image: None,
         timeout_secs: settings.timeout_secs,

@@ -74,12 +74,24 @@ pub struct MockModal {
 }
 
 impl MockModal {
-    /// Starts the server on a loopback port.
+    /// Starts the server on a free loopback port.
     pub async fn start(config: MockConfig) -> anyhow::Result<Self> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+    }
+
+    /// Starts the server on `addr`, which must be a loopback address: the
+    /// mock runs whatever a token holder asks for on this host, unsandboxed.
+    pub async fn start_on(addr: SocketAddr, config: MockConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "{addr}: the mock listens on loopback addresses only"
+        );
         std::fs::create_dir_all(config.root.join("sandboxes"))
             .with_context(|| format!("creating {}", config.root.display()))?;
         std::fs::create_dir_all(config.root.join("images"))?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
         let addr = listener.local_addr()?;
         let state = Arc::new(state::State::new(config));
         let auth = service::Auth::new(&state);
@@ -102,7 +114,7 @@ impl MockModal {
         })
     }
 
-    /// `http://127.0.0.1:PORT`, for `MODAL_API_URL`.
+    /// `http://127.0.0.1:PORT`, for `MODAL_SERVER_URL`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

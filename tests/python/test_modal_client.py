@@ -83,6 +83,11 @@ def sleeper(modal, app, image, **kwargs):
     return modal.Sandbox.create("sleep", "3600", app=app, image=image, **kwargs)
 
 
+# Prints alive or gone for the process whose pid is in $PID: a killed
+# process may linger as a zombie until reaped, which `kill -0` still finds.
+ALIVE = 'if grep -qs "^State:[[:space:]]*[^Z[:space:]]" "/proc/$PID/status"; then echo alive; else echo gone; fi'
+
+
 def run(sb, *argv, **kwargs):
     """Runs argv in the sandbox and returns (exit code, stdout, stderr)."""
     p = sb.exec(*argv, **kwargs)
@@ -207,10 +212,26 @@ def test_memory_snapshot_and_restore_keep_a_running_process(modal, app, image):
     restored = modal.Sandbox._experimental_from_snapshot(snapshot)
     try:
         # ... is still running in the restored sandbox.
-        code, out, err = run(restored, "sh", "-c", 'kill -0 "$(cat pid)" && echo alive')
+        code, out, err = run(restored, "sh", "-c", f'PID="$(cat pid)"; {ALIVE}')
         assert (code, out) == (0, "alive\n"), err
     finally:
         restored.terminate()
+
+
+def test_without_a_memory_snapshot_terminate_ends_the_processes(modal, app, image):
+    # The control for the test above: what survives there survives because
+    # of the snapshot, not because a process outlives its sandbox.
+    sb = sleeper(modal, app, image)
+    code, pid, _ = run(sb, "sh", "-c", "nohup sleep 3000 >/dev/null 2>&1 & echo $!")
+    assert code == 0
+    sb.terminate()
+    sb.wait(raise_on_termination=False)
+    other = sleeper(modal, app, image)
+    try:
+        code, out, _ = run(other, "sh", "-c", f"PID={pid.strip()}; {ALIVE}")
+        assert out == "gone\n"
+    finally:
+        other.terminate()
 
 
 def test_network_access_is_set_on_a_running_sandbox(modal, app, image):

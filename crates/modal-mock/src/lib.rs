@@ -22,6 +22,7 @@
 //! policies are recorded, not enforced.
 
 mod exec;
+mod router;
 mod service;
 mod state;
 
@@ -32,6 +33,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use modal::wire::modal_client_server::ModalClientServer;
+use modal::wire::router::task_command_router_server::TaskCommandRouterServer;
 use tokio::sync::oneshot;
 
 pub use state::{ImageView, SandboxView};
@@ -95,13 +97,19 @@ impl MockModal {
         let addr = listener.local_addr()?;
         let state = Arc::new(state::State::new(config));
         let auth = service::Auth::new(&state);
+        let _ = state.url.set(format!("http://{addr}"));
         let server =
             ModalClientServer::with_interceptor(service::Service::new(state.clone()), auth);
+        let router = TaskCommandRouterServer::with_interceptor(
+            router::Router::new(state.clone()),
+            router::RouterAuth::new(state.clone()),
+        );
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(server)
+                .add_service(router)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
@@ -138,6 +146,13 @@ impl MockModal {
     /// with `code` before they do anything.
     pub fn fail_next(&self, rpc: &str, code: tonic::Code, times: u32) {
         self.state.fail_next(rpc, code, times);
+    }
+
+    /// Makes the next `times` calls of `rpc` do their work and then fail
+    /// with UNAVAILABLE, as when the connection drops before the answer
+    /// arrives: a retry must not make a second sandbox.
+    pub fn lose_next_answers(&self, rpc: &str, times: u32) {
+        self.state.lose_next_answers(rpc, times);
     }
 
     /// How many calls of `rpc` reached the mock (failed ones included,

@@ -8,8 +8,13 @@ mod apps;
 mod container_exec;
 mod images;
 mod listing;
+mod memory;
 mod sandboxes;
+mod sandboxes_v2;
 mod snapshots;
+
+pub(crate) use memory::take as take_memory_snapshot;
+pub(crate) use snapshots::snapshot_filesystem;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,13 +85,43 @@ impl Service {
     }
 }
 
+/// The variables of inline `SecretSource`s, later sources overriding
+/// earlier ones. Stored Secrets (by id) are not the mock's yet.
+pub(crate) fn inline_env(sources: &[wire::SecretSource]) -> Result<Vec<(String, String)>, Status> {
+    use wire::secret_source::Source;
+    let mut env = std::collections::BTreeMap::new();
+    for source in sources {
+        match &source.source {
+            Some(Source::Env(map)) => env.extend(map.contents.clone()),
+            Some(Source::SecretId(id)) => {
+                return Err(Status::unimplemented(format!(
+                    "secret {id}: the mock does not serve stored Secrets"
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok(env.into_iter().collect())
+}
+
+/// The `x-idempotency-key` Modal's client sends with a call it may retry.
+fn idempotency_key<T>(request: &Request<T>) -> Option<String> {
+    request
+        .metadata()
+        .get("x-idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 128)
+        .map(|k| format!("idem:{k}"))
+}
+
+/// How long one long-poll call waits: what the client asks, capped; zero
+/// (Modal's client polls with `timeout=0`) answers at once.
 fn poll_limit(timeout: f32) -> Duration {
-    let secs = if timeout > 0.0 {
-        timeout.min(MAX_POLL)
+    if timeout > 0.0 {
+        Duration::from_secs_f32(timeout.min(MAX_POLL))
     } else {
-        MAX_POLL
-    };
-    Duration::from_secs_f32(secs)
+        Duration::ZERO
+    }
 }
 
 fn success() -> wire::GenericResult {
@@ -213,5 +248,118 @@ impl ModalClient for Service {
         request: Request<wire::ImageDeleteRequest>,
     ) -> Result<Response<()>, Status> {
         images::image_delete(&self.state, request).await
+    }
+
+    async fn auth_token_get(
+        &self,
+        request: Request<wire::AuthTokenGetRequest>,
+    ) -> Result<Response<wire::AuthTokenGetResponse>, Status> {
+        sandboxes_v2::auth_token_get(&self.state, request).await
+    }
+
+    async fn sandbox_create_v2(
+        &self,
+        request: Request<wire::SandboxCreateV2Request>,
+    ) -> Result<Response<wire::SandboxCreateV2Response>, Status> {
+        sandboxes_v2::sandbox_create_v2(&self.state, request).await
+    }
+
+    async fn sandbox_get_command_router_access(
+        &self,
+        request: Request<wire::SandboxGetCommandRouterAccessRequest>,
+    ) -> Result<Response<wire::SandboxGetCommandRouterAccessResponse>, Status> {
+        sandboxes_v2::sandbox_get_command_router_access(&self.state, request).await
+    }
+
+    async fn task_get_command_router_access(
+        &self,
+        request: Request<wire::TaskGetCommandRouterAccessRequest>,
+    ) -> Result<Response<wire::TaskGetCommandRouterAccessResponse>, Status> {
+        sandboxes_v2::task_get_command_router_access(&self.state, request).await
+    }
+
+    async fn sandbox_get_from_name(
+        &self,
+        request: Request<wire::SandboxGetFromNameRequest>,
+    ) -> Result<Response<wire::SandboxGetFromNameResponse>, Status> {
+        // The mock has one kind of sandbox: V1 lookups find the same ones.
+        sandboxes_v2::sandbox_get_from_name_v2(&self.state, request).await
+    }
+
+    async fn sandbox_get_from_name_v2(
+        &self,
+        request: Request<wire::SandboxGetFromNameRequest>,
+    ) -> Result<Response<wire::SandboxGetFromNameResponse>, Status> {
+        sandboxes_v2::sandbox_get_from_name_v2(&self.state, request).await
+    }
+
+    async fn sandbox_get_task_id_v2(
+        &self,
+        request: Request<wire::SandboxGetTaskIdRequest>,
+    ) -> Result<Response<wire::SandboxGetTaskIdResponse>, Status> {
+        sandboxes::sandbox_get_task_id(&self.state, request).await
+    }
+
+    async fn sandbox_tags_get_v2(
+        &self,
+        request: Request<wire::SandboxTagsGetRequest>,
+    ) -> Result<Response<wire::SandboxTagsGetResponse>, Status> {
+        sandboxes_v2::sandbox_tags_get_v2(&self.state, request).await
+    }
+
+    async fn sandbox_tags_set_v2(
+        &self,
+        request: Request<wire::SandboxTagsSetRequest>,
+    ) -> Result<Response<()>, Status> {
+        sandboxes::sandbox_tags_set(&self.state, request).await
+    }
+
+    async fn sandbox_terminate_v2(
+        &self,
+        request: Request<wire::SandboxTerminateRequest>,
+    ) -> Result<Response<wire::SandboxTerminateResponse>, Status> {
+        sandboxes::sandbox_terminate(&self.state, request).await
+    }
+
+    async fn sandbox_wait_v2(
+        &self,
+        request: Request<wire::SandboxWaitRequest>,
+    ) -> Result<Response<wire::SandboxWaitResponse>, Status> {
+        sandboxes::sandbox_wait(&self.state, request).await
+    }
+
+    async fn sandbox_list_v2(
+        &self,
+        request: Request<wire::SandboxListRequest>,
+    ) -> Result<Response<wire::SandboxListResponse>, Status> {
+        listing::sandbox_list(&self.state, request).await
+    }
+
+    async fn sandbox_restore_v2(
+        &self,
+        request: Request<wire::SandboxRestoreV2Request>,
+    ) -> Result<Response<wire::SandboxRestoreV2Response>, Status> {
+        memory::sandbox_restore_v2(&self.state, request).await
+    }
+
+    async fn sandbox_snapshot_get(
+        &self,
+        request: Request<wire::SandboxSnapshotGetRequest>,
+    ) -> Result<Response<wire::SandboxSnapshotGetResponse>, Status> {
+        memory::sandbox_snapshot_get(&self.state, request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_timeout_polls_and_a_long_one_is_capped() {
+        assert_eq!(poll_limit(0.0), Duration::ZERO);
+        assert_eq!(poll_limit(-1.0), Duration::ZERO);
+        assert_eq!(poll_limit(f32::NAN), Duration::ZERO);
+        assert_eq!(poll_limit(2.5), Duration::from_millis(2500));
+        assert_eq!(poll_limit(3600.0), Duration::from_secs(55));
     }
 }

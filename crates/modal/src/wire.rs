@@ -10,6 +10,19 @@
 
 tonic::include_proto!("modal.client");
 
+/// The router's messages name `modal.client` types as `super::client::...`.
+#[doc(hidden)]
+pub mod client {
+    pub use super::{NetworkAccess, SecretSource};
+}
+
+/// The task command router (`modal.task_command_router`): processes,
+/// snapshots and network changes of one running task.
+pub mod router {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("modal.task_command_router");
+}
+
 /// The Modal Python SDK version whose protocol Garrison speaks. Modal's
 /// server refuses clients it considers too old, so this is what to raise
 /// (after checking the messages in `modal_api.proto` still match) when it

@@ -53,7 +53,7 @@ pub async fn container_exec(
     let (sandbox_id, dir) = task_sandbox(state, &r.task_id)?;
     let cwd = r.workdir.map(std::path::PathBuf::from).unwrap_or(dir);
     let merge = r.stderr_output == wire::ExecOutputOption::Stdout as i32;
-    let exec = Exec::start(&sandbox_id, &r.command, &cwd, merge);
+    let exec = Exec::start(&sandbox_id, &r.command, &cwd, &[], merge);
     let exec_id = new_id("ce");
     state
         .inner

@@ -68,6 +68,7 @@ pub async fn image_get_or_create(
                 snapshot_of: None,
             },
             created: state.now(),
+            ttl: None,
             files: None,
         });
     // The result is left for ImageJoinStreaming, as for a fresh build.

@@ -59,6 +59,11 @@ pub async fn sandbox_list(
                 .map(|p| p.regions.clone())
                 .unwrap_or_default(),
             timeout_secs: s.view.definition.timeout_secs,
+            idle_timeout_secs: s.view.definition.idle_timeout_secs,
+            metadata: Some(wire::SandboxHandleMetadata {
+                result: s.result.clone(),
+                app_id: s.view.app_id.clone(),
+            }),
         })
         .collect();
     Ok(Response::new(wire::SandboxListResponse { sandboxes }))

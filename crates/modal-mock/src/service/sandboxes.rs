@@ -19,28 +19,32 @@ pub async fn sandbox_create(
     let definition = r
         .definition
         .ok_or_else(|| Status::invalid_argument("definition is required"))?;
+    let (sandbox_id, _) = create(state, &r.app_id, definition, &r.tags, Vec::new())?;
+    Ok(Response::new(wire::SandboxCreateResponse { sandbox_id }))
+}
+
+/// Starts a sandbox (V1 and V2 alike) and returns its id and task id.
+pub(super) fn create(
+    state: &Arc<State>,
+    app_id: &str,
+    definition: wire::Sandbox,
+    tags: &[wire::SandboxTag],
+    env: Vec<(String, String)>,
+) -> Result<(String, String), Status> {
     let id = new_id("sb");
     let dir = state.sandbox_dir(&id);
     let snapshot_files = {
         let inner = state.inner.lock().unwrap();
-        if !inner.apps.values().any(|a| *a == r.app_id) {
-            return Err(Status::not_found(format!("app {} not found", r.app_id)));
+        if !inner.apps.values().any(|a| a == app_id) {
+            return Err(Status::not_found(format!("app {app_id} not found")));
         }
         let image = inner
             .images
             .get(&definition.image_id)
             .filter(|i| state.image_alive(i))
             .ok_or_else(|| Status::not_found(format!("image {} not found", definition.image_id)))?;
-        if let Some(name) = &definition.name
-            && inner.sandboxes.iter().any(|s| {
-                s.result.is_none()
-                    && s.view.app_id == r.app_id
-                    && s.view.name.as_ref() == Some(name)
-            })
-        {
-            return Err(Status::already_exists(format!(
-                "a sandbox named {name} is running"
-            )));
+        if let Some(name) = &definition.name {
+            ensure_name_free(&inner, app_id, name)?;
         }
         image.files.clone()
     };
@@ -49,26 +53,30 @@ pub async fn sandbox_create(
         None => std::fs::create_dir_all(&dir),
     };
     prepared.map_err(|e| Status::internal(format!("preparing the sandbox: {e}")))?;
-    let entry = Exec::start(&id, &definition.entrypoint_args, &dir, true);
+    let entry = Exec::start(&id, &definition.entrypoint_args, &dir, &env, true);
     let timeout = Duration::from_secs(u64::from(definition.timeout_secs.max(1)));
+    let task_id = new_id("ta");
     let mut sandbox = MockSandbox {
         view: state::SandboxView {
             id: id.clone(),
-            app_id: r.app_id.clone(),
+            app_id: app_id.to_owned(),
             name: definition.name.clone(),
-            tags: r
-                .tags
+            tags: tags
                 .iter()
                 .map(|t| (t.tag_name.clone(), t.tag_value.clone()))
                 .collect(),
             definition,
             dir,
             running: true,
+            restored_from: None,
+            network_changes: 0,
         },
         created_at: unix_now(),
-        task_id: new_id("ta"),
+        task_id: task_id.clone(),
         result: None,
         pids: entry.pid.into_iter().collect(),
+        entry: Some(entry.clone()),
+        env,
     };
     if entry.pid.is_none() {
         sandbox.result = Some(wire::GenericResult {
@@ -79,9 +87,35 @@ pub async fn sandbox_create(
         sandbox.view.running = false;
     }
     state.inner.lock().unwrap().sandboxes.push(sandbox);
-    // The sandbox ends with its entry point, or at its timeout.
+    end_with_entry_point(state, &id, entry, timeout);
+    Ok((id, task_id))
+}
+
+/// Named sandboxes are unique among an app's running ones.
+pub(super) fn ensure_name_free(
+    inner: &state::Inner,
+    app_id: &str,
+    name: &str,
+) -> Result<(), Status> {
+    if inner.sandboxes.iter().any(|s| {
+        s.result.is_none() && s.view.app_id == app_id && s.view.name.as_deref() == Some(name)
+    }) {
+        return Err(Status::already_exists(format!(
+            "a sandbox named {name} is running"
+        )));
+    }
+    Ok(())
+}
+
+/// The sandbox ends with its entry point, or at its timeout.
+pub(super) fn end_with_entry_point(
+    state: &Arc<State>,
+    sandbox_id: &str,
+    entry: Arc<Exec>,
+    timeout: Duration,
+) {
     let state = state.clone();
-    let sandbox_id = id.clone();
+    let sandbox_id = sandbox_id.to_owned();
     tokio::spawn(async move {
         let mut changed = entry.subscribe();
         let ended = tokio::time::timeout(timeout, async {
@@ -107,9 +141,6 @@ pub async fn sandbox_create(
         };
         state.finish(&sandbox_id, result);
     });
-    Ok(Response::new(wire::SandboxCreateResponse {
-        sandbox_id: id,
-    }))
 }
 
 pub async fn sandbox_get_task_id(
@@ -192,7 +223,10 @@ pub async fn sandbox_wait(
             sandbox.result.clone()
         };
         if result.is_some() || tokio::time::Instant::now() >= deadline {
-            return Ok(Response::new(wire::SandboxWaitResponse { result }));
+            return Ok(Response::new(wire::SandboxWaitResponse {
+                result,
+                metadata: None,
+            }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -1,6 +1,9 @@
-//! Filesystem snapshots: a copy of the sandbox directory kept as an image.
+//! Filesystem snapshots: a copy of the sandbox directory kept as an image,
+//! by the legacy `SandboxSnapshotFs` and by the command router's
+//! `TaskSnapshotFilesystem` (which adds an expiry).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use modal::wire;
 use tonic::{Request, Response, Status};
@@ -14,9 +17,23 @@ pub async fn sandbox_snapshot_fs(
 ) -> Result<Response<wire::SandboxSnapshotFsResponse>, Status> {
     state.enter("SandboxSnapshotFs")?;
     let r = request.into_inner();
+    let image_id = snapshot_filesystem(state, &r.sandbox_id, None).await?;
+    Ok(Response::new(wire::SandboxSnapshotFsResponse {
+        image_id,
+        result: Some(success()),
+    }))
+}
+
+/// Copies the running sandbox's directory into a new image kept for `ttl`
+/// (`None`: until deleted) and returns the image's id.
+pub async fn snapshot_filesystem(
+    state: &State,
+    sandbox_id: &str,
+    ttl: Option<Duration>,
+) -> Result<String, Status> {
     let view = state
-        .sandbox_view(&r.sandbox_id)
-        .ok_or_else(|| Status::not_found(format!("sandbox {} not found", r.sandbox_id)))?;
+        .sandbox_view(sandbox_id)
+        .ok_or_else(|| Status::not_found(format!("sandbox {sandbox_id} not found")))?;
     if !view.running {
         return Err(Status::failed_precondition("the sandbox has finished"));
     }
@@ -39,11 +56,9 @@ pub async fn sandbox_snapshot_fs(
                 snapshot_of: Some(view.id.clone()),
             },
             created,
+            ttl,
             files: Some(files),
         },
     );
-    Ok(Response::new(wire::SandboxSnapshotFsResponse {
-        image_id,
-        result: Some(success()),
-    }))
+    Ok(image_id)
 }

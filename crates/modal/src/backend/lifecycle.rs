@@ -134,6 +134,8 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
             milli_cpu: (spec.resources.cpus * 1000.0)
                 .round()
                 .clamp(1.0, u32::MAX as f64) as u32,
+            memory_mb_max: 0,
+            milli_cpu_max: 0,
         }),
         timeout_secs: backend.settings.timeout.as_secs() as u32,
         workdir: None,
@@ -145,6 +147,9 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         }),
         network_access: Some(backend.network_access(spec)),
         name: Some(spec.name.to_string()),
+        enable_snapshot: false,
+        runtime: None,
+        idle_timeout_secs: None,
     };
     let request = wire::SandboxCreateRequest {
         app_id,

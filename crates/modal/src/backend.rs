@@ -61,6 +61,40 @@ pub struct ModalSettings {
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime (Modal terminates it then).
     pub timeout: Duration,
+    /// Modal ends a sandbox idle this long (no exec, no stdin, no
+    /// connection); `None` leaves only [`ModalSettings::timeout`].
+    pub idle_timeout: Option<Duration>,
+    /// The isolation sandboxes run under (`Sandbox.create(runtime=...)`);
+    /// `None` is Modal's default.
+    pub runtime: Option<Runtime>,
+}
+
+/// What isolates a Modal sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// gVisor, Modal's default.
+    Gvisor,
+    /// A micro-VM.
+    Vm,
+}
+
+impl Runtime {
+    /// The value `Sandbox.runtime` carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Gvisor => "gvisor",
+            Runtime::Vm => "vm",
+        }
+    }
+
+    /// Parses `gvisor` or `vm`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "gvisor" => Some(Runtime::Gvisor),
+            "vm" => Some(Runtime::Vm),
+            _ => None,
+        }
+    }
 }
 
 /// The image name used when none is configured, as for the local backend.

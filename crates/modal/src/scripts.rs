@@ -18,15 +18,17 @@ pub const SETUP: &str = "set -e; umask 077; \
     mkdir -p garrison/workspace garrison/state garrison/bin garrison/home garrison/proc; \
     cd garrison; pwd -P";
 
-/// `sh -c LAUNCH sh DIR ARGV...` with the environment script on stdin:
-/// claims DIR (failing with 17 if the name is taken), stores the
+/// `sh -c LAUNCH sh DIR ARGV...` with the environment script in the
+/// variable [`LAUNCH_ENV`] (sent in the exec's environment map, never on a
+/// command line): claims DIR (failing with 17 if the name is taken), stores the
 /// environment privately, starts ARGV in its own session with exactly that
 /// environment and output to `output.log`, prints `started`, and records
 /// the exit code when ARGV ends (128 + N for signal N).
 pub const LAUNCH: &str = r#"d="$1"; shift
 mkdir "$d" 2>/dev/null || { echo exists; exit 17; }
 echo "$$" > "$d/launcher"
-(umask 077; cat > "$d/env") || { rm -rf "$d"; exit 18; }
+(umask 077; printf '%s' "$GARRISON_LAUNCH_ENV" > "$d/env") || { rm -rf "$d"; exit 18; }
+unset GARRISON_LAUNCH_ENV
 setsid env -i /bin/sh -c '. "$0/env"; rm -f "$0/env"; exec "$@"' "$d" "$@" > "$d/output.log" 2>&1 < /dev/null &
 child=$!
 echo "$child" > "$d/pid"
@@ -34,6 +36,9 @@ echo started
 wait "$child"
 code=$?
 echo "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit""#;
+
+/// The variable [`LAUNCH`] reads the process's environment script from.
+pub const LAUNCH_ENV: &str = "GARRISON_LAUNCH_ENV";
 
 /// Exit code of [`LAUNCH`] when the process name is taken.
 pub const LAUNCH_EXISTS: i32 = 17;
@@ -203,6 +208,26 @@ mod tests {
             .collect();
         seen.sort();
         assert_eq!(seen, ["PATH=/usr/bin:/bin", "Q=a 'b' \"c\"\nd"]);
+    }
+
+    #[test]
+    fn launch_gives_the_process_exactly_the_environment_from_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("p");
+        let env = BTreeMap::from([("ONLY".to_owned(), "this 'one'".to_owned())]);
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", LAUNCH, "sh"])
+            .arg(&d)
+            .args(["/usr/bin/env", "-0"])
+            .env(LAUNCH_ENV, env_script(&env).unwrap())
+            .env("LEAKED", "no")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+        assert_eq!(std::fs::read_to_string(d.join("exit")).unwrap().trim(), "0");
+        let seen = std::fs::read_to_string(d.join("output.log")).unwrap();
+        assert_eq!(seen, "ONLY=this 'one'\0");
+        assert!(!d.join("env").exists());
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | the Modal token | Modal's own `~/.modal.toml` (0600) |
 //! | `MODAL_PROFILE` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
 //! | `MODAL_CONFIG_PATH` | another place for Modal's TOML file | `~/.modal.toml` |
-//! | `MODAL_API_URL` | Modal's API | `https://api.modal.com` |
+//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | Modal's API, as Modal's own client reads it | `https://api.modal.com` |
 //! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
 //! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
 //! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
+//! | `MODAL_SANDBOX_IDLE_TIMEOUT_SECS` | Modal ends a sandbox idle this long, 1 to 86400 | none |
+//! | `MODAL_SANDBOX_RUNTIME` | `gvisor` or `vm` | Modal's default (gVisor) |
 //!
 //! The token is never taken from a flag (argv is visible to every user of
 //! the machine) and never printed: it is kept in [`common::Secret`]s.
@@ -35,8 +37,15 @@ pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
 pub const PROFILE_ENV: &str = "MODAL_PROFILE";
 /// Another place for Modal's TOML file.
 pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
-/// Modal's API.
+/// Modal's API, as Modal's own client names it.
+pub const SERVER_URL_ENV: &str = "MODAL_SERVER_URL";
+/// The name Garrison used for [`SERVER_URL_ENV`] before; still read when
+/// `MODAL_SERVER_URL` is not set.
 pub const API_URL_ENV: &str = "MODAL_API_URL";
+/// Modal ends a sandbox idle this long.
+pub const IDLE_TIMEOUT_ENV: &str = "MODAL_SANDBOX_IDLE_TIMEOUT_SECS";
+/// `gvisor` or `vm`.
+pub const RUNTIME_ENV: &str = "MODAL_SANDBOX_RUNTIME";
 /// The image sessions boot from.
 pub const IMAGE_ENV: &str = "MODAL_IMAGE";
 /// Regions sandboxes may run in.
@@ -60,13 +69,17 @@ pub struct ModalEnv {
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime.
     pub timeout: Duration,
+    /// Modal ends a sandbox idle this long; `None`: only the lifetime.
+    pub idle_timeout: Option<Duration>,
+    /// The isolation sandboxes run under; `None`: Modal's default.
+    pub runtime: Option<crate::Runtime>,
 }
 
 /// Reads the Modal settings from the environment and, for the token,
 /// Modal's own configuration file.
 pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
     let env = |name: &'static str| host.var(name);
-    let api_url = match env(API_URL_ENV) {
+    let api_url = match env(SERVER_URL_ENV).or_else(|| env(API_URL_ENV)) {
         Some(value) => {
             let url = url::Url::parse(&value.value).map_err(|e| value.invalid(e.to_string()))?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -117,12 +130,28 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         Some(value) => Duration::from_secs(unsigned(&value, 1..=MAX_TIMEOUT_SECS as i64)?),
         None => Duration::from_secs(MAX_TIMEOUT_SECS),
     };
+    let idle_timeout = match env(IDLE_TIMEOUT_ENV) {
+        Some(value) => Some(Duration::from_secs(unsigned(
+            &value,
+            1..=MAX_TIMEOUT_SECS as i64,
+        )?)),
+        None => None,
+    };
+    let runtime = match env(RUNTIME_ENV) {
+        Some(value) => Some(
+            crate::Runtime::parse(&value.value)
+                .ok_or_else(|| value.invalid("expected gvisor or vm"))?,
+        ),
+        None => None,
+    };
     Ok(ModalEnv {
         api_url,
         credentials,
         image,
         regions,
         timeout,
+        idle_timeout,
+        runtime,
     })
 }
 
@@ -238,15 +267,17 @@ impl BackendPlugin for ModalPlugin {
 
     fn settings_help(&self) -> &'static str {
         "  MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (never flags; else the profile of
-  ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_API_URL
-  [default: https://api.modal.com], MODAL_IMAGE, MODAL_REGION,
-  MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime) [default: 86400].
+  ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_SERVER_URL
+  (alias MODAL_API_URL) [default: https://api.modal.com], MODAL_IMAGE,
+  MODAL_REGION, MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime)
+  [default: 86400], MODAL_SANDBOX_IDLE_TIMEOUT_SECS, MODAL_SANDBOX_RUNTIME
+  (gvisor or vm).
   Environment only."
     }
 
     fn setup_hint(&self) -> &'static str {
         "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes \
-         ~/.modal.toml), and MODAL_API_URL only for a non-default endpoint"
+         ~/.modal.toml), and MODAL_SERVER_URL only for a non-default endpoint"
     }
 
     fn has_remote_api(&self) -> bool {
@@ -284,6 +315,8 @@ impl ConfiguredBackend for ModalEnv {
             image_cache: Some(crate::image::ImageCache::path(&placement.state_dir)),
             regions: self.regions.clone(),
             timeout: self.timeout,
+            idle_timeout: self.idle_timeout,
+            runtime: self.runtime,
         })?))
     }
 }
@@ -341,8 +374,12 @@ mod tests {
             (IMAGE_ENV, "im-abc"),
             (REGION_ENV, "us-east, eu-west"),
             (TIMEOUT_ENV, "600"),
+            (IDLE_TIMEOUT_ENV, "900"),
+            (RUNTIME_ENV, "vm"),
         ])
         .unwrap();
+        assert_eq!(m.idle_timeout, Some(Duration::from_secs(900)));
+        assert_eq!(m.runtime, Some(crate::Runtime::Vm));
         assert_eq!(m.api_url, "http://127.0.0.1:9000");
         assert_eq!(m.image.as_deref(), Some("im-abc"));
         assert_eq!(m.regions, ["us-east", "eu-west"]);
@@ -353,6 +390,9 @@ mod tests {
             (REGION_ENV, "us east"),
             (TIMEOUT_ENV, "0"),
             (TIMEOUT_ENV, "86401"),
+            (IDLE_TIMEOUT_ENV, "0"),
+            (RUNTIME_ENV, "firecracker"),
+            (SERVER_URL_ENV, "not a url"),
         ] {
             let err = with(&[(var, bad)]).unwrap_err().to_string();
             assert!(err.contains(var), "{var}={bad}: {err}");
@@ -361,6 +401,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(TOKEN_SECRET_ENV), "{err}");
+    }
+
+    #[test]
+    fn modal_server_url_is_read_first_and_modal_api_url_is_its_alias() {
+        let base = [(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")];
+        let url = |extra: &[(&str, &str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            resolve(&host(&vars)).unwrap().api_url
+        };
+        assert_eq!(
+            url(&[(SERVER_URL_ENV, "http://127.0.0.1:1/")]),
+            "http://127.0.0.1:1"
+        );
+        assert_eq!(
+            url(&[(API_URL_ENV, "http://127.0.0.1:2")]),
+            "http://127.0.0.1:2"
+        );
+        assert_eq!(
+            url(&[
+                (SERVER_URL_ENV, "http://127.0.0.1:1"),
+                (API_URL_ENV, "http://127.0.0.1:2")
+            ]),
+            "http://127.0.0.1:1"
+        );
     }
 
     #[test]

@@ -77,9 +77,9 @@ impl ModalBackend {
         };
         match self
             .client
-            .retrying("SandboxTerminate", |mut rpc| {
+            .retrying("SandboxTerminateV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_terminate(request).await }
+                async move { rpc.sandbox_terminate_v2(request).await }
             })
             .await
         {
@@ -98,7 +98,7 @@ impl ModalBackend {
             &task,
             &Command {
                 argv,
-                workdir: None,
+                ..Command::default()
             },
             None,
             4096,
@@ -108,8 +108,9 @@ impl ModalBackend {
         let root = String::from_utf8_lossy(&finished.output).trim().to_owned();
         if finished.exit_code != 0 || !root.starts_with('/') || root.contains('\n') {
             return Err(SandboxError::Fatal(anyhow!(
-                "preparing the sandbox failed ({}): {root}",
-                finished.exit_code
+                "preparing the sandbox failed ({}): {}",
+                finished.exit_code,
+                finished.message()
             )));
         }
         Ok(root)
@@ -148,19 +149,26 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         network_access: Some(backend.network_access(spec)),
         name: Some(spec.name.to_string()),
         enable_snapshot: false,
-        runtime: None,
-        idle_timeout_secs: None,
+        runtime: backend.settings.runtime.map(|r| r.as_str().to_owned()),
+        idle_timeout_secs: backend
+            .settings
+            .idle_timeout
+            .map(|t| u32::try_from(t.as_secs()).unwrap_or(u32::MAX)),
     };
-    let request = wire::SandboxCreateRequest {
+    // What Modal's client uses by default (`sandbox_v2`): the answer carries
+    // the task, so the sandbox is ready for processes at once. Its retries
+    // carry the same x-idempotency-key, so a lost answer makes no second one.
+    let request = wire::SandboxCreateV2Request {
         app_id,
         definition: Some(definition),
         tags: tags(&spec.labels),
+        secret_sources: Vec::new(),
     };
     let created = backend
         .client
-        .retrying_creation("SandboxCreate", |mut rpc| {
+        .retrying_creation("SandboxCreateV2", |mut rpc| {
             let request = request.clone();
-            async move { rpc.sandbox_create(request).await }
+            async move { rpc.sandbox_create_v2(request).await }
         })
         .await
         .map_err(|s| match s.code() {
@@ -213,9 +221,9 @@ pub(super) async fn destroy(backend: &ModalBackend, handle: &Handle) -> Result<(
         };
         match backend
             .client
-            .retrying("SandboxWait", |mut rpc| {
+            .retrying("SandboxWaitV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_wait(request).await }
+                async move { rpc.sandbox_wait_v2(request).await }
             })
             .await
         {

@@ -26,9 +26,9 @@ impl ModalBackend {
             tags,
         };
         self.client
-            .retrying("SandboxTagsSet", |mut rpc| {
+            .retrying("SandboxTagsSetV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_tags_set(request).await }
+                async move { rpc.sandbox_tags_set_v2(request).await }
             })
             .await
             .map(|_| ())
@@ -70,9 +70,9 @@ pub(super) async fn list(backend: &ModalBackend) -> Result<Vec<Handle>> {
         };
         let page = backend
             .client
-            .retrying("SandboxList", |mut rpc| {
+            .retrying("SandboxListV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_list(request).await }
+                async move { rpc.sandbox_list_v2(request).await }
             })
             .await
             .map_err(|s| status_error("listing sandboxes", s))?

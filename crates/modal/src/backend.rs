@@ -201,9 +201,8 @@ impl Sandbox for ModalBackend {
         lifecycle::destroy(self, handle).await
     }
 
-    /// The policy is applied when a sandbox is created (and so again on
-    /// resume); changing it on a running sandbox needs Modal's per-task
-    /// command router, which this backend does not use.
+    /// Changes the running sandbox's network access through its command
+    /// router (`TaskSetNetworkAccess`); the gateway stays allowed.
     async fn update_network_policy(
         &self,
         handle: &Handle,

@@ -127,6 +127,12 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         .get(sandbox::LABEL_OUTPOST_ID)
         .map_or("default", String::as_str);
     let app_id = backend.app_id(&app_name_for(outpost)).await?;
+    // The gateway URL rides along as a label (and tag), so a policy changed
+    // later still allows it.
+    let mut labels = spec.labels.clone();
+    if let Some(gateway) = &spec.network.gateway_url {
+        labels.insert(super::network::LABEL_GATEWAY.to_owned(), gateway.clone());
+    }
     let definition = wire::Sandbox {
         entrypoint_args: scripts::entrypoint(),
         image_id: image.clone(),
@@ -161,7 +167,7 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
     let request = wire::SandboxCreateV2Request {
         app_id,
         definition: Some(definition),
-        tags: tags(&spec.labels),
+        tags: tags(&labels),
         secret_sources: Vec::new(),
     };
     let created = backend
@@ -183,7 +189,7 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
     let sandbox_id = created.sandbox_id;
     let ready = async {
         let root = backend.prepare(&sandbox_id).await?;
-        let mut all = tags(&spec.labels);
+        let mut all = tags(&labels);
         all.push(wire::SandboxTag {
             tag_name: TAG_ROOT.to_owned(),
             tag_value: root.clone(),
@@ -198,7 +204,7 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
             spec.name.to_string(),
             Some(image),
             &root,
-            spec.labels.clone(),
+            labels.clone(),
         )),
         Err(e) => {
             // Leave nothing behind that the caller does not know about.

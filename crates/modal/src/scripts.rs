@@ -44,14 +44,16 @@ pub const LAUNCH_ENV: &str = "GARRISON_LAUNCH_ENV";
 pub const LAUNCH_EXISTS: i32 = 17;
 
 /// `sh -c STATUS sh DIR`: prints `exit N`, `running` (also while the
-/// launcher is still starting it), `lost` (gone without an exit code, or
-/// its launcher died before starting it) or `none`.
+/// launcher is still starting it, or has yet to record the exit code of a
+/// process that just ended), `lost` (gone without an exit code and without
+/// its launcher) or `none`.
 pub const STATUS: &str = r#"d="$1"
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 if [ ! -d "$d" ]; then echo none; exit 0; fi
 if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then echo running; exit 0; fi
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
-if [ ! -f "$d/pid" ] && kill -0 "$(cat "$d/launcher" 2>/dev/null)" 2>/dev/null; then echo running; exit 0; fi
+if kill -0 "$(cat "$d/launcher" 2>/dev/null)" 2>/dev/null; then echo running; exit 0; fi
+if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 echo lost"#;
 
 /// `sh -c KILL sh DIR TENTHS`: SIGTERM to the process's session group,
@@ -271,6 +273,13 @@ mod tests {
         gone.wait().unwrap();
         std::fs::write(d.join("launcher"), pid.to_string()).unwrap();
         assert_eq!(status_of(&d), "lost");
+        std::fs::remove_file(d.join("launcher")).unwrap();
+        assert_eq!(status_of(&d), "lost");
+        // The process ended, its launcher is alive and about to record the
+        // exit code: still running, not lost.
+        std::fs::write(d.join("pid"), pid.to_string()).unwrap();
+        std::fs::write(d.join("launcher"), std::process::id().to_string()).unwrap();
+        assert_eq!(status_of(&d), "running");
         std::fs::remove_file(d.join("launcher")).unwrap();
         assert_eq!(status_of(&d), "lost");
         std::fs::write(d.join("exit"), "3").unwrap();

@@ -159,10 +159,10 @@ async fn retryable_codes_are_retried_and_others_are_not() {
     // Retries run out: the error is transient, for the orchestrator to retry later.
     setup
         .mock
-        .fail_next("SandboxSnapshotFs", tonic::Code::Unavailable, 4);
+        .fail_next("TaskSnapshotFilesystem", tonic::Code::Unavailable, 4);
     let err = backend.snapshot(&handle).await.unwrap_err();
     assert!(err.is_transient(), "{err}");
-    assert_eq!(setup.mock.calls("SandboxSnapshotFs"), 4);
+    assert_eq!(setup.mock.calls("TaskSnapshotFilesystem"), 4);
 
     // A code that says the request is wrong is not retried.
     setup

@@ -67,6 +67,9 @@ pub struct ModalSettings {
     /// The isolation sandboxes run under (`Sandbox.create(runtime=...)`);
     /// `None` is Modal's default.
     pub runtime: Option<Runtime>,
+    /// The Modal environment apps and sandboxes are in; `None` is the
+    /// account's default.
+    pub environment: Option<String>,
 }
 
 /// What isolates a Modal sandbox.

@@ -8,7 +8,8 @@
 //! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | the Modal token | Modal's own `~/.modal.toml` (0600) |
 //! | `MODAL_PROFILE` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
 //! | `MODAL_CONFIG_PATH` | another place for Modal's TOML file | `~/.modal.toml` |
-//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | Modal's API, as Modal's own client reads it | `https://api.modal.com` |
+//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | Modal's API, as Modal's own client reads it | the profile's `server_url`, else `https://api.modal.com` |
+//! | `MODAL_ENVIRONMENT` | the Modal environment | the profile's `environment`, else the account's default |
 //! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
 //! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
 //! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
@@ -18,14 +19,16 @@
 //! The token is never taken from a flag (argv is visible to every user of
 //! the machine) and never printed: it is kept in [`common::Secret`]s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod profile;
+
+pub use profile::{Profile, read as read_modal_profile};
+
 use common::Secret;
-use common::settings::{
-    Origin, SettingsError, SettingsSource, read_owner_only_if_present, unsigned,
-};
+use common::settings::{Origin, SettingsError, SettingsSource, unsigned};
 use sandbox::Sandbox;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
@@ -42,6 +45,8 @@ pub const SERVER_URL_ENV: &str = "MODAL_SERVER_URL";
 /// The name Garrison used for [`SERVER_URL_ENV`] before; still read when
 /// `MODAL_SERVER_URL` is not set.
 pub const API_URL_ENV: &str = "MODAL_API_URL";
+/// The Modal environment apps and sandboxes live in.
+pub const ENVIRONMENT_ENV: &str = "MODAL_ENVIRONMENT";
 /// Modal ends a sandbox idle this long.
 pub const IDLE_TIMEOUT_ENV: &str = "MODAL_SANDBOX_IDLE_TIMEOUT_SECS";
 /// `gvisor` or `vm`.
@@ -73,13 +78,34 @@ pub struct ModalEnv {
     pub idle_timeout: Option<Duration>,
     /// The isolation sandboxes run under; `None`: Modal's default.
     pub runtime: Option<crate::Runtime>,
+    /// The Modal environment (`MODAL_ENVIRONMENT`, else the profile's
+    /// `environment`); `None`: the account's default one.
+    pub environment: Option<String>,
 }
 
 /// Reads the Modal settings from the environment and, for the token,
 /// Modal's own configuration file.
 pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
     let env = |name: &'static str| host.var(name);
-    let api_url = match env(SERVER_URL_ENV).or_else(|| env(API_URL_ENV)) {
+    let (credentials, profile) = credentials(host)?;
+    let api_url = match env(SERVER_URL_ENV)
+        .or_else(|| env(API_URL_ENV))
+        .or_else(|| {
+            profile
+                .server_url
+                .clone()
+                .zip(profile.path.clone())
+                .map(|(value, path)| {
+                    common::settings::Sourced::new(
+                        value,
+                        Origin::File {
+                            path,
+                            key: "server_url",
+                            outpost: None,
+                        },
+                    )
+                })
+        }) {
         Some(value) => {
             let url = url::Url::parse(&value.value).map_err(|e| value.invalid(e.to_string()))?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -89,7 +115,6 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         }
         None => crate::client::DEFAULT_API_URL.to_owned(),
     };
-    let credentials = credentials(host)?;
     let image = match env(IMAGE_ENV) {
         Some(value) => {
             let ok = value.value.len() <= 128
@@ -152,12 +177,36 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         timeout,
         idle_timeout,
         runtime,
+        environment: env(ENVIRONMENT_ENV)
+            .map(|v| v.value)
+            .or(profile.environment),
     })
 }
 
-fn credentials(host: &dyn SettingsSource) -> Result<crate::Credentials, SettingsError> {
+/// The token, the API URL and the environment name, each from the
+/// environment first and else from the chosen profile of Modal's TOML file
+/// (read whenever it exists, as Modal's client reads it).
+fn credentials(
+    host: &dyn SettingsSource,
+) -> Result<(crate::Credentials, profile::Profile), SettingsError> {
+    let path = match host.var(CONFIG_PATH_ENV) {
+        Some(path) => Some(PathBuf::from(path.value)),
+        None => host.home().map(|home| home.join(".modal.toml")),
+    };
+    let wanted = host.var(PROFILE_ENV);
+    let tokens_in_env = host.var(TOKEN_ID_ENV).is_some() && host.var(TOKEN_SECRET_ENV).is_some();
+    let from_file = match &path {
+        Some(path) => match profile::read(path, wanted.as_ref().map(|p| p.value.as_str())) {
+            Ok(found) => found.unwrap_or_default(),
+            // With the token in the environment, a file Garrison cannot use
+            // only loses its server_url and environment.
+            Err(_) if tokens_in_env => profile::Profile::default(),
+            Err(e) => return Err(e),
+        },
+        None => profile::Profile::default(),
+    };
     match (host.var(TOKEN_ID_ENV), host.var(TOKEN_SECRET_ENV)) {
-        (Some(id), Some(secret)) => return Ok(pair(&id.value, &secret.value)),
+        (Some(id), Some(secret)) => return Ok((pair(&id.value, &secret.value), from_file)),
         (Some(_), None) | (None, Some(_)) => {
             return Err(SettingsError::Invalid {
                 origin: Origin::Env(if host.var(TOKEN_ID_ENV).is_some() {
@@ -170,83 +219,29 @@ fn credentials(host: &dyn SettingsSource) -> Result<crate::Credentials, Settings
         }
         (None, None) => {}
     }
-    let path = match host.var(CONFIG_PATH_ENV) {
-        Some(path) => PathBuf::from(path.value),
-        None => host
-            .home()
-            .ok_or(SettingsError::NoHome {
-                what: "Modal token file",
-                hint: "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
-            })?
-            .join(".modal.toml"),
+    let Some(path) = path else {
+        return Err(SettingsError::NoHome {
+            what: "Modal token file",
+            hint: "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
+        });
     };
-    let profile = host.var(PROFILE_ENV);
-    from_modal_toml(&path, profile.as_ref().map(|p| p.value.as_str()))?.ok_or_else(|| SettingsError::Invalid {
-        origin: Origin::Env(TOKEN_ID_ENV),
-        reason: format!(
-            "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
-             (which writes {})",
-            path.display()
-        ),
-    })
-}
-
-fn pair(id: &str, secret: &str) -> crate::Credentials {
-    crate::Credentials {
-        token_id: Secret::new(id),
-        token_secret: Secret::new(secret),
+    match &from_file.credentials {
+        Some(credentials) => Ok((credentials.clone(), from_file)),
+        None => Err(SettingsError::Invalid {
+            origin: Origin::Env(TOKEN_ID_ENV),
+            reason: format!(
+                "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
+                 (which writes {})",
+                path.display()
+            ),
+        }),
     }
 }
 
-/// The token of a profile in Modal's `~/.modal.toml`: `profile` if given,
-/// else the one marked `active = true`, else the only one. `Ok(None)` when
-/// there is no file. Like Garrison's own credentials, a file other users
-/// may read is refused.
-pub fn from_modal_toml(
-    path: &Path,
-    profile: Option<&str>,
-) -> Result<Option<crate::Credentials>, SettingsError> {
-    let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
-        return Ok(None);
-    };
-    let parse = |reason: String| SettingsError::Parse {
-        path: path.to_owned(),
-        reason,
-    };
-    // Never echo toml's message: it may quote a line holding the secret.
-    let table: toml::Table = toml::from_str(&text).map_err(|_| parse("not valid TOML".into()))?;
-    let profiles: Vec<(&String, &toml::Table)> = table
-        .iter()
-        .filter_map(|(name, value)| value.as_table().map(|t| (name, t)))
-        .collect();
-    let chosen = match profile {
-        Some(wanted) => profiles.iter().find(|(name, _)| name.as_str() == wanted),
-        None => profiles
-            .iter()
-            .find(|(_, t)| t.get("active").and_then(toml::Value::as_bool) == Some(true))
-            .or(if profiles.len() == 1 {
-                profiles.first()
-            } else {
-                None
-            }),
-    };
-    let Some((name, table)) = chosen else {
-        return Err(parse(match profile {
-            Some(wanted) => format!("no profile [{wanted}] ({PROFILE_ENV})"),
-            None => format!("several profiles and none is active; set {PROFILE_ENV}"),
-        }));
-    };
-    let field = |key: &str| {
-        table
-            .get(key)
-            .and_then(toml::Value::as_str)
-            .filter(|v| !v.is_empty())
-    };
-    match (field("token_id"), field("token_secret")) {
-        (Some(id), Some(secret)) => Ok(Some(pair(id, secret))),
-        _ => Err(parse(format!(
-            "profile [{name}] lacks token_id or token_secret"
-        ))),
+pub(crate) fn pair(id: &str, secret: &str) -> crate::Credentials {
+    crate::Credentials {
+        token_id: Secret::new(id),
+        token_secret: Secret::new(secret),
     }
 }
 
@@ -268,7 +263,8 @@ impl BackendPlugin for ModalPlugin {
     fn settings_help(&self) -> &'static str {
         "  MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (never flags; else the profile of
   ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_SERVER_URL
-  (alias MODAL_API_URL) [default: https://api.modal.com], MODAL_IMAGE,
+  (alias MODAL_API_URL; else server_url of the profile) [default:
+  https://api.modal.com], MODAL_ENVIRONMENT (else the profile's), MODAL_IMAGE,
   MODAL_REGION, MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime)
   [default: 86400], MODAL_SANDBOX_IDLE_TIMEOUT_SECS, MODAL_SANDBOX_RUNTIME
   (gvisor or vm).
@@ -317,6 +313,7 @@ impl ConfiguredBackend for ModalEnv {
             timeout: self.timeout,
             idle_timeout: self.idle_timeout,
             runtime: self.runtime,
+            environment: self.environment.clone(),
         })?))
     }
 }
@@ -326,6 +323,7 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     use super::*;
 

@@ -30,7 +30,7 @@ impl ModalBackend {
         }
         let request = wire::AppGetOrCreateRequest {
             app_name: app_name.to_owned(),
-            environment_name: String::new(),
+            environment_name: self.settings.environment.clone().unwrap_or_default(),
             object_creation_type: wire::ObjectCreationType::CreateIfMissing as i32,
         };
         let id = self

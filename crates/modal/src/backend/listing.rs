@@ -21,7 +21,7 @@ impl ModalBackend {
         tags: Vec<wire::SandboxTag>,
     ) -> Result<()> {
         let request = wire::SandboxTagsSetRequest {
-            environment_name: String::new(),
+            environment_name: self.settings.environment.clone().unwrap_or_default(),
             sandbox_id: sandbox_id.to_owned(),
             tags,
         };
@@ -64,7 +64,7 @@ pub(super) async fn list(backend: &ModalBackend) -> Result<Vec<Handle>> {
         let request = wire::SandboxListRequest {
             app_id: app_id.clone(),
             before_timestamp: before,
-            environment_name: String::new(),
+            environment_name: backend.settings.environment.clone().unwrap_or_default(),
             include_finished: false,
             tags: tag_filter.clone(),
         };

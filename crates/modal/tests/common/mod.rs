@@ -25,6 +25,7 @@ pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
     let settings = ModalSettings {
         idle_timeout: None,
         runtime: None,
+        environment: None,
         client: ClientConfig {
             api_url: mock.url(),
             credentials: Credentials {

@@ -83,9 +83,10 @@ def sleeper(modal, app, image, **kwargs):
     return modal.Sandbox.create("sleep", "3600", app=app, image=image, **kwargs)
 
 
-# Prints alive or gone for the process whose pid is in $PID: a killed
-# process may linger as a zombie until reaped, which `kill -0` still finds.
-ALIVE = 'if grep -qs "^State:[[:space:]]*[^Z[:space:]]" "/proc/$PID/status"; then echo alive; else echo gone; fi'
+# Prints alive (running or sleeping) or gone for the process whose pid is in
+# $PID: a killed process may linger as a zombie until reaped, which `kill -0`
+# still finds, and a process still stopped in a snapshot is not alive either.
+ALIVE = 'if grep -qs "^State:[[:space:]]*[RSD]" "/proc/$PID/status"; then echo alive; else echo gone; fi'
 
 
 def run(sb, *argv, **kwargs):

@@ -15,11 +15,28 @@
 //! builds record their
 //! Dockerfile commands and stream a build result.
 //!
+//! It also serves what Modal's client 1.6.4 uses by default: the V2 sandbox
+//! calls (`SandboxCreateV2` answers with the task and the address and token
+//! of its command router) and the task command router itself
+//! (`modal.task_command_router.TaskCommandRouter`: processes with an
+//! environment map, stdout and stderr read by byte offset, filesystem
+//! snapshots with a TTL, memory snapshots, network changes), beside the API
+//! on the same loopback port, in plaintext. A repeated `x-idempotency-key`
+//! on `SandboxCreateV2` answers with the sandbox the first request made, and
+//! faults can be injected before a call acts ([`MockModal::fail_next`]) or
+//! after, losing its answer ([`MockModal::lose_next_answers`]).
+//!
 //! There is no container: a sandbox is a directory on the host
 //! (`<root>/sandboxes/<id>`, the sandbox's starting directory) and its
 //! processes run on the host with an empty environment except `PATH`, so
 //! the devin-remote simulator can run against the emulator. Network
-//! policies are recorded, not enforced.
+//! policies are recorded, not enforced. A sandbox's processes are found by
+//! their process groups and parentage: one that leaves its exec's process
+//! group and is re-parented (a double fork into a new session) escapes
+//! termination and memory snapshots, which a real sandbox would not let it
+//! do. A memory snapshot moves the stopped processes and the directory into
+//! the snapshot (a host cannot copy a process tree): the sandbox ends, and
+//! one restore resumes them.
 
 mod exec;
 mod router;

@@ -172,6 +172,12 @@ impl MockModal {
         self.state.lose_next_answers(rpc, times);
     }
 
+    /// The `x-retry-attempt` each call of `SandboxCreateV2` carried, in
+    /// order (`None`: absent or not a number).
+    pub fn create_retry_attempts(&self) -> Vec<Option<u32>> {
+        self.state.retry_attempts("SandboxCreateV2")
+    }
+
     /// How many calls of `rpc` reached the mock (failed ones included,
     /// unauthenticated ones not).
     pub fn calls(&self, rpc: &str) -> u32 {

@@ -2,7 +2,9 @@
 //! [`crate::state`].
 //!
 //! Each domain of the API has its own module; the trait implementation here
-//! only dispatches, so additions to one domain stay in one file.
+//! only dispatches, so additions to one domain stay in one file. V2 RPCs
+//! that reuse V1 messages (`SandboxWaitV2`, `SandboxTerminateV2`, ...) are
+//! served, and counted by [`crate::MockModal::calls`], under the V1 name.
 
 mod apps;
 mod container_exec;

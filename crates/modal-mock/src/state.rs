@@ -119,6 +119,8 @@ pub struct State {
     faults: Mutex<HashMap<String, VecDeque<Code>>>,
     /// Calls whose answer is lost after they did their work.
     lost_answers: Mutex<HashMap<String, u32>>,
+    /// The `x-retry-attempt` of each call of an RPC that records it.
+    retry_attempts: Mutex<HashMap<String, Vec<Option<u32>>>>,
     calls: Mutex<HashMap<String, u32>>,
 }
 
@@ -160,6 +162,7 @@ impl State {
             offset: Mutex::new(Duration::ZERO),
             faults: Mutex::new(HashMap::new()),
             lost_answers: Mutex::new(HashMap::new()),
+            retry_attempts: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
         }
     }
@@ -249,6 +252,24 @@ impl State {
             }
             _ => Ok(()),
         }
+    }
+
+    pub fn note_retry_attempt(&self, rpc: &str, attempt: Option<u32>) {
+        self.retry_attempts
+            .lock()
+            .unwrap()
+            .entry(rpc.to_owned())
+            .or_default()
+            .push(attempt);
+    }
+
+    pub fn retry_attempts(&self, rpc: &str) -> Vec<Option<u32>> {
+        self.retry_attempts
+            .lock()
+            .unwrap()
+            .get(rpc)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// What a client-chosen key made, if a request with it succeeded.

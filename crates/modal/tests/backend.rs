@@ -182,6 +182,7 @@ async fn a_create_whose_answer_was_lost_is_retried_without_a_second_sandbox() {
     setup.mock.lose_next_answers("SandboxCreateV2", 1);
     let handle = backend.create(&spec("session-lost")).await.unwrap();
     assert_eq!(setup.mock.calls("SandboxCreateV2"), 2);
+    assert_eq!(setup.mock.create_retry_attempts(), [Some(0), Some(1)]);
     let made = setup.mock.sandboxes();
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0].id, handle.id);

@@ -34,6 +34,14 @@ pub async fn sandbox_create_v2(
     state: &Arc<State>,
     request: Request<wire::SandboxCreateV2Request>,
 ) -> Result<Response<wire::SandboxCreateV2Response>, Status> {
+    state.note_retry_attempt(
+        "SandboxCreateV2",
+        request
+            .metadata()
+            .get("x-retry-attempt")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+    );
     state.enter("SandboxCreateV2")?;
     let key = super::idempotency_key(&request);
     let r = request.into_inner();

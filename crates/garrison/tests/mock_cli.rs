@@ -1,5 +1,5 @@
-//! `garrison mock tensorlake` serves the mock Tensorlake API as a process,
-//! and `--help` says what the mock is for.
+//! `garrison mock tensorlake` and `garrison mock modal` serve the mock APIs
+//! as processes, and `--help` says what the mocks are for.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -46,6 +46,93 @@ async fn the_mock_tensorlake_command_serves_the_api_with_the_key_from_the_enviro
     let _ = child.wait();
 }
 
+#[tokio::test]
+async fn the_mock_modal_command_serves_the_api_with_the_token_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["mock", "modal", "--root"])
+        .arg(dir.path())
+        .env_clear()
+        .env("MODAL_TOKEN_ID", "ak-cli-mock")
+        .env("MODAL_TOKEN_SECRET", "as-cli-mock")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first
+        .strip_prefix("MODAL_SERVER_URL=http://127.0.0.1:")
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .expect(&first);
+
+    let client = |id: &str, secret: &str| {
+        modal::client::Client::new(&modal::client::ClientConfig {
+            api_url: url.clone(),
+            credentials: modal::client::Credentials {
+                token_id: common::Secret::new(id),
+                token_secret: common::Secret::new(secret),
+            },
+            retry: modal::client::RetryPolicy {
+                attempts: 1,
+                ..Default::default()
+            },
+        })
+        .unwrap()
+    };
+    let lookup = modal::wire::AppGetOrCreateRequest {
+        app_name: "garrison-cli".into(),
+        environment_name: String::new(),
+        object_creation_type: modal::wire::ObjectCreationType::CreateIfMissing as i32,
+    };
+    let app = client("ak-cli-mock", "as-cli-mock")
+        .rpc()
+        .app_get_or_create(lookup.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(app.app_id.starts_with("ap-"), "{app:?}");
+    let refused = client("ak-cli-mock", "as-wrong")
+        .rpc()
+        .app_get_or_create(lookup)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn the_mock_modal_command_requires_the_token_in_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["mock", "modal", "--root"])
+        .arg(dir.path())
+        .env_clear()
+        .env("MODAL_TOKEN_ID", "ak-cli-mock")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("MODAL_TOKEN_SECRET"), "{stderr}");
+}
+
+#[test]
+fn the_mock_modal_command_refuses_to_listen_beyond_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["mock", "modal", "--listen", "0.0.0.0:0", "--root"])
+        .arg(dir.path())
+        .env_clear()
+        .env("MODAL_TOKEN_ID", "ak-cli-mock")
+        .env("MODAL_TOKEN_SECRET", "as-cli-mock")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
+}
+
 #[test]
 fn the_mock_refuses_to_listen_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,7 +165,7 @@ fn the_mock_is_listed_and_its_help_says_what_it_is_for() {
         "{top}"
     );
     let mock = help(&["mock", "--help"]);
-    for needle in ["not the real service", "loopback", "tensorlake"] {
+    for needle in ["not the real service", "loopback", "tensorlake", "modal"] {
         assert!(
             mock.contains(needle),
             "mock --help lacks {needle:?}:\n{mock}"
@@ -94,6 +181,18 @@ fn the_mock_is_listed_and_its_help_says_what_it_is_for() {
         assert!(
             tensorlake.contains(needle),
             "mock tensorlake --help lacks {needle:?}:\n{tensorlake}"
+        );
+    }
+    let modal = help(&["mock", "modal", "--help"]);
+    for needle in [
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "The first line is MODAL_SERVER_URL=",
+        "command router",
+    ] {
+        assert!(
+            modal.contains(needle),
+            "mock modal --help lacks {needle:?}:\n{modal}"
         );
     }
 }

@@ -26,6 +26,8 @@ struct Input {
     stdin: Option<ChildStdin>,
     /// Index of the last message written.
     written: u64,
+    /// Bytes written by offset (the command router's stdin).
+    written_bytes: u64,
     pending: BTreeMap<u64, (Vec<u8>, bool)>,
 }
 
@@ -54,12 +56,14 @@ pub struct Batches {
 }
 
 impl Exec {
-    /// Starts `argv` in `cwd`. A process that cannot start becomes an exec
-    /// that printed why and exited 127, as a shell would report it.
+    /// Starts `argv` in `cwd` with `env` over the mock's bare environment.
+    /// A process that cannot start becomes an exec that printed why and
+    /// exited 127, as a shell would report it.
     pub fn start(
         sandbox_id: &str,
         argv: &[String],
         cwd: &Path,
+        env: &[(String, String)],
         merge_stderr: bool,
     ) -> std::sync::Arc<Exec> {
         let (changed, _) = watch::channel(0);
@@ -69,6 +73,7 @@ impl Exec {
             .current_dir(cwd)
             .env_clear()
             .env("PATH", PATH)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -153,6 +158,50 @@ impl Exec {
             exit: output.exit,
             total: list.len() as u64,
         }
+    }
+
+    /// The bytes of `fd` from byte `offset` on, and whether the stream is
+    /// complete (the process ended and all its output was collected).
+    pub fn bytes_from(&self, fd: Fd, offset: u64) -> (Vec<u8>, bool) {
+        let output = self.output.lock().unwrap();
+        let list = match fd {
+            Fd::Stdout => &output.stdout,
+            Fd::Stderr => &output.stderr,
+        };
+        let mut skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut data = Vec::new();
+        for chunk in list {
+            if skip >= chunk.len() {
+                skip -= chunk.len();
+                continue;
+            }
+            data.extend_from_slice(&chunk[skip..]);
+            skip = 0;
+        }
+        (data, output.exit.is_some())
+    }
+
+    /// Writes `data`, which starts at byte `offset` of the input; bytes
+    /// already written (a retried call) are skipped, and a gap is refused.
+    pub async fn write_input_at(&self, offset: u64, data: &[u8], eof: bool) -> Result<(), u64> {
+        let mut input = self.input.lock().await;
+        if offset > input.written_bytes {
+            return Err(input.written_bytes);
+        }
+        let skip = usize::try_from(input.written_bytes - offset).unwrap_or(usize::MAX);
+        if skip < data.len() {
+            let fresh = &data[skip..];
+            input.written_bytes += fresh.len() as u64;
+            if let Some(stdin) = input.stdin.as_mut()
+                && stdin.write_all(fresh).await.is_err()
+            {
+                input.stdin = None;
+            }
+        }
+        if eof {
+            input.stdin = None;
+        }
+        Ok(())
     }
 
     /// Writes input message `index` once every earlier one is written;

@@ -15,13 +15,31 @@
 //! builds record their
 //! Dockerfile commands and stream a build result.
 //!
+//! It also serves what Modal's client 1.6.4 uses by default: the V2 sandbox
+//! calls (`SandboxCreateV2` answers with the task and the address and token
+//! of its command router) and the task command router itself
+//! (`modal.task_command_router.TaskCommandRouter`: processes with an
+//! environment map, stdout and stderr read by byte offset, filesystem
+//! snapshots with a TTL, memory snapshots, network changes), beside the API
+//! on the same loopback port, in plaintext. A repeated `x-idempotency-key`
+//! on `SandboxCreateV2` answers with the sandbox the first request made, and
+//! faults can be injected before a call acts ([`MockModal::fail_next`]) or
+//! after, losing its answer ([`MockModal::lose_next_answers`]).
+//!
 //! There is no container: a sandbox is a directory on the host
 //! (`<root>/sandboxes/<id>`, the sandbox's starting directory) and its
 //! processes run on the host with an empty environment except `PATH`, so
 //! the devin-remote simulator can run against the emulator. Network
-//! policies are recorded, not enforced.
+//! policies are recorded, not enforced. A sandbox's processes are found by
+//! their process groups and parentage: one that leaves its exec's process
+//! group and is re-parented (a double fork into a new session) escapes
+//! termination and memory snapshots, which a real sandbox would not let it
+//! do. A memory snapshot moves the stopped processes and the directory into
+//! the snapshot (a host cannot copy a process tree): the sandbox ends, and
+//! one restore resumes them.
 
 mod exec;
+mod router;
 mod service;
 mod state;
 
@@ -32,6 +50,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use modal::wire::modal_client_server::ModalClientServer;
+use modal::wire::router::task_command_router_server::TaskCommandRouterServer;
 use tokio::sync::oneshot;
 
 pub use state::{ImageView, SandboxView};
@@ -74,22 +93,40 @@ pub struct MockModal {
 }
 
 impl MockModal {
-    /// Starts the server on a loopback port.
+    /// Starts the server on a free loopback port.
     pub async fn start(config: MockConfig) -> anyhow::Result<Self> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+    }
+
+    /// Starts the server on `addr`, which must be a loopback address: the
+    /// mock runs whatever a token holder asks for on this host, unsandboxed.
+    pub async fn start_on(addr: SocketAddr, config: MockConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "{addr}: the mock listens on loopback addresses only"
+        );
         std::fs::create_dir_all(config.root.join("sandboxes"))
             .with_context(|| format!("creating {}", config.root.display()))?;
         std::fs::create_dir_all(config.root.join("images"))?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
         let addr = listener.local_addr()?;
         let state = Arc::new(state::State::new(config));
         let auth = service::Auth::new(&state);
+        let _ = state.url.set(format!("http://{addr}"));
         let server =
             ModalClientServer::with_interceptor(service::Service::new(state.clone()), auth);
+        let router = TaskCommandRouterServer::with_interceptor(
+            router::Router::new(state.clone()),
+            router::RouterAuth::new(state.clone()),
+        );
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(server)
+                .add_service(router)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
@@ -102,7 +139,7 @@ impl MockModal {
         })
     }
 
-    /// `http://127.0.0.1:PORT`, for `MODAL_API_URL`.
+    /// `http://127.0.0.1:PORT`, for `MODAL_SERVER_URL`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -126,6 +163,19 @@ impl MockModal {
     /// with `code` before they do anything.
     pub fn fail_next(&self, rpc: &str, code: tonic::Code, times: u32) {
         self.state.fail_next(rpc, code, times);
+    }
+
+    /// Makes the next `times` calls of `rpc` do their work and then fail
+    /// with UNAVAILABLE, as when the connection drops before the answer
+    /// arrives: a retry must not make a second sandbox.
+    pub fn lose_next_answers(&self, rpc: &str, times: u32) {
+        self.state.lose_next_answers(rpc, times);
+    }
+
+    /// The `x-retry-attempt` each call of `SandboxCreateV2` carried, in
+    /// order (`None`: absent or not a number).
+    pub fn create_retry_attempts(&self) -> Vec<Option<u32>> {
+        self.state.retry_attempts("SandboxCreateV2")
     }
 
     /// How many calls of `rpc` reached the mock (failed ones included,

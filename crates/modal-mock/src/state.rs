@@ -34,6 +34,10 @@ pub struct SandboxView {
     pub dir: PathBuf,
     /// Not yet terminated, timed out or ended.
     pub running: bool,
+    /// The memory snapshot it was restored from.
+    pub restored_from: Option<String>,
+    /// How often its network access was changed while it ran.
+    pub network_changes: u32,
 }
 
 /// What a test may look at of an image.
@@ -57,12 +61,34 @@ pub struct MockSandbox {
     pub task_id: String,
     pub result: Option<wire::GenericResult>,
     pub pids: Vec<u32>,
+    /// The entry point, whose end ends the sandbox.
+    pub entry: Option<Arc<Exec>>,
+    /// The sandbox's environment (inline secrets), which its execs inherit.
+    pub env: Vec<(String, String)>,
+}
+
+/// A memory snapshot. A host cannot copy a process tree, so taking one
+/// moves the sandbox's processes (stopped) and filesystem into it: the
+/// sandbox ends, and one restore gets them back, running again.
+pub struct MemorySnapshot {
+    pub source: SandboxView,
+    /// The stopped process trees, `None` once restored.
+    pub frozen: Option<Frozen>,
+}
+
+pub struct Frozen {
+    pub dir: PathBuf,
+    pub pids: Vec<u32>,
+    pub entry: Option<Arc<Exec>>,
+    pub env: Vec<(String, String)>,
 }
 
 pub struct MockImage {
     pub view: ImageView,
     /// Mock-clock time of creation.
     pub created: Duration,
+    /// How long it is kept (a filesystem snapshot's `ttl_seconds`).
+    pub ttl: Option<Duration>,
     /// The filesystem of a snapshot image.
     pub files: Option<PathBuf>,
 }
@@ -73,14 +99,28 @@ pub struct Inner {
     pub sandboxes: Vec<MockSandbox>,
     pub execs: HashMap<String, Arc<Exec>>,
     pub images: HashMap<String, MockImage>,
+    pub memory_snapshots: HashMap<String, MemorySnapshot>,
+    /// Client-chosen ids (filesystem snapshot ids, memory snapshot
+    /// idempotency keys, `x-idempotency-key`s) to what they made, so a
+    /// retried request answers what the first one made.
+    pub made: HashMap<String, String>,
 }
 
 pub struct State {
     pub config: MockConfig,
+    /// `http://127.0.0.1:PORT`, set once the server listens: the command
+    /// router is served at the same address.
+    pub url: std::sync::OnceLock<String>,
+    /// Signs the command router tokens this mock hands out.
+    router_key: String,
     pub inner: Mutex<Inner>,
     started: Instant,
     offset: Mutex<Duration>,
     faults: Mutex<HashMap<String, VecDeque<Code>>>,
+    /// Calls whose answer is lost after they did their work.
+    lost_answers: Mutex<HashMap<String, u32>>,
+    /// The `x-retry-attempt` of each call of an RPC that records it.
+    retry_attempts: Mutex<HashMap<String, Vec<Option<u32>>>>,
     calls: Mutex<HashMap<String, u32>>,
 }
 
@@ -109,17 +149,51 @@ impl State {
                     snapshot_of: None,
                 },
                 created: Duration::ZERO,
+                ttl: None,
                 files: None,
             },
         );
         Self {
             config,
+            url: std::sync::OnceLock::new(),
+            router_key: format!("{:032x}", rand::random::<u128>()),
             inner: Mutex::new(inner),
             started: Instant::now(),
             offset: Mutex::new(Duration::ZERO),
             faults: Mutex::new(HashMap::new()),
+            lost_answers: Mutex::new(HashMap::new()),
+            retry_attempts: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A command router token for `task_id`: JWT-shaped (Modal's client
+    /// reads its `exp` to refresh it in time), its last part this mock's
+    /// key, so only tokens the mock handed out are accepted.
+    pub fn router_token(&self, task_id: &str) -> String {
+        use base64::Engine as _;
+        let b64 = |v: &serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let exp = unix_now() as u64 + 3600;
+        format!(
+            "{}.{}.{}",
+            b64(&serde_json::json!({ "alg": "none", "typ": "JWT" })),
+            b64(&serde_json::json!({ "exp": exp, "task_id": task_id })),
+            self.router_key
+        )
+    }
+
+    /// Whether `token` is one [`State::router_token`] made.
+    pub fn router_token_valid(&self, token: &str) -> bool {
+        token
+            .rsplit_once('.')
+            .is_some_and(|(_, key)| key == self.router_key)
+    }
+
+    /// The command router's URL (the mock's own).
+    pub fn router_url(&self) -> String {
+        self.url.get().cloned().unwrap_or_default()
     }
 
     pub fn now(&self) -> Duration {
@@ -156,6 +230,57 @@ impl State {
         }
     }
 
+    pub fn lose_next_answers(&self, rpc: &str, times: u32) {
+        *self
+            .lost_answers
+            .lock()
+            .unwrap()
+            .entry(rpc.to_owned())
+            .or_default() += times;
+    }
+
+    /// Called once `rpc` did its work: fails it with UNAVAILABLE, as a
+    /// connection lost before the answer arrived, if a loss is queued.
+    pub fn lose_answer(&self, rpc: &str) -> Result<(), Status> {
+        let mut lost = self.lost_answers.lock().unwrap();
+        match lost.get_mut(rpc) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                Err(Status::unavailable(format!(
+                    "injected: the answer of {rpc} was lost"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub fn note_retry_attempt(&self, rpc: &str, attempt: Option<u32>) {
+        self.retry_attempts
+            .lock()
+            .unwrap()
+            .entry(rpc.to_owned())
+            .or_default()
+            .push(attempt);
+    }
+
+    pub fn retry_attempts(&self, rpc: &str) -> Vec<Option<u32>> {
+        self.retry_attempts
+            .lock()
+            .unwrap()
+            .get(rpc)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// What a client-chosen key made, if a request with it succeeded.
+    pub fn made(&self, key: &str) -> Option<String> {
+        self.inner.lock().unwrap().made.get(key).cloned()
+    }
+
+    pub fn record_made(&self, key: String, id: String) {
+        self.inner.lock().unwrap().made.insert(key, id);
+    }
+
     pub fn calls(&self, rpc: &str) -> u32 {
         self.calls.lock().unwrap().get(rpc).copied().unwrap_or(0)
     }
@@ -168,12 +293,21 @@ impl State {
         self.config.root.join("images").join(id)
     }
 
-    /// Whether an image exists and, for a snapshot, has not expired.
+    /// Whether an image exists and, for a snapshot, has not expired
+    /// (its own TTL, or the mock's for every snapshot).
     pub fn image_alive(&self, image: &MockImage) -> bool {
-        match (image.files.is_some(), self.config.snapshot_ttl) {
-            (true, Some(ttl)) => self.now().saturating_sub(image.created) < ttl,
-            _ => true,
-        }
+        let ttl = match (
+            image.ttl,
+            image
+                .files
+                .is_some()
+                .then_some(())
+                .and(self.config.snapshot_ttl),
+        ) {
+            (Some(own), Some(mock)) => Some(own.min(mock)),
+            (own, mock) => own.or(mock),
+        };
+        ttl.is_none_or(|ttl| self.now().saturating_sub(image.created) < ttl)
     }
 
     pub fn sandbox_view(&self, id: &str) -> Option<SandboxView> {
@@ -258,6 +392,16 @@ impl State {
         for id in ids {
             self.finish(&id, terminated());
         }
+        let frozen: Vec<u32> = self
+            .inner
+            .lock()
+            .unwrap()
+            .memory_snapshots
+            .values_mut()
+            .filter_map(|m| m.frozen.take())
+            .flat_map(|f| f.pids)
+            .collect();
+        kill_all(&frozen);
     }
 }
 
@@ -269,8 +413,11 @@ pub fn terminated() -> wire::GenericResult {
     }
 }
 
-/// SIGKILL to `roots` and everything below them.
+/// SIGKILL to `roots`, everything below them and their process groups
+/// (each exec leads its own group, and a process it put in the background
+/// stays in it after its parent exits and it is re-parented away).
 fn kill_all(roots: &[u32]) {
+    signal_groups(roots, Signal::SIGSTOP);
     // Stop the tree from growing first, then kill it.
     let all = exec::descendants(roots);
     for pid in &all {
@@ -281,6 +428,25 @@ fn kill_all(roots: &[u32]) {
     }
     for pid in all {
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    signal_groups(roots, Signal::SIGKILL);
+}
+
+/// `signal` to the process groups `roots` lead, and everything below them.
+pub fn signal_tree(roots: &[u32], signal: Signal) {
+    signal_groups(roots, signal);
+    for pid in exec::descendants(roots) {
+        let _ = kill(Pid::from_raw(pid as i32), signal);
+    }
+}
+
+fn signal_groups(leaders: &[u32], signal: Signal) {
+    for pid in leaders {
+        if let Ok(pid) = i32::try_from(*pid)
+            && pid > 1
+        {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pid), signal);
+        }
     }
 }
 

@@ -61,6 +61,43 @@ pub struct ModalSettings {
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime (Modal terminates it then).
     pub timeout: Duration,
+    /// Modal ends a sandbox idle this long (no exec, no stdin, no
+    /// connection); `None` leaves only [`ModalSettings::timeout`].
+    pub idle_timeout: Option<Duration>,
+    /// The isolation sandboxes run under (`Sandbox.create(runtime=...)`);
+    /// `None` is Modal's default.
+    pub runtime: Option<Runtime>,
+    /// The Modal environment apps and sandboxes are in; `None` is the
+    /// account's default.
+    pub environment: Option<String>,
+}
+
+/// What isolates a Modal sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// gVisor, Modal's default.
+    Gvisor,
+    /// A micro-VM.
+    Vm,
+}
+
+impl Runtime {
+    /// The value `Sandbox.runtime` carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Gvisor => "gvisor",
+            Runtime::Vm => "vm",
+        }
+    }
+
+    /// Parses `gvisor` or `vm`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "gvisor" => Some(Runtime::Gvisor),
+            "vm" => Some(Runtime::Vm),
+            _ => None,
+        }
+    }
 }
 
 /// The image name used when none is configured, as for the local backend.
@@ -167,9 +204,8 @@ impl Sandbox for ModalBackend {
         lifecycle::destroy(self, handle).await
     }
 
-    /// The policy is applied when a sandbox is created (and so again on
-    /// resume); changing it on a running sandbox needs Modal's per-task
-    /// command router, which this backend does not use.
+    /// Changes the running sandbox's network access through its command
+    /// router (`TaskSetNetworkAccess`); the gateway stays allowed.
     async fn update_network_policy(
         &self,
         handle: &Handle,

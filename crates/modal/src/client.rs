@@ -11,7 +11,21 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
+use crate::router::{RouterCache, RouterRpc};
 use crate::wire::{self, modal_client_client::ModalClientClient};
+
+tokio::task_local! {
+    /// The idempotency key and attempt number of the call being made, put
+    /// on the request by [`Auth`] as Modal's client does.
+    static ATTEMPT: (AsciiMetadataValue, u32);
+}
+
+/// A fresh `x-idempotency-key`: one per logical call, the same on each of
+/// its retries, so the service can recognise a repeat.
+fn idempotency_key() -> AsciiMetadataValue {
+    let key = format!("{:032x}", rand::random::<u128>());
+    AsciiMetadataValue::try_from(key).expect("hex is ASCII")
+}
 
 /// Where Modal's API lives unless `MODAL_API_URL` says otherwise.
 pub const DEFAULT_API_URL: &str = "https://api.modal.com";
@@ -111,6 +125,13 @@ impl Auth {
         for (name, value) in &self.headers {
             metadata.insert(*name, value.clone());
         }
+        let _ = ATTEMPT.try_with(|(key, attempt)| {
+            metadata.insert(wire::HEADER_IDEMPOTENCY_KEY, key.clone());
+            metadata.insert(
+                wire::HEADER_RETRY_ATTEMPT,
+                AsciiMetadataValue::from(*attempt),
+            );
+        });
     }
 }
 
@@ -129,6 +150,8 @@ pub type Rpc = ModalClientClient<InterceptedService<Channel, Auth>>;
 pub struct Client {
     rpc: Rpc,
     retry: RetryPolicy,
+    api_url: String,
+    routers: RouterCache,
 }
 
 impl Client {
@@ -160,6 +183,8 @@ impl Client {
         Ok(Self {
             rpc,
             retry: config.retry,
+            api_url: config.api_url.clone(),
+            routers: RouterCache::default(),
         })
     }
 
@@ -180,8 +205,8 @@ impl Client {
     }
 
     /// [`Client::retrying`] for calls that make something (a sandbox, an
-    /// exec, a snapshot): repeated only when the service says it did not
-    /// act on the request.
+    /// exec, a snapshot): safe to repeat because every attempt carries the
+    /// same `x-idempotency-key`, and also repeated on RESOURCE_EXHAUSTED.
     pub async fn retrying_creation<T, F, Fut>(
         &self,
         what: &'static str,
@@ -191,8 +216,65 @@ impl Client {
         F: FnMut(Rpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        self.retrying_when(what, wire::is_retryable_unapplied, call)
+        self.retrying_when(what, wire::is_retryable_creation, call)
             .await
+    }
+
+    /// The command router of a running task: fetched once
+    /// (`SandboxGetCommandRouterAccess`), then kept.
+    pub async fn router(&self, task_id: &str) -> Result<RouterRpc, Status> {
+        if let Some(rpc) = self.routers.get(task_id) {
+            return Ok(rpc);
+        }
+        use wire::sandbox_get_command_router_access_request::Target;
+        let request = wire::SandboxGetCommandRouterAccessRequest {
+            target: Some(Target::TaskId(task_id.to_owned())),
+        };
+        let access = self
+            .retrying("SandboxGetCommandRouterAccess", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.sandbox_get_command_router_access(request).await }
+            })
+            .await?;
+        let rpc = crate::router::connect(&self.api_url, &access.url, &Secret::new(access.jwt))?;
+        self.routers.put(task_id, rpc.clone());
+        Ok(rpc)
+    }
+
+    /// Runs a command router call of `task_id` until it succeeds, fails
+    /// with a code that is not retryable, or the attempts run out. A
+    /// refused token is fetched anew once (router tokens expire).
+    pub async fn routed<T, F, Fut>(
+        &self,
+        what: &'static str,
+        task_id: &str,
+        mut call: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut(RouterRpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let mut attempt = 0;
+        let mut refreshed = false;
+        loop {
+            let rpc = self.router(task_id).await?;
+            match call(rpc).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if status.code() == Code::Unauthenticated && !refreshed => {
+                    self.routers.forget(task_id);
+                    refreshed = true;
+                }
+                Err(status)
+                    if wire::is_retryable(status.code()) && attempt + 1 < self.retry.attempts =>
+                {
+                    let wait = self.retry.backoff(attempt);
+                    tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "command router call failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                Err(status) => return Err(status),
+            }
+        }
     }
 
     async fn retrying_when<T, F, Fut>(
@@ -206,19 +288,61 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let mut attempt = 0;
+        let key = idempotency_key();
         loop {
-            match call(self.rpc.clone()).await {
-                Ok(response) => return Ok(response.into_inner()),
+            let answer = ATTEMPT
+                .scope((key.clone(), attempt), call(self.rpc.clone()))
+                .await;
+            match answer {
+                Ok(response) => {
+                    log_warnings(what, response.metadata());
+                    return Ok(response.into_inner());
+                }
                 Err(status) if retryable(status.code()) && attempt + 1 < self.retry.attempts => {
                     let wait = self.retry.backoff(attempt);
                     tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "Modal call failed; retrying");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
-                Err(status) => return Err(status),
+                Err(status) => {
+                    log_warnings(what, status.metadata());
+                    return Err(status);
+                }
             }
         }
     }
+}
+
+/// Logs the `x-modal-warning`s the service attached to an answer (Modal's
+/// client prints them: deprecations, quotas).
+fn log_warnings(what: &str, metadata: &MetadataMap) {
+    for value in metadata.get_all(wire::HEADER_WARNING) {
+        if let Ok(text) = value.to_str() {
+            let text = percent_decode(text);
+            tracing::warn!(rpc = what, warning = %text, "Modal warns");
+        }
+    }
+}
+
+/// Modal percent-encodes its warnings; undoes that, leaving bad escapes.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether `status` says the object does not exist (any more).
@@ -242,6 +366,13 @@ mod tests {
             assert!(policy.backoff(2) <= Duration::from_millis(400));
             assert!(policy.backoff(30) <= Duration::from_secs(1));
         }
+    }
+
+    #[test]
+    fn warnings_are_percent_decoded() {
+        assert_eq!(percent_decode("quota%20at%2090%25"), "quota at 90%");
+        assert_eq!(percent_decode("bad %zz and %4"), "bad %zz and %4");
+        assert_eq!(percent_decode("caf%C3%A9"), "café");
     }
 
     #[test]

@@ -11,10 +11,11 @@ pub mod client;
 pub mod exec;
 pub mod image;
 pub mod policy;
+pub mod router;
 pub mod scripts;
 pub mod settings;
 pub mod wire;
 
-pub use backend::{ModalBackend, ModalSettings, app_name_for};
+pub use backend::{ModalBackend, ModalSettings, Runtime, app_name_for};
 pub use client::{Client, ClientConfig, Credentials, RetryPolicy};
 pub use settings::{ModalEnv, PLUGIN};

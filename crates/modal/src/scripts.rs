@@ -18,15 +18,17 @@ pub const SETUP: &str = "set -e; umask 077; \
     mkdir -p garrison/workspace garrison/state garrison/bin garrison/home garrison/proc; \
     cd garrison; pwd -P";
 
-/// `sh -c LAUNCH sh DIR ARGV...` with the environment script on stdin:
-/// claims DIR (failing with 17 if the name is taken), stores the
+/// `sh -c LAUNCH sh DIR ARGV...` with the environment script in the
+/// variable [`LAUNCH_ENV`] (sent in the exec's environment map, never on a
+/// command line): claims DIR (failing with 17 if the name is taken), stores the
 /// environment privately, starts ARGV in its own session with exactly that
 /// environment and output to `output.log`, prints `started`, and records
 /// the exit code when ARGV ends (128 + N for signal N).
 pub const LAUNCH: &str = r#"d="$1"; shift
 mkdir "$d" 2>/dev/null || { echo exists; exit 17; }
 echo "$$" > "$d/launcher"
-(umask 077; cat > "$d/env") || { rm -rf "$d"; exit 18; }
+(umask 077; printf '%s' "$GARRISON_LAUNCH_ENV" > "$d/env") || { rm -rf "$d"; exit 18; }
+unset GARRISON_LAUNCH_ENV
 setsid env -i /bin/sh -c '. "$0/env"; rm -f "$0/env"; exec "$@"' "$d" "$@" > "$d/output.log" 2>&1 < /dev/null &
 child=$!
 echo "$child" > "$d/pid"
@@ -35,18 +37,23 @@ wait "$child"
 code=$?
 echo "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit""#;
 
+/// The variable [`LAUNCH`] reads the process's environment script from.
+pub const LAUNCH_ENV: &str = "GARRISON_LAUNCH_ENV";
+
 /// Exit code of [`LAUNCH`] when the process name is taken.
 pub const LAUNCH_EXISTS: i32 = 17;
 
 /// `sh -c STATUS sh DIR`: prints `exit N`, `running` (also while the
-/// launcher is still starting it), `lost` (gone without an exit code, or
-/// its launcher died before starting it) or `none`.
+/// launcher is still starting it, or has yet to record the exit code of a
+/// process that just ended), `lost` (gone without an exit code and without
+/// its launcher) or `none`.
 pub const STATUS: &str = r#"d="$1"
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 if [ ! -d "$d" ]; then echo none; exit 0; fi
 if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then echo running; exit 0; fi
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
-if [ ! -f "$d/pid" ] && kill -0 "$(cat "$d/launcher" 2>/dev/null)" 2>/dev/null; then echo running; exit 0; fi
+if kill -0 "$(cat "$d/launcher" 2>/dev/null)" 2>/dev/null; then echo running; exit 0; fi
+if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 echo lost"#;
 
 /// `sh -c KILL sh DIR TENTHS`: SIGTERM to the process's session group,
@@ -206,6 +213,26 @@ mod tests {
     }
 
     #[test]
+    fn launch_gives_the_process_exactly_the_environment_from_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("p");
+        let env = BTreeMap::from([("ONLY".to_owned(), "this 'one'".to_owned())]);
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", LAUNCH, "sh"])
+            .arg(&d)
+            .args(["/usr/bin/env", "-0"])
+            .env(LAUNCH_ENV, env_script(&env).unwrap())
+            .env("LEAKED", "no")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+        assert_eq!(std::fs::read_to_string(d.join("exit")).unwrap().trim(), "0");
+        let seen = std::fs::read_to_string(d.join("output.log")).unwrap();
+        assert_eq!(seen, "ONLY=this 'one'\0");
+        assert!(!d.join("env").exists());
+    }
+
+    #[test]
     fn paths_must_be_plain_and_inside_the_root() {
         assert!(inside("/garrison", "/garrison/bin/devin-remote"));
         for bad in [
@@ -246,6 +273,13 @@ mod tests {
         gone.wait().unwrap();
         std::fs::write(d.join("launcher"), pid.to_string()).unwrap();
         assert_eq!(status_of(&d), "lost");
+        std::fs::remove_file(d.join("launcher")).unwrap();
+        assert_eq!(status_of(&d), "lost");
+        // The process ended, its launcher is alive and about to record the
+        // exit code: still running, not lost.
+        std::fs::write(d.join("pid"), pid.to_string()).unwrap();
+        std::fs::write(d.join("launcher"), std::process::id().to_string()).unwrap();
+        assert_eq!(status_of(&d), "running");
         std::fs::remove_file(d.join("launcher")).unwrap();
         assert_eq!(status_of(&d), "lost");
         std::fs::write(d.join("exit"), "3").unwrap();

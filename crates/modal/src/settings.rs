@@ -8,22 +8,27 @@
 //! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | the Modal token | Modal's own `~/.modal.toml` (0600) |
 //! | `MODAL_PROFILE` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
 //! | `MODAL_CONFIG_PATH` | another place for Modal's TOML file | `~/.modal.toml` |
-//! | `MODAL_API_URL` | Modal's API | `https://api.modal.com` |
+//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | Modal's API, as Modal's own client reads it | the profile's `server_url`, else `https://api.modal.com` |
+//! | `MODAL_ENVIRONMENT` | the Modal environment | the profile's `environment`, else the account's default |
 //! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
 //! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
 //! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
+//! | `MODAL_SANDBOX_IDLE_TIMEOUT_SECS` | Modal ends a sandbox idle this long, 1 to 86400 | none |
+//! | `MODAL_SANDBOX_RUNTIME` | `gvisor` or `vm` | Modal's default (gVisor) |
 //!
 //! The token is never taken from a flag (argv is visible to every user of
 //! the machine) and never printed: it is kept in [`common::Secret`]s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod profile;
+
+pub use profile::{Profile, read as read_modal_profile};
+
 use common::Secret;
-use common::settings::{
-    Origin, SettingsError, SettingsSource, read_owner_only_if_present, unsigned,
-};
+use common::settings::{Origin, SettingsError, SettingsSource, unsigned};
 use sandbox::Sandbox;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
@@ -35,8 +40,17 @@ pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
 pub const PROFILE_ENV: &str = "MODAL_PROFILE";
 /// Another place for Modal's TOML file.
 pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
-/// Modal's API.
+/// Modal's API, as Modal's own client names it.
+pub const SERVER_URL_ENV: &str = "MODAL_SERVER_URL";
+/// The name Garrison used for [`SERVER_URL_ENV`] before; still read when
+/// `MODAL_SERVER_URL` is not set.
 pub const API_URL_ENV: &str = "MODAL_API_URL";
+/// The Modal environment apps and sandboxes live in.
+pub const ENVIRONMENT_ENV: &str = "MODAL_ENVIRONMENT";
+/// Modal ends a sandbox idle this long.
+pub const IDLE_TIMEOUT_ENV: &str = "MODAL_SANDBOX_IDLE_TIMEOUT_SECS";
+/// `gvisor` or `vm`.
+pub const RUNTIME_ENV: &str = "MODAL_SANDBOX_RUNTIME";
 /// The image sessions boot from.
 pub const IMAGE_ENV: &str = "MODAL_IMAGE";
 /// Regions sandboxes may run in.
@@ -60,13 +74,38 @@ pub struct ModalEnv {
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime.
     pub timeout: Duration,
+    /// Modal ends a sandbox idle this long; `None`: only the lifetime.
+    pub idle_timeout: Option<Duration>,
+    /// The isolation sandboxes run under; `None`: Modal's default.
+    pub runtime: Option<crate::Runtime>,
+    /// The Modal environment (`MODAL_ENVIRONMENT`, else the profile's
+    /// `environment`); `None`: the account's default one.
+    pub environment: Option<String>,
 }
 
 /// Reads the Modal settings from the environment and, for the token,
 /// Modal's own configuration file.
 pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
     let env = |name: &'static str| host.var(name);
-    let api_url = match env(API_URL_ENV) {
+    let (credentials, profile) = credentials(host)?;
+    let api_url = match env(SERVER_URL_ENV)
+        .or_else(|| env(API_URL_ENV))
+        .or_else(|| {
+            profile
+                .server_url
+                .clone()
+                .zip(profile.path.clone())
+                .map(|(value, path)| {
+                    common::settings::Sourced::new(
+                        value,
+                        Origin::File {
+                            path,
+                            key: "server_url",
+                            outpost: None,
+                        },
+                    )
+                })
+        }) {
         Some(value) => {
             let url = url::Url::parse(&value.value).map_err(|e| value.invalid(e.to_string()))?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -76,7 +115,6 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         }
         None => crate::client::DEFAULT_API_URL.to_owned(),
     };
-    let credentials = credentials(host)?;
     let image = match env(IMAGE_ENV) {
         Some(value) => {
             let ok = value.value.len() <= 128
@@ -117,18 +155,58 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         Some(value) => Duration::from_secs(unsigned(&value, 1..=MAX_TIMEOUT_SECS as i64)?),
         None => Duration::from_secs(MAX_TIMEOUT_SECS),
     };
+    let idle_timeout = match env(IDLE_TIMEOUT_ENV) {
+        Some(value) => Some(Duration::from_secs(unsigned(
+            &value,
+            1..=MAX_TIMEOUT_SECS as i64,
+        )?)),
+        None => None,
+    };
+    let runtime = match env(RUNTIME_ENV) {
+        Some(value) => Some(
+            crate::Runtime::parse(&value.value)
+                .ok_or_else(|| value.invalid("expected gvisor or vm"))?,
+        ),
+        None => None,
+    };
     Ok(ModalEnv {
         api_url,
         credentials,
         image,
         regions,
         timeout,
+        idle_timeout,
+        runtime,
+        environment: env(ENVIRONMENT_ENV)
+            .map(|v| v.value)
+            .or(profile.environment),
     })
 }
 
-fn credentials(host: &dyn SettingsSource) -> Result<crate::Credentials, SettingsError> {
+/// The token, the API URL and the environment name, each from the
+/// environment first and else from the chosen profile of Modal's TOML file
+/// (read whenever it exists, as Modal's client reads it).
+fn credentials(
+    host: &dyn SettingsSource,
+) -> Result<(crate::Credentials, profile::Profile), SettingsError> {
+    let path = match host.var(CONFIG_PATH_ENV) {
+        Some(path) => Some(PathBuf::from(path.value)),
+        None => host.home().map(|home| home.join(".modal.toml")),
+    };
+    let wanted = host.var(PROFILE_ENV);
+    let tokens_in_env = host.var(TOKEN_ID_ENV).is_some() && host.var(TOKEN_SECRET_ENV).is_some();
+    let from_file = match &path {
+        Some(path) => match profile::read(path, wanted.as_ref().map(|p| p.value.as_str())) {
+            Ok(found) => found.unwrap_or_default(),
+            // With the token in the environment, a file Garrison cannot use
+            // only loses its server_url and environment.
+            Err(_) if tokens_in_env => profile::Profile::default(),
+            Err(e) => return Err(e),
+        },
+        None => profile::Profile::default(),
+    };
     match (host.var(TOKEN_ID_ENV), host.var(TOKEN_SECRET_ENV)) {
-        (Some(id), Some(secret)) => return Ok(pair(&id.value, &secret.value)),
+        (Some(id), Some(secret)) => return Ok((pair(&id.value, &secret.value), from_file)),
         (Some(_), None) | (None, Some(_)) => {
             return Err(SettingsError::Invalid {
                 origin: Origin::Env(if host.var(TOKEN_ID_ENV).is_some() {
@@ -141,83 +219,29 @@ fn credentials(host: &dyn SettingsSource) -> Result<crate::Credentials, Settings
         }
         (None, None) => {}
     }
-    let path = match host.var(CONFIG_PATH_ENV) {
-        Some(path) => PathBuf::from(path.value),
-        None => host
-            .home()
-            .ok_or(SettingsError::NoHome {
-                what: "Modal token file",
-                hint: "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
-            })?
-            .join(".modal.toml"),
+    let Some(path) = path else {
+        return Err(SettingsError::NoHome {
+            what: "Modal token file",
+            hint: "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
+        });
     };
-    let profile = host.var(PROFILE_ENV);
-    from_modal_toml(&path, profile.as_ref().map(|p| p.value.as_str()))?.ok_or_else(|| SettingsError::Invalid {
-        origin: Origin::Env(TOKEN_ID_ENV),
-        reason: format!(
-            "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
-             (which writes {})",
-            path.display()
-        ),
-    })
-}
-
-fn pair(id: &str, secret: &str) -> crate::Credentials {
-    crate::Credentials {
-        token_id: Secret::new(id),
-        token_secret: Secret::new(secret),
+    match &from_file.credentials {
+        Some(credentials) => Ok((credentials.clone(), from_file)),
+        None => Err(SettingsError::Invalid {
+            origin: Origin::Env(TOKEN_ID_ENV),
+            reason: format!(
+                "no Modal token: set {TOKEN_ID_ENV} and {TOKEN_SECRET_ENV}, or run `modal token new` \
+                 (which writes {})",
+                path.display()
+            ),
+        }),
     }
 }
 
-/// The token of a profile in Modal's `~/.modal.toml`: `profile` if given,
-/// else the one marked `active = true`, else the only one. `Ok(None)` when
-/// there is no file. Like Garrison's own credentials, a file other users
-/// may read is refused.
-pub fn from_modal_toml(
-    path: &Path,
-    profile: Option<&str>,
-) -> Result<Option<crate::Credentials>, SettingsError> {
-    let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
-        return Ok(None);
-    };
-    let parse = |reason: String| SettingsError::Parse {
-        path: path.to_owned(),
-        reason,
-    };
-    // Never echo toml's message: it may quote a line holding the secret.
-    let table: toml::Table = toml::from_str(&text).map_err(|_| parse("not valid TOML".into()))?;
-    let profiles: Vec<(&String, &toml::Table)> = table
-        .iter()
-        .filter_map(|(name, value)| value.as_table().map(|t| (name, t)))
-        .collect();
-    let chosen = match profile {
-        Some(wanted) => profiles.iter().find(|(name, _)| name.as_str() == wanted),
-        None => profiles
-            .iter()
-            .find(|(_, t)| t.get("active").and_then(toml::Value::as_bool) == Some(true))
-            .or(if profiles.len() == 1 {
-                profiles.first()
-            } else {
-                None
-            }),
-    };
-    let Some((name, table)) = chosen else {
-        return Err(parse(match profile {
-            Some(wanted) => format!("no profile [{wanted}] ({PROFILE_ENV})"),
-            None => format!("several profiles and none is active; set {PROFILE_ENV}"),
-        }));
-    };
-    let field = |key: &str| {
-        table
-            .get(key)
-            .and_then(toml::Value::as_str)
-            .filter(|v| !v.is_empty())
-    };
-    match (field("token_id"), field("token_secret")) {
-        (Some(id), Some(secret)) => Ok(Some(pair(id, secret))),
-        _ => Err(parse(format!(
-            "profile [{name}] lacks token_id or token_secret"
-        ))),
+pub(crate) fn pair(id: &str, secret: &str) -> crate::Credentials {
+    crate::Credentials {
+        token_id: Secret::new(id),
+        token_secret: Secret::new(secret),
     }
 }
 
@@ -238,15 +262,18 @@ impl BackendPlugin for ModalPlugin {
 
     fn settings_help(&self) -> &'static str {
         "  MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (never flags; else the profile of
-  ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_API_URL
-  [default: https://api.modal.com], MODAL_IMAGE, MODAL_REGION,
-  MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime) [default: 86400].
+  ~/.modal.toml chosen by MODAL_PROFILE, or MODAL_CONFIG_PATH), MODAL_SERVER_URL
+  (alias MODAL_API_URL; else server_url of the profile) [default:
+  https://api.modal.com], MODAL_ENVIRONMENT (else the profile's), MODAL_IMAGE,
+  MODAL_REGION, MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime)
+  [default: 86400], MODAL_SANDBOX_IDLE_TIMEOUT_SECS, MODAL_SANDBOX_RUNTIME
+  (gvisor or vm).
   Environment only."
     }
 
     fn setup_hint(&self) -> &'static str {
         "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes \
-         ~/.modal.toml), and MODAL_API_URL only for a non-default endpoint"
+         ~/.modal.toml), and MODAL_SERVER_URL only for a non-default endpoint"
     }
 
     fn has_remote_api(&self) -> bool {
@@ -284,6 +311,9 @@ impl ConfiguredBackend for ModalEnv {
             image_cache: Some(crate::image::ImageCache::path(&placement.state_dir)),
             regions: self.regions.clone(),
             timeout: self.timeout,
+            idle_timeout: self.idle_timeout,
+            runtime: self.runtime,
+            environment: self.environment.clone(),
         })?))
     }
 }
@@ -293,6 +323,7 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     use super::*;
 
@@ -341,8 +372,12 @@ mod tests {
             (IMAGE_ENV, "im-abc"),
             (REGION_ENV, "us-east, eu-west"),
             (TIMEOUT_ENV, "600"),
+            (IDLE_TIMEOUT_ENV, "900"),
+            (RUNTIME_ENV, "vm"),
         ])
         .unwrap();
+        assert_eq!(m.idle_timeout, Some(Duration::from_secs(900)));
+        assert_eq!(m.runtime, Some(crate::Runtime::Vm));
         assert_eq!(m.api_url, "http://127.0.0.1:9000");
         assert_eq!(m.image.as_deref(), Some("im-abc"));
         assert_eq!(m.regions, ["us-east", "eu-west"]);
@@ -353,6 +388,9 @@ mod tests {
             (REGION_ENV, "us east"),
             (TIMEOUT_ENV, "0"),
             (TIMEOUT_ENV, "86401"),
+            (IDLE_TIMEOUT_ENV, "0"),
+            (RUNTIME_ENV, "firecracker"),
+            (SERVER_URL_ENV, "not a url"),
         ] {
             let err = with(&[(var, bad)]).unwrap_err().to_string();
             assert!(err.contains(var), "{var}={bad}: {err}");
@@ -361,6 +399,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(TOKEN_SECRET_ENV), "{err}");
+    }
+
+    #[test]
+    fn modal_server_url_is_read_first_and_modal_api_url_is_its_alias() {
+        let base = [(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")];
+        let url = |extra: &[(&str, &str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            resolve(&host(&vars)).unwrap().api_url
+        };
+        assert_eq!(
+            url(&[(SERVER_URL_ENV, "http://127.0.0.1:1/")]),
+            "http://127.0.0.1:1"
+        );
+        assert_eq!(
+            url(&[(API_URL_ENV, "http://127.0.0.1:2")]),
+            "http://127.0.0.1:2"
+        );
+        assert_eq!(
+            url(&[
+                (SERVER_URL_ENV, "http://127.0.0.1:1"),
+                (API_URL_ENV, "http://127.0.0.1:2")
+            ]),
+            "http://127.0.0.1:1"
+        );
     }
 
     #[test]

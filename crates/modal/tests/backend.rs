@@ -142,9 +142,12 @@ async fn retryable_codes_are_retried_and_others_are_not() {
     let backend = setup.backend();
     setup
         .mock
-        .fail_next("SandboxCreate", tonic::Code::Unavailable, 2);
+        .fail_next("SandboxCreateV2", tonic::Code::Unavailable, 1);
+    setup
+        .mock
+        .fail_next("SandboxCreateV2", tonic::Code::ResourceExhausted, 1);
     let handle = backend.create(&spec("session-retry")).await.unwrap();
-    assert_eq!(setup.mock.calls("SandboxCreate"), 3);
+    assert_eq!(setup.mock.calls("SandboxCreateV2"), 3);
 
     setup
         .mock
@@ -156,25 +159,33 @@ async fn retryable_codes_are_retried_and_others_are_not() {
     // Retries run out: the error is transient, for the orchestrator to retry later.
     setup
         .mock
-        .fail_next("SandboxSnapshotFs", tonic::Code::Unavailable, 4);
+        .fail_next("TaskSnapshotFilesystem", tonic::Code::Unavailable, 4);
     let err = backend.snapshot(&handle).await.unwrap_err();
     assert!(err.is_transient(), "{err}");
-    assert_eq!(setup.mock.calls("SandboxSnapshotFs"), 4);
+    assert_eq!(setup.mock.calls("TaskSnapshotFilesystem"), 4);
 
-    // A call that makes something is not repeated after a code that does
-    // not say it was left undone: a second snapshot (or sandbox, or
-    // remote) could result.
+    // A code that says the request is wrong is not retried.
     setup
         .mock
-        .fail_next("SandboxSnapshotFs", tonic::Code::Internal, 1);
-    let err = backend.snapshot(&handle).await.unwrap_err();
-    assert!(err.is_transient(), "{err}");
-    assert_eq!(setup.mock.calls("SandboxSnapshotFs"), 5);
-    setup
-        .mock
-        .fail_next("SandboxCreate", tonic::Code::DeadlineExceeded, 1);
+        .fail_next("SandboxCreateV2", tonic::Code::InvalidArgument, 1);
     assert!(backend.create(&spec("session-once")).await.is_err());
-    assert_eq!(setup.mock.calls("SandboxCreate"), 4);
+    assert_eq!(setup.mock.calls("SandboxCreateV2"), 4);
+    backend.destroy(&handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_was_lost_is_retried_without_a_second_sandbox() {
+    let setup = common::start(|_| {}).await;
+    let backend = setup.backend();
+    // The sandbox is made, then the answer is lost: the retry carries the
+    // same x-idempotency-key, so the mock answers with the same sandbox.
+    setup.mock.lose_next_answers("SandboxCreateV2", 1);
+    let handle = backend.create(&spec("session-lost")).await.unwrap();
+    assert_eq!(setup.mock.calls("SandboxCreateV2"), 2);
+    assert_eq!(setup.mock.create_retry_attempts(), [Some(0), Some(1)]);
+    let made = setup.mock.sandboxes();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].id, handle.id);
     backend.destroy(&handle).await.unwrap();
 }
 

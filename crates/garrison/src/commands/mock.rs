@@ -12,13 +12,33 @@ use tokio_util::sync::CancellationToken;
 /// `garrison mock --help`.
 pub const LONG_ABOUT: &str = "\
 Serves a mock of a cloud backend's API on this machine, to try that backend
-(`garrison serve --backend tensorlake`) and run its tests without an account.
+(`garrison serve --backend tensorlake` or `modal`) and run its tests without an
+account.
 
 A mock is not the real service: it answers the API as the published material
 describes it, but its \"sandboxes\" are directories on this host and their
 processes run here, unsandboxed, as the user who started the mock. It listens
 on loopback addresses only, and only until it is stopped (SIGTERM or Ctrl-C);
 its sandboxes end with it.";
+
+const MODAL_AFTER_HELP: &str = "\
+Output:
+  The first line is MODAL_SERVER_URL=http://127.0.0.1:PORT (the mock's
+  address), the variable Modal's own client and `garrison serve --backend
+  modal` read, so it can be exported as printed. The command router that
+  runs sandbox processes is served at the same address, in plaintext (Modal's
+  client accepts a plaintext router only when the server is on localhost).
+  Nothing else is written to stdout.
+
+Example:
+  # In one terminal (the token is any pair of strings; clients must be given
+  # the same):
+  MODAL_TOKEN_ID=ak-try MODAL_TOKEN_SECRET=as-try \\
+    garrison mock modal --root /tmp/modal-mock
+  # In another, with the line it printed:
+  export MODAL_TOKEN_ID=ak-try MODAL_TOKEN_SECRET=as-try \\
+         MODAL_SERVER_URL=http://127.0.0.1:PORT
+  garrison serve --backend modal";
 
 const TENSORLAKE_AFTER_HELP: &str = "\
 Output:
@@ -64,22 +84,74 @@ enum Service {
         #[arg(long)]
         idle_suspend: bool,
     },
+    /// Modal's gRPC API (apps, images, sandboxes, snapshots) and the task
+    /// command router its client runs processes through.
+    ///
+    /// The token it accepts is read from MODAL_TOKEN_ID and
+    /// MODAL_TOKEN_SECRET (never flags): give clients the same. Prints the
+    /// variable to use with it, then serves until stopped.
+    #[command(after_help = MODAL_AFTER_HELP)]
+    Modal {
+        /// A loopback address (others are refused).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Holds the sandboxes' directories and the snapshots.
+        #[arg(long)]
+        root: PathBuf,
+    },
 }
 
 pub async fn run(args: MockArgs) -> anyhow::Result<()> {
-    let Service::Tensorlake {
-        listen,
-        root,
-        idle_suspend,
-    } = args.service;
-    // It runs whatever a key holder asks for, on this host, unsandboxed.
+    match args.service {
+        Service::Tensorlake {
+            listen,
+            root,
+            idle_suspend,
+        } => tensorlake(listen, root, idle_suspend).await,
+        Service::Modal { listen, root } => modal(listen, root).await,
+    }
+}
+
+/// A mock runs whatever a credential holder asks for, on this host,
+/// unsandboxed: it never listens beyond loopback.
+fn require_loopback(listen: SocketAddr) -> anyhow::Result<()> {
     if !listen.ip().is_loopback() {
         anyhow::bail!("--listen {listen}: the mock listens on loopback addresses only");
     }
-    let key = std::env::var("TENSORLAKE_API_KEY")
+    Ok(())
+}
+
+/// A required, non-empty credential from the environment (never argv).
+fn credential(name: &str, what: &str) -> anyhow::Result<String> {
+    std::env::var(name)
         .ok()
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("set TENSORLAKE_API_KEY to the key the mock accepts"))?;
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("set {name} to the {what} the mock accepts"))
+}
+
+async fn modal(listen: SocketAddr, root: PathBuf) -> anyhow::Result<()> {
+    require_loopback(listen)?;
+    let mut config = modal_mock::MockConfig::new(root);
+    config.token_id = credential("MODAL_TOKEN_ID", "token id")?;
+    config.token_secret = credential("MODAL_TOKEN_SECRET", "token secret")?;
+    let mock = modal_mock::MockModal::start_on(listen, config).await?;
+    println!("MODAL_SERVER_URL={}", mock.url());
+    wait_for_stop_signal().await?;
+    // Dropping the mock kills the processes it ran.
+    drop(mock);
+    Ok(())
+}
+
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    crate::signals::on_stop_signal(stop.clone())?;
+    stop.cancelled().await;
+    Ok(())
+}
+
+async fn tensorlake(listen: SocketAddr, root: PathBuf, idle_suspend: bool) -> anyhow::Result<()> {
+    require_loopback(listen)?;
+    let key = credential("TENSORLAKE_API_KEY", "key")?;
     let mut config = tensorlake_mock::MockConfig::new(key, root);
     config.idle_suspend = idle_suspend;
     let mock = tensorlake_mock::MockTensorlake::start_on(listen, config).await?;
@@ -89,9 +161,7 @@ pub async fn run(args: MockArgs) -> anyhow::Result<()> {
     // from the API URL (`api.` becomes `sandbox.`); a loopback address has
     // nothing to derive from, so it is named as the official SDK lets it be.
     println!("TENSORLAKE_SANDBOX_API_URL={}", mock.url());
-    let stop = CancellationToken::new();
-    crate::signals::on_stop_signal(stop.clone())?;
-    stop.cancelled().await;
+    wait_for_stop_signal().await?;
     // Dropping the mock kills the processes it ran.
     drop(mock);
     Ok(())

@@ -351,7 +351,7 @@ pub fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModa
 /// How `garrison` finds the mock: URL, token and base image, by environment.
 pub fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
     vec![
-        ("MODAL_API_URL".to_owned(), mock.url()),
+        ("MODAL_SERVER_URL".to_owned(), mock.url()),
         ("MODAL_TOKEN_ID".to_owned(), mock.token_id().to_owned()),
         (
             "MODAL_TOKEN_SECRET".to_owned(),

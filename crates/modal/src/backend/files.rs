@@ -33,7 +33,7 @@ pub(super) async fn put_file(
         return Err(SandboxError::Fatal(anyhow!(
             "writing {path} failed ({}): {}",
             finished.exit_code,
-            String::from_utf8_lossy(&finished.output).trim()
+            finished.message()
         )));
     }
     Ok(())

@@ -30,7 +30,7 @@ impl ModalBackend {
         }
         let request = wire::AppGetOrCreateRequest {
             app_name: app_name.to_owned(),
-            environment_name: String::new(),
+            environment_name: self.settings.environment.clone().unwrap_or_default(),
             object_creation_type: wire::ObjectCreationType::CreateIfMissing as i32,
         };
         let id = self
@@ -77,9 +77,9 @@ impl ModalBackend {
         };
         match self
             .client
-            .retrying("SandboxTerminate", |mut rpc| {
+            .retrying("SandboxTerminateV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_terminate(request).await }
+                async move { rpc.sandbox_terminate_v2(request).await }
             })
             .await
         {
@@ -98,7 +98,7 @@ impl ModalBackend {
             &task,
             &Command {
                 argv,
-                workdir: None,
+                ..Command::default()
             },
             None,
             4096,
@@ -108,8 +108,9 @@ impl ModalBackend {
         let root = String::from_utf8_lossy(&finished.output).trim().to_owned();
         if finished.exit_code != 0 || !root.starts_with('/') || root.contains('\n') {
             return Err(SandboxError::Fatal(anyhow!(
-                "preparing the sandbox failed ({}): {root}",
-                finished.exit_code
+                "preparing the sandbox failed ({}): {}",
+                finished.exit_code,
+                finished.message()
             )));
         }
         Ok(root)
@@ -126,6 +127,12 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         .get(sandbox::LABEL_OUTPOST_ID)
         .map_or("default", String::as_str);
     let app_id = backend.app_id(&app_name_for(outpost)).await?;
+    // The gateway URL rides along as a label (and tag), so a policy changed
+    // later still allows it.
+    let mut labels = spec.labels.clone();
+    if let Some(gateway) = &spec.network.gateway_url {
+        labels.insert(super::network::LABEL_GATEWAY.to_owned(), gateway.clone());
+    }
     let definition = wire::Sandbox {
         entrypoint_args: scripts::entrypoint(),
         image_id: image.clone(),
@@ -134,6 +141,8 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
             milli_cpu: (spec.resources.cpus * 1000.0)
                 .round()
                 .clamp(1.0, u32::MAX as f64) as u32,
+            memory_mb_max: 0,
+            milli_cpu_max: 0,
         }),
         timeout_secs: backend.settings.timeout.as_secs() as u32,
         workdir: None,
@@ -145,17 +154,27 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         }),
         network_access: Some(backend.network_access(spec)),
         name: Some(spec.name.to_string()),
+        enable_snapshot: false,
+        runtime: backend.settings.runtime.map(|r| r.as_str().to_owned()),
+        idle_timeout_secs: backend
+            .settings
+            .idle_timeout
+            .map(|t| u32::try_from(t.as_secs()).unwrap_or(u32::MAX)),
     };
-    let request = wire::SandboxCreateRequest {
+    // What Modal's client uses by default (`sandbox_v2`): the answer carries
+    // the task, so the sandbox is ready for processes at once. Its retries
+    // carry the same x-idempotency-key, so a lost answer makes no second one.
+    let request = wire::SandboxCreateV2Request {
         app_id,
         definition: Some(definition),
-        tags: tags(&spec.labels),
+        tags: tags(&labels),
+        secret_sources: Vec::new(),
     };
     let created = backend
         .client
-        .retrying_creation("SandboxCreate", |mut rpc| {
+        .retrying_creation("SandboxCreateV2", |mut rpc| {
             let request = request.clone();
-            async move { rpc.sandbox_create(request).await }
+            async move { rpc.sandbox_create_v2(request).await }
         })
         .await
         .map_err(|s| match s.code() {
@@ -170,7 +189,7 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
     let sandbox_id = created.sandbox_id;
     let ready = async {
         let root = backend.prepare(&sandbox_id).await?;
-        let mut all = tags(&spec.labels);
+        let mut all = tags(&labels);
         all.push(wire::SandboxTag {
             tag_name: TAG_ROOT.to_owned(),
             tag_value: root.clone(),
@@ -185,7 +204,7 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
             spec.name.to_string(),
             Some(image),
             &root,
-            spec.labels.clone(),
+            labels.clone(),
         )),
         Err(e) => {
             // Leave nothing behind that the caller does not know about.
@@ -208,9 +227,9 @@ pub(super) async fn destroy(backend: &ModalBackend, handle: &Handle) -> Result<(
         };
         match backend
             .client
-            .retrying("SandboxWait", |mut rpc| {
+            .retrying("SandboxWaitV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_wait(request).await }
+                async move { rpc.sandbox_wait_v2(request).await }
             })
             .await
         {

@@ -21,14 +21,14 @@ impl ModalBackend {
         tags: Vec<wire::SandboxTag>,
     ) -> Result<()> {
         let request = wire::SandboxTagsSetRequest {
-            environment_name: String::new(),
+            environment_name: self.settings.environment.clone().unwrap_or_default(),
             sandbox_id: sandbox_id.to_owned(),
             tags,
         };
         self.client
-            .retrying("SandboxTagsSet", |mut rpc| {
+            .retrying("SandboxTagsSetV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_tags_set(request).await }
+                async move { rpc.sandbox_tags_set_v2(request).await }
             })
             .await
             .map(|_| ())
@@ -64,15 +64,15 @@ pub(super) async fn list(backend: &ModalBackend) -> Result<Vec<Handle>> {
         let request = wire::SandboxListRequest {
             app_id: app_id.clone(),
             before_timestamp: before,
-            environment_name: String::new(),
+            environment_name: backend.settings.environment.clone().unwrap_or_default(),
             include_finished: false,
             tags: tag_filter.clone(),
         };
         let page = backend
             .client
-            .retrying("SandboxList", |mut rpc| {
+            .retrying("SandboxListV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_list(request).await }
+                async move { rpc.sandbox_list_v2(request).await }
             })
             .await
             .map_err(|s| status_error("listing sandboxes", s))?

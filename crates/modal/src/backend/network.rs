@@ -1,14 +1,18 @@
 //! Network access: the session's network policy mapped onto Modal's
 //! `NetworkAccess` (open, blocked, or CIDR and domain allowlists) when a
-//! sandbox is created. Changing it on a running sandbox needs Modal's
-//! per-task command router, which this backend does not use, so a policy
-//! update is refused as unsupported.
+//! sandbox is created, and changed on the running sandbox through its
+//! command router (`TaskSetNetworkAccess`), as Modal's client does. The
+//! gateway stays allowed: its URL is kept in the sandbox's tags.
 
-use sandbox::{Handle, Result, SandboxError, SandboxSpec, policy};
+use sandbox::{Handle, Result, SandboxSpec, policy};
 use tracing::warn;
 
-use super::ModalBackend;
+use super::{ModalBackend, status_error};
 use crate::wire;
+
+/// The label (and Modal tag) that keeps the gateway URL of a sandbox, so a
+/// policy changed later still allows it.
+pub(super) const LABEL_GATEWAY: &str = "garrison.gateway";
 
 impl ModalBackend {
     pub(super) fn network_access(&self, spec: &SandboxSpec) -> wire::NetworkAccess {
@@ -45,13 +49,35 @@ pub fn network_access(mapped: &crate::policy::Controls) -> wire::NetworkAccess {
 }
 
 pub(super) async fn update_network_policy(
-    _backend: &ModalBackend,
-    _handle: &Handle,
-    _policy: &common::NetworkPolicy,
+    backend: &ModalBackend,
+    handle: &Handle,
+    policy: &common::NetworkPolicy,
 ) -> Result<()> {
-    Err(SandboxError::Unsupported(
-        "changing the network policy of a running Modal sandbox",
-    ))
+    let gateway = handle
+        .labels
+        .get(LABEL_GATEWAY)
+        .and_then(|url| policy::Gateway::from_url(url));
+    let mapped = crate::policy::controls(policy, gateway.as_ref());
+    for left_out in &mapped.unsupported {
+        warn!(sandbox = %handle.name, rule = left_out.rule, reason = left_out.reason, "network rule left out on Modal");
+    }
+    let request = wire::router::TaskSetNetworkAccessRequest {
+        task_id: backend.task_id(&handle.id).await?,
+        network_access: Some(network_access(&mapped)),
+    };
+    backend
+        .client
+        .routed(
+            "TaskSetNetworkAccess",
+            &request.task_id.clone(),
+            |mut rpc| {
+                let request = request.clone();
+                async move { rpc.task_set_network_access(request).await }
+            },
+        )
+        .await
+        .map_err(|s| status_error("changing the sandbox's network access", s))?;
+    Ok(())
 }
 
 #[cfg(test)]

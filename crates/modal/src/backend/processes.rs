@@ -1,4 +1,4 @@
-//! Commands in the sandbox, all through `ContainerExec` on its running
+//! Commands in the sandbox, all through the command router of its running
 //! task: the session's processes, started by the `LAUNCH` script of
 //! [`crate::scripts`] and afterwards found through their directory under
 //! the root (status, kill, output) by short execs, and one-off helper
@@ -31,9 +31,9 @@ impl ModalBackend {
         };
         let response = self
             .client
-            .retrying("SandboxGetTaskId", |mut rpc| {
+            .retrying("SandboxGetTaskIdV2", |mut rpc| {
                 let request = request.clone();
-                async move { rpc.sandbox_get_task_id(request).await }
+                async move { rpc.sandbox_get_task_id_v2(request).await }
             })
             .await
             .map_err(|s| status_error("finding the sandbox's task", s))?;
@@ -59,7 +59,11 @@ impl ModalBackend {
         exec::run(
             &self.client,
             &task,
-            &Command { argv, workdir },
+            &Command {
+                argv,
+                workdir,
+                ..Command::default()
+            },
             stdin,
             max_output,
         )
@@ -93,17 +97,19 @@ pub(super) async fn spawn(
     let command = Command {
         argv: scripts::sh(scripts::LAUNCH, args),
         workdir: Some(process.cwd.clone()),
+        env: [(scripts::LAUNCH_ENV.to_owned(), env)].into(),
     };
     let failed = |s| status_error("starting the process", s);
-    let exec_id = exec::start(&backend.client, &task, &command)
+    let exec = exec::start(&backend.client, &task, &command)
         .await
         .map_err(failed)?;
-    exec::send_stdin(&backend.client, &exec_id, env.as_bytes())
-        .await
-        .map_err(failed)?;
-    let (output, ended) = exec::read_output(&backend.client, &exec_id, HELPER_OUTPUT, |out| {
-        out.ends_with(b"started\n")
-    })
+    let (output, ended) = exec::read_output(
+        &backend.client,
+        &exec,
+        exec::Stream::Stdout,
+        HELPER_OUTPUT,
+        |out| out.ends_with(b"started\n"),
+    )
     .await
     .map_err(failed)?;
     if !ended {
@@ -111,10 +117,18 @@ pub(super) async fn spawn(
             id: process.name.clone(),
         });
     }
-    let code = exec::wait(&backend.client, &exec_id)
-        .await
-        .map_err(failed)?;
+    let code = exec::wait(&backend.client, &exec).await.map_err(failed)?;
+    let (stderr, _) = exec::read_output(
+        &backend.client,
+        &exec,
+        exec::Stream::Stderr,
+        HELPER_OUTPUT,
+        |_| false,
+    )
+    .await
+    .map_err(failed)?;
     let said = String::from_utf8_lossy(&output);
+    let complained = String::from_utf8_lossy(&stderr);
     if said.contains("started\n") {
         // It started and already ended: its exit file tells the rest.
         return Ok(ProcessRef {
@@ -128,9 +142,10 @@ pub(super) async fn spawn(
         )));
     }
     Err(SandboxError::Fatal(anyhow!(
-        "starting {} failed ({code}): {}",
+        "starting {} failed ({code}): {} {}",
         process.name,
-        said.trim()
+        said.trim(),
+        complained.trim()
     )))
 }
 

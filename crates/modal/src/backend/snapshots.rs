@@ -1,6 +1,8 @@
 //! Snapshots: a Modal filesystem snapshot is an image id that a later
-//! sandbox starts from (see `lifecycle`); checking and deleting one are
-//! image calls.
+//! sandbox starts from (see `lifecycle`), taken through the command router;
+//! checking and deleting one are image calls.
+
+use std::time::Duration;
 
 use anyhow::anyhow;
 use sandbox::{Handle, Result, Sandbox, SandboxError, SnapshotRef};
@@ -10,29 +12,33 @@ use super::{ModalBackend, status_error};
 use crate::wire;
 
 /// How long a filesystem snapshot may take on Modal's side per call.
-const SNAPSHOT_WAIT_SECS: f32 = 55.0;
+const SNAPSHOT_WAIT_SECS: u64 = 55;
 
+/// Takes a filesystem snapshot through the task's command router
+/// (`TaskSnapshotFilesystem`, what Modal's client uses; `SandboxSnapshotFs`
+/// is its legacy opt-in). The snapshot id is chosen here so a retried call
+/// is the same snapshot. No `ttl_seconds` is sent: the image is kept until
+/// the orchestrator's retention sweep deletes it, so Modal never drops a
+/// sleeping session's snapshot before Garrison's own retention says so.
 pub(super) async fn snapshot(backend: &ModalBackend, handle: &Handle) -> Result<SnapshotRef> {
-    let request = wire::SandboxSnapshotFsRequest {
-        sandbox_id: handle.id.clone(),
-        timeout: SNAPSHOT_WAIT_SECS,
+    let task_id = backend.task_id(&handle.id).await?;
+    let request = wire::router::TaskSnapshotFilesystemRequest {
+        task_id: task_id.clone(),
+        snapshot_id: format!("{:032x}", rand::random::<u128>()),
+        ttl_seconds: None,
     };
     let response = backend
         .client
-        .retrying_creation("SandboxSnapshotFs", |mut rpc| {
-            let request = request.clone();
-            async move { rpc.sandbox_snapshot_fs(request).await }
+        .routed("TaskSnapshotFilesystem", &task_id, |mut rpc| {
+            let mut request = tonic::Request::new(request.clone());
+            request.set_timeout(Duration::from_secs(SNAPSHOT_WAIT_SECS));
+            async move { rpc.task_snapshot_filesystem(request).await }
         })
         .await
         .map_err(|s| status_error("snapshotting the sandbox", s))?;
-    let result = response.result.unwrap_or_default();
-    if result.status() != wire::generic_result::GenericStatus::Success
-        || response.image_id.is_empty()
-    {
+    if response.image_id.is_empty() {
         return Err(SandboxError::Transient(anyhow!(
-            "the filesystem snapshot did not succeed ({:?}): {}",
-            result.status(),
-            result.exception
+            "the filesystem snapshot returned no image"
         )));
     }
     Ok(SnapshotRef {

@@ -23,6 +23,9 @@ pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
     config(&mut mock_config);
     let mock = MockModal::start(mock_config).await.unwrap();
     let settings = ModalSettings {
+        idle_timeout: None,
+        runtime: None,
+        environment: None,
         client: ClientConfig {
             api_url: mock.url(),
             credentials: Credentials {

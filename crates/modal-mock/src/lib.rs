@@ -23,6 +23,7 @@
 
 mod exec;
 mod router;
+mod secrets;
 mod service;
 mod state;
 
@@ -179,6 +180,11 @@ impl MockModal {
     /// An image as built or snapshotted.
     pub fn image(&self, image_id: &str) -> Option<ImageView> {
         self.state.image_view(image_id)
+    }
+
+    /// The names of the named Secrets, sorted (never their values).
+    pub fn secret_names(&self) -> Vec<String> {
+        self.state.secrets.names()
     }
 
     /// Every image built with `ImageGetOrCreate` (not snapshots).

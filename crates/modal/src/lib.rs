@@ -12,6 +12,7 @@ pub mod exec;
 pub mod image;
 pub mod policy;
 pub mod scripts;
+pub mod secret;
 pub mod settings;
 pub mod wire;
 

@@ -1,0 +1,342 @@
+//! `garrison deploy modal` against the mock Modal API: the real binary is
+//! copied into a mock sandbox, runs there as its entry point with its
+//! credentials from a Modal Secret, and serves the emulator's sessions in
+//! sandboxes of their own that never see those credentials.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+use emulator::{Emulator, Then};
+use fleet::SessionStatus;
+
+const NAME: &str = "garrison-orchestrator";
+
+/// The deploying host: its environment and the serve options it forwards.
+struct Host {
+    emu: Emulator,
+    mock: std::sync::Arc<modal_mock::MockModal>,
+    env: Vec<(String, String)>,
+    serve_args: Vec<String>,
+    outpost: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    async fn new() -> Host {
+        let emu = emulator().await;
+        let outpost = outpost(&emu);
+        let dir = tempfile::tempdir().unwrap();
+        let mock = start_modal_mock(&dir.path().join("state"));
+        let mut env = vec![
+            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+            ("HOME".to_owned(), dir.path().display().to_string()),
+            (
+                "GARRISON_CONFIG".to_owned(),
+                dir.path().join("no-config").display().to_string(),
+            ),
+            (
+                "GARRISON_HOME".to_owned(),
+                dir.path().join("host-state").display().to_string(),
+            ),
+            ("DEVIN_OUTPOSTS_TOKEN".to_owned(), emu.account_token()),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+        ];
+        env.extend(modal_env(&mock));
+        let serve_args = vec![
+            "--outpost".to_owned(),
+            outpost.clone(),
+            "--api-url".to_owned(),
+            emu.base_url(),
+            "--static-base-url".to_owned(),
+            emu.static_base_url(),
+            "--listen".to_owned(),
+            "127.0.0.1:0".to_owned(),
+        ];
+        Host {
+            emu,
+            mock,
+            env,
+            serve_args,
+            outpost,
+            _dir: dir,
+        }
+    }
+
+    fn secrets(&self) -> [String; 3] {
+        [
+            self.emu.account_token(),
+            self.mock.token_id().to_owned(),
+            self.mock.token_secret().to_owned(),
+        ]
+    }
+
+    /// `garrison deploy modal <args>`, with the serve options when `args`
+    /// is empty; deploy never prints a secret.
+    async fn deploy(&self, args: &[&str]) -> Output {
+        let mut command = tokio::process::Command::new(garrison_bin());
+        command
+            .args(["deploy", "modal"])
+            .args(args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true);
+        if args.is_empty() {
+            command.arg("--").args(&self.serve_args);
+        }
+        let output = tokio::time::timeout(HANG_GUARD, command.output())
+            .await
+            .expect("deploy finishes")
+            .expect("deploy runs");
+        let text = text(&output);
+        for secret in self.secrets() {
+            assert!(
+                !text.contains(&secret),
+                "a secret in deploy's output:\n{text}"
+            );
+        }
+        output
+    }
+
+    /// The running sandboxes named `NAME`.
+    fn deployments(&self) -> Vec<modal_mock::SandboxView> {
+        self.mock
+            .sandboxes()
+            .into_iter()
+            .filter(|s| s.running && s.name.as_deref() == Some(NAME))
+            .collect()
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_serves_from_a_sandbox_keeps_it_and_terminates_and_deploys_again() {
+    let host = Host::new().await;
+
+    // First run: the Secret, the sandbox, serve in it.
+    let first = host.deploy(&[]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    let out = stdout(&first);
+    assert!(
+        out.contains("wrote Modal Secret garrison-orchestrator-env"),
+        "{out}"
+    );
+    assert!(
+        out.contains("created sandbox garrison-orchestrator"),
+        "{out}"
+    );
+    assert!(out.contains("started garrison serve"), "{out}");
+    let deployed = host.deployments();
+    assert_eq!(deployed.len(), 1, "{deployed:?}");
+    let orchestrator = deployed[0].clone();
+    assert_eq!(host.mock.secret_names(), ["garrison-orchestrator-env"]);
+
+    // The credentials reach it only through the Secret: not in the entry
+    // point, not in the files copied in.
+    assert_eq!(orchestrator.definition.secret_ids.len(), 1);
+    let argv = orchestrator.definition.entrypoint_args.join(" ");
+    assert!(argv.contains("serve --backend modal"), "{argv}");
+    for secret in host.secrets() {
+        assert!(!argv.contains(&secret), "a secret in the entry point");
+        let found = grep_tree(&orchestrator.dir, secret.as_bytes());
+        assert!(
+            found.is_empty(),
+            "a secret in the sandbox's files: {found:?}"
+        );
+    }
+
+    // The deployed Garrison serves a session; the session's sandbox has
+    // no Secret and its processes see none of the credentials.
+    let session = session(
+        &host.emu,
+        &host.outpost,
+        vec![run("env; echo done")],
+        Then::End,
+    );
+    wait_until("the deployed serve ran the session", None, || {
+        status_is(&host.emu, &session, SessionStatus::Terminated) && released(&host.emu, &session)
+    })
+    .await;
+    let outputs = step_outputs(&host.emu, &session).join("\n");
+    assert!(
+        outputs.contains("PATH=") && outputs.contains("done"),
+        "the step printed its environment: {outputs}"
+    );
+    for secret in host.secrets() {
+        assert!(
+            !outputs.contains(&secret),
+            "a credential in a session's environment:\n{outputs}"
+        );
+    }
+    let sessions: Vec<_> = host
+        .mock
+        .sandboxes()
+        .into_iter()
+        .filter(|s| s.id != orchestrator.id)
+        .collect();
+    assert!(
+        !sessions.is_empty(),
+        "the session ran in a sandbox of its own"
+    );
+    for s in &sessions {
+        assert!(s.definition.secret_ids.is_empty(), "{:?}", s.name);
+    }
+
+    // Second run: the running one is left alone.
+    let second = host.deploy(&[]).await;
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        stdout(&second).contains("nothing to do"),
+        "{}",
+        text(&second)
+    );
+    let again = host.deployments();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].id, orchestrator.id);
+    assert_eq!(
+        host.mock.calls("SandboxCreate") as usize,
+        1 + sessions.len()
+    );
+
+    // --status and --logs.
+    let status = host.deploy(&["--status"]).await;
+    assert!(status.status.success(), "{}", text(&status));
+    let out = stdout(&status);
+    assert!(
+        out.contains(&orchestrator.id) && out.contains("uptime"),
+        "{out}"
+    );
+    assert!(out.contains("serve:    running"), "{out}");
+    let logs = host.deploy(&["--logs"]).await;
+    assert!(logs.status.success(), "{}", text(&logs));
+    assert!(
+        stdout(&logs).contains(&session),
+        "the serve's output names the session it ran:\n{}",
+        text(&logs)
+    );
+
+    // --terminate ends it and deletes the Secret.
+    let gone = host.deploy(&["--terminate"]).await;
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert!(host.deployments().is_empty());
+    assert!(host.mock.secret_names().is_empty());
+    let none = host.deploy(&["--status"]).await;
+    assert_eq!(none.status.code(), Some(3), "{}", text(&none));
+
+    // Deployed again: a new sandbox, a new Secret, and it serves.
+    let third = host.deploy(&[]).await;
+    assert!(third.status.success(), "{}", text(&third));
+    let redeployed = host.deployments();
+    assert_eq!(redeployed.len(), 1);
+    assert_ne!(redeployed[0].id, orchestrator.id);
+    assert_eq!(host.mock.secret_names(), ["garrison-orchestrator-env"]);
+    let later = common::session(&host.emu, &host.outpost, vec![run("echo again")], Then::End);
+    wait_until("the redeployed serve ran a session", None, || {
+        status_is(&host.emu, &later, SessionStatus::Terminated) && released(&host.emu, &later)
+    })
+    .await;
+    let end = host.deploy(&["--terminate"]).await;
+    assert!(end.status.success(), "{}", text(&end));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_ended_by_modal_is_replaced_by_the_next_keep_alive_run() {
+    let host = Host::new().await;
+    let first = host.deploy(&[]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    let old = host.deployments()[0].id.clone();
+
+    // Modal ends it (its lifetime, say): the serve goes with it.
+    let mut rpc = modal::Client::new(&modal::ClientConfig {
+        api_url: host.mock.url(),
+        credentials: modal::Credentials {
+            token_id: ::common::Secret::new(host.mock.token_id()),
+            token_secret: ::common::Secret::new(host.mock.token_secret()),
+        },
+        retry: modal::RetryPolicy::default(),
+    })
+    .unwrap()
+    .rpc();
+    rpc.sandbox_terminate(modal::wire::SandboxTerminateRequest {
+        sandbox_id: old.clone(),
+    })
+    .await
+    .unwrap();
+    let down = host.deploy(&["--status"]).await;
+    assert_eq!(down.status.code(), Some(3), "{}", text(&down));
+
+    let tick = host.deploy(&[]).await;
+    assert!(tick.status.success(), "{}", text(&tick));
+    assert!(stdout(&tick).contains("created sandbox"), "{}", text(&tick));
+    let now = host.deployments();
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].id, old);
+    let up = host.deploy(&["--status"]).await;
+    assert!(up.status.success(), "{}", text(&up));
+    let end = host.deploy(&["--terminate"]).await;
+    assert!(end.status.success(), "{}", text(&end));
+}
+
+#[tokio::test]
+async fn deploy_modal_help_teaches_the_modes_credentials_and_keep_alive() {
+    let output = std::process::Command::new(garrison_bin())
+        .args(["deploy", "modal", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "--status",
+        "--logs",
+        "--terminate",
+        "-f, --follow",
+        "MODAL_TOKEN_ID",
+        "DEVIN_OUTPOSTS_TOKEN",
+        "Modal Secret",
+        "never on a command line",
+        "*/5 * * * *",
+        "garrison-deploy-modal.timer",
+        "-- --max-concurrent",
+        "24 h",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn deploy_modal_refuses_forwarded_flags_it_sets_and_a_bad_name() {
+    for args in [
+        &["deploy", "modal", "--", "--backend", "local"][..],
+        &["deploy", "modal", "--", "--token", "x"][..],
+        &["deploy", "modal", "--name", "not a name"][..],
+    ] {
+        let output = std::process::Command::new(garrison_bin())
+            .args(args)
+            .env_clear()
+            .env("MODAL_TOKEN_ID", "ak-unused")
+            .env("MODAL_TOKEN_SECRET", "as-unused")
+            .env("DEVIN_OUTPOSTS_TOKEN", "cog_unused")
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            err.contains("--backend") || err.contains("--token") || err.contains("--name"),
+            "{args:?}: {err}"
+        );
+        for secret in ["cog_unused", "ak-unused", "as-unused"] {
+            assert!(!err.contains(secret), "{err}");
+        }
+    }
+}

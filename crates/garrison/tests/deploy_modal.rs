@@ -252,13 +252,11 @@ async fn deploy_serves_from_a_sandbox_keeps_it_and_terminates_and_deploys_again(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sandbox_ended_by_modal_is_replaced_by_the_next_keep_alive_run() {
+async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_alive_run() {
     let host = Host::new().await;
     let first = host.deploy(&[]).await;
     assert!(first.status.success(), "{}", text(&first));
-    let old = host.deployments()[0].id.clone();
-
-    // Modal ends it (its lifetime, say): the serve goes with it.
+    let old = host.deployments()[0].clone();
     let mut rpc = modal::Client::new(&modal::ClientConfig {
         api_url: host.mock.url(),
         credentials: modal::Credentials {
@@ -269,24 +267,57 @@ async fn a_sandbox_ended_by_modal_is_replaced_by_the_next_keep_alive_run() {
     })
     .unwrap()
     .rpc();
-    rpc.sandbox_terminate(modal::wire::SandboxTerminateRequest {
-        sandbox_id: old.clone(),
-    })
-    .await
-    .unwrap();
+    let end = |id: String| {
+        let mut rpc = rpc.clone();
+        async move {
+            rpc.sandbox_terminate(modal::wire::SandboxTerminateRequest { sandbox_id: id })
+                .await
+                .unwrap();
+        }
+    };
+
+    // Modal ends it (its lifetime, say): serve goes with it, and the next
+    // run creates a new one.
+    end(old.id.clone()).await;
     let down = host.deploy(&["--status"]).await;
     assert_eq!(down.status.code(), Some(3), "{}", text(&down));
-
     let tick = host.deploy(&[]).await;
     assert!(tick.status.success(), "{}", text(&tick));
     assert!(stdout(&tick).contains("created sandbox"), "{}", text(&tick));
     let now = host.deployments();
     assert_eq!(now.len(), 1);
-    assert_ne!(now[0].id, old);
+    assert_ne!(now[0].id, old.id);
     let up = host.deploy(&["--status"]).await;
     assert!(up.status.success(), "{}", text(&up));
-    let end = host.deploy(&["--terminate"]).await;
-    assert!(end.status.success(), "{}", text(&end));
+
+    // A deploy that stopped after creating the sandbox and before copying
+    // garrison in: the next run copies it in and serve starts.
+    end(now[0].id.clone()).await;
+    let half_made = rpc
+        .sandbox_create(modal::wire::SandboxCreateRequest {
+            app_id: old.app_id.clone(),
+            definition: Some(now[0].definition.clone()),
+            tags: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sandbox_id;
+    let waiting = host.deploy(&["--status"]).await;
+    assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
+    assert!(
+        stdout(&waiting).contains("not started"),
+        "{}",
+        text(&waiting)
+    );
+    let mend = host.deploy(&[]).await;
+    assert!(mend.status.success(), "{}", text(&mend));
+    assert!(stdout(&mend).contains("copying it in"), "{}", text(&mend));
+    assert_eq!(host.deployments()[0].id, half_made);
+    let serving = host.deploy(&["--status"]).await;
+    assert!(serving.status.success(), "{}", text(&serving));
+    let gone = host.deploy(&["--terminate"]).await;
+    assert!(gone.status.success(), "{}", text(&gone));
 }
 
 #[tokio::test]

@@ -57,9 +57,10 @@ echo "$$" > serve.pid
 exec bin/garrison "$@" >> serve.log 2>&1"#;
 
 /// `sh -c WRITE sh PATH MODE` with the content on stdin: written beside
-/// PATH and renamed into place.
+/// PATH (under a name of its own, so two deploys never mix their bytes)
+/// and renamed into place.
 pub const WRITE: &str = r#"set -e
-t="$1.deploy-tmp"
+t="$1.deploy-tmp.$$"
 mkdir -p "$(dirname "$1")"
 rm -f "$t"
 cat > "$t"

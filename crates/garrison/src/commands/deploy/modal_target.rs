@@ -265,11 +265,24 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
         .context("Modal returned no app")?;
     let found = running(&client, &app).await?;
     if let Step::Keep(found) = plan::step(&found, &args.name) {
+        let up = super::plan::uptime(((now() - found.created_at) * 1000.0) as i64);
+        let task = task_id(&client, &found.id).await?;
+        // A deploy that stopped between create and copy left a sandbox
+        // waiting for its binary: finish its work.
+        if let Some(task) = &task
+            && serve_state(&client, task).await? == "waiting"
+        {
+            println!(
+                "sandbox {} (id {}) waits for garrison; copying it in",
+                args.name, found.id
+            );
+            install(&client, &found.id, args, resolved).await?;
+            println!("started garrison serve in sandbox {}", args.name);
+            return Ok(());
+        }
         println!(
-            "sandbox {} (id {}) is running, up {}; nothing to do",
-            args.name,
-            found.id,
-            super::plan::uptime(((now() - found.created_at) * 1000.0) as i64)
+            "sandbox {} (id {}) is running, up {up}; nothing to do",
+            args.name, found.id
         );
         return Ok(());
     }

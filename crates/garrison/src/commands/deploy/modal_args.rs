@@ -43,9 +43,9 @@ Settings:
 Keep-alive:
   Modal ends a sandbox at its maximum lifetime (--timeout-secs, at most 24 h).
   Run this command every few minutes: it creates a new sandbox once the old one
-  ended, and changes nothing otherwise. E.g. the cron line (deploy.env:
+  ended, and changes nothing otherwise. E.g. the cron line (deploy-modal.env:
   MODAL_TOKEN_ID=..., MODAL_TOKEN_SECRET=..., DEVIN_OUTPOSTS_TOKEN=..., mode 0600)
-    */5 * * * * set -a && . $HOME/.config/garrison/deploy.env && set +a && /usr/local/bin/garrison deploy modal >>$HOME/garrison-deploy.log 2>&1
+    */5 * * * * set -a && . $HOME/.config/garrison/deploy-modal.env && set +a && /usr/local/bin/garrison deploy modal >>$HOME/garrison-deploy-modal.log 2>&1
   or the systemd units packaging/garrison-deploy-modal.service and
   packaging/garrison-deploy-modal.timer (see the README).
 

@@ -256,7 +256,10 @@ fn the_modal_deploy_units_run_garrison_deploy_modal_every_five_minutes() {
     );
 
     let timer = parse_unit(&read("garrison-deploy-modal.timer"));
-    assert_eq!(get(&timer, "Timer", "Unit"), "garrison-deploy-modal.service");
+    assert_eq!(
+        get(&timer, "Timer", "Unit"),
+        "garrison-deploy-modal.service"
+    );
     assert_eq!(get(&timer, "Timer", "OnUnitActiveSec"), "5min");
     assert_eq!(get(&timer, "Timer", "Persistent"), "yes");
     assert_eq!(get(&timer, "Install", "WantedBy"), "timers.target");

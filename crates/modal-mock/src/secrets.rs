@@ -353,7 +353,9 @@ mod tests {
             .unwrap();
         assert_eq!(kept.secret_id, made.secret_id);
         assert_eq!(
-            secrets.env_for(&[made.secret_id.clone()], &[]).unwrap()["A"],
+            secrets
+                .env_for(std::slice::from_ref(&made.secret_id), &[])
+                .unwrap()["A"],
             "1"
         );
         // Replaced, same id.
@@ -361,7 +363,9 @@ mod tests {
             .get_or_create(request("s", C::CreateOverwriteIfExists, &[("B", "3")]))
             .unwrap();
         assert_eq!(over.secret_id, made.secret_id);
-        let env = secrets.env_for(&[made.secret_id.clone()], &[]).unwrap();
+        let env = secrets
+            .env_for(std::slice::from_ref(&made.secret_id), &[])
+            .unwrap();
         assert_eq!(env, BTreeMap::from([("B".to_owned(), "3".to_owned())]));
         assert_eq!(over.metadata.unwrap().keys, ["B"]);
         let mut required = lookup;
@@ -424,7 +428,9 @@ mod tests {
                 contents: [("C".to_owned(), "3".to_owned())].into(),
             })),
         };
-        let env = secrets.env_for(&[id.clone()], &[inline]).unwrap();
+        let env = secrets
+            .env_for(std::slice::from_ref(&id), &[inline])
+            .unwrap();
         assert_eq!(
             env,
             BTreeMap::from([("A".into(), "9".into()), ("C".into(), "3".into())])

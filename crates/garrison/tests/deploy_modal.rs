@@ -99,6 +99,30 @@ impl Host {
         output
     }
 
+    /// A raw client of the mock, to act as Modal itself would.
+    fn rpc(&self) -> modal::client::Rpc {
+        modal::Client::new(&modal::ClientConfig {
+            api_url: self.mock.url(),
+            credentials: modal::Credentials {
+                token_id: ::common::Secret::new(self.mock.token_id()),
+                token_secret: ::common::Secret::new(self.mock.token_secret()),
+            },
+            retry: modal::RetryPolicy::default(),
+        })
+        .unwrap()
+        .rpc()
+    }
+
+    /// Ends a sandbox as Modal does at its lifetime.
+    async fn end(&self, sandbox_id: &str) {
+        self.rpc()
+            .sandbox_terminate(modal::wire::SandboxTerminateRequest {
+                sandbox_id: sandbox_id.to_owned(),
+            })
+            .await
+            .unwrap();
+    }
+
     /// The running sandboxes named `NAME`.
     fn deployments(&self) -> Vec<modal_mock::SandboxView> {
         self.mock
@@ -257,28 +281,9 @@ async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_a
     let first = host.deploy(&[]).await;
     assert!(first.status.success(), "{}", text(&first));
     let old = host.deployments()[0].clone();
-    let mut rpc = modal::Client::new(&modal::ClientConfig {
-        api_url: host.mock.url(),
-        credentials: modal::Credentials {
-            token_id: ::common::Secret::new(host.mock.token_id()),
-            token_secret: ::common::Secret::new(host.mock.token_secret()),
-        },
-        retry: modal::RetryPolicy::default(),
-    })
-    .unwrap()
-    .rpc();
-    let end = |id: String| {
-        let mut rpc = rpc.clone();
-        async move {
-            rpc.sandbox_terminate(modal::wire::SandboxTerminateRequest { sandbox_id: id })
-                .await
-                .unwrap();
-        }
-    };
-
     // Modal ends it (its lifetime, say): serve goes with it, and the next
     // run creates a new one.
-    end(old.id.clone()).await;
+    host.end(&old.id).await;
     let down = host.deploy(&["--status"]).await;
     assert_eq!(down.status.code(), Some(3), "{}", text(&down));
     let tick = host.deploy(&[]).await;
@@ -292,8 +297,9 @@ async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_a
 
     // A deploy that stopped after creating the sandbox and before copying
     // garrison in: the next run copies it in and serve starts.
-    end(now[0].id.clone()).await;
-    let half_made = rpc
+    host.end(&now[0].id).await;
+    let half_made = host
+        .rpc()
         .sandbox_create(modal::wire::SandboxCreateRequest {
             app_id: old.app_id.clone(),
             definition: Some(now[0].definition.clone()),
@@ -370,4 +376,74 @@ async fn deploy_modal_refuses_forwarded_flags_it_sets_and_a_bad_name() {
             assert!(!err.contains(secret), "{err}");
         }
     }
+}
+
+/// Collects a child's stdout as it comes.
+fn collect(stdout: tokio::process::ChildStdout) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use tokio::io::AsyncReadExt;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        let mut stdout = stdout;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_goes_on_with_the_sandbox_the_keep_alive_creates() {
+    let host = Host::new().await;
+    let first = host.deploy(&[]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    let old = host.deployments()[0].id.clone();
+
+    let mut follower = tokio::process::Command::new(garrison_bin())
+        .args(["deploy", "modal", "--logs", "-f"])
+        .env_clear()
+        .envs(host.env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let seen = collect(follower.stdout.take().unwrap());
+    let before = session(&host.emu, &host.outpost, vec![run("echo one")], Then::End);
+    wait_until("the follower shows the first session", None, || {
+        seen.lock().unwrap().contains(&before)
+    })
+    .await;
+
+    // Modal ends the sandbox; the follower waits; the keep-alive creates
+    // the next one and the follower goes on with its log.
+    host.end(&old).await;
+    let tick = host.deploy(&[]).await;
+    assert!(tick.status.success(), "{}", text(&tick));
+    let after = session(&host.emu, &host.outpost, vec![run("echo two")], Then::End);
+    wait_until(
+        "the follower shows the session of the new sandbox",
+        None,
+        || seen.lock().unwrap().contains(&after),
+    )
+    .await;
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follower gave up"
+    );
+    let printed = seen.lock().unwrap().clone();
+    assert_eq!(
+        printed.matches("garrison serving").count(),
+        2,
+        "each sandbox's log printed once:\n{printed}"
+    );
+    let _ = follower.kill().await;
+    let end = host.deploy(&["--terminate"]).await;
+    assert!(end.status.success(), "{}", text(&end));
 }

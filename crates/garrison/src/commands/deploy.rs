@@ -2,7 +2,8 @@
 //! in a long-lived, named sandbox of the cloud it serves sessions on.
 //!
 //! `deploy modal` is in `modal_args` (options and help), `modal_plan`
-//! (decisions) and `modal_target` (Modal's API); the rest of this file and
+//! (decisions), `modal_target` (deploying), `modal_watch` (status, logs,
+//! terminate) and `modal_access` (Modal's API); the rest of this file and
 //! the other modules are `deploy tensorlake`'s.
 //!
 //! Every run converges: the sandbox is created if there is none by that
@@ -12,9 +13,11 @@
 //! are given to the process in its environment when it starts, through the
 //! process API: never in an image, never in argv, never printed.
 
+mod modal_access;
 mod modal_args;
 mod modal_plan;
 mod modal_target;
+mod modal_watch;
 mod plan;
 mod tensorlake_access;
 mod tensorlake_target;

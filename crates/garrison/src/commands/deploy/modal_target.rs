@@ -1,5 +1,7 @@
-//! The I/O of `garrison deploy modal`: Modal's app, Secret, sandbox and
-//! exec calls, driven by the decisions of [`super::modal_plan`].
+//! The I/O of `garrison deploy modal`: the settings resolved as serve
+//! resolves them, then the Secret, the sandbox and the copy, driven by the
+//! decisions of [`super::modal_plan`]; the read-only modes are in
+//! [`super::modal_watch`].
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -7,30 +9,22 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use modal::exec::{self, Command, Finished};
-use modal::{Client, ClientConfig, ModalEnv, RetryPolicy, wire};
-use orchestrator::settings::{self, BackendSource, HostEnv, RawSettings, ServeConfig};
+use modal::{Client, wire};
+use orchestrator::settings::{HostEnv, ServeConfig};
 use tonic::Code;
 
 use super::ModalDeployArgs;
-use super::modal_plan::{self as plan, Found, Step};
+use super::modal_access::{
+    ENVIRONMENT, HELPER_OUTPUT, TRANSITION_GUARD, app_id, client_for, helper, modal_only, now,
+    read_log, running, serve_state, sh, task_id, terminate_sandbox,
+};
+use super::modal_plan::{self as plan, Step};
+use super::modal_watch::{logs, status, terminate};
 use super::tensorlake_target::{ServeCli, printable};
 use crate::backends;
 
-/// Bounds a wait for a state change; never an expectation of speed.
-const TRANSITION_GUARD: Duration = Duration::from_secs(600);
-/// How often the log is looked at while following it.
-const FOLLOW_POLL: Duration = Duration::from_secs(1);
-/// Exit status of `--status` when serve is not running.
-const NOT_RUNNING: i32 = 3;
-/// The Modal environment (`""`: the profile's default).
-const ENVIRONMENT: &str = "";
 /// Tag naming the deployment on its sandbox.
 const TAG_DEPLOY: &str = "garrison.deploy";
-/// Output kept from a helper command.
-const HELPER_OUTPUT: usize = 64 * 1024;
-/// Bytes of log read per exec.
-const LOG_CHUNK: usize = 1024 * 1024;
 
 pub async fn run(args: ModalDeployArgs) -> anyhow::Result<()> {
     plan::check_name(&args.name).map_err(anyhow::Error::msg)?;
@@ -100,160 +94,6 @@ fn resolve(args: &ModalDeployArgs) -> anyhow::Result<Resolved> {
         image_cache,
         host_vars: HostEnv::current().vars,
     })
-}
-
-/// The Modal settings alone: `--status`, `--logs` and `--terminate` need
-/// no Devin token.
-fn modal_only(args: &ModalDeployArgs) -> anyhow::Result<ModalEnv> {
-    let host = HostEnv::current();
-    let file = match backends::settings_file(&host, args.config.as_deref()) {
-        Some(path) => settings::load_file(&path, &backends::ALL)?.unwrap_or_default(),
-        None => RawSettings::default(),
-    };
-    Ok(modal::settings::resolve(&BackendSource::new(
-        &host,
-        &file.backend_keys,
-    ))?)
-}
-
-fn client_for(modal: &ModalEnv) -> anyhow::Result<Client> {
-    Client::new(&ClientConfig {
-        api_url: modal.api_url.clone(),
-        credentials: modal.credentials.clone(),
-        retry: RetryPolicy::default(),
-    })
-}
-
-/// The deployment's app id; with `create`, made if missing, else `None`
-/// when there is none.
-async fn app_id(client: &Client, name: &str, create: bool) -> anyhow::Result<Option<String>> {
-    let creation = if create {
-        wire::ObjectCreationType::CreateIfMissing
-    } else {
-        wire::ObjectCreationType::Unspecified
-    };
-    let request = wire::AppGetOrCreateRequest {
-        app_name: name.to_owned(),
-        environment_name: ENVIRONMENT.to_owned(),
-        object_creation_type: creation as i32,
-    };
-    match client
-        .retrying("AppGetOrCreate", |mut rpc| {
-            let request = request.clone();
-            async move { rpc.app_get_or_create(request).await }
-        })
-        .await
-    {
-        Ok(r) => Ok(Some(r.app_id)),
-        Err(s) if !create && s.code() == Code::NotFound => Ok(None),
-        Err(s) => Err(anyhow::anyhow!(
-            "looking up Modal app {name}: {}",
-            s.message()
-        )),
-    }
-}
-
-/// The running sandboxes of the app.
-async fn running(client: &Client, app_id: &str) -> anyhow::Result<Vec<Found>> {
-    let request = wire::SandboxListRequest {
-        app_id: app_id.to_owned(),
-        before_timestamp: 0.0,
-        environment_name: ENVIRONMENT.to_owned(),
-        include_finished: false,
-        tags: Vec::new(),
-    };
-    let page = client
-        .retrying("SandboxList", |mut rpc| {
-            let request = request.clone();
-            async move { rpc.sandbox_list(request).await }
-        })
-        .await
-        .map_err(|s| anyhow::anyhow!("listing Modal sandboxes: {}", s.message()))?;
-    Ok(page
-        .sandboxes
-        .into_iter()
-        .map(|s| Found {
-            id: s.id,
-            name: s.name,
-            created_at: s.created_at,
-            timeout_secs: s.timeout_secs,
-        })
-        .collect())
-}
-
-/// The running deployment sandbox, if any.
-async fn find(client: &Client, name: &str) -> anyhow::Result<Option<Found>> {
-    let Some(app) = app_id(client, name, false).await? else {
-        return Ok(None);
-    };
-    Ok(plan::find(&running(client, &app).await?, name).cloned())
-}
-
-/// The task of a running sandbox, waiting while it is scheduled; `None`
-/// once it has ended.
-async fn task_id(client: &Client, sandbox_id: &str) -> anyhow::Result<Option<String>> {
-    let deadline = tokio::time::Instant::now() + TRANSITION_GUARD;
-    loop {
-        let request = wire::SandboxGetTaskIdRequest {
-            sandbox_id: sandbox_id.to_owned(),
-            timeout: Some(55.0),
-            wait_until_ready: false,
-        };
-        let response = match client
-            .retrying("SandboxGetTaskId", |mut rpc| {
-                let request = request.clone();
-                async move { rpc.sandbox_get_task_id(request).await }
-            })
-            .await
-        {
-            Ok(r) => r,
-            Err(s) if s.code() == Code::NotFound => return Ok(None),
-            Err(s) => bail!("finding the task of sandbox {sandbox_id}: {}", s.message()),
-        };
-        if response.task_result.is_some() {
-            return Ok(None);
-        }
-        if let Some(task) = response.task_id {
-            return Ok(Some(task));
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("sandbox {sandbox_id} was not scheduled within {TRANSITION_GUARD:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Runs a short helper command in the sandbox's task to completion.
-async fn helper(
-    client: &Client,
-    task: &str,
-    argv: Vec<String>,
-    stdin: Option<&[u8]>,
-    max: usize,
-) -> anyhow::Result<Finished> {
-    let what = argv.get(2).cloned().unwrap_or_default();
-    exec::run(
-        client,
-        task,
-        &Command {
-            argv,
-            workdir: None,
-        },
-        stdin,
-        max,
-    )
-    .await
-    .map_err(|s| {
-        anyhow::anyhow!(
-            "running {} in the sandbox: {}",
-            what.lines().next().unwrap_or(""),
-            s.message()
-        )
-    })
-}
-
-fn sh(script: &str, args: &[&str]) -> Vec<String> {
-    modal::scripts::sh(script, args.iter().map(|a| (*a).to_owned()))
 }
 
 async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<()> {
@@ -417,176 +257,4 @@ async fn put(
         );
     }
     Ok(())
-}
-
-/// `running`, `waiting` or `gone`, as [`plan::SERVE_STATE`] says.
-async fn serve_state(client: &Client, task: &str) -> anyhow::Result<String> {
-    let done = helper(
-        client,
-        task,
-        sh(plan::SERVE_STATE, &[]),
-        None,
-        HELPER_OUTPUT,
-    )
-    .await?;
-    Ok(String::from_utf8_lossy(&done.output).trim().to_owned())
-}
-
-async fn read_log(client: &Client, task: &str, offset: u64) -> anyhow::Result<Vec<u8>> {
-    let done = helper(
-        client,
-        task,
-        sh(
-            plan::READ_LOG,
-            &[&offset.to_string(), &LOG_CHUNK.to_string()],
-        ),
-        None,
-        LOG_CHUNK,
-    )
-    .await?;
-    if done.exit_code != 0 {
-        bail!("reading the serve log failed ({})", done.exit_code);
-    }
-    Ok(done.output)
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// Prints the state; the exit status for the shell.
-async fn status(client: &Client, name: &str) -> anyhow::Result<i32> {
-    let Some(found) = find(client, name).await? else {
-        println!("sandbox:  none named {name} running (deploy with `garrison deploy modal`)");
-        return Ok(NOT_RUNNING);
-    };
-    let up = super::plan::uptime(((now() - found.created_at) * 1000.0) as i64);
-    let left = super::plan::uptime(plan::seconds_left(&found, now()) as i64 * 1000);
-    println!(
-        "sandbox:  {name} (id {}): running; uptime {up}; {left} left of its lifetime \
-         (the keep-alive creates the next one)",
-        found.id
-    );
-    let Some(task) = task_id(client, &found.id).await? else {
-        println!("serve:    the sandbox has just ended");
-        return Ok(NOT_RUNNING);
-    };
-    let state = serve_state(client, &task).await?;
-    println!(
-        "serve:    {}",
-        match state.as_str() {
-            "running" => "running",
-            "waiting" => "not started (the binary was not copied in)",
-            "starting" => "starting",
-            _ => "ended",
-        }
-    );
-    Ok(if state == "running" { 0 } else { NOT_RUNNING })
-}
-
-async fn terminate_sandbox(client: &Client, sandbox_id: &str) -> anyhow::Result<()> {
-    let request = wire::SandboxTerminateRequest {
-        sandbox_id: sandbox_id.to_owned(),
-    };
-    match client
-        .retrying("SandboxTerminate", |mut rpc| {
-            let request = request.clone();
-            async move { rpc.sandbox_terminate(request).await }
-        })
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(s) if s.code() == Code::NotFound => Ok(()),
-        Err(s) => bail!("terminating sandbox {sandbox_id}: {}", s.message()),
-    }
-}
-
-async fn terminate(client: &Client, name: &str) -> anyhow::Result<()> {
-    match find(client, name).await? {
-        Some(found) => {
-            terminate_sandbox(client, &found.id).await?;
-            println!("terminated sandbox {name} (id {})", found.id);
-        }
-        None => println!("no sandbox named {name} running; nothing to terminate"),
-    }
-    let secret = plan::secret_name(name);
-    let deleted = modal::secret::delete(client, &secret, ENVIRONMENT)
-        .await
-        .map_err(|s| anyhow::anyhow!("deleting Modal Secret {secret}: {}", s.message()))?;
-    if deleted {
-        println!("deleted Modal Secret {secret}");
-    }
-    Ok(())
-}
-
-/// The serve's log; with `follow`, new output as it comes, going on with
-/// the next sandbox when the keep-alive creates one.
-async fn logs(client: &Client, name: &str, follow: bool) -> anyhow::Result<()> {
-    let mut out = std::io::stdout();
-    let mut current: Option<String> = None;
-    let mut offset = 0u64;
-    let mut said_waiting = false;
-    loop {
-        let found = find(client, name).await?;
-        let task = match &found {
-            Some(found) => task_id(client, &found.id).await?,
-            None => None,
-        };
-        let (Some(found), Some(task)) = (found, task) else {
-            if !follow {
-                bail!("no sandbox named {name} running");
-            }
-            if !said_waiting {
-                eprintln!(
-                    "no sandbox named {name} running; waiting for the keep-alive to create one"
-                );
-                said_waiting = true;
-            }
-            tokio::time::sleep(FOLLOW_POLL * 2).await;
-            continue;
-        };
-        said_waiting = false;
-        if current.as_deref() != Some(found.id.as_str()) {
-            if current.is_some() {
-                eprintln!("-- sandbox {} --", found.id);
-            }
-            current = Some(found.id.clone());
-            offset = 0;
-        }
-        let chunk = match read_log(client, &task, offset).await {
-            Ok(chunk) => chunk,
-            // The sandbox ended meanwhile: look again.
-            Err(_) if follow => {
-                tokio::time::sleep(FOLLOW_POLL).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        offset += chunk.len() as u64;
-        if !chunk.is_empty() {
-            write!(out, "{}", printable_text(&chunk))?;
-            out.flush()?;
-            if chunk.len() == LOG_CHUNK {
-                continue;
-            }
-        }
-        if !follow {
-            return Ok(());
-        }
-        tokio::time::sleep(FOLLOW_POLL).await;
-    }
-}
-
-/// Log bytes without terminal control sequences, line ends kept.
-fn printable_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .split_inclusive('\n')
-        .map(|line| match line.strip_suffix('\n') {
-            Some(body) => format!("{}\n", printable(body)),
-            None => printable(line),
-        })
-        .collect()
 }

@@ -281,8 +281,17 @@ async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_a
     let first = host.deploy(&[]).await;
     assert!(first.status.success(), "{}", text(&first));
     let old = host.deployments()[0].clone();
-    // Modal ends it (its lifetime, say): serve goes with it, and the next
-    // run creates a new one.
+    // A session is running when Modal ends the orchestrator's sandbox (its
+    // lifetime, say): serve goes with it, and the next run creates a new
+    // one, which knows the session's claim as its own (the same acceptor
+    // id) and adopts it rather than leaving it to lapse.
+    let held = session(&host.emu, &host.outpost, vec![run("sleep 600")], Then::End);
+    wait_until("the first serve runs the session", None, || {
+        view(&host.emu, &held).events("step").count() == 0
+            && view(&host.emu, &held).events("claimed").count() == 1
+            && status_is(&host.emu, &held, SessionStatus::Running)
+    })
+    .await;
     host.end(&old.id).await;
     let down = host.deploy(&["--status"]).await;
     assert_eq!(down.status.code(), Some(3), "{}", text(&down));
@@ -294,6 +303,14 @@ async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_a
     assert_ne!(now[0].id, old.id);
     let up = host.deploy(&["--status"]).await;
     assert!(up.status.success(), "{}", text(&up));
+    let log = now[0].dir.join("garrison-deploy/serve.log");
+    wait_until("the new serve adopts the session's claim", None, || {
+        std::fs::read_to_string(&log).is_ok_and(|text| {
+            text.lines()
+                .any(|l| l.contains("adopting a claim") && l.contains(&held))
+        })
+    })
+    .await;
 
     // A deploy that stopped after creating the sandbox and before copying
     // garrison in: the next run copies it in and serve starts.

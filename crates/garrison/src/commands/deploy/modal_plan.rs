@@ -169,6 +169,12 @@ pub fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
     argv
 }
 
+/// The acceptor id of every sandbox of the deployment `name` (a valid
+/// acceptor id for every valid name: see [`check_name`]).
+pub fn acceptor_id(name: &str) -> String {
+    format!("garrison-deploy-{name}")
+}
+
 /// The Modal settings `serve` resolved, if an outpost uses Modal.
 pub fn modal_settings(config: &ServeConfig) -> Option<&ModalEnv> {
     config
@@ -204,9 +210,16 @@ pub fn orchestrator_image(
 /// host. Paths are set by [`ENTRY`]. Modal gives a Secret's variables to
 /// the container it is attached to, and Garrison attaches it only to the
 /// orchestrator's sandbox, never to a session's.
+///
+/// Unless one is configured, the acceptor id is the deployment's
+/// ([`acceptor_id`]), not one generated per state directory: each new
+/// sandbox starts with an empty state, and with the same id its serve
+/// knows its predecessor's claims as its own and adopts them (with the
+/// session sandboxes still running) instead of leaving them to lapse.
 pub fn serve_env(
     config: &ServeConfig,
     host_vars: &BTreeMap<String, String>,
+    name: &str,
 ) -> Result<BTreeMap<String, String>, String> {
     let modal = modal_settings(config).ok_or_else(|| {
         "no outpost is served with the modal backend (an [[outpost]] table names another \
@@ -241,9 +254,11 @@ pub fn serve_env(
     set("DEVIN_API_URL", &config.api_url);
     set("OUTPOST_ID", &outposts.join(","));
     set("DEVIN_WORKER_STATIC_BASE_URL", &config.static_base_url);
-    if let Some(id) = &config.acceptor_id {
-        set("DEVIN_WORKER_ACCEPTOR_ID", id);
-    }
+    let acceptor = config
+        .acceptor_id
+        .clone()
+        .unwrap_or_else(|| acceptor_id(name));
+    set("DEVIN_WORKER_ACCEPTOR_ID", &acceptor);
     set(
         modal::settings::TOKEN_ID_ENV,
         modal.credentials.token_id.expose(),
@@ -403,7 +418,7 @@ mod tests {
         let raw = orchestrator::settings::RawSettings::from_env(&host);
         let config =
             orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
-        let env = serve_env(&config, &vars).unwrap();
+        let env = serve_env(&config, &vars, DEFAULT_NAME).unwrap();
         let get = |k: &str| env.get(k).map(String::as_str);
         assert_eq!(get("DEVIN_OUTPOSTS_TOKEN"), Some("cog_secret_token"));
         assert_eq!(get("MODAL_TOKEN_ID"), Some("ak-secret-id"));
@@ -413,6 +428,21 @@ mod tests {
         assert_eq!(get("MAX_CONCURRENT_SESSIONS"), Some("7"));
         assert_eq!(get("MODAL_IMAGE"), Some("im-abc"));
         assert_eq!(get("MODAL_SANDBOX_TIMEOUT_SECS"), Some("86400"));
+        // One acceptor id for the deployment, whatever sandbox runs it.
+        assert_eq!(
+            get("DEVIN_WORKER_ACCEPTOR_ID"),
+            Some("garrison-deploy-garrison-orchestrator")
+        );
+        let mut own = vars.clone();
+        own.insert("DEVIN_WORKER_ACCEPTOR_ID".into(), "mine".into());
+        let host = orchestrator::settings::HostEnv::new(1000, own.clone());
+        let raw = orchestrator::settings::RawSettings::from_env(&host);
+        let configured =
+            orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
+        assert_eq!(
+            serve_env(&configured, &own, DEFAULT_NAME).unwrap()["DEVIN_WORKER_ACCEPTOR_ID"],
+            "mine"
+        );
         for absent in [
             "HOME",
             "GARRISON_HOME",

@@ -132,7 +132,8 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
     };
     let image = plan::orchestrator_image(args.image.as_deref(), modal, &names)
         .map_err(anyhow::Error::msg)?;
-    let env = plan::serve_env(&resolved.config, &resolved.host_vars).map_err(anyhow::Error::msg)?;
+    let env = plan::serve_env(&resolved.config, &resolved.host_vars, &args.name)
+        .map_err(anyhow::Error::msg)?;
     let secret = plan::secret_name(&args.name);
     let secret_id = modal::secret::put(&client, &secret, ENVIRONMENT, &env)
         .await

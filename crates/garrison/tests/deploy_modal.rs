@@ -233,6 +233,8 @@ async fn deploy_serves_from_a_sandbox_keeps_it_and_terminates_and_deploys_again(
         host.mock.calls("SandboxCreate") as usize,
         1 + sessions.len()
     );
+    // The Secret is written when a sandbox is created, not on every tick.
+    assert_eq!(host.mock.calls("SecretGetOrCreate"), 1);
 
     // --status and --logs.
     let status = host.deploy(&["--status"]).await;

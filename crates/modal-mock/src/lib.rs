@@ -17,9 +17,10 @@
 //!
 //! There is no container: a sandbox is a directory on the host
 //! (`<root>/sandboxes/<id>`, the sandbox's starting directory) and its
-//! processes run on the host with an empty environment except `PATH`, so
-//! the devin-remote simulator can run against the emulator. Network
-//! policies are recorded, not enforced.
+//! processes run on the host with an empty environment except `PATH` and
+//! the variables of the Secrets the sandbox was created with, so the
+//! devin-remote simulator can run against the emulator. Network policies
+//! are recorded, not enforced. Secrets are kept in memory only.
 
 mod exec;
 mod router;

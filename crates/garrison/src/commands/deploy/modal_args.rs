@@ -38,7 +38,9 @@ Settings:
   variables, the TOML file); the resolved values and the serve variables set
   here go to the deployed serve, the TOML file and this host's Modal image
   names (<state>/modal/images.json) are copied in. The deployed serve keeps its
-  state in the sandbox, so a new sandbox starts with an empty state.
+  state in the sandbox, so a new sandbox starts with an empty state; its serve
+  adopts the claims the previous one held, as the deployment has one acceptor
+  id (garrison-deploy-<NAME>, unless DEVIN_WORKER_ACCEPTOR_ID is set).
 
 Keep-alive:
   Modal ends a sandbox at its maximum lifetime (--timeout-secs, at most 24 h).

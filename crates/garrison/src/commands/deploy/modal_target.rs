@@ -148,15 +148,16 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
             resources: Some(wire::Resources {
                 memory_mb: args.memory_mb,
                 milli_cpu: (args.cpus * 1000.0).round().clamp(1.0, u32::MAX as f64) as u32,
+                ..Default::default()
             }),
             timeout_secs: args.timeout_secs,
-            workdir: None,
-            block_network: false,
             scheduler_placement: (!modal.regions.is_empty()).then(|| wire::SchedulerPlacement {
                 regions: modal.regions.clone(),
             }),
-            network_access: None,
+            // Open network, no idle timeout, no memory snapshots: the
+            // orchestrator runs until its lifetime ends.
             name: Some(args.name.clone()),
+            ..Default::default()
         }),
         tags: vec![wire::SandboxTag {
             tag_name: TAG_DEPLOY.to_owned(),

@@ -49,7 +49,12 @@ def modal(mock):
     )
     import modal as modal_package
 
+    # The client from the environment is a process-wide singleton: one made
+    # for another module's mock (now stopped) must not be reused here, nor
+    # this one there.
+    modal_package.Client._set_env_client(None)
     yield modal_package
+    modal_package.Client._set_env_client(None)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

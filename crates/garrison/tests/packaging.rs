@@ -227,3 +227,46 @@ fn the_deploy_units_run_garrison_deploy_tensorlake_every_five_minutes() {
         .unwrap();
     assert!(output.status.success());
 }
+
+#[test]
+fn the_modal_deploy_units_run_garrison_deploy_modal_every_five_minutes() {
+    let get = |unit: &Unit, section: &str, key: &str| -> String {
+        let values = unit
+            .get(section)
+            .and_then(|s| s.get(key))
+            .unwrap_or_else(|| panic!("[{section}] has no {key}"));
+        assert_eq!(values.len(), 1, "[{section}] {key} given twice");
+        values[0].clone()
+    };
+    let service = parse_unit(&read("garrison-deploy-modal.service"));
+    assert_eq!(get(&service, "Service", "Type"), "oneshot");
+    assert_eq!(
+        get(&service, "Service", "ExecStart"),
+        "/usr/local/bin/garrison deploy modal"
+    );
+    // The credentials come from a root-only file, never the command line.
+    assert_eq!(
+        get(&service, "Service", "EnvironmentFile"),
+        "/etc/garrison/deploy-modal.env"
+    );
+    let text = read("garrison-deploy-modal.service");
+    assert!(
+        text.contains("chmod 600 /etc/garrison/deploy-modal.env"),
+        "{text}"
+    );
+
+    let timer = parse_unit(&read("garrison-deploy-modal.timer"));
+    assert_eq!(
+        get(&timer, "Timer", "Unit"),
+        "garrison-deploy-modal.service"
+    );
+    assert_eq!(get(&timer, "Timer", "OnUnitActiveSec"), "5min");
+    assert_eq!(get(&timer, "Timer", "Persistent"), "yes");
+    assert_eq!(get(&timer, "Install", "WantedBy"), "timers.target");
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_garrison"))
+        .args(["deploy", "modal", "--help"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+}

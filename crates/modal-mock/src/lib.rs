@@ -28,18 +28,20 @@
 //!
 //! There is no container: a sandbox is a directory on the host
 //! (`<root>/sandboxes/<id>`, the sandbox's starting directory) and its
-//! processes run on the host with an empty environment except `PATH`, so
-//! the devin-remote simulator can run against the emulator. Network
-//! policies are recorded, not enforced. A sandbox's processes are found by
-//! their process groups and parentage: one that leaves its exec's process
-//! group and is re-parented (a double fork into a new session) escapes
-//! termination and memory snapshots, which a real sandbox would not let it
-//! do. A memory snapshot moves the stopped processes and the directory into
-//! the snapshot (a host cannot copy a process tree): the sandbox ends, and
-//! one restore resumes them.
+//! processes run on the host with an empty environment except `PATH` and
+//! the variables of the Secrets the sandbox was created with, so the
+//! devin-remote simulator can run against the emulator. Network policies
+//! are recorded, not enforced. Secrets are kept in memory only. A sandbox's
+//! processes are found by their process groups and parentage: one that
+//! leaves its exec's process group and is re-parented (a double fork into a
+//! new session) escapes termination and memory snapshots, which a real
+//! sandbox would not let it do. A memory snapshot moves the stopped
+//! processes and the directory into the snapshot (a host cannot copy a
+//! process tree): the sandbox ends, and one restore resumes them.
 
 mod exec;
 mod router;
+mod secrets;
 mod service;
 mod state;
 
@@ -202,6 +204,11 @@ impl MockModal {
     /// An image as built or snapshotted.
     pub fn image(&self, image_id: &str) -> Option<ImageView> {
         self.state.image_view(image_id)
+    }
+
+    /// The names of the named Secrets, sorted (never their values).
+    pub fn secret_names(&self) -> Vec<String> {
+        self.state.secrets.names()
     }
 
     /// Every image built with `ImageGetOrCreate` (not snapshots).

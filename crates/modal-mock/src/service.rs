@@ -13,6 +13,7 @@ mod listing;
 mod memory;
 mod sandboxes;
 mod sandboxes_v2;
+mod secrets;
 mod snapshots;
 
 pub(crate) use memory::take as take_memory_snapshot;
@@ -87,23 +88,19 @@ impl Service {
     }
 }
 
-/// The variables of inline `SecretSource`s, later sources overriding
-/// earlier ones. Stored Secrets (by id) are not the mock's yet.
-pub(crate) fn inline_env(sources: &[wire::SecretSource]) -> Result<Vec<(String, String)>, Status> {
-    use wire::secret_source::Source;
-    let mut env = std::collections::BTreeMap::new();
-    for source in sources {
-        match &source.source {
-            Some(Source::Env(map)) => env.extend(map.contents.clone()),
-            Some(Source::SecretId(id)) => {
-                return Err(Status::unimplemented(format!(
-                    "secret {id}: the mock does not serve stored Secrets"
-                )));
-            }
-            None => {}
-        }
-    }
-    Ok(env.into_iter().collect())
+/// The variables of the stored Secrets `secret_ids`, then of the
+/// `SecretSource`s (stored by id, or inline), later ones overriding
+/// earlier ones; `NOT_FOUND` for an unknown Secret.
+pub(crate) fn secret_env(
+    state: &State,
+    secret_ids: &[String],
+    sources: &[wire::SecretSource],
+) -> Result<Vec<(String, String)>, Status> {
+    Ok(state
+        .secrets
+        .env_for(secret_ids, sources)?
+        .into_iter()
+        .collect())
 }
 
 /// The `x-idempotency-key` Modal's client sends with a call it may retry.
@@ -250,6 +247,41 @@ impl ModalClient for Service {
         request: Request<wire::ImageDeleteRequest>,
     ) -> Result<Response<()>, Status> {
         images::image_delete(&self.state, request).await
+    }
+
+    async fn secret_get_or_create(
+        &self,
+        request: Request<wire::SecretGetOrCreateRequest>,
+    ) -> Result<Response<wire::SecretGetOrCreateResponse>, Status> {
+        secrets::secret_get_or_create(&self.state, request).await
+    }
+
+    async fn secret_get_info(
+        &self,
+        request: Request<wire::SecretGetInfoRequest>,
+    ) -> Result<Response<wire::SecretGetInfoResponse>, Status> {
+        secrets::secret_get_info(&self.state, request).await
+    }
+
+    async fn secret_update(
+        &self,
+        request: Request<wire::SecretUpdateRequest>,
+    ) -> Result<Response<()>, Status> {
+        secrets::secret_update(&self.state, request).await
+    }
+
+    async fn secret_delete(
+        &self,
+        request: Request<wire::SecretDeleteRequest>,
+    ) -> Result<Response<()>, Status> {
+        secrets::secret_delete(&self.state, request).await
+    }
+
+    async fn secret_list(
+        &self,
+        request: Request<wire::SecretListRequest>,
+    ) -> Result<Response<wire::SecretListResponse>, Status> {
+        secrets::secret_list(&self.state, request).await
     }
 
     async fn auth_token_get(

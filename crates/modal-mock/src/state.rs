@@ -114,6 +114,7 @@ pub struct State {
     /// Signs the command router tokens this mock hands out.
     router_key: String,
     pub inner: Mutex<Inner>,
+    pub secrets: crate::secrets::Secrets,
     started: Instant,
     offset: Mutex<Duration>,
     faults: Mutex<HashMap<String, VecDeque<Code>>>,
@@ -158,6 +159,7 @@ impl State {
             url: std::sync::OnceLock::new(),
             router_key: format!("{:032x}", rand::random::<u128>()),
             inner: Mutex::new(inner),
+            secrets: Default::default(),
             started: Instant::now(),
             offset: Mutex::new(Duration::ZERO),
             faults: Mutex::new(HashMap::new()),

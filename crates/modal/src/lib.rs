@@ -13,6 +13,7 @@ pub mod image;
 pub mod policy;
 pub mod router;
 pub mod scripts;
+pub mod secret;
 pub mod settings;
 pub mod wire;
 

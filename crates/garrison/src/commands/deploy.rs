@@ -1,5 +1,10 @@
-//! `garrison deploy tensorlake`: Garrison itself in a long-lived, named
-//! Tensorlake sandbox.
+//! `garrison deploy tensorlake` and `garrison deploy modal`: Garrison itself
+//! in a long-lived, named sandbox of the cloud it serves sessions on.
+//!
+//! `deploy modal` is in `modal_args` (options and help), `modal_plan`
+//! (decisions), `modal_target` (deploying), `modal_watch` (status, logs,
+//! terminate) and `modal_access` (Modal's API); the rest of this file and
+//! the other modules are `deploy tensorlake`'s.
 //!
 //! Every run converges: the sandbox is created if there is none by that
 //! name (resumed if suspended), and the serve process started if none runs.
@@ -8,12 +13,18 @@
 //! are given to the process in its environment when it starts, through the
 //! process API: never in an image, never in argv, never printed.
 
+mod modal_access;
+mod modal_args;
+mod modal_plan;
+mod modal_target;
+mod modal_watch;
 mod plan;
 mod tensorlake_access;
 mod tensorlake_target;
 
 use clap::{Args, Subcommand};
 
+pub use modal_args::ModalDeployArgs;
 pub use tensorlake_target::run as run_tensorlake;
 
 const AFTER_HELP: &str = "\
@@ -66,6 +77,10 @@ enum Target {
     /// sandbox, idempotently (safe to run from cron as the keep-alive).
     #[command(after_help = AFTER_HELP)]
     Tensorlake(TensorlakeDeployArgs),
+    /// Run `garrison serve --backend modal` in a named Modal Sandbox,
+    /// idempotently (safe to run from cron as the keep-alive).
+    #[command(after_help = modal_args::AFTER_HELP)]
+    Modal(ModalDeployArgs),
 }
 
 /// Options of `garrison deploy tensorlake`.
@@ -132,5 +147,6 @@ pub struct TensorlakeDeployArgs {
 pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     match args.target {
         Target::Tensorlake(args) => run_tensorlake(args).await,
+        Target::Modal(args) => modal_target::run(args).await,
     }
 }

@@ -62,7 +62,7 @@ pub async fn start(
     own.sort();
     let mut env = task.env;
     env.extend(own);
-    env.extend(crate::service::inline_env(&r.secret_sources)?);
+    env.extend(crate::service::secret_env(state, &[], &r.secret_sources)?);
     let exec = Exec::start(&task.sandbox_id, &r.command_args, &cwd, &env, merge);
     state.inner.lock().unwrap().execs.insert(r.exec_id, exec);
     Ok(Response::new(router::TaskExecStartResponse {}))

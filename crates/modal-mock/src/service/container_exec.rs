@@ -22,11 +22,16 @@ fn exec_by_id(state: &State, exec_id: &str) -> Result<Arc<Exec>, Status> {
         .ok_or_else(|| Status::not_found(format!("exec {exec_id} not found")))
 }
 
+/// What an exec needs of the running sandbox a task belongs to.
+pub(super) struct TaskSandbox {
+    pub id: String,
+    pub dir: std::path::PathBuf,
+    /// The variables of its Secrets, which its processes get.
+    pub env: Vec<(String, String)>,
+}
+
 /// The running sandbox a task id belongs to.
-pub(super) fn task_sandbox(
-    state: &State,
-    task_id: &str,
-) -> Result<(String, std::path::PathBuf), Status> {
+pub(super) fn task_sandbox(state: &State, task_id: &str) -> Result<TaskSandbox, Status> {
     let inner = state.inner.lock().unwrap();
     let sandbox = inner
         .sandboxes
@@ -38,7 +43,11 @@ pub(super) fn task_sandbox(
             "task {task_id} has finished"
         )));
     }
-    Ok((sandbox.view.id.clone(), sandbox.view.dir.clone()))
+    Ok(TaskSandbox {
+        id: sandbox.view.id.clone(),
+        dir: sandbox.view.dir.clone(),
+        env: sandbox.env.clone(),
+    })
 }
 
 pub async fn container_exec(
@@ -50,10 +59,10 @@ pub async fn container_exec(
     if r.command.is_empty() {
         return Err(Status::invalid_argument("command is empty"));
     }
-    let (sandbox_id, dir) = task_sandbox(state, &r.task_id)?;
-    let cwd = r.workdir.map(std::path::PathBuf::from).unwrap_or(dir);
+    let task = task_sandbox(state, &r.task_id)?;
+    let cwd = r.workdir.map(std::path::PathBuf::from).unwrap_or(task.dir);
     let merge = r.stderr_output == wire::ExecOutputOption::Stdout as i32;
-    let exec = Exec::start(&sandbox_id, &r.command, &cwd, &[], merge);
+    let exec = Exec::start(&task.id, &r.command, &cwd, &task.env, merge);
     let exec_id = new_id("ce");
     state
         .inner

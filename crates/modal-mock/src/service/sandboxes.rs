@@ -19,7 +19,8 @@ pub async fn sandbox_create(
     let definition = r
         .definition
         .ok_or_else(|| Status::invalid_argument("definition is required"))?;
-    let (sandbox_id, _) = create(state, &r.app_id, definition, &r.tags, Vec::new())?;
+    let env = super::secret_env(state, &definition.secret_ids, &[])?;
+    let (sandbox_id, _) = create(state, &r.app_id, definition, &r.tags, env)?;
     Ok(Response::new(wire::SandboxCreateResponse { sandbox_id }))
 }
 

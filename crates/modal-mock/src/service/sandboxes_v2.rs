@@ -56,7 +56,7 @@ pub async fn sandbox_create_v2(
             (sandbox_id, task_id)
         }
         None => {
-            let env = super::inline_env(&r.secret_sources)?;
+            let env = super::secret_env(state, &definition.secret_ids, &r.secret_sources)?;
             let made = create(state, &r.app_id, definition, &r.tags, env)?;
             if let Some(key) = key {
                 state.record_made(key, made.0.clone());

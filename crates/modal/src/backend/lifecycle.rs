@@ -136,6 +136,9 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
     let definition = wire::Sandbox {
         entrypoint_args: scripts::entrypoint(),
         image_id: image.clone(),
+        // Session sandboxes get no Secret: their environment is the spawn
+        // contract's, set per process.
+        secret_ids: Vec::new(),
         resources: Some(wire::Resources {
             memory_mb: u32::try_from(spec.resources.memory_mb).unwrap_or(u32::MAX),
             milli_cpu: (spec.resources.cpus * 1000.0)

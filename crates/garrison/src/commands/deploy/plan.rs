@@ -211,7 +211,7 @@ pub fn serve_argv(layout: &Layout, has_config: bool, forwarded: &[String]) -> Ve
 /// Host variables of serve settings that are passed through to the inner
 /// serve when set here: the rest are set from the resolved configuration
 /// or name host paths.
-fn passed_through() -> impl Iterator<Item = &'static str> {
+pub(super) fn passed_through() -> impl Iterator<Item = &'static str> {
     const SET_BY_DEPLOY: &[&str] = &[
         "OUTPOST_ID",
         "DEVIN_API_URL",

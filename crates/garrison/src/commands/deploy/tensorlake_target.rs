@@ -32,9 +32,9 @@ const NOT_RUNNING: i32 = 3;
 /// `garrison serve`'s flags, parsed as serve would parse them.
 #[derive(Parser, Debug)]
 #[command(name = "serve")]
-struct ServeCli {
+pub(super) struct ServeCli {
     #[command(flatten)]
-    serve: ServeArgs,
+    pub(super) serve: ServeArgs,
 }
 
 pub async fn run(args: TensorlakeDeployArgs) -> anyhow::Result<()> {
@@ -508,7 +508,7 @@ async fn logs(client: &Client, name: &str, follow: bool) -> anyhow::Result<()> {
 }
 
 /// A line from the sandbox, without terminal control sequences.
-fn printable(line: &str) -> String {
+pub(super) fn printable(line: &str) -> String {
     line.chars()
         .map(|c| if c.is_control() && c != '\t' { '?' } else { c })
         .collect()

@@ -139,7 +139,9 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
         .await
         .map_err(|s| anyhow::anyhow!("writing Modal Secret {secret}: {}", s.message()))?;
     println!("wrote Modal Secret {secret} ({} variables)", env.len());
-    let request = wire::SandboxCreateRequest {
+    // SandboxCreateV2, as Modal's client creates sandboxes (and the
+    // backend its session sandboxes).
+    let request = wire::SandboxCreateV2Request {
         app_id: app,
         definition: Some(wire::Sandbox {
             entrypoint_args: plan::entrypoint(resolved.config_file.is_some(), &args.serve_args),
@@ -163,11 +165,12 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
             tag_name: TAG_DEPLOY.to_owned(),
             tag_value: args.name.clone(),
         }],
+        secret_sources: Vec::new(),
     };
     let created = match client
-        .retrying_creation("SandboxCreate", |mut rpc| {
+        .retrying_creation("SandboxCreateV2", |mut rpc| {
             let request = request.clone();
-            async move { rpc.sandbox_create(request).await }
+            async move { rpc.sandbox_create_v2(request).await }
         })
         .await
     {

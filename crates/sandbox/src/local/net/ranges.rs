@@ -39,11 +39,16 @@ pub(crate) const INTERNAL_V6: &[(Ipv6Addr, u8)] = &[
 
 /// Every internal range as a [`Cidr`].
 pub(crate) fn internal() -> Vec<Cidr> {
-    let v4 = INTERNAL_V4.iter().map(|(a, l)| Cidr {
+    cidrs(INTERNAL_V4, INTERNAL_V6)
+}
+
+/// Address tables (as the nft scripts spell them) as networks.
+pub(crate) fn cidrs(v4: &[(Ipv4Addr, u8)], v6: &[(Ipv6Addr, u8)]) -> Vec<Cidr> {
+    let v4 = v4.iter().map(|(a, l)| Cidr {
         addr: IpAddr::V4(*a),
         len: *l,
     });
-    let v6 = INTERNAL_V6.iter().map(|(a, l)| Cidr {
+    let v6 = v6.iter().map(|(a, l)| Cidr {
         addr: IpAddr::V6(*a),
         len: *l,
     });

@@ -77,15 +77,7 @@ pub(crate) const BLOCKED_V6: &[(Ipv6Addr, u8)] = &[
 
 /// [`BLOCKED_V4`] and [`BLOCKED_V6`] as networks.
 pub(crate) fn always_blocked() -> Vec<Cidr> {
-    let v4 = BLOCKED_V4.iter().map(|(a, l)| Cidr {
-        addr: IpAddr::V4(*a),
-        len: *l,
-    });
-    let v6 = BLOCKED_V6.iter().map(|(a, l)| Cidr {
-        addr: IpAddr::V6(*a),
-        len: *l,
-    });
-    v4.chain(v6).collect()
+    super::ranges::cidrs(BLOCKED_V4, BLOCKED_V6)
 }
 
 fn v4s(addrs: &BTreeSet<IpAddr>) -> Vec<String> {

@@ -375,6 +375,9 @@ impl State {
             roots.extend(exec_pids);
             (roots, previous)
         };
+        // Whatever escaped the exec's process group is found too.
+        let mut roots = roots;
+        roots.extend(exec::members(sandbox_id, &self.sandbox_dir(sandbox_id)));
         kill_all(&roots);
         // A finished sandbox's filesystem is gone (a snapshot keeps a copy).
         let _ = std::fs::remove_dir_all(self.sandbox_dir(sandbox_id));

@@ -73,6 +73,9 @@ pub fn take(state: &State, task_id: &str, idempotency_key: &str) -> Result<Strin
         }
         (source, roots, entry, env)
     };
+    // The processes that left their exec's group go into the snapshot too.
+    let mut roots = roots;
+    roots.extend(crate::exec::members(&source.id, &source.dir));
     state::signal_tree(&roots, Signal::SIGSTOP);
     std::fs::create_dir_all(frozen_dir.parent().expect("under the root"))
         .and_then(|()| std::fs::rename(&source.dir, &frozen_dir))

@@ -520,12 +520,9 @@ async fn terminate_ends_a_process_that_double_forked_out_of_its_exec() {
     let pids = [pid("by-cwd.pid"), pid("by-env.pid")];
     assert!(pids.iter().all(|p| running(*p)), "started: {pids:?}");
 
-    rpc.sandbox_terminate(authed(
-        &mock,
-        wire::SandboxTerminateRequest { sandbox_id },
-    ))
-    .await
-    .unwrap();
+    rpc.sandbox_terminate(authed(&mock, wire::SandboxTerminateRequest { sandbox_id }))
+        .await
+        .unwrap();
     for pid in pids {
         // SIGKILL is delivered before terminate answers; the state follows.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);

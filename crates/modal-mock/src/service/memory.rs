@@ -132,7 +132,6 @@ pub async fn sandbox_restore_v2(
     let r = request.into_inner();
     let id = new_id("sb");
     let task_id = new_id("ta");
-    let dir = state.sandbox_dir(&id);
     let (mut view, frozen) = {
         let mut inner = state.inner.lock().unwrap();
         let snapshot = inner
@@ -159,6 +158,9 @@ pub async fn sandbox_restore_v2(
             })?;
         (view, frozen)
     };
+    // Back where it was: a restored sandbox sees the same paths, as the
+    // processes and the handle of the snapshotted one expect.
+    let dir = view.dir.clone();
     std::fs::rename(&frozen.dir, &dir).map_err(|e| Status::internal(format!("restore: {e}")))?;
     state::signal_tree(&frozen.pids, Signal::SIGCONT);
     view.definition.name = view.name.clone();

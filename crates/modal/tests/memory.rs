@@ -95,6 +95,18 @@ async fn ends(pid: u32) -> bool {
     false
 }
 
+/// Waits (bounded) for `pid` to run: a SIGCONT is delivered before the
+/// restore answers, the process state follows.
+async fn runs(pid: u32) -> bool {
+    for _ in 0..600 {
+        if running(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_sandbox_resumes_with_its_processes_after_a_restart() {
     let setup = common::start(|_| {}).await;
@@ -116,7 +128,7 @@ async fn a_suspended_sandbox_resumes_with_its_processes_after_a_restart() {
     backend.suspend(&handle).await.unwrap();
     assert_eq!(setup.mock.calls("TaskSnapshotMemory"), 1);
     assert!(!setup.mock.sandbox(&handle.id).unwrap().running);
-    assert!(!running(pid), "stopped inside the snapshot");
+    assert!(ends(pid).await, "stopped inside the snapshot");
     // Modal lists no running sandbox for it, the backend still does.
     let listed = backend.list().await.unwrap();
     let sleeping: Vec<_> = listed.iter().filter(|h| h.name == handle.name).collect();
@@ -126,7 +138,7 @@ async fn a_suspended_sandbox_resumes_with_its_processes_after_a_restart() {
     let backend = setup.backend();
     backend.resume(&handle).await.unwrap();
     assert_eq!(setup.mock.calls("SandboxRestoreV2"), 1);
-    assert!(running(pid), "the same process runs again");
+    assert!(runs(pid).await, "the same process runs again");
     // The old handle now means the restored sandbox.
     let out = sh(
         &backend,
@@ -208,7 +220,7 @@ async fn destroying_a_sleeping_session_forgets_it_and_it_cannot_resume() {
     assert_eq!(setup.mock.calls("SandboxRestoreV2"), 0);
     // The mock keeps the stopped process in the snapshot until it shuts
     // down; it never runs again.
-    assert!(!running(pid));
+    assert!(ends(pid).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,4 +238,27 @@ async fn a_failed_memory_snapshot_fails_the_suspend_and_records_nothing() {
     assert_eq!(mine, [&handle]);
     assert!(backend.resume(&handle).await.unwrap_err().is_gone());
     backend.destroy(&handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_whose_answer_was_lost_is_found_by_its_name() {
+    let setup = common::start(|_| {}).await;
+    let backend = setup.backend();
+    let handle = backend.create(&spec("session-lost")).await.unwrap();
+    let pid = start_double_forked(&backend, &handle).await;
+    backend.suspend(&handle).await.unwrap();
+    // The restore happens, its answer is lost; the retry is refused (the
+    // mock restores a snapshot once), so the sandbox is found by name.
+    setup.mock.lose_next_answers("SandboxRestoreV2", 1);
+    backend.resume(&handle).await.unwrap();
+    assert_eq!(setup.mock.calls("SandboxRestoreV2"), 2);
+    assert!(runs(pid).await);
+    let out = sh(&backend, &handle, "check", "cat bg.pid").await;
+    assert_eq!(out.trim(), pid.to_string());
+    let listed = backend.list().await.unwrap();
+    let mine: Vec<_> = listed.iter().filter(|h| h.name == handle.name).collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].labels, handle.labels);
+    backend.destroy(&handle).await.unwrap();
+    assert!(ends(pid).await);
 }

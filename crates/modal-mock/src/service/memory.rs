@@ -182,6 +182,7 @@ pub async fn sandbox_restore_v2(
     if let Some(entry) = frozen.entry {
         end_with_entry_point(state, &id, entry, timeout);
     }
+    state.lose_answer("SandboxRestoreV2")?;
     Ok(Response::new(wire::SandboxRestoreV2Response {
         command_router_access: Some(wire::CommandRouterAccess {
             jwt: state.router_token(&task_id),

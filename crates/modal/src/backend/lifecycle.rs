@@ -230,7 +230,7 @@ pub(super) async fn destroy(backend: &ModalBackend, handle: &Handle) -> Result<(
 }
 
 /// Terminates a sandbox and waits until it has stopped.
-async fn end(backend: &ModalBackend, sandbox_id: &str) -> Result<()> {
+pub(super) async fn end(backend: &ModalBackend, sandbox_id: &str) -> Result<()> {
     backend.terminate(sandbox_id).await?;
     // Termination is asynchronous on Modal's side: wait for the result,
     // so that nothing of the sandbox runs once destroy has returned.

@@ -17,7 +17,7 @@ use sandbox::{Handle, Result, SandboxError};
 
 use super::listing::tags;
 use super::sleeping::{self, Sleeping};
-use super::{ModalBackend, status_error};
+use super::{ModalBackend, app_name_for, status_error};
 use crate::wire;
 
 /// How long one memory snapshot may take (the official client's deadline).
@@ -38,6 +38,35 @@ impl ModalBackend {
         match self.settings.memory_records.as_deref() {
             Some(dir) => sleeping::load(dir, name).map_err(SandboxError::Fatal),
             None => Ok(None),
+        }
+    }
+
+    /// The running sandbox named as the handle's, in its outpost's app.
+    async fn running_named(&self, handle: &Handle) -> Result<Option<String>> {
+        let outpost = handle
+            .labels
+            .get(sandbox::LABEL_OUTPOST_ID)
+            .map_or("default", String::as_str);
+        let request = wire::SandboxGetFromNameRequest {
+            sandbox_name: handle.name.clone(),
+            environment_name: self.settings.environment.clone().unwrap_or_default(),
+            app_name: app_name_for(outpost),
+            include_terminated: false,
+        };
+        match self
+            .client
+            .retrying("SandboxGetFromNameV2", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.sandbox_get_from_name_v2(request).await }
+            })
+            .await
+        {
+            Ok(found) if found.metadata.as_ref().is_none_or(|m| m.result.is_none()) => {
+                Ok(Some(found.sandbox_id))
+            }
+            Ok(_) => Ok(None),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(status_error("looking up the sandbox by name", s)),
         }
     }
 
@@ -125,8 +154,10 @@ pub(super) async fn suspend(backend: &ModalBackend, handle: &Handle) -> Result<(
         restored: None,
     };
     sleeping::save(&dir, &record).map_err(SandboxError::Fatal)?;
-    // A memory snapshot ends the sandbox on Modal; terminating makes sure.
-    backend.terminate(&sandbox_id).await
+    // A memory snapshot ends the sandbox on Modal; terminating (and waiting
+    // for the end) makes sure, so that nothing but a restore runs under
+    // the name afterwards.
+    super::lifecycle::end(backend, &sandbox_id).await
 }
 
 pub(super) async fn resume(backend: &ModalBackend, handle: &Handle) -> Result<()> {
@@ -143,13 +174,33 @@ pub(super) async fn resume(backend: &ModalBackend, handle: &Handle) -> Result<()
         backend.task_id(restored).await?;
         return backend.set_tags(restored, tags(&record.tags)).await;
     }
+    // A restore whose answer was lost, or not recorded before a crash,
+    // left the session running under its name: that sandbox is the one.
+    let suspended = [handle.id.as_str(), record.handle.id.as_str()];
+    let adoptable = |found: Option<String>| found.filter(|id| !suspended.contains(&id.as_str()));
+    let restored_id = match adoptable(backend.running_named(handle).await?) {
+        Some(running) => running,
+        None => match restore(backend, handle, &record.snapshot_id).await {
+            Ok(id) => id,
+            Err(e) => adoptable(backend.running_named(handle).await?).ok_or(e)?,
+        },
+    };
+    record.restored = Some(restored_id.clone());
+    sleeping::save(&dir, &record).map_err(SandboxError::Fatal)?;
+    backend.set_tags(&restored_id, tags(&record.tags)).await?;
+    backend.task_id(&restored_id).await?;
+    Ok(())
+}
+
+/// Restores the memory snapshot under the handle's name; the new sandbox's id.
+async fn restore(backend: &ModalBackend, handle: &Handle, snapshot_id: &str) -> Result<String> {
     use wire::sandbox_restore_request::SandboxNameOverrideType;
     let request = wire::SandboxRestoreV2Request {
-        snapshot_id: record.snapshot_id.clone(),
+        snapshot_id: snapshot_id.to_owned(),
         sandbox_name_override: handle.name.clone(),
         sandbox_name_override_type: SandboxNameOverrideType::String as i32,
     };
-    let restored = backend
+    backend
         .client
         .retrying_creation("SandboxRestoreV2", |mut rpc| {
             let request = request.clone();
@@ -162,12 +213,6 @@ pub(super) async fn resume(backend: &ModalBackend, handle: &Handle) -> Result<()
                 s.message()
             )),
             _ => status_error("restoring the memory snapshot", s),
-        })?;
-    record.restored = Some(restored.sandbox_id.clone());
-    sleeping::save(&dir, &record).map_err(SandboxError::Fatal)?;
-    backend
-        .set_tags(&restored.sandbox_id, tags(&record.tags))
-        .await?;
-    backend.task_id(&restored.sandbox_id).await?;
-    Ok(())
+        })
+        .map(|restored| restored.sandbox_id)
 }

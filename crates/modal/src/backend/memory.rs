@@ -10,7 +10,9 @@
 //! sleeping session (see [`super::sleeping`]) and resolves the sandbox a
 //! handle means through it: the handle's own while it runs, else the one its
 //! snapshot was restored into. Restoring under the handle's name keeps the
-//! session findable by name in Modal's listing once it runs again.
+//! session findable by name in Modal's listing once it runs again, and lets
+//! a resume find a restore whose answer was lost (or that a crash kept from
+//! being recorded) instead of restoring twice.
 
 use anyhow::anyhow;
 use sandbox::{Handle, Result, SandboxError};
@@ -95,7 +97,7 @@ impl ModalBackend {
     }
 
     /// The sandbox `handle`'s memory snapshot was restored into, other than
-    /// the handle's own; and forgets the session's record. For destroy.
+    /// the handle's own: destroy ends it too.
     pub(super) fn restored_elsewhere(&self, handle: &Handle) -> Result<Option<String>> {
         Ok(self
             .sleeping(&handle.name)?

@@ -241,6 +241,98 @@ async fn tensorlake_suspends_the_sandbox_and_resumes_it_with_its_processes() {
     wait_until("sandbox deleted", Some(&g), || sandbox_dirs(&state) == 0).await;
 }
 
+/// On Modal a sleeping session's sandbox goes into a memory snapshot and
+/// ends; its resume claim restores the snapshot: a process started before
+/// the sleep, one that left its exec's process group and parentage, is the
+/// same process and running (not stopped, not a zombie) after the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_suspends_into_a_memory_snapshot_and_resumes_with_its_processes() {
+    modal_resumes_with_its_processes(false).await;
+}
+
+/// As above, with Garrison restarted while the session sleeps: the sleeping
+/// session is found again and resumed with its memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modal_resumes_with_its_processes_after_a_garrison_restart() {
+    modal_resumes_with_its_processes(true).await;
+}
+
+async fn modal_resumes_with_its_processes(restart_while_asleep: bool) {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut g = Garrison::start_on(&emu, opts(&outpost, &state), Backend::Modal);
+    let id = session(
+        &emu,
+        &outpost,
+        vec![run(
+            "setsid sh -c 'echo $$ > bg.pid; exec sleep 1000' >/dev/null 2>&1 </dev/null & \
+             while [ ! -s bg.pid ]; do sleep 0.05; done; cat bg.pid",
+        )],
+        Then::Sleep,
+    );
+    wait_until("suspended and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    let mock = g.modal.clone().expect("the mock");
+    wait_until("the sandbox ended in its memory snapshot", Some(&g), || {
+        let all = mock.sandboxes();
+        !all.is_empty() && all.iter().all(|s| !s.running)
+    })
+    .await;
+    assert_eq!(mock.calls("TaskSnapshotMemory"), 1, "{}", g.log());
+    let pid: u32 = step_outputs(&emu, &id)[0].trim().parse().unwrap();
+    if restart_while_asleep {
+        g.crash_and_restart();
+    }
+
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run(
+                "p=$(cat bg.pid); echo \"$p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1)\"",
+            )],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    wait_until("resumed session terminated", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    let last = step_outputs(&emu, &id).last().unwrap().clone();
+    let (same_pid, process_state) = last.trim().split_once(' ').expect("pid and state");
+    assert_eq!(same_pid, pid.to_string(), "{}", g.log());
+    assert!(
+        matches!(process_state, "R" | "S" | "D"),
+        "process {pid} is {process_state:?} after the resume"
+    );
+    assert_eq!(mock.calls("SandboxRestoreV2"), 1, "{}", g.log());
+    let restored = mock
+        .sandboxes()
+        .into_iter()
+        .filter(|s| s.restored_from.is_some())
+        .count();
+    assert_eq!(restored, 1);
+    let events = std::fs::read_to_string(
+        state
+            .join("sessions")
+            .join(sandbox::names::hashed_id(&id))
+            .join("events.log"),
+    )
+    .unwrap();
+    assert!(
+        events.contains("sandbox_suspended") && events.contains("sandbox_resumed"),
+        "{events}"
+    );
+    wait_until("every sandbox ended", Some(&g), || {
+        mock.sandboxes().iter().all(|s| !s.running) && sandbox_dirs(&state) == 0
+    })
+    .await;
+}
+
 /// Under capacity pressure Tensorlake's create answers 504 `timeout` with
 /// the sandbox left queued: Garrison waits for that sandbox and serves the
 /// session in it, never creating again (which would meet the name) nor

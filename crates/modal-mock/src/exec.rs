@@ -74,6 +74,7 @@ impl Exec {
             .env_clear()
             .env("PATH", PATH)
             .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(SANDBOX_MARKER, sandbox_id)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -247,6 +248,52 @@ async fn pump(exec: std::sync::Arc<Exec>, mut reader: impl AsyncRead + Unpin, fd
             }
         }
     }
+}
+
+/// Put in every exec's environment (value: the sandbox id), so that the
+/// sandbox's processes are found however they forked (see [`members`]).
+pub const SANDBOX_MARKER: &str = "MODAL_MOCK_SANDBOX_ID";
+
+/// The processes of sandbox `sandbox_id` whose sandbox directory is `dir`,
+/// beside those below its execs: any whose environment carries its
+/// [`SANDBOX_MARKER`], or whose working directory is inside `dir`. A real
+/// sandbox holds all its processes in its container; on the host a process
+/// that double-forks into a new session leaves its exec's process group
+/// and parentage, and one started with `env -i` (as the backend starts its
+/// detached processes) loses the marker, but it keeps a working directory
+/// in the sandbox.
+pub fn members(sandbox_id: &str, dir: &Path) -> Vec<u32> {
+    let marker = format!("{SANDBOX_MARKER}={sandbox_id}");
+    let dir = std::fs::canonicalize(dir).ok();
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let marked = std::fs::read(entry.path().join("environ")).is_ok_and(|environ| {
+            environ
+                .split(|b| *b == 0)
+                .any(|var| var == marker.as_bytes())
+        });
+        let inside = dir.as_ref().is_some_and(|dir| {
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+        });
+        if marked || inside {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 /// Every process whose parent chain leads to one of `roots`, the roots

@@ -32,10 +32,11 @@
 //! the variables of the Secrets the sandbox was created with, so the
 //! devin-remote simulator can run against the emulator. Network policies
 //! are recorded, not enforced. Secrets are kept in memory only. A sandbox's
-//! processes are found by their process groups and parentage: one that
-//! leaves its exec's process group and is re-parented (a double fork into a
-//! new session) escapes termination and memory snapshots, which a real
-//! sandbox would not let it do. A memory snapshot moves the stopped
+//! processes are found by their process groups and parentage, and, for one
+//! that double-forks into a new session and is re-parented away, by the
+//! `MODAL_MOCK_SANDBOX_ID` every exec's environment carries or by a working
+//! directory inside the sandbox's: termination and memory snapshots reach
+//! it as a real sandbox's would. A memory snapshot moves the stopped
 //! processes and the directory into the snapshot (a host cannot copy a
 //! process tree): the sandbox ends, and one restore resumes them.
 

@@ -354,7 +354,7 @@ impl State {
         sandbox_id: &str,
         result: wire::GenericResult,
     ) -> Option<wire::GenericResult> {
-        let (roots, previous) = {
+        let (roots, previous, dir) = {
             let mut inner = self.inner.lock().unwrap();
             let exec_pids: Vec<u32> = inner
                 .execs
@@ -373,11 +373,19 @@ impl State {
             }
             let mut roots = std::mem::take(&mut sandbox.pids);
             roots.extend(exec_pids);
-            (roots, previous)
+            (roots, previous, sandbox.view.dir.clone())
         };
-        kill_all(&roots);
-        // A finished sandbox's filesystem is gone (a snapshot keeps a copy).
-        let _ = std::fs::remove_dir_all(self.sandbox_dir(sandbox_id));
+        // An ended sandbox has nothing left: its processes are dead, or
+        // moved with its directory into a memory snapshot (and maybe back,
+        // restored under the same path, where they must not be touched).
+        if previous.is_none() {
+            // Whatever escaped the exec's process group is found too.
+            let mut roots = roots;
+            roots.extend(exec::members(sandbox_id, &dir));
+            kill_all(&roots);
+            // A finished sandbox's filesystem is gone (a snapshot keeps a copy).
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         previous
     }
 

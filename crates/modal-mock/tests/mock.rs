@@ -458,3 +458,77 @@ async fn image_builds_record_their_commands_and_stream_a_result() {
     );
     assert_eq!(mock.image(&image_id).unwrap().dockerfile_commands, commands);
 }
+
+/// Whether `pid` is a running process: neither gone, nor a zombie (the
+/// host may not reap it), nor stopped.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| matches!(state, "R" | "S" | "D"))
+    })
+}
+
+#[tokio::test]
+async fn terminate_ends_a_process_that_double_forked_out_of_its_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = mock(&dir).await;
+    let mut rpc = raw(&mock).await;
+    let (sandbox_id, task_id) = sandbox(&mock, &mut rpc).await;
+    let sandbox_dir = mock.sandbox(&sandbox_id).unwrap().dir;
+    // One escapes by its working directory only (no marker in its
+    // environment), one by its environment only (it leaves the sandbox's
+    // directory): both leave the exec's group and parentage.
+    let script = format!(
+        "(setsid env -i /bin/sh -c 'echo $$ > by-cwd.pid; exec sleep 1000' >/dev/null 2>&1 </dev/null &) ; \
+         (setsid /bin/sh -c 'echo $$ > {0}/by-env.pid; cd /; exec sleep 1000' >/dev/null 2>&1 </dev/null &) ; \
+         while [ ! -s by-cwd.pid ] || [ ! -s by-env.pid ]; do sleep 0.05; done",
+        sandbox_dir.display()
+    );
+    let exec_id = rpc
+        .container_exec(authed(
+            &mock,
+            wire::ContainerExecRequest {
+                task_id: task_id.clone(),
+                command: vec!["/bin/sh".into(), "-c".into(), script],
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .exec_id;
+    let waited = rpc
+        .container_exec_wait(authed(
+            &mock,
+            wire::ContainerExecWaitRequest {
+                exec_id,
+                timeout: 30.0,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(waited.completed);
+    let pid = |file: &str| -> u32 {
+        std::fs::read_to_string(sandbox_dir.join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let pids = [pid("by-cwd.pid"), pid("by-env.pid")];
+    assert!(pids.iter().all(|p| running(*p)), "started: {pids:?}");
+
+    rpc.sandbox_terminate(authed(&mock, wire::SandboxTerminateRequest { sandbox_id }))
+        .await
+        .unwrap();
+    for pid in pids {
+        // SIGKILL is delivered before terminate answers; the state follows.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while running(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!running(pid), "process {pid} outlived its sandbox");
+    }
+}

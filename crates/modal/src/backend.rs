@@ -17,8 +17,10 @@
 mod files;
 mod lifecycle;
 mod listing;
+mod memory;
 mod network;
 mod processes;
+mod sleeping;
 mod snapshots;
 
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +59,10 @@ pub struct ModalSettings {
     pub image: Option<String>,
     /// Where image names are looked up (see [`crate::image::ImageCache`]).
     pub image_cache: Option<PathBuf>,
+    /// Where sessions sleeping in a memory snapshot are recorded (a
+    /// directory under Garrison's state directory). Set, suspend keeps a
+    /// session's memory and processes; `None` turns memory snapshots off.
+    pub memory_records: Option<PathBuf>,
     /// Where Modal may place sandboxes; empty lets Modal choose.
     pub regions: Vec<String>,
     /// A sandbox's maximum lifetime (Modal terminates it then).
@@ -152,7 +158,8 @@ impl Sandbox for ModalBackend {
         Capabilities {
             // Modal Sandboxes run on x86_64 (no setting chooses otherwise).
             arch: sandbox::Arch::X86_64,
-            suspend_keeps_memory: false,
+            // Memory snapshots, where they are recorded (`backend::memory`).
+            suspend_keeps_memory: self.settings.memory_records.is_some(),
             enforces_network_policy: true,
             snapshots: true,
         }
@@ -214,8 +221,19 @@ impl Sandbox for ModalBackend {
         network::update_network_policy(self, handle, policy).await
     }
 
+    /// Sessions sleeping in a memory snapshot are listed too.
     async fn list(&self) -> Result<Vec<Handle>> {
         listing::list(self).await
+    }
+
+    /// A memory snapshot, then the sandbox ends (see `backend::memory`).
+    async fn suspend(&self, handle: &Handle) -> Result<()> {
+        memory::suspend(self, handle).await
+    }
+
+    /// The memory snapshot restored into a new sandbox of the same name.
+    async fn resume(&self, handle: &Handle) -> Result<()> {
+        memory::resume(self, handle).await
     }
 }
 

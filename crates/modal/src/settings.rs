@@ -309,6 +309,7 @@ impl ConfiguredBackend for ModalEnv {
             outpost_id: None,
             image: self.image.clone(),
             image_cache: Some(crate::image::ImageCache::path(&placement.state_dir)),
+            memory_records: Some(placement.state_dir.join("modal").join("memory")),
             regions: self.regions.clone(),
             timeout: self.timeout,
             idle_timeout: self.idle_timeout,

@@ -73,6 +73,9 @@ pub fn take(state: &State, task_id: &str, idempotency_key: &str) -> Result<Strin
         }
         (source, roots, entry, env)
     };
+    // The processes that left their exec's group go into the snapshot too.
+    let mut roots = roots;
+    roots.extend(crate::exec::members(&source.id, &source.dir));
     state::signal_tree(&roots, Signal::SIGSTOP);
     std::fs::create_dir_all(frozen_dir.parent().expect("under the root"))
         .and_then(|()| std::fs::rename(&source.dir, &frozen_dir))
@@ -129,7 +132,6 @@ pub async fn sandbox_restore_v2(
     let r = request.into_inner();
     let id = new_id("sb");
     let task_id = new_id("ta");
-    let dir = state.sandbox_dir(&id);
     let (mut view, frozen) = {
         let mut inner = state.inner.lock().unwrap();
         let snapshot = inner
@@ -156,6 +158,9 @@ pub async fn sandbox_restore_v2(
             })?;
         (view, frozen)
     };
+    // Back where it was: a restored sandbox sees the same paths, as the
+    // processes and the handle of the snapshotted one expect.
+    let dir = view.dir.clone();
     std::fs::rename(&frozen.dir, &dir).map_err(|e| Status::internal(format!("restore: {e}")))?;
     state::signal_tree(&frozen.pids, Signal::SIGCONT);
     view.definition.name = view.name.clone();
@@ -177,6 +182,7 @@ pub async fn sandbox_restore_v2(
     if let Some(entry) = frozen.entry {
         end_with_entry_point(state, &id, entry, timeout);
     }
+    state.lose_answer("SandboxRestoreV2")?;
     Ok(Response::new(wire::SandboxRestoreV2Response {
         command_router_access: Some(wire::CommandRouterAccess {
             jwt: state.router_token(&task_id),

@@ -71,7 +71,7 @@ impl ModalBackend {
             .ok_or_else(missing)
     }
 
-    async fn terminate(&self, sandbox_id: &str) -> Result<()> {
+    pub(super) async fn terminate(&self, sandbox_id: &str) -> Result<()> {
         let request = wire::SandboxTerminateRequest {
             sandbox_id: sandbox_id.to_owned(),
         };
@@ -157,7 +157,8 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
         }),
         network_access: Some(backend.network_access(spec)),
         name: Some(spec.name.to_string()),
-        enable_snapshot: false,
+        // Memory snapshots need it (`backend::memory`).
+        enable_snapshot: backend.settings.memory_records.is_some(),
         runtime: backend.settings.runtime.map(|r| r.as_str().to_owned()),
         idle_timeout_secs: backend
             .settings
@@ -220,12 +221,22 @@ pub(super) async fn create(backend: &ModalBackend, spec: &SandboxSpec) -> Result
 }
 
 pub(super) async fn destroy(backend: &ModalBackend, handle: &Handle) -> Result<()> {
-    backend.terminate(&handle.id).await?;
+    // A session resumed from a memory snapshot runs in the restored sandbox.
+    if let Some(restored) = backend.restored_elsewhere(handle)? {
+        end(backend, &restored).await?;
+    }
+    end(backend, &handle.id).await?;
+    backend.forget_sleeping(handle)
+}
+
+/// Terminates a sandbox and waits until it has stopped.
+pub(super) async fn end(backend: &ModalBackend, sandbox_id: &str) -> Result<()> {
+    backend.terminate(sandbox_id).await?;
     // Termination is asynchronous on Modal's side: wait for the result,
     // so that nothing of the sandbox runs once destroy has returned.
     for _ in 0..TERMINATE_WAITS {
         let request = wire::SandboxWaitRequest {
-            sandbox_id: handle.id.clone(),
+            sandbox_id: sandbox_id.to_owned(),
             timeout: TERMINATE_WAIT_SECS,
         };
         match backend
@@ -243,7 +254,6 @@ pub(super) async fn destroy(backend: &ModalBackend, handle: &Handle) -> Result<(
         }
     }
     Err(SandboxError::Transient(anyhow!(
-        "sandbox {} was terminated but has not stopped yet",
-        handle.id
+        "sandbox {sandbox_id} was terminated but has not stopped yet"
     )))
 }

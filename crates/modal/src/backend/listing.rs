@@ -36,6 +36,28 @@ impl ModalBackend {
     }
 }
 
+impl ModalBackend {
+    /// The tags of a sandbox.
+    pub(super) async fn tags_of(&self, sandbox_id: &str) -> Result<BTreeMap<String, String>> {
+        let request = wire::SandboxTagsGetRequest {
+            sandbox_id: sandbox_id.to_owned(),
+        };
+        let answer = self
+            .client
+            .retrying("SandboxTagsGetV2", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.sandbox_tags_get_v2(request).await }
+            })
+            .await
+            .map_err(|s| status_error("reading the sandbox's tags", s))?;
+        Ok(answer
+            .tags
+            .into_iter()
+            .map(|t| (t.tag_name, t.tag_value))
+            .collect())
+    }
+}
+
 pub(super) fn tags(labels: &BTreeMap<String, String>) -> Vec<wire::SandboxTag> {
     labels
         .iter()
@@ -107,5 +129,8 @@ pub(super) async fn list(backend: &ModalBackend) -> Result<Vec<Handle>> {
     }
     handles.sort_by(|a, b| a.id.cmp(&b.id));
     handles.dedup_by(|a, b| a.id == b.id);
+    // Sessions sleeping in a memory snapshot have no running sandbox.
+    let sleeping = backend.sleeping_handles(&handles);
+    handles.extend(sleeping);
     Ok(handles)
 }

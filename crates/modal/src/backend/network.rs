@@ -62,7 +62,7 @@ pub(super) async fn update_network_policy(
         warn!(sandbox = %handle.name, rule = left_out.rule, reason = left_out.reason, "network rule left out on Modal");
     }
     let request = wire::router::TaskSetNetworkAccessRequest {
-        task_id: backend.task_id(&handle.id).await?,
+        task_id: backend.handle_task(handle).await?,
         network_access: Some(network_access(&mapped)),
     };
     backend

@@ -55,7 +55,7 @@ impl ModalBackend {
         stdin: Option<&[u8]>,
         max_output: usize,
     ) -> Result<exec::Finished> {
-        let task = self.task_id(&handle.id).await?;
+        let task = self.handle_task(handle).await?;
         exec::run(
             &self.client,
             &task,
@@ -91,7 +91,7 @@ pub(super) async fn spawn(
     }
     let env = scripts::env_script(&process.env)
         .ok_or_else(|| SandboxError::Fatal(anyhow!("an environment variable name is not valid")))?;
-    let task = backend.task_id(&handle.id).await?;
+    let task = backend.handle_task(handle).await?;
     let mut args = vec![dir];
     args.extend(process.argv.iter().cloned());
     let command = Command {

@@ -21,7 +21,7 @@ const SNAPSHOT_WAIT_SECS: u64 = 55;
 /// the orchestrator's retention sweep deletes it, so Modal never drops a
 /// sleeping session's snapshot before Garrison's own retention says so.
 pub(super) async fn snapshot(backend: &ModalBackend, handle: &Handle) -> Result<SnapshotRef> {
-    let task_id = backend.task_id(&handle.id).await?;
+    let task_id = backend.handle_task(handle).await?;
     let request = wire::router::TaskSnapshotFilesystemRequest {
         task_id: task_id.clone(),
         snapshot_id: format!("{:032x}", rand::random::<u128>()),

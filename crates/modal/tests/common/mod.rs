@@ -41,6 +41,7 @@ pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
         outpost_id: Some(OUTPOST.to_owned()),
         image: Some(mock.base_image_id()),
         image_cache: None,
+        memory_records: Some(dir.path().join("memory")),
         regions: vec!["us-east".to_owned()],
         timeout: Duration::from_secs(3600),
     };

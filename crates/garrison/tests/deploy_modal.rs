@@ -347,6 +347,26 @@ async fn a_sandbox_ended_by_modal_or_left_half_made_is_mended_by_the_next_keep_a
     assert!(gone.status.success(), "{}", text(&gone));
 }
 
+/// The Modal environment is the one the settings name, as for Modal's own
+/// client: the deployment's Secret (and app) live there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_uses_the_modal_environment_the_settings_name() {
+    let mut host = Host::new().await;
+    host.env
+        .push(("MODAL_ENVIRONMENT".to_owned(), "staging".to_owned()));
+    let out = host.deploy(&[]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        host.mock.secret_qualified_names(),
+        [format!("staging/{NAME}-env")]
+    );
+    let status = host.deploy(&["--status"]).await;
+    assert!(status.status.success(), "{}", text(&status));
+    let gone = host.deploy(&["--terminate"]).await;
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert!(host.mock.secret_qualified_names().is_empty());
+}
+
 #[tokio::test]
 async fn deploy_modal_help_teaches_the_modes_credentials_and_keep_alive() {
     let output = std::process::Command::new(garrison_bin())

@@ -212,6 +212,12 @@ impl MockModal {
         self.state.secrets.names()
     }
 
+    /// `environment/name` of the named Secrets, sorted (the default
+    /// environment is the empty name).
+    pub fn secret_qualified_names(&self) -> Vec<String> {
+        self.state.secrets.qualified_names()
+    }
+
     /// Every image built with `ImageGetOrCreate` (not snapshots).
     pub fn built_images(&self) -> Vec<ImageView> {
         self.state.built_images()

@@ -293,6 +293,19 @@ impl Secrets {
         names.sort();
         names
     }
+
+    /// `environment/name` of each named Secret, sorted.
+    pub fn qualified_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .by_id
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|s| Some(format!("{}/{}", s.environment, s.name.as_ref()?)))
+            .collect();
+        names.sort();
+        names
+    }
 }
 
 fn respond(secret: &Secret) -> wire::SecretGetOrCreateResponse {

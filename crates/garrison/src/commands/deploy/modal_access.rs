@@ -16,8 +16,11 @@ use crate::backends;
 
 /// Bounds a wait for a state change; never an expectation of speed.
 pub(super) const TRANSITION_GUARD: Duration = Duration::from_secs(600);
-/// The Modal environment (`""`: the profile's default).
-pub(super) const ENVIRONMENT: &str = "";
+/// The Modal environment the settings name (`MODAL_ENVIRONMENT`, else the
+/// profile's `environment`); `""` is the account's default one.
+pub(super) fn environment_of(modal: &ModalEnv) -> String {
+    modal.environment.clone().unwrap_or_default()
+}
 /// Output kept from a helper command.
 pub(super) const HELPER_OUTPUT: usize = 64 * 1024;
 /// Bytes of log read per exec.
@@ -49,6 +52,7 @@ pub(super) fn client_for(modal: &ModalEnv) -> anyhow::Result<Client> {
 /// when there is none.
 pub(super) async fn app_id(
     client: &Client,
+    environment: &str,
     name: &str,
     create: bool,
 ) -> anyhow::Result<Option<String>> {
@@ -59,7 +63,7 @@ pub(super) async fn app_id(
     };
     let request = wire::AppGetOrCreateRequest {
         app_name: name.to_owned(),
-        environment_name: ENVIRONMENT.to_owned(),
+        environment_name: environment.to_owned(),
         object_creation_type: creation as i32,
     };
     match client
@@ -79,11 +83,15 @@ pub(super) async fn app_id(
 }
 
 /// The running sandboxes of the app.
-pub(super) async fn running(client: &Client, app_id: &str) -> anyhow::Result<Vec<Found>> {
+pub(super) async fn running(
+    client: &Client,
+    environment: &str,
+    app_id: &str,
+) -> anyhow::Result<Vec<Found>> {
     let request = wire::SandboxListRequest {
         app_id: app_id.to_owned(),
         before_timestamp: 0.0,
-        environment_name: ENVIRONMENT.to_owned(),
+        environment_name: environment.to_owned(),
         include_finished: false,
         tags: Vec::new(),
     };
@@ -107,11 +115,15 @@ pub(super) async fn running(client: &Client, app_id: &str) -> anyhow::Result<Vec
 }
 
 /// The running deployment sandbox, if any.
-pub(super) async fn find(client: &Client, name: &str) -> anyhow::Result<Option<Found>> {
-    let Some(app) = app_id(client, name, false).await? else {
+pub(super) async fn find(
+    client: &Client,
+    environment: &str,
+    name: &str,
+) -> anyhow::Result<Option<Found>> {
+    let Some(app) = app_id(client, environment, name, false).await? else {
         return Ok(None);
     };
-    Ok(plan::find(&running(client, &app).await?, name).cloned())
+    Ok(plan::find(&running(client, environment, &app).await?, name).cloned())
 }
 
 /// The task of a running sandbox, waiting while it is scheduled; `None`

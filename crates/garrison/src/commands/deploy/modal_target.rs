@@ -15,7 +15,7 @@ use tonic::Code;
 
 use super::ModalDeployArgs;
 use super::modal_access::{
-    ENVIRONMENT, HELPER_OUTPUT, TRANSITION_GUARD, app_id, client_for, helper, modal_only, now,
+    HELPER_OUTPUT, TRANSITION_GUARD, app_id, client_for, environment_of, helper, modal_only, now,
     read_log, running, serve_state, sh, task_id, terminate_sandbox,
 };
 use super::modal_plan::{self as plan, Step};
@@ -29,9 +29,11 @@ const TAG_DEPLOY: &str = "garrison.deploy";
 pub async fn run(args: ModalDeployArgs) -> anyhow::Result<()> {
     plan::check_name(&args.name).map_err(anyhow::Error::msg)?;
     if args.status || args.logs || args.terminate {
-        let client = client_for(&modal_only(&args)?)?;
+        let settings = modal_only(&args)?;
+        let client = client_for(&settings)?;
+        let environment = environment_of(&settings);
         if args.status {
-            let code = status(&client, &args.name).await?;
+            let code = status(&client, &environment, &args.name).await?;
             if code != 0 {
                 std::io::stdout().flush()?;
                 std::process::exit(code);
@@ -39,9 +41,9 @@ pub async fn run(args: ModalDeployArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         if args.logs {
-            return logs(&client, &args.name, args.follow).await;
+            return logs(&client, &environment, &args.name, args.follow).await;
         }
-        return terminate(&client, &args.name).await;
+        return terminate(&client, &environment, &args.name).await;
     }
     super::plan::check_serve_args(&args.serve_args).map_err(anyhow::Error::msg)?;
     let resolved = resolve(&args)?;
@@ -100,10 +102,11 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
     let modal = plan::modal_settings(&resolved.config)
         .context("no outpost is served with the modal backend")?;
     let client = client_for(modal)?;
-    let app = app_id(&client, &args.name, true)
+    let environment = environment_of(modal);
+    let app = app_id(&client, &environment, &args.name, true)
         .await?
         .context("Modal returned no app")?;
-    let found = running(&client, &app).await?;
+    let found = running(&client, &environment, &app).await?;
     if let Step::Keep(found) = plan::step(&found, &args.name) {
         let up = super::plan::uptime(((now() - found.created_at) * 1000.0) as i64);
         let task = task_id(&client, &found.id).await?;
@@ -135,7 +138,7 @@ async fn ensure(args: &ModalDeployArgs, resolved: &Resolved) -> anyhow::Result<(
     let env = plan::serve_env(&resolved.config, &resolved.host_vars, &args.name)
         .map_err(anyhow::Error::msg)?;
     let secret = plan::secret_name(&args.name);
-    let secret_id = modal::secret::put(&client, &secret, ENVIRONMENT, &env)
+    let secret_id = modal::secret::put(&client, &secret, &environment, &env)
         .await
         .map_err(|s| anyhow::anyhow!("writing Modal Secret {secret}: {}", s.message()))?;
     println!("wrote Modal Secret {secret} ({} variables)", env.len());

@@ -8,7 +8,7 @@ use anyhow::bail;
 use modal::Client;
 
 use super::modal_access::{
-    ENVIRONMENT, LOG_CHUNK, find, now, read_log, serve_state, task_id, terminate_sandbox,
+    LOG_CHUNK, find, now, read_log, serve_state, task_id, terminate_sandbox,
 };
 use super::modal_plan as plan;
 use super::tensorlake_target::printable;
@@ -19,8 +19,8 @@ const FOLLOW_POLL: Duration = Duration::from_secs(1);
 pub(super) const NOT_RUNNING: i32 = 3;
 
 /// Prints the state; the exit status for the shell.
-pub(super) async fn status(client: &Client, name: &str) -> anyhow::Result<i32> {
-    let Some(found) = find(client, name).await? else {
+pub(super) async fn status(client: &Client, environment: &str, name: &str) -> anyhow::Result<i32> {
+    let Some(found) = find(client, environment, name).await? else {
         println!("sandbox:  none named {name} running (deploy with `garrison deploy modal`)");
         return Ok(NOT_RUNNING);
     };
@@ -48,8 +48,12 @@ pub(super) async fn status(client: &Client, name: &str) -> anyhow::Result<i32> {
     Ok(if state == "running" { 0 } else { NOT_RUNNING })
 }
 
-pub(super) async fn terminate(client: &Client, name: &str) -> anyhow::Result<()> {
-    match find(client, name).await? {
+pub(super) async fn terminate(
+    client: &Client,
+    environment: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    match find(client, environment, name).await? {
         Some(found) => {
             terminate_sandbox(client, &found.id).await?;
             println!("terminated sandbox {name} (id {})", found.id);
@@ -57,7 +61,7 @@ pub(super) async fn terminate(client: &Client, name: &str) -> anyhow::Result<()>
         None => println!("no sandbox named {name} running; nothing to terminate"),
     }
     let secret = plan::secret_name(name);
-    let deleted = modal::secret::delete(client, &secret, ENVIRONMENT)
+    let deleted = modal::secret::delete(client, &secret, environment)
         .await
         .map_err(|s| anyhow::anyhow!("deleting Modal Secret {secret}: {}", s.message()))?;
     if deleted {
@@ -68,13 +72,18 @@ pub(super) async fn terminate(client: &Client, name: &str) -> anyhow::Result<()>
 
 /// The serve's log; with `follow`, new output as it comes, going on with
 /// the next sandbox when the keep-alive creates one.
-pub(super) async fn logs(client: &Client, name: &str, follow: bool) -> anyhow::Result<()> {
+pub(super) async fn logs(
+    client: &Client,
+    environment: &str,
+    name: &str,
+    follow: bool,
+) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     let mut current: Option<String> = None;
     let mut offset = 0u64;
     let mut said_waiting = false;
     loop {
-        let found = find(client, name).await?;
+        let found = find(client, environment, name).await?;
         let task = match &found {
             Some(found) => task_id(client, &found.id).await?,
             None => None,

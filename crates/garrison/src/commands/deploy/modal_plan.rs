@@ -226,12 +226,7 @@ pub fn serve_env(
          backend)"
             .to_owned()
     })?;
-    let mut env = BTreeMap::new();
-    for var in super::plan::passed_through() {
-        if let Some(value) = host_vars.get(var) {
-            env.insert(var.to_owned(), value.clone());
-        }
-    }
+    let mut env = super::plan::devin_env(config, host_vars);
     // Modal's own variables name host files or this host's profile.
     for var in [
         modal::settings::PROFILE_ENV,
@@ -239,21 +234,9 @@ pub fn serve_env(
     ] {
         env.remove(var);
     }
-    if let Some(token) = host_vars.get(orchestrator::repos::GIT_TOKEN_ENV) {
-        env.insert(orchestrator::repos::GIT_TOKEN_ENV.to_owned(), token.clone());
-    }
-    let outposts: Vec<&str> = config
-        .outposts
-        .iter()
-        .map(|o| o.outpost_id.as_str())
-        .collect();
     let mut set = |k: &str, v: &str| {
         env.insert(k.to_owned(), v.to_owned());
     };
-    set(orchestrator::settings::TOKEN_ENV, config.token.expose());
-    set("DEVIN_API_URL", &config.api_url);
-    set("OUTPOST_ID", &outposts.join(","));
-    set("DEVIN_WORKER_STATIC_BASE_URL", &config.static_base_url);
     let acceptor = config
         .acceptor_id
         .clone()

@@ -241,16 +241,13 @@ pub fn tensorlake_settings(config: &ServeConfig) -> Option<&tensorlake::Tensorla
 /// Tensorlake key, `GIT_TOKEN` if set here), the resolved settings, and the
 /// serve variables set on this host. Only this map holds the secrets: the
 /// process API takes it at start, so they are in no image and no argv.
-pub fn serve_env(
+/// What every deployed serve's environment holds, whatever it runs on: the
+/// host's passed-through variables, `GIT_TOKEN`, and Devin's settings as
+/// this host resolved them (token, API URL, outposts, static base URL).
+pub fn devin_env(
     config: &ServeConfig,
     host_vars: &BTreeMap<String, String>,
-    layout: &Layout,
-) -> Result<BTreeMap<String, String>, String> {
-    let tensorlake = tensorlake_settings(config).ok_or_else(|| {
-        "no outpost is served with the tensorlake backend (an [[outpost]] table names \
-         another backend)"
-            .to_owned()
-    })?;
+) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for var in passed_through() {
         if let Some(value) = host_vars.get(var) {
@@ -272,6 +269,23 @@ pub fn serve_env(
     set("DEVIN_API_URL", &config.api_url);
     set("OUTPOST_ID", &outposts.join(","));
     set("DEVIN_WORKER_STATIC_BASE_URL", &config.static_base_url);
+    env
+}
+
+pub fn serve_env(
+    config: &ServeConfig,
+    host_vars: &BTreeMap<String, String>,
+    layout: &Layout,
+) -> Result<BTreeMap<String, String>, String> {
+    let tensorlake = tensorlake_settings(config).ok_or_else(|| {
+        "no outpost is served with the tensorlake backend (an [[outpost]] table names \
+         another backend)"
+            .to_owned()
+    })?;
+    let mut env = devin_env(config, host_vars);
+    let mut set = |k: &str, v: &str| {
+        env.insert(k.to_owned(), v.to_owned());
+    };
     if let Some(id) = &config.acceptor_id {
         set("DEVIN_WORKER_ACCEPTOR_ID", id);
     }

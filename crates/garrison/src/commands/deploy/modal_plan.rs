@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn the_environment_carries_the_credentials_and_settings_but_no_host_paths() {
-        let vars: BTreeMap<String, String> = [
+        let (config, vars) = super::super::plan::resolved_from(&[
             ("HOME", "/home/op"),
             ("GARRISON_BACKEND", "modal"),
             ("OUTPOST_ID", "op-a"),
@@ -393,14 +393,7 @@ mod tests {
             ("MAX_CONCURRENT_SESSIONS", "7"),
             ("GARRISON_HOME", "/var/lib/here"),
             ("UNRELATED", "x"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let host = orchestrator::settings::HostEnv::new(1000, vars.clone());
-        let raw = orchestrator::settings::RawSettings::from_env(&host);
-        let config =
-            orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
+        ]);
         let env = serve_env(&config, &vars, DEFAULT_NAME).unwrap();
         let get = |k: &str| env.get(k).map(String::as_str);
         assert_eq!(get("DEVIN_OUTPOSTS_TOKEN"), Some("cog_secret_token"));

@@ -320,6 +320,20 @@ pub fn uptime(ms: i64) -> String {
     }
 }
 
+/// The settings `garrison serve` resolves from exactly these host
+/// variables, and the variables: what a deploy plan's tests start from.
+#[cfg(test)]
+pub fn resolved_from(vars: &[(&str, &str)]) -> (ServeConfig, BTreeMap<String, String>) {
+    let vars: BTreeMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let host = orchestrator::settings::HostEnv::new(1000, vars.clone());
+    let raw = orchestrator::settings::RawSettings::from_env(&host);
+    let config = orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
+    (config, vars)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,7 +455,7 @@ mod tests {
 
     #[test]
     fn the_environment_carries_the_credentials_and_settings_but_no_host_paths() {
-        let vars: BTreeMap<String, String> = [
+        let (config, vars) = resolved_from(&[
             ("HOME", "/home/op"),
             ("GARRISON_BACKEND", "tensorlake"),
             ("OUTPOST_ID", "op-a,op-b"),
@@ -453,14 +467,7 @@ mod tests {
             ("GARRISON_HOME", "/var/lib/here"),
             ("GARRISON_SNAPSHOT_DIR", "/srv/snaps"),
             ("UNRELATED", "x"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let host = orchestrator::settings::HostEnv::new(1000, vars.clone());
-        let raw = orchestrator::settings::RawSettings::from_env(&host);
-        let config =
-            orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
+        ]);
         let layout = Layout::new("/garrison", "sb1");
         let env = serve_env(&config, &vars, &layout).unwrap();
         let get = |k: &str| env.get(k).map(String::as_str);

@@ -9,6 +9,7 @@
 //! cannot reach the listener by DNS rebinding), and `POST` routes require a
 //! JSON body (so a cross-site form or `no-cors` fetch cannot trigger them).
 
+pub mod listing;
 pub mod prometheus;
 mod routes;
 pub mod token;
@@ -390,11 +391,75 @@ mod tests {
         for open in ["/healthz", "/", "/assets/app.js", "/sessions/devin-1"] {
             assert_eq!(status(open, None).await, 200, "{open}");
         }
-        for guarded in ["/api/status", "/api/sessions", "/metrics", "/readyz"] {
+        for guarded in [
+            "/api/status",
+            "/api/sessions",
+            "/api/session-page",
+            "/metrics",
+            "/readyz",
+        ] {
             assert_eq!(status(guarded, None).await, 401, "{guarded}");
             assert_eq!(status(guarded, Some("wrong")).await, 401, "{guarded}");
             assert_ne!(status(guarded, Some(&token)).await, 401, "{guarded}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_session_page_is_bounded_and_refuses_bad_parameters() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = "t".repeat(64);
+        let base = exposed_listener(dir.path(), &token).await;
+        let store = crate::store::Store::open(&dir.path().join("garrison.db")).unwrap();
+        for i in 0..120 {
+            let rec = crate::store::SessionRecord::new(
+                &format!("s-{i:03}"),
+                "op",
+                fleet::SessionKind::New,
+                "host",
+                i,
+            );
+            store.put_session(&rec).unwrap();
+        }
+        let http = reqwest::Client::new();
+        let get = |query: &str| {
+            let req = http
+                .get(format!("{base}/api/session-page{query}"))
+                .bearer_auth(&token);
+            async move {
+                let res = req.send().await.unwrap();
+                (
+                    res.status().as_u16(),
+                    res.json::<serde_json::Value>().await.unwrap(),
+                )
+            }
+        };
+        let (code, page) = get("").await;
+        assert_eq!(code, 200);
+        let page: crate::api::SessionPage = serde_json::from_value(page).unwrap();
+        assert_eq!(page.sessions.len(), listing::DEFAULT_LIMIT);
+        assert_eq!((page.total, page.matched), (120, 120));
+        assert_eq!(page.counts["claimed"], 120);
+        assert_eq!(page.sessions[0].session_id, "s-119");
+
+        let (_, page) = get("?offset=15&limit=50&q=S-1").await;
+        let page: crate::api::SessionPage = serde_json::from_value(page).unwrap();
+        assert_eq!(
+            (page.sessions.len(), page.matched, page.total),
+            (5, 20, 120)
+        );
+        assert_eq!(page.sessions[0].session_id, "s-104");
+
+        let (code, body) = get("?limit=0").await;
+        assert_eq!(code, 400);
+        assert_eq!(body["error"], "limit must be between 1 and 500, not 0");
+        let (code, body) = get("?stage=asleep").await;
+        assert_eq!(code, 400);
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("stage \"asleep\"")
+        );
     }
 
     #[test]

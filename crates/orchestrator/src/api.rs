@@ -8,7 +8,8 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `GET /api/status` | [`StatusView`] |
-//! | `GET /api/sessions` | `Vec<`[`SessionSummary`]`>`, newest claim first |
+//! | `GET /api/sessions` | `Vec<`[`SessionSummary`]`>`, newest claim first (every session) |
+//! | `GET /api/session-page?offset=&limit=&stage=&status=&q=` | [`SessionPage`]: one page of that list, filtered (parameters in [`crate::admin::listing`]; 400 for a bad one) |
 //! | `GET /api/sessions/{id}` | [`SessionDetail`] (404 unknown) |
 //! | `GET /api/sessions/{id}/events?after=N` | `Vec<`[`crate::store::Event`]`>` |
 //! | `GET /api/sessions/{id}/log?offset=N` | [`LogChunk`] of `remote.log` |
@@ -94,6 +95,24 @@ impl SessionSummary {
             error: rec.error.clone(),
         }
     }
+}
+
+/// One page of the sessions, newest claim first, with the counts a page
+/// shows without fetching every row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    /// Rows skipped before this page (of the matching ones).
+    pub offset: u64,
+    /// The most rows a page of this request holds.
+    pub limit: u64,
+    /// Sessions that match the filter, on every page.
+    pub matched: u64,
+    /// Every recorded session, filter or not.
+    pub total: u64,
+    /// Every recorded session by [`StageLabel`](crate::planner::StageLabel)
+    /// (its text), filter or not.
+    pub counts: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +19,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AdminState;
+use super::listing::{self, SessionQuery};
 use crate::api::{
-    LogChunk, OutpostView, SessionDetail, SessionSummary, StatusView, TerminateRequest,
+    LogChunk, OutpostView, SessionDetail, SessionPage, SessionSummary, StatusView, TerminateRequest,
 };
 use crate::queue::QueueView;
 use crate::serve::TerminateError;
@@ -37,6 +38,7 @@ pub(super) fn routes() -> Router<Arc<AdminState>> {
     Router::new()
         .route("/api/status", get(status))
         .route("/api/sessions", get(sessions))
+        .route("/api/session-page", get(session_page))
         .route("/api/sessions/{id}", get(session))
         .route("/api/sessions/{id}/events", get(events))
         .route("/api/sessions/{id}/log", get(log))
@@ -174,6 +176,29 @@ async fn sessions(State(state): State<Arc<AdminState>>) -> Response {
         }
         Err(e) => internal(e),
     }
+}
+
+/// One page of the sessions: sizing and snapshots are looked up for its
+/// rows alone, so the answer's cost follows the page, not the store.
+async fn session_page(State(state): State<Arc<AdminState>>, RawQuery(raw): RawQuery) -> Response {
+    let query = match SessionQuery::parse(raw.as_deref().unwrap_or_default()) {
+        Ok(q) => q,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let records = match state.serving.store.sessions() {
+        Ok(r) => r,
+        Err(e) => return internal(e),
+    };
+    let selection = listing::select(&records, &query);
+    Json(SessionPage {
+        sessions: selection.rows.iter().map(|r| state.summary(r)).collect(),
+        offset: query.offset as u64,
+        limit: query.limit as u64,
+        matched: selection.matched as u64,
+        total: selection.total as u64,
+        counts: selection.counts,
+    })
+    .into_response()
 }
 
 async fn session(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {

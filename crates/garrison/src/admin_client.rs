@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use common::Secret;
-use orchestrator::api::{LogChunk, SessionDetail, SessionSummary, StatusView};
+use orchestrator::admin::listing::MAX_LIMIT;
+use orchestrator::api::{LogChunk, SessionDetail, SessionPage, SessionSummary, StatusView};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
@@ -117,8 +118,21 @@ impl Admin {
         self.get("/api/status").await
     }
 
+    /// Every session, newest claim first, fetched a bounded page at a
+    /// time. A daemon older than paging (no `/api/session-page`) is asked
+    /// for its whole list instead.
     pub async fn sessions(&self) -> Result<Vec<SessionSummary>, AdminError> {
-        self.get("/api/sessions").await
+        let mut pages = Pages::default();
+        while let Some(path) = pages.next_path() {
+            match self.get::<SessionPage>(&path).await {
+                Ok(page) => pages.add(page),
+                Err(AdminError::Status(404, _)) if pages.is_first() => {
+                    return self.get("/api/sessions").await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(pages.rows)
     }
 
     /// `Ok(None)` for an unknown session.
@@ -180,6 +194,40 @@ impl Admin {
     }
 }
 
+/// Paging through `/api/session-page`. Sessions claimed meanwhile push
+/// rows onto later pages (records are never deleted, so none is skipped):
+/// a row seen twice is kept once.
+#[derive(Default)]
+struct Pages {
+    rows: Vec<SessionSummary>,
+    seen: std::collections::HashSet<String>,
+    offset: u64,
+    done: bool,
+    fetched: usize,
+}
+
+impl Pages {
+    fn next_path(&self) -> Option<String> {
+        (!self.done).then(|| format!("/api/session-page?limit={MAX_LIMIT}&offset={}", self.offset))
+    }
+
+    fn is_first(&self) -> bool {
+        self.fetched == 0
+    }
+
+    fn add(&mut self, page: SessionPage) {
+        self.fetched += 1;
+        let got = page.sessions.len() as u64;
+        self.offset += got;
+        self.done = got == 0 || self.offset >= page.matched;
+        for row in page.sessions {
+            if self.seen.insert(row.session_id.clone()) {
+                self.rows.push(row);
+            }
+        }
+    }
+}
+
 /// The message of an error body (`{"error": ...}` or `{"message": ...}`),
 /// else the body itself, shortened.
 fn body_message(body: &str) -> String {
@@ -213,6 +261,61 @@ fn short_error(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn page(ids: &[&str], offset: u64, matched: u64) -> SessionPage {
+        SessionPage {
+            sessions: ids
+                .iter()
+                .map(|id| SessionSummary {
+                    session_id: (*id).into(),
+                    outpost_id: "o".into(),
+                    kind: "new".into(),
+                    backend: "host".into(),
+                    stage: "running".into(),
+                    claimed_at_ms: 0,
+                    running_at_ms: None,
+                    updated_at_ms: 0,
+                    restarts: 0,
+                    cpus: None,
+                    memory_mb: None,
+                    disk_mb: None,
+                    snapshot_bytes: None,
+                    error: None,
+                })
+                .collect(),
+            offset,
+            limit: 2,
+            matched,
+            total: matched,
+            counts: Default::default(),
+        }
+    }
+
+    #[test]
+    fn pages_are_followed_to_the_end_and_repeated_rows_kept_once() {
+        let mut pages = Pages::default();
+        assert!(pages.is_first());
+        assert_eq!(
+            pages.next_path().unwrap(),
+            format!("/api/session-page?limit={MAX_LIMIT}&offset=0")
+        );
+        pages.add(page(&["c", "b"], 0, 3));
+        assert!(!pages.is_first());
+        // A new session "d" was claimed: "b" moved onto the second page.
+        assert!(pages.next_path().unwrap().ends_with("&offset=2"));
+        pages.add(page(&["b", "a"], 2, 4));
+        assert_eq!(pages.next_path(), None);
+        let ids: Vec<&str> = pages.rows.iter().map(|r| r.session_id.as_str()).collect();
+        assert_eq!(ids, ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn an_empty_page_ends_the_paging() {
+        let mut pages = Pages::default();
+        pages.add(page(&[], 0, 0));
+        assert_eq!(pages.next_path(), None);
+        assert!(pages.rows.is_empty());
+    }
 
     #[test]
     fn session_ids_are_one_encoded_path_segment() {

@@ -417,3 +417,57 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
         stderr(&out)
     );
 }
+
+/// More sessions than one page of the admin API holds: `garrison sessions
+/// --all` pages through them all, each row once, newest claim first.
+#[tokio::test]
+async fn sessions_pages_through_more_than_one_page_of_the_admin_api() {
+    const SEEDED: usize = orchestrator::admin::listing::MAX_LIMIT * 2 + 100;
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    {
+        // Finished sessions as an older run left them, written through the
+        // store's API before `garrison serve` opens it.
+        let store = orchestrator::store::Store::open(&state.join("garrison.db")).unwrap();
+        for i in 0..SEEDED {
+            let mut rec = orchestrator::store::SessionRecord::new(
+                &format!("seeded-{i:04}"),
+                &outpost,
+                "new".into(),
+                "host",
+                1_000_000 + i as i64,
+            );
+            rec.stage = Stage::Done(Finish::Terminated);
+            store.put_session(&rec).unwrap();
+        }
+    }
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    let admin = admin_url(&g).await;
+    let out = ok(
+        cli(
+            dir.path(),
+            &["sessions", "--all", "--json", "--admin", &admin],
+        ),
+        "sessions --all --json",
+    );
+    assert!(!stderr(&out).contains("not reachable"), "{}", stderr(&out));
+    let rows: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = (0..SEEDED)
+        .rev()
+        .map(|i| format!("seeded-{i:04}"))
+        .collect();
+    assert_eq!(ids, want);
+}

@@ -1,6 +1,8 @@
 //! The dashboard in a real browser: headless Chromium, driven over the
 //! DevTools protocol, watches a session go from `running` to `terminated`
-//! without a reload, and leaves a screenshot at `target/dashboard.png`.
+//! without a reload, and leaves a screenshot at `target/dashboard.png`;
+//! with 1,000 sessions it shows them a page at a time, filters them and
+//! still follows a live one (screenshot `target/dashboard-1000.png`).
 //!
 //! Skipped (with a message, passing) when Chromium is not installed;
 //! `scripts/setup` installs it.
@@ -183,6 +185,30 @@ impl Page {
         }
     }
 
+    /// Waits until `expression` evaluates to `want`.
+    async fn wait_for(&mut self, what: &str, expression: &str, want: Value) {
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        loop {
+            let shown = self.eval(expression).await;
+            if shown == want {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: never {want} (last: {shown})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The session ids of the table's rows, in order.
+    async fn row_ids(&mut self) -> Vec<String> {
+        let ids = self
+            .eval("[...document.querySelectorAll('#sessions tbody tr')].map(r => r.dataset.sessionId)")
+            .await;
+        serde_json::from_value(ids).expect("row ids")
+    }
+
     async fn screenshot(&mut self, path: &Path) {
         let result = self
             .call("Page.captureScreenshot", json!({"format": "png"}))
@@ -241,6 +267,147 @@ async fn the_dashboard_follows_a_session_to_its_end_without_a_reload() {
     assert_eq!(page.eval("performance.navigation.type").await, json!(0));
 
     let png = target_dir().join("dashboard.png");
+    page.screenshot(&png).await;
+    println!("screenshot: {}", png.display());
+    drop(g);
+}
+
+/// Sessions already in the store when the test's Garrison starts.
+const SEEDED: usize = 998;
+
+/// Finished sessions as a long-running Garrison leaves them in its store:
+/// written through the store's own API before `garrison serve` opens it, so
+/// the admin listener lists them exactly as it lists sessions it ran.
+/// Running 1,000 real sessions on this machine would measure the machine;
+/// the listing, paging and rendering under test are the same either way.
+fn seed_finished_sessions(state: &Path, outpost_id: &str) {
+    use orchestrator::planner::{Finish, Stage};
+    use orchestrator::store::{SessionRecord, Store};
+    let store = Store::open(&state.join("garrison.db")).expect("state store");
+    let an_hour_ago = chrono::Utc::now().timestamp_millis() - 3_600_000;
+    for i in 0..SEEDED {
+        let finish = match i % 4 {
+            0 => Finish::Released,
+            1 => Finish::Failed,
+            _ => Finish::Terminated,
+        };
+        let mut rec = SessionRecord::new(
+            &format!("seeded-{i:04}"),
+            outpost_id,
+            fleet::SessionKind::New,
+            "host",
+            an_hour_ago + i as i64 * 1000,
+        );
+        rec.stage = Stage::Done(finish);
+        store.put_session(&rec).expect("seeded session");
+    }
+}
+
+const SET_SELECT: &str = "((id, value) => { const s = document.getElementById(id); s.value = value; \
+     s.dispatchEvent(new Event('change')); })";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_pages_filters_and_follows_a_thousand_sessions() {
+    if !Path::new(CHROMIUM).exists() {
+        println!("skipped: {CHROMIUM} is not installed (scripts/setup installs it)");
+        return;
+    }
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    seed_finished_sessions(&state, &op);
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &op,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    let admin = admin_url(&g).await;
+    let live: Vec<String> = (0..1000 - SEEDED)
+        .map(|_| session(&emu, &op, vec![run("echo working")], Then::Wait))
+        .collect();
+
+    let browser = Browser::start().await;
+    let mut page = browser.page().await;
+    page.call("Page.enable", json!({})).await;
+    page.call("Page.navigate", json!({"url": format!("{admin}/")}))
+        .await;
+    for id in &live {
+        page.wait_for_stage(id, "running").await;
+    }
+    let total = "document.getElementById('sessions-total').textContent";
+    page.wait_for("the total", total, json!("1,000 sessions · 2 active"))
+        .await;
+
+    // The first page: a bounded number of rows, the live sessions (the
+    // newest claims) on top.
+    let first = page.row_ids().await;
+    assert_eq!(first.len(), 50, "{first:?}");
+    assert!(live.iter().all(|id| first[..2].contains(id)), "{first:?}");
+    let number = "document.getElementById('page-number').textContent";
+    assert_eq!(page.eval(number).await, json!("Page 1 of 20"));
+
+    // Another page shows other sessions.
+    page.eval("document.getElementById('page-next').click()")
+        .await;
+    page.wait_for("the second page", number, json!("Page 2 of 20"))
+        .await;
+    page.wait_for(
+        "the second page's first row",
+        "document.querySelector('#sessions tbody tr').dataset.sessionId",
+        json!(format!("seeded-{:04}", SEEDED - 49)),
+    )
+    .await;
+    let second = page.row_ids().await;
+    assert_eq!(second.len(), 50);
+    assert!(second.iter().all(|id| !first.contains(id)), "{second:?}");
+    let range = "document.getElementById('page-range').textContent";
+    assert_eq!(page.eval(range).await, json!("51–100 of 1,000"));
+
+    // A filter narrows, from whatever page, back to the first.
+    page.eval(&format!("{SET_SELECT}('filter-stage', 'running')"))
+        .await;
+    page.wait_for("the running filter", range, json!("1–2 of 2 matching"))
+        .await;
+    let mut running = page.row_ids().await;
+    running.sort();
+    let mut want = live.clone();
+    want.sort();
+    assert_eq!(running, want);
+    page.eval(&format!("{SET_SELECT}('filter-stage', '')"))
+        .await;
+    page.eval(
+        "(() => { const q = document.getElementById('filter-q'); q.value = 'seeded-09'; \
+         q.dispatchEvent(new Event('input')); })()",
+    )
+    .await;
+    page.wait_for("the search", range, json!("1–50 of 98 matching"))
+        .await;
+    assert!(
+        page.row_ids()
+            .await
+            .iter()
+            .all(|id| id.starts_with("seeded-09"))
+    );
+    page.eval(
+        "(() => { const q = document.getElementById('filter-q'); q.value = ''; \
+         q.dispatchEvent(new Event('input')); })()",
+    )
+    .await;
+    page.wait_for("the whole list again", range, json!("1–50 of 1,000"))
+        .await;
+
+    // A session ending shows without a reload.
+    emu.terminate(&live[0]).expect("terminate");
+    page.wait_for_stage(&live[0], "terminated").await;
+    page.wait_for("the total", total, json!("1,000 sessions · 1 active"))
+        .await;
+    assert_eq!(page.eval("performance.navigation.type").await, json!(0));
+
+    let png = target_dir().join("dashboard-1000.png");
     page.screenshot(&png).await;
     println!("screenshot: {}", png.display());
     drop(g);

@@ -1,8 +1,12 @@
 // Garrison dashboard: polls the admin JSON API and follows a session over
 // SSE. Every server string reaches the DOM through textContent only.
+// The sessions table shows one page (/api/session-page): each poll fetches
+// that page alone, so the page stays light with thousands of sessions.
 "use strict";
 
 const POLL_MS = 1000;
+const SEARCH_DEBOUNCE_MS = 250;
+const ACTIVE_STAGES = ["claimed", "starting", "running", "finishing"];
 const LOG_KEEP = 256 * 1024;
 
 const $ = (id) => document.getElementById(id);
@@ -106,9 +110,11 @@ function renderStatus(st) {
   const order = ["running", "starting", "claimed", "finishing", "suspended", "terminated", "stopped", "vanished", "released", "failed"];
   const keys = order.filter((k) => k in st.counts).concat(Object.keys(st.counts).filter((k) => !order.includes(k)));
   counts.replaceChildren(...keys.map((k) => {
-    const c = el("div", "card");
+    const c = el("div", "card" + (view.stage === k ? " selected" : ""));
     c.dataset.stage = k;
-    c.append(el("div", "n", st.counts[k]), el("div", "l", k));
+    c.title = "Show only " + k + " sessions (click again for all)";
+    c.append(el("div", "n", count(st.counts[k])), el("div", "l", k));
+    c.addEventListener("click", () => setFilter({ stage: view.stage === k ? "" : k }));
     return c;
   }));
 
@@ -165,6 +171,78 @@ function updateRow(tr, s) {
   tr.title = s.error ? "error: " + s.error : "";
 }
 
+function count(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+// What the sessions table shows: one page of the filtered sessions.
+const view = { offset: 0, limit: 50, stage: "", status: "", q: "" };
+// Answers to older requests (a filter changed meanwhile) are dropped.
+let pageRequest = 0;
+
+function pageUrl() {
+  const p = new URLSearchParams();
+  p.set("offset", String(view.offset));
+  p.set("limit", String(view.limit));
+  if (view.stage) p.set("stage", view.stage);
+  if (view.status) p.set("status", view.status);
+  if (view.q) p.set("q", view.q);
+  return "/api/session-page?" + p.toString();
+}
+
+function setFilter(change) {
+  Object.assign(view, change);
+  if (!("offset" in change)) view.offset = 0;
+  $("filter-stage").value = view.stage;
+  $("filter-status").value = view.status;
+  if ($("filter-q").value.trim() !== view.q) $("filter-q").value = view.q;
+  for (const c of $("counts").children) c.classList.toggle("selected", c.dataset.stage === view.stage);
+  refreshSessions().catch(showError);
+}
+
+async function refreshSessions() {
+  const ticket = ++pageRequest;
+  const page = await getJSON(pageUrl());
+  if (ticket !== pageRequest) return;
+  // The page emptied under us (sessions filtered away): show the last one.
+  if (page.sessions.length === 0 && page.matched > 0 && view.offset > 0) {
+    view.offset = Math.floor((page.matched - 1) / view.limit) * view.limit;
+    return refreshSessions();
+  }
+  renderPage(page);
+}
+
+function renderPage(page) {
+  renderSessions(page.sessions);
+  const total = page.total;
+  const active = ACTIVE_STAGES.reduce((n, k) => n + (page.counts[k] || 0), 0);
+  const totalText = count(total) + " sessions · " + count(active) + " active";
+  if ($("sessions-total").textContent !== totalText) $("sessions-total").textContent = totalText;
+  $("sessions-total").dataset.total = total;
+  const filtered = view.stage || view.status || view.q;
+  const first = page.sessions.length ? page.offset + 1 : 0;
+  const last = page.offset + page.sessions.length;
+  $("page-range").textContent = page.matched === 0
+    ? (filtered ? "No session matches the filter" : "")
+    : count(first) + "–" + count(last) + " of " + count(page.matched) + (filtered ? " matching" : "");
+  const pages = Math.max(1, Math.ceil(page.matched / view.limit));
+  const current = Math.floor(page.offset / view.limit) + 1;
+  $("page-number").textContent = "Page " + count(current) + " of " + count(pages);
+  $("page-first").disabled = $("page-prev").disabled = page.offset === 0;
+  $("page-next").disabled = $("page-last").disabled = last >= page.matched;
+  $("pager").dataset.pages = pages;
+  const empty = $("sessions-empty");
+  empty.textContent = total === 0 ? "No sessions yet. Waiting for the queue…" : "No session matches the filter.";
+  empty.hidden = page.sessions.length > 0;
+}
+
+function goToPage(which) {
+  const pages = Number($("pager").dataset.pages || 1);
+  const current = Math.floor(view.offset / view.limit);
+  const target = { first: 0, prev: current - 1, next: current + 1, last: pages - 1 }[which];
+  setFilter({ offset: Math.max(0, Math.min(target, pages - 1)) * view.limit });
+}
+
 function renderSessions(list) {
   const body = $("sessions").tBodies[0];
   const existing = new Map();
@@ -180,7 +258,6 @@ function renderSessions(list) {
   rows.forEach((tr, i) => {
     if (body.rows[i] !== tr) body.insertBefore(tr, body.rows[i] || null);
   });
-  $("sessions-empty").hidden = list.length > 0;
 }
 
 // ---- session page --------------------------------------------------------
@@ -261,7 +338,10 @@ function openSession(id) {
   source.addEventListener("event", (ev) => {
     try { addEvent(JSON.parse(ev.data)); } catch (_) { /* ignore a bad line */ }
   });
-  source.addEventListener("stage", (ev) => setStage($("detail-stage"), ev.data));
+  source.addEventListener("stage", (ev) => {
+    setStage($("detail-stage"), ev.data);
+    $("terminate").disabled = !ACTIVE_STAGES.includes(ev.data) || ev.data === "finishing";
+  });
   source.addEventListener("error", () => {
     // The server ends the stream when the session is done; do not reconnect
     // (a reconnect would replay the whole log).
@@ -299,37 +379,65 @@ function route() {
   else if (location.pathname.startsWith("/sessions/") && (h === "" || h === "#")) id = decodeURIComponent(location.pathname.slice("/sessions/".length));
   $("overview").hidden = id !== null;
   $("session-detail").hidden = id === null;
-  if (id === null) closeSession();
-  else openSession(id);
+  if (id === null) {
+    closeSession();
+    refreshSessions().catch(showError);
+  } else openSession(id);
 }
 
 
+function showError(e) {
+  const b = $("error-banner");
+  b.textContent = "Cannot reach Garrison: " + e.message;
+  b.hidden = false;
+  const ready = $("ready");
+  ready.textContent = "unreachable";
+  ready.className = "badge bad";
+}
+
+// The open session's row, looked up by a search for its id (a bounded
+// page, not the whole list).
+async function refreshCurrent() {
+  const id = current.id;
+  if (id.length > 128) return;
+  const page = await getJSON("/api/session-page?limit=500&q=" + encodeURIComponent(id));
+  const s = page.sessions.find((x) => x.session_id === id);
+  if (s && current && current.id === id) renderFields(s);
+}
+
 async function poll() {
   try {
-    const [st, list] = await Promise.all([getJSON("/api/status"), getJSON("/api/sessions")]);
+    const status = getJSON("/api/status");
+    const rows = current ? refreshCurrent() : refreshSessions();
+    const [st] = await Promise.all([status, rows]);
     renderStatus(st);
-    renderSessions(list);
-    if (current) {
-      const s = list.find((x) => x.session_id === current.id);
-      if (s) renderFields(s);
-    }
     $("error-banner").hidden = true;
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
-    const b = $("error-banner");
-    b.textContent = "Cannot reach Garrison: " + e.message;
-    b.hidden = false;
-    const ready = $("ready");
-    ready.textContent = "unreachable";
-    ready.className = "badge bad";
+    showError(e);
   } finally {
     setTimeout(poll, POLL_MS);
   }
 }
 
+function wireControls() {
+  $("terminate").addEventListener("click", terminate);
+  $("filter-stage").addEventListener("change", (ev) => setFilter({ stage: ev.target.value }));
+  $("filter-status").addEventListener("change", (ev) => setFilter({ status: ev.target.value }));
+  $("page-size").addEventListener("change", (ev) => setFilter({ limit: Number(ev.target.value) }));
+  let typing = null;
+  $("filter-q").addEventListener("input", (ev) => {
+    clearTimeout(typing);
+    typing = setTimeout(() => setFilter({ q: ev.target.value.trim() }), SEARCH_DEBOUNCE_MS);
+  });
+  for (const which of ["first", "prev", "next", "last"]) {
+    $("page-" + which).addEventListener("click", () => goToPage(which));
+  }
+}
+
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
-  $("terminate").addEventListener("click", terminate);
+  wireControls();
   route();
   poll();
 });

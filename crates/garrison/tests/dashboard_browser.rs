@@ -410,5 +410,24 @@ async fn the_dashboard_pages_filters_and_follows_a_thousand_sessions() {
     let png = target_dir().join("dashboard-1000.png");
     page.screenshot(&png).await;
     println!("screenshot: {}", png.display());
+
+    // A session far from the shown page opens, and the way back finds the
+    // table as it was left.
+    page.eval("document.getElementById('page-next').click()")
+        .await;
+    page.wait_for("the second page", number, json!("Page 2 of 20"))
+        .await;
+    page.eval("location.hash = '#/sessions/seeded-0100'").await;
+    page.wait_for(
+        "the session's page",
+        "document.getElementById('detail-stage').textContent",
+        json!("released"),
+    )
+    .await;
+    page.eval("document.querySelector('a.back').click()").await;
+    page.wait_for("the table again", number, json!("Page 2 of 20"))
+        .await;
+    assert_eq!(page.row_ids().await, second);
+
     drop(g);
 }

@@ -379,3 +379,15 @@ async fn three_hosts_serve_one_outpost_on_the_host_backend() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_serve_one_outpost_on_the_local_backend() {
+    serve_one_outpost_from_three_hosts(
+        Backend::Local,
+        Load {
+            sessions: 60,
+            sleepers: 20,
+        },
+    )
+    .await;
+}

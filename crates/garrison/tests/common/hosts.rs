@@ -81,12 +81,13 @@ impl Hosts {
     }
 
     /// The command that runs a program inside host `n`'s namespace.
+    /// `nsenter`, not `ip netns exec`: the latter remounts `/sys`, which
+    /// hides the cgroup mount the local backend's runc needs.
     pub fn prefix(&self, n: usize) -> Vec<String> {
         vec![
-            "ip".into(),
-            "netns".into(),
-            "exec".into(),
-            self.namespaces[n].clone(),
+            "nsenter".into(),
+            format!("--net=/run/netns/{}", self.namespaces[n]),
+            "--".into(),
         ]
     }
 }

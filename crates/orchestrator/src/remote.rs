@@ -69,6 +69,9 @@ pub struct RemoteResolver {
     latest: Mutex<HashMap<&'static str, (String, Instant)>>,
     /// Binaries verified by this process: (sha, suffix) -> resolved.
     verified: Mutex<HashMap<(String, &'static str), ResolvedRemote>>,
+    /// Held while a build is read from disk or downloaded, so that a burst
+    /// of sessions missing the same build downloads it once, not once each.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 /// The distribution's name for the platform of a sandbox of `arch`: the
@@ -139,6 +142,7 @@ impl RemoteResolver {
             cache_dir,
             latest: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
+            fetching: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -157,13 +161,12 @@ impl RemoteResolver {
         };
         validate_sha(&sha)?;
         let key = (sha, suffix);
-        if let Some(hit) = self
-            .verified
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return Ok(hit.clone());
+        if let Some(hit) = self.verified_hit(&key) {
+            return Ok(hit);
+        }
+        let _fetching = self.fetching.lock().await;
+        if let Some(hit) = self.verified_hit(&key) {
+            return Ok(hit);
         }
         let resolved = match self.cached(&key.0, suffix).await {
             Some(hit) => hit,
@@ -174,6 +177,14 @@ impl RemoteResolver {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, resolved.clone());
         Ok(resolved)
+    }
+
+    fn verified_hit(&self, key: &(String, &'static str)) -> Option<ResolvedRemote> {
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
     }
 
     /// The binary's bytes, verified again against the digest recorded at
@@ -431,6 +442,53 @@ mod tests {
                 assert_eq!(bytes, format!("#!/bin/sh\n# {suffix}\n").into_bytes());
             }
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_sessions_downloads_a_missing_build_once() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let downloads = Arc::new(AtomicUsize::new(0));
+        let counted = downloads.clone();
+        let bytes = b"#!/bin/sh\n".to_vec();
+        let binary = format!("devin-remote_{DIST_SHA}_linux_x64");
+        let digest = format!("{}  {binary}\n", hex_sha256(&bytes));
+        let app = axum::Router::new()
+            .route(
+                &format!("/{binary}"),
+                axum::routing::get(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let bytes = bytes.clone();
+                    async move { bytes }
+                }),
+            )
+            .route(
+                &format!("/{binary}.sha256"),
+                axum::routing::get(move || {
+                    let digest = digest.clone();
+                    async move { digest }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let dir = tempfile::tempdir().unwrap();
+        let resolver = Arc::new(RemoteResolver::new(&url, dir.path().join("cache")).unwrap());
+        let burst: Vec<_> = (0..20)
+            .map(|_| {
+                let resolver = resolver.clone();
+                tokio::spawn(async move {
+                    resolver
+                        .resolve(Some(DIST_SHA), sandbox::Arch::X86_64)
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for session in burst {
+            assert_eq!(session.await.unwrap().sha, DIST_SHA);
+        }
+        assert_eq!(downloads.load(Ordering::SeqCst), 1);
     }
 
     #[test]

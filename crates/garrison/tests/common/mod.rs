@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod hosts;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,6 +44,8 @@ pub struct Garrison {
     pub log_path: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Runs before `garrison` (e.g. `ip netns exec NAME`), restarts included.
+    prefix: Vec<String>,
     /// The mock Tensorlake this Garrison uses, kept alive while it runs.
     pub tensorlake: Option<Arc<TensorlakeWorld>>,
     /// The mock Modal API a `modal` Garrison talks to; lives as long as the
@@ -203,6 +207,18 @@ impl Garrison {
         backend: Backend,
         extra_env: Vec<(String, String)>,
     ) -> Garrison {
+        Self::start_on_behind(emu, opts, backend, extra_env, Vec::new())
+    }
+
+    /// [`Garrison::start_on_with_env`] with `prefix` run in front of
+    /// `garrison` (e.g. `ip netns exec HOST`), restarts included.
+    pub fn start_on_behind(
+        emu: &Emulator,
+        opts: GarrisonOptions<'_>,
+        backend: Backend,
+        extra_env: Vec<(String, String)>,
+        prefix: Vec<String>,
+    ) -> Garrison {
         if backend == Backend::Local {
             std::fs::create_dir_all(opts.state_dir).unwrap();
             let images = PathBuf::from(
@@ -240,7 +256,7 @@ impl Garrison {
             extra_env.extend(modal_env(&mock));
             mock
         });
-        let mut garrison = Self::start_with_args_and_env(emu, opts.state_dir, args, extra_env);
+        let mut garrison = Self::spawn_behind(emu, opts.state_dir, args, extra_env, prefix);
         garrison.tensorlake = tensorlake;
         garrison.modal = modal;
         garrison
@@ -258,6 +274,16 @@ impl Garrison {
         state_dir: &Path,
         args: Vec<String>,
         extra_env: Vec<(String, String)>,
+    ) -> Garrison {
+        Self::spawn_behind(emu, state_dir, args, extra_env, Vec::new())
+    }
+
+    fn spawn_behind(
+        emu: &Emulator,
+        state_dir: &Path,
+        args: Vec<String>,
+        extra_env: Vec<(String, String)>,
+        prefix: Vec<String>,
     ) -> Garrison {
         let opts = GarrisonOptions {
             outpost: "",
@@ -285,13 +311,14 @@ impl Garrison {
         }
         env.extend(extra_env);
         let log_path = opts.state_dir.with_extension("log");
-        let child = spawn(&args, &env, &log_path);
+        let child = spawn(&prefix, &args, &env, &log_path);
         Garrison {
             child,
             state_dir: opts.state_dir.to_owned(),
             log_path,
             args,
             env,
+            prefix,
             tensorlake: None,
             modal: None,
         }
@@ -300,7 +327,17 @@ impl Garrison {
     /// `kill -9`, then a new process with the same arguments and state.
     pub fn crash_and_restart(&mut self) {
         self.kill9();
-        self.child = spawn(&self.args, &self.env, &self.log_path);
+        self.child = spawn(&self.prefix, &self.args, &self.env, &self.log_path);
+    }
+
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the process, as a host
+    /// that stops answering for a while.
+    pub fn freeze(&self, frozen: bool) {
+        let signal = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
     }
 
     pub fn kill9(&mut self) {
@@ -361,14 +398,17 @@ pub fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
     ]
 }
 
-fn spawn(args: &[String], env: &[(String, String)], log_path: &Path) -> Child {
+fn spawn(prefix: &[String], args: &[String], env: &[(String, String)], log_path: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log_path)
         .expect("log file");
-    Command::new(garrison_bin())
-        .args(args)
+    let mut argv: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    argv.push(garrison_bin());
+    argv.extend(args.iter().map(String::as_str));
+    Command::new(argv[0])
+        .args(&argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -1,15 +1,18 @@
 //! `garrison doctor`: checks what `garrison serve` needs (settings, token,
-//! scopes, outpost, backend prerequisites, disk, clock) and prints each with
-//! a ✓ or ✗ and what to do about it. Exits 1 when a required check fails.
+//! scopes, outpost, backend prerequisites, snapshot store, disk, clock) and
+//! prints each with a ✓ or ✗ and what to do about it. Exits 1 when a
+//! required check fails.
 //!
 //! It reads the same settings as `garrison serve` (flags, environment, the
-//! TOML file, the credentials file) but never writes anything: no state
-//! directory, image store or credentials file is created.
+//! TOML file, the credentials file) but writes nothing on this machine: no
+//! state directory, image store or credentials file is created. The one
+//! write is a probe object in an object snapshot store, deleted again.
 
 mod api;
 pub mod check;
 mod cloud;
 pub mod host;
+mod store;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,9 @@ pub struct DoctorArgs {
     /// Garrison's state directory [default: as `garrison serve`]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Snapshot directory or object store to probe [default: as `garrison serve`]
+    #[arg(long, value_name = "DIR|URL")]
+    snapshot_store: Option<String>,
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -67,6 +73,10 @@ impl DoctorArgs {
         push("--api-url", self.api_url.clone().map(Into::into));
         push("--backend", self.backend.clone().map(Into::into));
         push("--state-dir", self.state_dir.clone().map(Into::into));
+        push(
+            "--snapshot-store",
+            self.snapshot_store.clone().map(Into::into),
+        );
         push("--config", self.config.clone().map(Into::into));
         let matches =
             ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(argv)?;
@@ -155,6 +165,9 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
     sections.extend(
         backend_sections(&backends, &state_dir, resolved.as_ref().map(|r| &r.config)).await,
     );
+    if let Some(r) = &resolved {
+        sections.push(store::checks(&r.config).await);
+    }
     sections.push((
         format!("State directory {}", state_dir.display()),
         vec![host::disk_space(&state_dir)],

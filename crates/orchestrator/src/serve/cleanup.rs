@@ -1,6 +1,9 @@
 //! Clean-up around the outpost loop: sandboxes no live session of ours owns
 //! (left by a crash) are destroyed, and snapshots are deleted once older
-//! than the retention period, never because their entry left the queue.
+//! than the retention period, never because their entry left the queue:
+//! those this store recorded, and, in a snapshot store several Garrisons
+//! share, any other (whichever host made it, its session known anywhere or
+//! nowhere).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +106,36 @@ fn is_orphan(
 pub(super) async fn sweep_snapshots(deps: &Arc<Deps>, retention: Option<Duration>) {
     if let Some(retention) = retention {
         expire_snapshots(&deps.store, deps.backend.as_ref(), retention, now_ms()).await;
+        collect_shared_snapshots(&deps.store, deps.backend.as_ref(), retention, now_ms()).await;
+    }
+}
+
+/// Deletes the snapshots in the backend's shared store older than the
+/// retention period, whichever Garrison made them (the backend spares any
+/// a restore is reading), and forgets those this store recorded; returns
+/// how many went.
+pub async fn collect_shared_snapshots(
+    store: &Store,
+    backend: &dyn Sandbox,
+    retention: Duration,
+    now: i64,
+) -> usize {
+    let cutoff = now - retention.as_millis() as i64;
+    match backend.collect_snapshots_older_than(cutoff).await {
+        Ok(collected) => {
+            for snapshot in &collected {
+                info!(
+                    snapshot = snapshot.id,
+                    "snapshot expired from the shared store"
+                );
+                let _ = store.remove_snapshot(&snapshot.id);
+            }
+            collected.len()
+        }
+        Err(e) => {
+            warn!(error = %e, "collecting old snapshots from the shared store failed");
+            0
+        }
     }
 }
 
@@ -199,6 +232,7 @@ mod tests {
         let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
             root: dir.path().join("host"),
             snapshot_dir: dir.path().join("snapshots"),
+            snapshot_store: None,
             shim_exe: "/nonexistent".into(),
         })
         .unwrap();
@@ -244,5 +278,46 @@ mod tests {
         assert!(store.snapshots("old").unwrap().is_empty());
         assert!(backend.snapshot_exists(&newer).await.unwrap());
         assert_eq!(store.snapshots("new").unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_shared_store_loses_old_snapshots_whichever_host_made_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = |name: &str| {
+            sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+                root: dir.path().join(name),
+                snapshot_dir: dir.path().join("shared"),
+                snapshot_store: None,
+                shim_exe: "/nonexistent".into(),
+            })
+            .unwrap()
+        };
+        let (other, this) = (host("other"), host("this"));
+        let spec = sandbox::SandboxSpec {
+            name: sandbox::SandboxName::for_session("theirs"),
+            labels: sandbox::session_labels("theirs", "o"),
+            image: None,
+            restore_from: None,
+            resources: Default::default(),
+            network: Default::default(),
+        };
+        let handle = other.create(&spec).await.unwrap();
+        let theirs = other.snapshot(&handle).await.unwrap();
+        other.destroy(&handle).await.unwrap();
+        // This host's store has never heard of the session.
+        let store = Store::in_memory().unwrap();
+        let day = Duration::from_secs(86_400);
+        let young = theirs.created_at_ms + 86_400_000;
+        assert_eq!(
+            collect_shared_snapshots(&store, &this, 30 * day, young).await,
+            0
+        );
+        assert!(this.snapshot_exists(&theirs).await.unwrap());
+        let old = theirs.created_at_ms + 31 * 86_400_000;
+        assert_eq!(
+            collect_shared_snapshots(&store, &this, 30 * day, old).await,
+            1
+        );
+        assert!(!other.snapshot_exists(&theirs).await.unwrap());
     }
 }

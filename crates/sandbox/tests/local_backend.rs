@@ -218,3 +218,57 @@ async fn the_remains_of_an_interrupted_create_are_cleaned_by_the_next_one() {
     assert_eq!(backend.list().await.unwrap().len(), 1);
     backend.destroy(&handle).await.unwrap();
 }
+
+/// Garrison killed between `runc exec` starting the shim and recording it:
+/// a fresh backend must still see the process as running (and able to stop
+/// it), or a re-adopting Garrison would start a second remote beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_start_was_not_recorded_still_reads_as_running() {
+    let Some(config) = config() else {
+        return;
+    };
+    let root = config.root.clone();
+    let backend = Arc::new(LocalBackend::new(config.clone()).unwrap());
+    let handle = backend
+        .create(&spec("local-unrecorded", sized(1.0, 256, 256), None))
+        .await
+        .unwrap();
+    let spec = ProcessSpec {
+        name: "remote-unrecorded".into(),
+        argv: vec!["/bin/sleep".into(), "300".into()],
+        env: Default::default(),
+        cwd: handle.workdir.clone(),
+    };
+    let process = backend.spawn(&handle, &spec).await.unwrap();
+    let record = root
+        .join("sandboxes")
+        .join(&handle.name)
+        .join("proc")
+        .join(&process.id)
+        .join("shim.pid");
+    std::fs::remove_file(&record).expect("the shim's record exists");
+
+    let reopened = LocalBackend::new(config).unwrap();
+    assert_eq!(
+        reopened.status(&handle, &process).await.unwrap(),
+        ProcessStatus::Running
+    );
+    reopened
+        .kill(&handle, &process, std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        sandbox::wait_exit(
+            &reopened,
+            &handle,
+            &process,
+            std::time::Duration::from_millis(25),
+        ),
+    )
+    .await
+    .expect("the process stops")
+    .unwrap();
+    assert_ne!(stopped, ProcessStatus::Running);
+    backend.destroy(&handle).await.unwrap();
+}

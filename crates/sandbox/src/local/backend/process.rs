@@ -18,6 +18,8 @@ use crate::shim::{self, CHILD_PID_FILE, ERROR_FILE, EXIT_FILE, REQUEST_FILE, Shi
 use crate::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
 
 const SHIM_PID_FILE: &str = "shim.pid";
+/// Where `runc exec --pid-file` leaves the shim's pid.
+const EXEC_PID_FILE: &str = "exec.pid";
 /// How long a started shim may take to report its child.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -29,9 +31,24 @@ impl LocalBackend {
         Ok(format!("{}/{}/{file}", oci::PROC_DIR, process.id))
     }
 
+    /// The shim's `pid start-time` record. When Garrison died between
+    /// `runc exec` starting the shim and writing the record, it is made now
+    /// from the pid file runc wrote: otherwise a live remote would read as
+    /// gone and a restart would start a second one beside it.
     fn shim_record(&self, handle: &Handle, process: &ProcessRef) -> Result<Option<String>> {
-        let dir = self.existing_dir(handle)?;
-        Ok(std::fs::read_to_string(dir.join("proc").join(&process.id).join(SHIM_PID_FILE)).ok())
+        let dir = self.existing_dir(handle)?.join("proc").join(&process.id);
+        if let Ok(record) = std::fs::read_to_string(dir.join(SHIM_PID_FILE)) {
+            return Ok(Some(record));
+        }
+        let Some(shim_pid) = std::fs::read_to_string(dir.join(EXEC_PID_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        else {
+            return Ok(None);
+        };
+        let record = shim_record_of(shim_pid);
+        shim::write_atomically(&dir.join(SHIM_PID_FILE), record.as_bytes()).map_err(fatal)?;
+        Ok(Some(record))
     }
 
     pub(super) fn process_status(
@@ -113,7 +130,7 @@ impl LocalBackend {
         root.write(&format!("{inside}/{REQUEST_FILE}"), &request, 0o600)
             .map_err(fatal)?;
 
-        let pid_file = host_dir.join("exec.pid");
+        let pid_file = host_dir.join(EXEC_PID_FILE);
         self.runc
             .exec_detached(
                 &handle.name,
@@ -128,10 +145,7 @@ impl LocalBackend {
             .ok()
             .and_then(|p| p.trim().parse().ok())
             .ok_or_else(|| fatal(anyhow!("runc wrote no pid for {}", process.name)))?;
-        let record = format!(
-            "{shim_pid} {}",
-            shim::proc_start_time(shim_pid).unwrap_or(0)
-        );
+        let record = shim_record_of(shim_pid);
         shim::write_atomically(&host_dir.join(SHIM_PID_FILE), record.as_bytes()).map_err(fatal)?;
 
         // Started once the shim recorded its child (or reported why not).
@@ -188,4 +202,13 @@ impl LocalBackend {
         }
         self.signal(handle, process, Signal::SIGKILL)
     }
+}
+
+/// A shim's `pid start-time` record (the start time tells a reused pid
+/// from the shim).
+fn shim_record_of(shim_pid: u32) -> String {
+    format!(
+        "{shim_pid} {}",
+        shim::proc_start_time(shim_pid).unwrap_or(0)
+    )
 }

@@ -344,14 +344,17 @@ pub fn track_applied_policy(
     }
 }
 
-/// How a session whose claim another acceptor took is wound down: with its
-/// work kept and nothing given back where a sandbox may exist (our remote
-/// must not run beside theirs), else just let go.
+/// How a session whose claim another acceptor took is wound down. Once our
+/// remote was started, its work is kept and nothing given back (our remote
+/// must not run beside theirs). Before that, the sandbox holds nothing the
+/// snapshot it came from lacks: it is destroyed without a snapshot, which
+/// would otherwise be the newest of the session and could shadow the one
+/// the new holder takes when it suspends.
 pub fn finish_on_claim_lost(stage: Stage) -> Finish {
-    if stage.may_have_sandbox() {
-        Finish::Vanished
-    } else {
-        Finish::Released
+    match stage {
+        Stage::Claimed | Stage::Starting => Finish::Released,
+        _ if stage.may_have_sandbox() => Finish::Vanished,
+        _ => Finish::Released,
     }
 }
 

@@ -9,7 +9,7 @@ use sandbox::{Handle, SandboxError, SandboxName, SandboxSpec, SnapshotRef};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{SessionRunner, StartError};
+use super::{SessionRunner, StartError, keep_claim_alive};
 use crate::planner::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
 
 impl SessionRunner {
@@ -168,7 +168,16 @@ impl SessionRunner {
                 gateway_url: self.claim.gateway_url.clone(),
             },
         };
-        let handle = self.deps.backend.create(&spec).await?;
+        // A restore from an object store can take longer than the claim
+        // lasts: renew while it runs, as a snapshot does.
+        let backend = self.deps.backend.clone();
+        let handle = keep_claim_alive(
+            self,
+            async move { backend.create(&spec).await },
+            SessionRunner::renewal_due_in,
+            async |runner: &mut SessionRunner| runner.renew_in_step().await,
+        )
+        .await?;
         self.applied_policy = Some(policy);
         Ok(handle)
     }

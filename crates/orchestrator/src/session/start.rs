@@ -126,6 +126,12 @@ impl SessionRunner {
         self.rec.handle = Some(handle.clone());
         self.save().map_err(StartError::Record)?;
         self.event("sandbox_created", json!({ "sandbox": handle.name }));
+        self.check_renewals().map_err(StartError::Record)?;
+        // A renewal while the sandbox was made found the claim lost: the
+        // planner winds the session down (the sandbox is recorded).
+        if matches!(self.rec.stage, Stage::Finishing(_) | Stage::Done(_)) {
+            return Err(StartError::Deadline);
+        }
 
         let bytes = self
             .deps

@@ -1,24 +1,31 @@
 //! Many hosts, one outpost: three Garrisons, each in its own network
-//! namespace with its own state directory, share only the emulator and the
-//! snapshot store and serve one outpost together. A third of the sessions
+//! namespace with its own state directory, share only the emulator and an
+//! S3 bucket (moto's server, on the namespaces' bridge) and serve one
+//! outpost together, with snapshots encrypted. A third of the sessions
 //! suspend and resume twice; the first resume of each is steered to another
 //! host (the host that suspended it is frozen while it is claimed), the
 //! second lands wherever it lands; one host is killed with SIGKILL mid-way
 //! and restarted. Every session must be served by one host at a time, find
 //! its workspace byte for byte on every resume, and leave no snapshot behind.
 //!
-//! Needs root (namespaces); skipped with a message otherwise.
+//! Needs root (namespaces) and `GARRISON_TEST_S3_SERVER` (set by
+//! `scripts/test`); skipped with a message otherwise.
 
 mod common;
+#[path = "../../sandbox/tests/s3_support/mod.rs"]
+mod s3_support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::hosts::Hosts;
 use common::*;
 use emulator::{Emulator, Script, Then};
 use fleet::SessionStatus;
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use s3_support::S3Server;
 
 const HOSTS: usize = 3;
 
@@ -116,21 +123,31 @@ fn acceptor(n: usize) -> String {
     format!("host-{n}")
 }
 
-/// Snapshot archives left in the shared directory.
-fn archives_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.to_string_lossy().ends_with(".tar.zst") {
-                found.push(path);
-            }
-        }
+/// The bucket the hosts share.
+struct Bucket {
+    server: S3Server,
+    name: String,
+}
+
+impl Bucket {
+    fn url(&self) -> String {
+        format!("s3://{}/garrison", self.name)
     }
-    found
+
+    /// Snapshot archives left in the bucket.
+    async fn archives(&self) -> Vec<String> {
+        let mut builder = AmazonS3Builder::new().with_bucket_name(&self.name);
+        for (key, value) in self.server.options() {
+            builder = builder.with_config(key.parse().unwrap(), value);
+        }
+        let store = builder.build().unwrap();
+        let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
+        listed
+            .into_iter()
+            .map(|meta| meta.location.to_string())
+            .filter(|path| path.ends_with(".tar.zst"))
+            .collect()
+    }
 }
 
 /// Polls until `check` holds; after [`HANG_GUARD`] panics with `what`
@@ -164,14 +181,31 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
     }
     let hosts = Hosts::build(HOSTS);
     let shared = hosts.shared_addr();
+    let Some(server) = S3Server::start(&shared.to_string()) else {
+        return;
+    };
+    let bucket = Bucket {
+        server,
+        name: format!("hosts-{:08x}", rand::random::<u32>()),
+    };
+    bucket.server.create_bucket(&bucket.name);
+    let mut env: Vec<(String, String)> = bucket
+        .server
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    env.push((
+        "GARRISON_SNAPSHOT_KEY".into(),
+        format!("{:016x}", rand::random::<u64>()).repeat(4),
+    ));
     let emu = emulator_with(|c| {
         c.listen = (shared, 0).into();
-        c.claim_ttl = Duration::from_secs(20);
+        c.claim_ttl = Duration::from_secs(30);
     })
     .await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
-    let snapshots = dir.path().join("snapshots");
     let mut garrisons: Vec<Garrison> = (0..HOSTS)
         .map(|n| {
             let state = dir.path().join(format!("host-{n}"));
@@ -183,14 +217,14 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
                     extra_args: vec![
                         "--acceptor-id".into(),
                         acceptor(n),
-                        "--snapshot-dir".into(),
-                        snapshots.display().to_string(),
+                        "--snapshot-store".into(),
+                        bucket.url(),
                         "--max-concurrent".into(),
                         load.sessions.to_string(),
                     ],
                 },
                 backend,
-                Vec::new(),
+                env.clone(),
                 hosts.prefix(n),
             )
         })
@@ -353,7 +387,7 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
     // Ended sessions leave nothing in the store.
     let deadline = std::time::Instant::now() + HANG_GUARD;
     loop {
-        let left = archives_in(&snapshots);
+        let left = bucket.archives().await;
         if left.is_empty() {
             break;
         }

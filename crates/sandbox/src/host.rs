@@ -16,7 +16,8 @@
 //! ```
 //!
 //! A snapshot is a zstd-compressed tar of `fs/`, kept in the snapshot
-//! directory (which several Garrison processes may share).
+//! directory (which several Garrison processes may share) or an object
+//! store (see [`crate::snapshot_store`]).
 
 use std::fs;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -32,7 +33,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::names::is_plain_id;
 use crate::shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
-use crate::snapshot_dir::{SnapshotDir, list_handles, read_chunk};
+use crate::snapshot_dir::{list_handles, read_chunk};
+use crate::snapshot_store::{ObjectStoreSettings, SnapshotStore};
 use crate::{
     Capabilities, Handle, MachineInfo, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result,
     Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
@@ -53,8 +55,11 @@ const ZSTD_LEVEL: i32 = 3;
 pub struct HostConfig {
     /// Holds `sandboxes/`.
     pub root: PathBuf,
-    /// Holds snapshots; may be shared between Garrison processes.
+    /// Holds snapshots; may be shared between Garrison processes. With an
+    /// object store, only spools archives on their way.
     pub snapshot_dir: PathBuf,
+    /// Keeps snapshots in an object store instead.
+    pub snapshot_store: Option<ObjectStoreSettings>,
     /// A binary that becomes the shim when given [`shim::SHIM_ARG`]: the
     /// `garrison` binary itself in production.
     pub shim_exe: PathBuf,
@@ -62,7 +67,7 @@ pub struct HostConfig {
 
 pub struct HostBackend {
     config: HostConfig,
-    snapshots: SnapshotDir,
+    snapshots: SnapshotStore,
 }
 
 impl HostBackend {
@@ -72,8 +77,23 @@ impl HostBackend {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
                 .with_context(|| format!("restricting {}", dir.display()))?;
         }
-        let snapshots = SnapshotDir::new(config.snapshot_dir.clone());
+        let snapshots = SnapshotStore::open(
+            config.snapshot_dir.clone(),
+            config.snapshot_store.as_ref(),
+            "host",
+        )?;
         Ok(Self { config, snapshots })
+    }
+
+    /// Unpacks `snapshot` into `target`, fetched from the store first.
+    async fn restore(&self, snapshot: &SnapshotRef, target: PathBuf) -> Result<()> {
+        let fetched = self.snapshots.fetch(snapshot).await?;
+        let archive = fetched.path().to_owned();
+        let unpacked = tokio::task::spawn_blocking(move || unpack(&archive, &target))
+            .await
+            .map_err(fatal);
+        fetched.release().await;
+        unpacked?
     }
 
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
@@ -240,11 +260,7 @@ impl Sandbox for HostBackend {
         }
         mkdir_private(&dir.join("proc"))?;
         if let Some(snapshot) = &spec.restore_from {
-            let archive = self.snapshots.archive_path(snapshot)?;
-            let target = fs_root.clone();
-            let unpacked = tokio::task::spawn_blocking(move || unpack(&archive, &target))
-                .await
-                .map_err(fatal)?;
+            let unpacked = self.restore(snapshot, fs_root.clone()).await;
             if let Err(e) = unpacked {
                 let _ = fs::remove_dir_all(&dir);
                 return Err(e);
@@ -415,23 +431,27 @@ impl Sandbox for HostBackend {
         let snapshot = self
             .snapshots
             .new_ref(self.kind(), &handle.name, handle.image.clone());
-        let archive = self.snapshots.archive_path(&snapshot)?;
+        let archive = self.snapshots.staging_path(&snapshot)?;
         let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
             .await
             .map_err(fatal)??;
-        self.snapshots.record(snapshot, size)
+        self.snapshots.record(snapshot, size).await
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
-        self.snapshots.exists(snapshot)
+        self.snapshots.exists(snapshot).await
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
-        self.snapshots.delete(snapshot)
+        self.snapshots.delete(snapshot).await
     }
 
     async fn snapshots_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
-        self.snapshots.find_for(name)
+        self.snapshots.find_for(name).await
+    }
+
+    async fn collect_snapshots_older_than(&self, cutoff_ms: i64) -> Result<Vec<SnapshotRef>> {
+        self.snapshots.collect_older_than(cutoff_ms).await
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {

@@ -23,6 +23,7 @@ pub mod plugin;
 pub mod policy;
 pub mod shim;
 pub mod snapshot_dir;
+pub mod snapshot_store;
 
 pub use names::SandboxName;
 
@@ -161,6 +162,10 @@ pub struct SnapshotRef {
     /// The image the snapshot sits on, for backends whose snapshots are
     /// layers over an image.
     pub base_image: Option<String>,
+    /// Hex sha256 of the stored object, for snapshots kept in an object
+    /// store: a restore refuses an object that does not match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl SnapshotRef {
@@ -296,6 +301,10 @@ pub enum SandboxError {
     Fatal(anyhow::Error),
     #[error("{0} is not supported by this backend")]
     Unsupported(&'static str),
+    /// A snapshot failed its integrity check (its content hash, its
+    /// decryption): it is kept untouched for inspection.
+    #[error("{0}")]
+    Corrupt(String),
 }
 
 impl SandboxError {
@@ -304,6 +313,9 @@ impl SandboxError {
     }
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Transient(_))
+    }
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, Self::Corrupt(_))
     }
 }
 
@@ -357,6 +369,14 @@ pub trait Sandbox: Send + Sync + 'static {
     /// without the state store (for example in a snapshot directory shared
     /// by several Garrison processes), newest last.
     async fn snapshots_for(&self, _name: &SandboxName) -> Result<Vec<SnapshotRef>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes the snapshots in a store several Garrisons share that were
+    /// made before `cutoff_ms` (Unix ms), whichever Garrison made them, and
+    /// returns them: retention across hosts. A backend without such a
+    /// store has nothing to collect.
+    async fn collect_snapshots_older_than(&self, _cutoff_ms: i64) -> Result<Vec<SnapshotRef>> {
         Ok(Vec::new())
     }
 

@@ -91,6 +91,9 @@ pub struct Placement {
     /// Where snapshots kept on this machine go (may be shared by several
     /// Garrisons).
     pub snapshot_dir: PathBuf,
+    /// An object store for snapshots instead of `snapshot_dir` (which then
+    /// only spools archives going up and coming down).
+    pub snapshot_store: Option<crate::snapshot_store::ObjectStoreSettings>,
     /// The running `garrison` executable (its directory also holds
     /// `garrison-shim`).
     pub exe: PathBuf,
@@ -101,8 +104,19 @@ impl Placement {
         Self {
             state_dir: state_dir.to_owned(),
             snapshot_dir: snapshot_dir.to_owned(),
+            snapshot_store: None,
             exe: exe.to_owned(),
         }
+    }
+
+    /// The same, keeping snapshots in the object store `store`.
+    #[must_use]
+    pub fn with_snapshot_store(
+        mut self,
+        store: Option<crate::snapshot_store::ObjectStoreSettings>,
+    ) -> Self {
+        self.snapshot_store = store;
+        self
     }
 }
 

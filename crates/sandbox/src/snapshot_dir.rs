@@ -40,6 +40,7 @@ impl SnapshotDir {
             size_bytes: 0,
             created_at_ms: now,
             base_image,
+            sha256: None,
         }
     }
 
@@ -97,7 +98,27 @@ impl SnapshotDir {
 
     /// The snapshots of the sandbox `name` whose archives exist, oldest first.
     pub fn find_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
-        let prefix = format!("{name}-");
+        self.manifests(&format!("{name}-"))
+    }
+
+    /// Deletes every snapshot in the directory made before `cutoff_ms`
+    /// (Unix ms), whichever Garrison made it; returns those deleted. A
+    /// restore reading one keeps its open file (unlinking does not cut a
+    /// reader off); one about to open it finds it gone and starts fresh.
+    pub fn collect_older_than(&self, cutoff_ms: i64) -> Result<Vec<SnapshotRef>> {
+        let mut deleted = Vec::new();
+        for snapshot in self.manifests("")? {
+            if snapshot.created_at_ms < cutoff_ms {
+                self.delete(&snapshot)?;
+                deleted.push(snapshot);
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The snapshots whose manifest names start with `prefix` and whose
+    /// archives exist, oldest first.
+    fn manifests(&self, prefix: &str) -> Result<Vec<SnapshotRef>> {
         let mut found = Vec::new();
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
@@ -106,7 +127,7 @@ impl SnapshotDir {
         };
         for entry in entries.flatten() {
             let file = entry.file_name().to_string_lossy().into_owned();
-            if !(file.starts_with(&prefix) && file.ends_with(".json")) {
+            if !(file.starts_with(prefix) && file.ends_with(".json")) {
                 continue;
             }
             if let Ok(bytes) = std::fs::read(entry.path())

@@ -12,6 +12,7 @@ fn harness() -> Harness {
     let config = HostConfig {
         root: root.join("host"),
         snapshot_dir: root.join("snapshots"),
+        snapshot_store: None,
         shim_exe: PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")),
     };
     let reopen_config = config.clone();

@@ -47,6 +47,7 @@ pub(super) async fn snapshot(backend: &ModalBackend, handle: &Handle) -> Result<
         size_bytes: 0,
         created_at_ms: chrono::Utc::now().timestamp_millis(),
         base_image: handle.image.clone(),
+        sha256: None,
     })
 }
 

@@ -35,6 +35,7 @@ impl World {
             HostBackend::new(HostConfig {
                 root: dir.path().join("host"),
                 snapshot_dir: dir.path().join("snapshots"),
+                snapshot_store: None,
                 shim_exe: "/nonexistent".into(),
             })
             .unwrap(),

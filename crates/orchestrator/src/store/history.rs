@@ -142,6 +142,7 @@ mod tests {
                 size_bytes: 1,
                 created_at_ms: at,
                 base_image: None,
+                sha256: None,
             },
         };
         store.add_snapshot(&snap("old", 1)).unwrap();

@@ -41,6 +41,7 @@ impl ConfiguredBackend for Host {
         Ok(Arc::new(HostBackend::new(HostConfig {
             root: placement.state_dir.join("host"),
             snapshot_dir: placement.snapshot_dir.join("host"),
+            snapshot_store: placement.snapshot_store.clone(),
             shim_exe: placement.exe.clone(),
         })?))
     }

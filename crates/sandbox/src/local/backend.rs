@@ -35,7 +35,8 @@ use super::net::{self, NetConfig, SandboxNet};
 use super::rootfs::Root;
 use super::runc::Runc;
 use crate::shim::OUTPUT_FILE;
-use crate::snapshot_dir::{SnapshotDir, list_handles, read_chunk};
+use crate::snapshot_dir::{list_handles, read_chunk};
+use crate::snapshot_store::{ObjectStoreSettings, SnapshotStore};
 use crate::{
     Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
     SandboxError, SandboxName, SandboxSpec, SnapshotRef,
@@ -54,8 +55,11 @@ const NET_FILE: &str = "net.json";
 pub struct LocalConfig {
     /// Holds `sandboxes/`, `runc/` (runc's state) and `net/`.
     pub root: PathBuf,
-    /// Holds snapshots; may be shared between Garrison processes.
+    /// Holds snapshots; may be shared between Garrison processes. With an
+    /// object store, only spools archives on their way.
     pub snapshot_dir: PathBuf,
+    /// Keeps snapshots in an object store instead.
+    pub snapshot_store: Option<ObjectStoreSettings>,
     pub images: ImageStore,
     /// The image used when a session names none.
     pub default_image: String,
@@ -84,6 +88,7 @@ impl LocalConfig {
         Ok(Self {
             root: state_dir.join("local"),
             snapshot_dir: snapshot_dir.join("local"),
+            snapshot_store: None,
             images: ImageStore::open(&state_dir.join("images"))?,
             default_image: super::images::DEFAULT_IMAGE.to_owned(),
             shim_exe,
@@ -99,7 +104,7 @@ const SNAPSHOT_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30
 
 pub struct LocalBackend {
     config: LocalConfig,
-    snapshots: SnapshotDir,
+    snapshots: SnapshotStore,
     runc: Runc,
     net: NetConfig,
 }
@@ -133,7 +138,11 @@ impl LocalBackend {
             run_dir: config.root.join("net"),
             dns_upstream: None,
         };
-        let snapshots = SnapshotDir::new(config.snapshot_dir.clone());
+        let snapshots = SnapshotStore::open(
+            config.snapshot_dir.clone(),
+            config.snapshot_store.as_ref(),
+            "local",
+        )?;
         Ok(Self {
             config,
             snapshots,
@@ -284,7 +293,7 @@ impl Sandbox for LocalBackend {
         let snapshot = self
             .snapshots
             .new_ref(self.kind(), &handle.name, handle.image.clone());
-        let archive_path = self.snapshots.archive_path(&snapshot)?;
+        let archive_path = self.snapshots.staging_path(&snapshot)?;
         // Frozen, the layer cannot change under tar. A running container
         // that will not freeze could rewrite it while it is read (a file
         // grown without end, swapped for a link): no snapshot then. A
@@ -314,19 +323,23 @@ impl Sandbox for LocalBackend {
             tracing::warn!(sandbox = handle.name, error = %e, "resuming after a snapshot failed");
         }
         let size = packed.map_err(|e| SandboxError::Transient(e.context("snapshot")))?;
-        self.snapshots.record(snapshot, size)
+        self.snapshots.record(snapshot, size).await
     }
 
     async fn snapshot_exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
-        self.snapshots.exists(snapshot)
+        self.snapshots.exists(snapshot).await
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<()> {
-        self.snapshots.delete(snapshot)
+        self.snapshots.delete(snapshot).await
     }
 
     async fn snapshots_for(&self, name: &SandboxName) -> Result<Vec<SnapshotRef>> {
-        self.snapshots.find_for(name)
+        self.snapshots.find_for(name).await
+    }
+
+    async fn collect_snapshots_older_than(&self, cutoff_ms: i64) -> Result<Vec<SnapshotRef>> {
+        self.snapshots.collect_older_than(cutoff_ms).await
     }
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {

@@ -89,6 +89,7 @@ impl ConfiguredBackend for Local {
         let mut config =
             LocalConfig::for_state_dir(&placement.state_dir, &placement.snapshot_dir, static_shim)?;
         config.desktop = self.desktop;
+        config.snapshot_store = placement.snapshot_store.clone();
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
         config.images.resolve(&config.default_image).map_err(|e| {

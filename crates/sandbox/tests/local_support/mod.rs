@@ -38,6 +38,7 @@ pub fn config() -> Option<LocalConfig> {
     Some(LocalConfig {
         root: root.join("local"),
         snapshot_dir: root.join("snapshots"),
+        snapshot_store: None,
         images: ImageStore::open(&images).unwrap(),
         default_image: sandbox::local::images::DEFAULT_IMAGE.to_owned(),
         shim_exe: shim,

@@ -39,6 +39,7 @@ pub(super) async fn snapshot(backend: &TensorlakeBackend, handle: &Handle) -> Re
                     size_bytes: info.size_bytes.unwrap_or(0).max(0) as u64,
                     created_at_ms: chrono_ms(),
                     base_image: info.base_image.or(handle.image.clone()),
+                    sha256: None,
                 });
             }
             ref status if status.is_dead() => {

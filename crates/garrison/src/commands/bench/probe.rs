@@ -28,6 +28,7 @@ pub async fn start_steps(
     let backend = HostBackend::new(HostConfig {
         root: root.join("host"),
         snapshot_dir: root.join("snapshots"),
+        snapshot_store: None,
         shim_exe: shim_exe.to_owned(),
     })?;
     let mut verify = Vec::with_capacity(ROUNDS);

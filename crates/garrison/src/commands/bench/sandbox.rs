@@ -277,6 +277,7 @@ fn open_backend(
             let backend = HostBackend::new(HostConfig {
                 root: scratch.join("host"),
                 snapshot_dir: scratch.join("snapshots"),
+                snapshot_store: None,
                 shim_exe: this_exe,
             })?;
             Ok((Arc::new(backend), None))
@@ -316,6 +317,7 @@ fn local_config(
     let config = LocalConfig {
         root: scratch.join("local"),
         snapshot_dir: scratch.join("snapshots"),
+        snapshot_store: None,
         images,
         default_image: args.image.clone(),
         shim_exe,

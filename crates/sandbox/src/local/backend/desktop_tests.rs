@@ -64,6 +64,7 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
     Some(LocalConfig {
         root: dir.join("local"),
         snapshot_dir: dir.join("snapshots"),
+        snapshot_store: None,
         images: store,
         default_image: "desktop".to_owned(),
         shim_exe: PathBuf::from(shim),

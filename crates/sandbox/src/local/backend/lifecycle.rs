@@ -120,19 +120,20 @@ impl LocalBackend {
         let upper = dir.join("disk").join("upper");
         std::fs::create_dir_all(&upper)?;
         if let Some(snapshot) = &spec.restore_from {
-            let archive_path = self
+            let fetched = self
                 .snapshots
-                .archive_path(snapshot)
+                .fetch(snapshot)
+                .await
                 .map_err(|e| anyhow!(e))?;
-            if !archive_path.exists() {
+            if !fetched.path().exists() {
                 return Err(anyhow!(SandboxError::Gone(format!(
                     "snapshot {}",
                     snapshot.id
                 ))));
             }
-            archive::unpack(&archive_path, &upper)
-                .await
-                .context("restoring the snapshot")?;
+            let unpacked = archive::unpack(fetched.path(), &upper).await;
+            fetched.release().await;
+            unpacked.context("restoring the snapshot")?;
         }
         disk::mount_overlay(
             image_rootfs,

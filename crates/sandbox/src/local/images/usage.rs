@@ -124,6 +124,7 @@ mod tests {
             size_bytes: 1,
             created_at_ms: 0,
             base_image: Some("sha256-bb".into()),
+            sha256: None,
         };
         fs::write(
             snapshots.join("local/snap-1.json"),

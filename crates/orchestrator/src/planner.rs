@@ -95,6 +95,9 @@ pub struct Policy {
     /// Bytes of the remote's output copied into the session log; the rest
     /// is left in the sandbox (see [`output_allowance`]).
     pub session_log_max_bytes: u64,
+    /// A snapshot that fails its integrity check is skipped and the session
+    /// starts fresh, instead of failing (`snapshot_integrity_fallback`).
+    pub corrupt_snapshot_starts_fresh: bool,
 }
 
 impl Default for Policy {
@@ -109,6 +112,7 @@ impl Default for Policy {
             confirm_interval_ms: 1_000,
             max_start_failures: 3,
             session_log_max_bytes: DEFAULT_SESSION_LOG_MAX_BYTES,
+            corrupt_snapshot_starts_fresh: false,
         }
     }
 }

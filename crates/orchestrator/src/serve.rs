@@ -30,8 +30,8 @@ mod claims;
 mod cleanup;
 
 use claims::claim_round;
-pub use cleanup::expire_snapshots;
 use cleanup::{clean_orphans, sweep_snapshots};
+pub use cleanup::{collect_shared_snapshots, expire_snapshots};
 
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
@@ -183,6 +183,17 @@ pub async fn run_prepared(
         config.state_dir.join("cache").join("remote"),
     )?);
     info!(acceptor_id = %serving.acceptor_id, outposts = config.outposts.len(), "garrison serving");
+    match &config.snapshot_store {
+        // The URL never holds credentials (settings refuse one that does).
+        Some(store) => info!(
+            snapshot_store = %store.url,
+            encrypted = store.key.is_some(),
+            "snapshots are kept in an object store"
+        ),
+        None => {
+            info!(snapshot_dir = %config.snapshot_dir.display(), "snapshots are kept in a directory")
+        }
+    }
     // Stops (dropped) when serving returns.
     let _admin = match config.admin_listen {
         Some(addr) => {
@@ -205,11 +216,10 @@ pub async fn run_prepared(
             .backends
             .get(outpost.backend)
             .with_context(|| format!("the {} backend was not configured", outpost.backend))?
-            .build(&Placement::new(
-                &config.state_dir,
-                &config.snapshot_dir,
-                &shim_exe,
-            ))?;
+            .build(
+                &Placement::new(&config.state_dir, &config.snapshot_dir, &shim_exe)
+                    .with_snapshot_store(config.snapshot_store.clone()),
+            )?;
         let deps = Arc::new(Deps {
             client: serving.client.clone(),
             backend,

@@ -56,6 +56,9 @@ pub const DEFAULT_MAX_RESTARTS: u32 = 3;
 pub const DEFAULT_SESSION_LOG_MAX_MB: u64 = crate::planner::DEFAULT_SESSION_LOG_MAX_BYTES >> 20;
 /// The environment variable holding the Devin token.
 pub const TOKEN_ENV: &str = "DEVIN_OUTPOSTS_TOKEN";
+/// The environment variable holding the snapshot encryption key (64 hex
+/// digits); never a flag or a file key, like the token.
+pub const SNAPSHOT_KEY_ENV: &str = "GARRISON_SNAPSHOT_KEY";
 /// The environment variable naming the configuration directory.
 pub const CONFIG_DIR_ENV: &str = "GARRISON_CONFIG";
 /// The TOML file read from the configuration directory when `--config` is

@@ -215,6 +215,7 @@ fn serve_config(
         static_base_url: emu.static_base_url(),
         state_dir: state_dir.to_owned(),
         snapshot_dir: state_dir.join("snapshots"),
+        snapshot_store: None,
         snapshot_retention: orchestrator::settings::DEFAULT_SNAPSHOT_RETENTION.into(),
         relist_interval: orchestrator::settings::DEFAULT_RELIST_INTERVAL,
         queue_mode: QueueMode::Watch,

@@ -20,6 +20,9 @@ pub struct StartObs {
     /// itself waits for the resume.
     pub suspend_keeps_memory: bool,
     pub snapshot: SnapshotObs,
+    /// The operator lets a session whose snapshot fails its integrity check
+    /// start fresh (else it fails, and the snapshot is kept).
+    pub corrupt_snapshot_starts_fresh: bool,
     /// What failed last in this start.
     pub failed: Option<StartFailure>,
 }
@@ -40,6 +43,9 @@ pub enum StartFailure {
     ResumeFailed,
     /// The snapshot to restore from was gone when the sandbox was created.
     RestoreGone,
+    /// The snapshot to restore from failed its integrity check (its hash,
+    /// its decryption).
+    RestoreCorrupt,
 }
 
 /// The next step of a start.
@@ -58,6 +64,9 @@ pub enum StartPlan {
     Restore,
     /// Create an empty sandbox; the repositories are cloned into it.
     Fresh(FreshReason),
+    /// Fail the session: its snapshot failed its integrity check, and is
+    /// kept for inspection rather than silently replaced.
+    FailCorrupt,
 }
 
 impl StartPlan {
@@ -77,6 +86,9 @@ pub enum FreshReason {
     NoSnapshot,
     /// The snapshot to restore from vanished before the restore.
     SnapshotGone,
+    /// The snapshot to restore from failed its integrity check, and the
+    /// operator allows starting afresh then.
+    SnapshotCorrupt,
 }
 
 /// Decides the next step of a start.
@@ -94,6 +106,13 @@ pub fn plan_start(obs: &StartObs) -> StartPlan {
     }
     if obs.failed == Some(StartFailure::RestoreGone) {
         return StartPlan::Fresh(FreshReason::SnapshotGone);
+    }
+    if obs.failed == Some(StartFailure::RestoreCorrupt) {
+        return if obs.corrupt_snapshot_starts_fresh {
+            StartPlan::Fresh(FreshReason::SnapshotCorrupt)
+        } else {
+            StartPlan::FailCorrupt
+        };
     }
     match obs.snapshot {
         SnapshotObs::NotLookedUp => StartPlan::FindSnapshot,

@@ -1,6 +1,9 @@
 //! Clean-up around the outpost loop: sandboxes no live session of ours owns
 //! (left by a crash) are destroyed, and snapshots are deleted once older
-//! than the retention period, never because their entry left the queue.
+//! than the retention period, never because their entry left the queue:
+//! those this store recorded, and, in a snapshot store several Garrisons
+//! share, any other (whichever host made it, its session known anywhere or
+//! nowhere).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +106,36 @@ fn is_orphan(
 pub(super) async fn sweep_snapshots(deps: &Arc<Deps>, retention: Option<Duration>) {
     if let Some(retention) = retention {
         expire_snapshots(&deps.store, deps.backend.as_ref(), retention, now_ms()).await;
+        collect_shared_snapshots(&deps.store, deps.backend.as_ref(), retention, now_ms()).await;
+    }
+}
+
+/// Deletes the snapshots in the backend's shared store older than the
+/// retention period, whichever Garrison made them (the backend spares any
+/// a restore is reading), and forgets those this store recorded; returns
+/// how many went.
+pub async fn collect_shared_snapshots(
+    store: &Store,
+    backend: &dyn Sandbox,
+    retention: Duration,
+    now: i64,
+) -> usize {
+    let cutoff = now - retention.as_millis() as i64;
+    match backend.collect_snapshots_older_than(cutoff).await {
+        Ok(collected) => {
+            for snapshot in &collected {
+                info!(
+                    snapshot = snapshot.id,
+                    "snapshot expired from the shared store"
+                );
+                let _ = store.remove_snapshot(&snapshot.id);
+            }
+            collected.len()
+        }
+        Err(e) => {
+            warn!(error = %e, "collecting old snapshots from the shared store failed");
+            0
+        }
     }
 }
 
@@ -199,6 +232,7 @@ mod tests {
         let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
             root: dir.path().join("host"),
             snapshot_dir: dir.path().join("snapshots"),
+            snapshot_store: None,
             shim_exe: "/nonexistent".into(),
         })
         .unwrap();

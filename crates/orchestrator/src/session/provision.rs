@@ -28,8 +28,11 @@ impl SessionRunner {
             remote_recorded: self.rec.process.is_some(),
             suspend_keeps_memory: self.deps.backend.capabilities().suspend_keeps_memory,
             snapshot: SnapshotObs::NotLookedUp,
+            corrupt_snapshot_starts_fresh: self.deps.policy.corrupt_snapshot_starts_fresh,
             failed: None,
         };
+        // Why the snapshot was refused, for the session's error.
+        let mut refused: Option<String> = None;
         loop {
             obs.sandbox_found = found.is_some();
             let plan = plan_start(&obs);
@@ -96,8 +99,22 @@ impl SessionRunner {
                             return Ok((handle, plan.keeps_workspace()));
                         }
                         Err(e) if e.is_gone() => obs.failed = Some(StartFailure::RestoreGone),
+                        Err(e) if e.is_corrupt() => {
+                            warn!(session_id = self.id(), error = %e, "the snapshot failed its integrity check");
+                            self.event(
+                                "snapshot_refused",
+                                json!({ "snapshot": from.id, "error": e.to_string() }),
+                            );
+                            refused = Some(e.to_string());
+                            obs.failed = Some(StartFailure::RestoreCorrupt);
+                        }
                         Err(e) => return Err(StartError::Failed(e.into())),
                     }
+                }
+                StartPlan::FailCorrupt => {
+                    return Err(StartError::Corrupt(refused.unwrap_or_else(|| {
+                        "the snapshot failed its integrity check".to_owned()
+                    })));
                 }
                 StartPlan::Fresh(why) => {
                     let missing = match why {
@@ -108,6 +125,10 @@ impl SessionRunner {
                         FreshReason::SnapshotGone => {
                             Some("the snapshot to resume from is gone; starting a fresh sandbox")
                         }
+                        FreshReason::SnapshotCorrupt => Some(
+                            "the snapshot to resume from failed its integrity check (kept); \
+                             starting a fresh sandbox as snapshot_integrity_fallback = fresh allows",
+                        ),
                     };
                     if let Some(message) = missing {
                         warn!(session_id = self.id(), "{message}");

@@ -23,6 +23,9 @@ pub(super) enum StartError {
     /// The step could not be recorded: the runner stops.
     Record(RecordFailed),
     Failed(anyhow::Error),
+    /// The snapshot to restore failed its integrity check: the session
+    /// fails (the snapshot is kept), since retrying cannot mend it.
+    Corrupt(String),
 }
 
 impl SessionRunner {
@@ -57,6 +60,14 @@ impl SessionRunner {
                 self.rec.error = Some(reason.clone());
                 self.event("start_refused", json!({ "reason": reason }));
                 self.set_stage(Stage::Finishing(Finish::Released))?;
+            }
+            Err(StartError::Corrupt(reason)) => {
+                error!(
+                    session_id = self.id(),
+                    reason, "refusing to restore the session's snapshot; the session fails"
+                );
+                self.rec.error = Some(reason);
+                self.set_stage(Stage::Finishing(Finish::Failed))?;
             }
             Err(StartError::Deadline) => {
                 // The planner renews next; nothing failed.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use fleet::Secret;
 
 use super::names::{self, Names};
-use super::{HostEnv, Origin, Sourced, TOKEN_ENV};
+use super::{HostEnv, Origin, SNAPSHOT_KEY_ENV, Sourced, TOKEN_ENV};
 use crate::repos::GIT_TOKEN_ENV;
 
 /// One layer of settings (flags, environment or file), every field optional.
@@ -27,6 +27,12 @@ pub struct RawSettings {
     pub max_concurrent: Option<Sourced<String>>,
     pub state_dir: Option<Sourced<PathBuf>>,
     pub snapshot_dir: Option<Sourced<PathBuf>>,
+    /// A directory, or an object-store URL.
+    pub snapshot_store: Option<Sourced<String>>,
+    pub snapshot_key_file: Option<Sourced<PathBuf>>,
+    /// `GARRISON_SNAPSHOT_KEY`: only from the environment, like `token`.
+    pub snapshot_key: Option<Sourced<Secret>>,
+    pub snapshot_integrity_fallback: Option<Sourced<String>>,
     pub snapshot_retention: Option<Sourced<String>>,
     pub relist_interval_secs: Option<Sourced<String>>,
     pub drain: Option<Sourced<bool>>,
@@ -78,6 +84,12 @@ impl RawSettings {
             max_concurrent: self.max_concurrent.or(lower.max_concurrent),
             state_dir: self.state_dir.or(lower.state_dir),
             snapshot_dir: self.snapshot_dir.or(lower.snapshot_dir),
+            snapshot_store: self.snapshot_store.or(lower.snapshot_store),
+            snapshot_key_file: self.snapshot_key_file.or(lower.snapshot_key_file),
+            snapshot_key: self.snapshot_key.or(lower.snapshot_key),
+            snapshot_integrity_fallback: self
+                .snapshot_integrity_fallback
+                .or(lower.snapshot_integrity_fallback),
             snapshot_retention: self.snapshot_retention.or(lower.snapshot_retention),
             relist_interval_secs: self.relist_interval_secs.or(lower.relist_interval_secs),
             drain: self.drain.or(lower.drain),
@@ -121,6 +133,12 @@ impl RawSettings {
             max_concurrent: text(names::MAX_CONCURRENT),
             state_dir: path(names::STATE_DIR),
             snapshot_dir: path(names::SNAPSHOT_DIR),
+            snapshot_store: text(names::SNAPSHOT_STORE),
+            snapshot_key_file: path(names::SNAPSHOT_KEY_FILE),
+            snapshot_key: host
+                .var(SNAPSHOT_KEY_ENV)
+                .map(|k| Sourced::new(Secret::new(k), Origin::Env(SNAPSHOT_KEY_ENV))),
+            snapshot_integrity_fallback: text(names::SNAPSHOT_INTEGRITY_FALLBACK),
             snapshot_retention: text(names::SNAPSHOT_RETENTION),
             relist_interval_secs: text(names::RELIST_INTERVAL_SECS),
             drain: None,

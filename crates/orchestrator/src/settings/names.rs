@@ -42,6 +42,21 @@ pub const SNAPSHOT_DIR: Names = n(
     Some("GARRISON_SNAPSHOT_DIR"),
     "snapshot_dir",
 );
+pub const SNAPSHOT_STORE: Names = n(
+    "--snapshot-store",
+    Some("GARRISON_SNAPSHOT_STORE"),
+    "snapshot_store",
+);
+pub const SNAPSHOT_KEY_FILE: Names = n(
+    "--snapshot-key-file",
+    Some("GARRISON_SNAPSHOT_KEY_FILE"),
+    "snapshot_key_file",
+);
+pub const SNAPSHOT_INTEGRITY_FALLBACK: Names = n(
+    "--snapshot-integrity-fallback",
+    Some("GARRISON_SNAPSHOT_INTEGRITY_FALLBACK"),
+    "snapshot_integrity_fallback",
+);
 pub const SNAPSHOT_RETENTION: Names = n(
     "--snapshot-retention",
     Some("SNAPSHOT_RETENTION"),
@@ -73,6 +88,9 @@ pub const ALL: &[Names] = &[
     MAX_CONCURRENT,
     STATE_DIR,
     SNAPSHOT_DIR,
+    SNAPSHOT_STORE,
+    SNAPSHOT_KEY_FILE,
+    SNAPSHOT_INTEGRITY_FALLBACK,
     SNAPSHOT_RETENTION,
     RELIST_INTERVAL_SECS,
     DRAIN,

@@ -10,6 +10,7 @@ use common::settings::SettingsSource;
 use fleet::Platform;
 use sandbox::Resources;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
+use sandbox::snapshot_store::ObjectStoreSettings;
 
 use super::validate::*;
 use super::{
@@ -67,10 +68,44 @@ pub fn resolve(
         Some(value) => directory(value)?,
         None => host.default_state_dir()?,
     };
-    let snapshot_dir = match &raw.snapshot_dir {
-        Some(value) => directory(value)?,
-        None => state_dir.join("snapshots"),
+    let store = raw
+        .snapshot_store
+        .as_ref()
+        .map(snapshot_store)
+        .transpose()?;
+    let snapshot_dir = match (&raw.snapshot_dir, &store, &raw.snapshot_store) {
+        (Some(dir), Some(SnapshotStoreChoice::Dir(_)), Some(value)) => {
+            return Err(value.invalid(format!(
+                "names a directory, and so does {}: give only one",
+                dir.origin
+            )));
+        }
+        (_, Some(SnapshotStoreChoice::Dir(dir)), _) => dir.clone(),
+        (Some(value), _, _) => directory(value)?,
+        (None, _, _) => state_dir.join("snapshots"),
     };
+    let snapshot_key = snapshot_key(raw.snapshot_key.as_ref(), raw.snapshot_key_file.as_ref())?;
+    let snapshot_store = match (store, snapshot_key) {
+        (Some(SnapshotStoreChoice::Object(url)), key) => Some(ObjectStoreSettings {
+            key: key.map(|(key, _)| key),
+            ..ObjectStoreSettings::new(url)
+        }),
+        (_, Some((_, origin))) => {
+            return Err(SettingsError::Invalid {
+                origin,
+                reason: "encrypts snapshots in an object store, and snapshot_store names none \
+                         (e.g. --snapshot-store s3://BUCKET/PREFIX)"
+                    .into(),
+            });
+        }
+        (_, None) => None,
+    };
+    let corrupt_snapshot_starts_fresh = raw
+        .snapshot_integrity_fallback
+        .as_ref()
+        .map(integrity_fallback)
+        .transpose()?
+        .unwrap_or(false);
     let snapshot_retention = match &raw.snapshot_retention {
         Some(value) => parse_retention(&value.value).map_err(|reason| value.invalid(reason))?,
         None => Some(DEFAULT_SNAPSHOT_RETENTION),
@@ -99,6 +134,7 @@ pub fn resolve(
         static_base_url,
         state_dir,
         snapshot_dir,
+        snapshot_store,
         snapshot_retention,
         relist_interval,
         // Polling exists only for benchmarks; no setting selects it.
@@ -107,6 +143,7 @@ pub fn resolve(
         policy: Policy {
             max_restarts,
             session_log_max_bytes,
+            corrupt_snapshot_starts_fresh,
             ..Policy::default()
         },
         outposts,

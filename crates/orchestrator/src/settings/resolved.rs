@@ -11,6 +11,7 @@ use std::time::Duration;
 use fleet::{Platform, Secret};
 use sandbox::Resources;
 use sandbox::plugin::ConfiguredBackend;
+use sandbox::snapshot_store::ObjectStoreSettings;
 
 use crate::planner::Policy;
 
@@ -73,7 +74,11 @@ pub struct ServeConfig {
     /// `$GARRISON_HOME`: database, sessions, cache.
     pub state_dir: PathBuf,
     /// Where snapshots are kept; may be shared by several Garrison processes.
+    /// With `snapshot_store`, only archives on their way up or down.
     pub snapshot_dir: PathBuf,
+    /// The object store snapshots are kept in instead, shared by every
+    /// Garrison that names it.
+    pub snapshot_store: Option<ObjectStoreSettings>,
     /// `None` keeps snapshots forever.
     pub snapshot_retention: Option<Duration>,
     pub relist_interval: Duration,

@@ -181,6 +181,9 @@ fn flag(names: Names, value: &str) -> RawSettings {
         "state_dir" => raw.state_dir = path,
         "snapshot_dir" => raw.snapshot_dir = path,
         "snapshot_retention" => raw.snapshot_retention = text,
+        "snapshot_store" => raw.snapshot_store = text,
+        "snapshot_key_file" => raw.snapshot_key_file = path,
+        "snapshot_integrity_fallback" => raw.snapshot_integrity_fallback = text,
         "relist_interval_secs" => raw.relist_interval_secs = text,
         "cpus" => raw.cpus = text,
         "memory_mb" => raw.memory_mb = text,
@@ -399,6 +402,30 @@ fn cases() -> Vec<Case> {
                 "/home/ada/.local/share/garrison/snapshots",
             ],
             get: |c| c.snapshot_dir.display().to_string(),
+        },
+        Case {
+            names: names::SNAPSHOT_STORE,
+            flag: "s3://flag/p",
+            env: "gs://env/p",
+            file: "\"/file\"",
+            expect: [
+                "s3://flag/p",
+                "gs://env/p",
+                "/file",
+                "/home/ada/.local/share/garrison/snapshots",
+            ],
+            get: |c| match &c.snapshot_store {
+                Some(store) => store.url.to_string(),
+                None => c.snapshot_dir.display().to_string(),
+            },
+        },
+        Case {
+            names: names::SNAPSHOT_INTEGRITY_FALLBACK,
+            flag: "fresh",
+            env: "fail",
+            file: "\"fresh\"",
+            expect: ["true", "false", "true", "false"],
+            get: |c| c.policy.corrupt_snapshot_starts_fresh.to_string(),
         },
         Case {
             names: names::SNAPSHOT_RETENTION,
@@ -1493,5 +1520,82 @@ fn a_backend_reads_the_file_keys_it_declared() {
     assert!(
         file_err("fake_image = [1]")
             .contains("line 1, column 14: fake_image must be a string or a number")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Snapshot store, key and integrity fallback
+
+#[test]
+fn a_snapshot_store_url_or_directory_is_checked_and_never_echoes_a_password() {
+    let config = ok(flag(names::SNAPSHOT_STORE, "file:///srv/snapshots").or(env(&[])));
+    assert_eq!(config.snapshot_dir, PathBuf::from("/srv/snapshots"));
+    assert!(config.snapshot_store.is_none());
+    let error = err(flag(names::SNAPSHOT_STORE, "s3://AKIA:hunter2@bucket/p").or(env(&[])));
+    assert!(
+        error.contains("--snapshot-store") && error.contains("credentials"),
+        "{error}"
+    );
+    assert!(!error.contains("hunter2"), "{error}");
+    let error = err(flag(names::SNAPSHOT_STORE, "ftp://bucket/p").or(env(&[])));
+    assert!(
+        error.contains("--snapshot-store") && error.contains("ftp://"),
+        "{error}"
+    );
+    let both = flag(names::SNAPSHOT_STORE, "/a").or(env(&[("GARRISON_SNAPSHOT_DIR", "/b")]));
+    let error = err(both);
+    assert!(
+        error.contains("--snapshot-store") && error.contains("GARRISON_SNAPSHOT_DIR"),
+        "{error}"
+    );
+    let error = err(flag(names::SNAPSHOT_INTEGRITY_FALLBACK, "maybe").or(env(&[])));
+    assert!(error.contains("--snapshot-integrity-fallback"), "{error}");
+}
+
+#[test]
+fn the_snapshot_key_comes_from_the_environment_or_a_private_file() {
+    let hex = "0f".repeat(32);
+    let store = || flag(names::SNAPSHOT_STORE, "s3://bucket/p");
+    let config = ok(store().or(env(&[(SNAPSHOT_KEY_ENV, &hex)])));
+    assert!(config.snapshot_store.unwrap().key.is_some());
+    assert!(
+        ok(store().or(env(&[])))
+            .snapshot_store
+            .unwrap()
+            .key
+            .is_none()
+    );
+
+    let bad = err(store().or(env(&[(SNAPSHOT_KEY_ENV, "secret-but-short")])));
+    assert!(
+        bad.contains(SNAPSHOT_KEY_ENV) && bad.contains("64 hex digits"),
+        "{bad}"
+    );
+    assert!(!bad.contains("secret-but-short"), "{bad}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    fs::write(&file, format!("{hex}\n")).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+    let with_file = || {
+        store()
+            .or(flag(names::SNAPSHOT_KEY_FILE, file.to_str().unwrap()))
+            .or(env(&[]))
+    };
+    let open = err(with_file());
+    assert!(
+        open.contains("--snapshot-key-file") && open.contains("0644"),
+        "{open}"
+    );
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(ok(with_file()).snapshot_store.unwrap().key.is_some());
+
+    let twice = err(with_file().or(env(&[(SNAPSHOT_KEY_ENV, &hex)])));
+    assert!(twice.contains(SNAPSHOT_KEY_ENV), "{twice}");
+    // A key without an object store to encrypt is a mistake, not a no-op.
+    let lonely = err(env(&[(SNAPSHOT_KEY_ENV, &hex)]));
+    assert!(
+        lonely.contains(SNAPSHOT_KEY_ENV) && lonely.contains("snapshot_store"),
+        "{lonely}"
     );
 }

@@ -102,6 +102,83 @@ pub(super) fn outpost_id(value: &Sourced<String>) -> Result<(), SettingsError> {
     Ok(())
 }
 
+/// Where `snapshot_store` keeps snapshots.
+pub(super) enum SnapshotStoreChoice {
+    Dir(PathBuf),
+    Object(url::Url),
+}
+
+/// A directory (a path or a `file://` URL) or an object-store URL
+/// (`s3://`, `gs://`, `az://`) without credentials.
+pub(super) fn snapshot_store(
+    value: &Sourced<String>,
+) -> Result<SnapshotStoreChoice, SettingsError> {
+    let text = value.value.trim();
+    if text.is_empty() {
+        return Err(value.invalid("is empty"));
+    }
+    if !text.contains("://") {
+        return Ok(SnapshotStoreChoice::Dir(PathBuf::from(text)));
+    }
+    let scheme = text.split("://").next().unwrap_or_default();
+    // Parsed before it is ever shown: the URL may hold a password.
+    let url = url::Url::parse(text)
+        .map_err(|e| value.invalid(format!("a {scheme}:// URL that does not parse: {e}")))?;
+    if url.scheme() == "file" {
+        return url
+            .to_file_path()
+            .map(SnapshotStoreChoice::Dir)
+            .map_err(|()| value.invalid("a file:// URL must name an absolute local path"));
+    }
+    sandbox::snapshot_store::object::check_url(&url).map_err(|reason| value.invalid(reason))?;
+    Ok(SnapshotStoreChoice::Object(url))
+}
+
+/// The snapshot key from `GARRISON_SNAPSHOT_KEY` or a file only its owner
+/// may read (0600 or stricter), with where it came from.
+pub(super) fn snapshot_key(
+    env: Option<&Sourced<Secret>>,
+    file: Option<&Sourced<PathBuf>>,
+) -> Result<Option<(sandbox::snapshot_store::SnapshotKey, Origin)>, SettingsError> {
+    use sandbox::snapshot_store::SnapshotKey;
+    let (text, origin) = match (env, file) {
+        (Some(env), Some(file)) => {
+            return Err(env.invalid(format!("is set, and so is {}: give only one", file.origin)));
+        }
+        (Some(env), None) => (env.value.expose().to_owned(), env.origin.clone()),
+        (None, Some(file)) => {
+            let text = common::settings::read_owner_only(&file.value, 4096).map_err(|e| match e {
+                SettingsError::InsecureCredentials { path, mode } => file.invalid(format!(
+                    "{}: its mode {mode:04o} lets other users read or change it; run `chmod 600 {}`",
+                    path.display(),
+                    path.display()
+                )),
+                SettingsError::Read { path, error } => {
+                    file.invalid(format!("cannot read {}: {error}", path.display()))
+                }
+                other => other,
+            })?;
+            (text, file.origin.clone())
+        }
+        (None, None) => return Ok(None),
+    };
+    let key = SnapshotKey::from_hex(&text).map_err(|reason| SettingsError::Invalid {
+        origin: origin.clone(),
+        reason: format!("{reason} (value not shown); e.g. `openssl rand -hex 32`"),
+    })?;
+    Ok(Some((key, origin)))
+}
+
+/// `fail` (the default: a snapshot that fails its integrity check fails
+/// the session, and is kept) or `fresh` (the session starts from scratch).
+pub(super) fn integrity_fallback(value: &Sourced<String>) -> Result<bool, SettingsError> {
+    match value.value.trim() {
+        "fail" => Ok(false),
+        "fresh" => Ok(true),
+        other => Err(value.invalid(format!("{other:?} is neither \"fail\" nor \"fresh\""))),
+    }
+}
+
 pub(super) fn directory(value: &Sourced<PathBuf>) -> Result<PathBuf, SettingsError> {
     if value.value.as_os_str().is_empty() {
         return Err(value.invalid("the path is empty"));

@@ -348,6 +348,7 @@ fn serve_config(
         acceptor_id: None,
         static_base_url: emu.static_base_url(),
         snapshot_dir: state_dir.join("snapshots"),
+        snapshot_store: None,
         state_dir,
         snapshot_retention: None,
         relist_interval: RELIST_INTERVAL,

@@ -119,6 +119,23 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub snapshot_dir: Option<PathBuf>,
 
+    /// Where snapshots are kept instead: a directory, or an object store
+    /// every host reaches (s3://BUCKET/PREFIX, gs://…, az://…; credentials
+    /// and endpoint from AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, … only)
+    /// [default: the snapshot directory]
+    #[arg(long, value_name = "DIR|URL")]
+    pub snapshot_store: Option<String>,
+
+    /// A file (mode 0600) holding the key that encrypts snapshots in the
+    /// object store: 64 hex digits; or set GARRISON_SNAPSHOT_KEY
+    #[arg(long, value_name = "FILE")]
+    pub snapshot_key_file: Option<PathBuf>,
+
+    /// When a snapshot fails its integrity check: fail the session and keep
+    /// the snapshot, or start it fresh [default: fail]
+    #[arg(long, value_name = "fail|fresh")]
+    pub snapshot_integrity_fallback: Option<String>,
+
     /// How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited [default: 30d]
     #[arg(long, value_name = "DURATION")]
     pub snapshot_retention: Option<String>,
@@ -204,6 +221,16 @@ impl ServeArgs {
                 .snapshot_dir
                 .clone()
                 .map(|dir| flag(dir, names::SNAPSHOT_DIR)),
+            snapshot_store: text(&self.snapshot_store, names::SNAPSHOT_STORE),
+            snapshot_key_file: self
+                .snapshot_key_file
+                .clone()
+                .map(|file| flag(file, names::SNAPSHOT_KEY_FILE)),
+            snapshot_key: None,
+            snapshot_integrity_fallback: text(
+                &self.snapshot_integrity_fallback,
+                names::SNAPSHOT_INTEGRITY_FALLBACK,
+            ),
             snapshot_retention: text(&self.snapshot_retention, names::SNAPSHOT_RETENTION),
             relist_interval_secs: text(&self.relist_interval_secs, names::RELIST_INTERVAL_SECS),
             drain: self.drain.then(|| flag(true, names::DRAIN)),

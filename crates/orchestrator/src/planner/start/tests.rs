@@ -10,6 +10,7 @@ fn new_session() -> StartObs {
         remote_recorded: false,
         suspend_keeps_memory: true,
         snapshot: SnapshotObs::NotLookedUp,
+        corrupt_snapshot_starts_fresh: false,
         failed: None,
     }
 }
@@ -114,4 +115,22 @@ fn a_snapshot_gone_at_restore_falls_back_to_a_fresh_sandbox() {
         };
         assert_eq!(plan_start(&gone), P::Fresh(Why::SnapshotGone), "{gone:?}");
     }
+}
+
+#[test]
+fn a_corrupt_snapshot_fails_the_start_unless_the_operator_allows_fresh() {
+    for obs in [new_session(), resume()] {
+        let corrupt = StartObs {
+            snapshot: SnapshotObs::Available,
+            failed: Some(StartFailure::RestoreCorrupt),
+            ..obs
+        };
+        assert_eq!(plan_start(&corrupt), P::FailCorrupt, "{corrupt:?}");
+        let allowed = StartObs {
+            corrupt_snapshot_starts_fresh: true,
+            ..corrupt
+        };
+        assert_eq!(plan_start(&allowed), P::Fresh(Why::SnapshotCorrupt));
+    }
+    assert!(!P::FailCorrupt.keeps_workspace());
 }

@@ -10,6 +10,7 @@ mod api;
 pub mod check;
 mod cloud;
 pub mod host;
+mod store;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,9 @@ pub struct DoctorArgs {
     /// Garrison's state directory [default: as `garrison serve`]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Snapshot directory or object store to probe [default: as `garrison serve`]
+    #[arg(long, value_name = "DIR|URL")]
+    snapshot_store: Option<String>,
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -67,6 +71,10 @@ impl DoctorArgs {
         push("--api-url", self.api_url.clone().map(Into::into));
         push("--backend", self.backend.clone().map(Into::into));
         push("--state-dir", self.state_dir.clone().map(Into::into));
+        push(
+            "--snapshot-store",
+            self.snapshot_store.clone().map(Into::into),
+        );
         push("--config", self.config.clone().map(Into::into));
         let matches =
             ServeArgs::augment_args(clap::Command::new("serve")).try_get_matches_from(argv)?;
@@ -155,6 +163,9 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
     sections.extend(
         backend_sections(&backends, &state_dir, resolved.as_ref().map(|r| &r.config)).await,
     );
+    if let Some(r) = &resolved {
+        sections.push(store::checks(&r.config).await);
+    }
     sections.push((
         format!("State directory {}", state_dir.display()),
         vec![host::disk_space(&state_dir)],

@@ -279,4 +279,45 @@ mod tests {
         assert!(backend.snapshot_exists(&newer).await.unwrap());
         assert_eq!(store.snapshots("new").unwrap().len(), 1);
     }
+
+    #[tokio::test]
+    async fn a_shared_store_loses_old_snapshots_whichever_host_made_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = |name: &str| {
+            sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+                root: dir.path().join(name),
+                snapshot_dir: dir.path().join("shared"),
+                snapshot_store: None,
+                shim_exe: "/nonexistent".into(),
+            })
+            .unwrap()
+        };
+        let (other, this) = (host("other"), host("this"));
+        let spec = sandbox::SandboxSpec {
+            name: sandbox::SandboxName::for_session("theirs"),
+            labels: sandbox::session_labels("theirs", "o"),
+            image: None,
+            restore_from: None,
+            resources: Default::default(),
+            network: Default::default(),
+        };
+        let handle = other.create(&spec).await.unwrap();
+        let theirs = other.snapshot(&handle).await.unwrap();
+        other.destroy(&handle).await.unwrap();
+        // This host's store has never heard of the session.
+        let store = Store::in_memory().unwrap();
+        let day = Duration::from_secs(86_400);
+        let young = theirs.created_at_ms + 86_400_000;
+        assert_eq!(
+            collect_shared_snapshots(&store, &this, 30 * day, young).await,
+            0
+        );
+        assert!(this.snapshot_exists(&theirs).await.unwrap());
+        let old = theirs.created_at_ms + 31 * 86_400_000;
+        assert_eq!(
+            collect_shared_snapshots(&store, &this, 30 * day, old).await,
+            1
+        );
+        assert!(!other.snapshot_exists(&theirs).await.unwrap());
+    }
 }

@@ -2,7 +2,8 @@
 //! (moto, started by the test on loopback): two Garrisons sharing only the
 //! bucket hand a session over, encrypted at rest; a damaged snapshot fails
 //! the session and is kept, or starts it fresh when the operator allows;
-//! `garrison doctor` probes the store.
+//! another Garrison collects old snapshots it never recorded; `garrison
+//! doctor` probes the store.
 
 mod common;
 #[path = "../../sandbox/tests/s3_support/mod.rs"]
@@ -348,4 +349,52 @@ async fn doctor_probes_the_store_and_names_the_failing_step() {
     assert!(!text.contains("read it back"), "{text}");
     assert!(!out.status.success());
     assert!(!text.contains(s3_support::SECRET_KEY), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_garrison_sharing_the_bucket_collects_old_snapshots_it_never_recorded() {
+    let Some(bucket) = Bucket::start() else {
+        return;
+    };
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        &emu,
+        &outpost,
+        &dir.path().join("a"),
+        &bucket,
+        vec![],
+        vec![],
+    );
+    let id = session(&emu, &outpost, vec![write("old.txt", "x")], Then::Sleep);
+    wait_until("suspended and released", Some(&a), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    drop(a);
+    assert_eq!(bucket.archives().await.len(), 1);
+    // Older than B's retention by the time B looks (the store's clock
+    // stamps objects to the second).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+
+    let retention = vec!["--snapshot-retention".to_owned(), "1s".to_owned()];
+    let b = start(
+        &emu,
+        &outpost,
+        &dir.path().join("b"),
+        &bucket,
+        retention,
+        vec![],
+    );
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while !bucket.objects().await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never collected A's snapshot\n{}",
+            b.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(b.log().contains("collected an old snapshot"), "{}", b.log());
 }

@@ -33,15 +33,7 @@ impl SnapshotDir {
 
     /// A fresh snapshot reference for `name`, not yet written.
     pub fn new_ref(&self, backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
-        let now = chrono::Utc::now().timestamp_millis();
-        SnapshotRef {
-            backend: backend.to_owned(),
-            id: format!("{name}-{now}-{:08x}", rand::random::<u32>()),
-            size_bytes: 0,
-            created_at_ms: now,
-            base_image,
-            sha256: None,
-        }
+        new_ref(backend, name, base_image)
     }
 
     fn checked_id<'a>(&self, snapshot: &'a SnapshotRef) -> Result<&'a str> {
@@ -139,6 +131,20 @@ impl SnapshotDir {
         }
         found.sort_by_key(|s| s.created_at_ms);
         Ok(found)
+    }
+}
+
+/// A fresh snapshot reference for the sandbox `name`, not yet written: its
+/// id starts with the name, wherever it is kept.
+pub fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
+    let now = chrono::Utc::now().timestamp_millis();
+    SnapshotRef {
+        backend: backend.to_owned(),
+        id: format!("{name}-{now}-{:08x}", rand::random::<u32>()),
+        size_bytes: 0,
+        created_at_ms: now,
+        base_image,
+        sha256: None,
     }
 }
 

@@ -43,8 +43,7 @@ impl SnapshotStore {
 
     /// A fresh snapshot reference for `name`, not yet written.
     pub fn new_ref(&self, backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
-        // The id's shape does not depend on where it is kept.
-        SnapshotDir::new(PathBuf::new()).new_ref(backend, name, base_image)
+        crate::snapshot_dir::new_ref(backend, name, base_image)
     }
 
     /// Where the backend writes the archive of `snapshot`.

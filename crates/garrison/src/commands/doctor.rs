@@ -1,10 +1,12 @@
 //! `garrison doctor`: checks what `garrison serve` needs (settings, token,
-//! scopes, outpost, backend prerequisites, disk, clock) and prints each with
-//! a ✓ or ✗ and what to do about it. Exits 1 when a required check fails.
+//! scopes, outpost, backend prerequisites, snapshot store, disk, clock) and
+//! prints each with a ✓ or ✗ and what to do about it. Exits 1 when a
+//! required check fails.
 //!
 //! It reads the same settings as `garrison serve` (flags, environment, the
-//! TOML file, the credentials file) but never writes anything: no state
-//! directory, image store or credentials file is created.
+//! TOML file, the credentials file) but writes nothing on this machine: no
+//! state directory, image store or credentials file is created. The one
+//! write is a probe object in an object snapshot store, deleted again.
 
 mod api;
 pub mod check;

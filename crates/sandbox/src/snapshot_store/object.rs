@@ -10,7 +10,7 @@
 //!                                of the stored object; written last, so a
 //!                                snapshot is found only once complete
 //! <root>/leases/<id>/<holder>    a restore reading the snapshot
-//! <root>/doomed/<id>             a collector deleting it
+//! <root>/doomed/<id>/<holder>    a collector deleting it
 //! ```
 //!
 //! Archives go up as multipart uploads and come down as a stream into a
@@ -20,14 +20,17 @@
 //! snapshot once its objects are older than the retention period, whoever
 //! wrote it. A restore never loses the snapshot it reads, because both
 //! sides write first and look second (the stores are strongly consistent):
-//! the reader writes its lease, then checks for a tombstone and backs off
-//! (the snapshot counts as gone) if there is one; the collector writes the
-//! tombstone, then lists the snapshot's leases and deletes only if none is
-//! fresh, the tombstone last. Whichever order the two interleave in, either
-//! the collector sees the lease or the reader sees the tombstone (or the
-//! snapshot is already gone). A reader rewrites its lease while it reads; a
-//! lease not rewritten for [`LEASE_TTL_MS`] (its reader died) no longer
-//! counts. Two collectors at once only repeat each other's deletions.
+//! the reader writes its lease, then lists the snapshot's tombstones and
+//! backs off (the snapshot counts as gone) if there is one; a collector
+//! writes its own tombstone, then lists the snapshot's leases and deletes
+//! only if none is fresh, its tombstone last. Whichever order the two
+//! interleave in, either the collector sees the lease or the reader sees the
+//! tombstone (or the snapshot is already gone). A reader rewrites its lease
+//! while it reads; a collector only ever removes its own tombstone, so
+//! another collector's stays up for as long as that one works. A lease or
+//! tombstone not written for [`LEASE_TTL_MS`] was left by a process that
+//! died: it no longer counts, and the next pass removes such a tombstone.
+//! Two collectors at once only repeat each other's deletions.
 
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -42,7 +45,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use url::Url;
 
-use super::collect::{LEASE_TTL_MS, SnapshotSeen, Verdict, lease_is_fresh, verdict};
+use super::collect::{LEASE_TTL_MS, SnapshotSeen, Verdict, is_fresh, verdict};
 use super::crypt::{Opener, Sealer, SnapshotKey};
 use crate::names::is_plain_id;
 use crate::{Result, SandboxError, SandboxName, SnapshotRef};
@@ -231,8 +234,26 @@ impl ObjectSnapshots {
         self.root.child("leases").child(id)
     }
 
-    fn tombstone(&self, id: &str) -> Path {
+    fn tombstones(&self, id: &str) -> Path {
         self.root.child("doomed").child(id)
+    }
+
+    /// This process's tombstone on `id`.
+    fn tombstone(&self, id: &str) -> Path {
+        self.tombstones(id).child(self.holder.as_str())
+    }
+
+    /// Whether a collector is deleting `id` now.
+    async fn condemned(&self, id: &str) -> object_store::Result<bool> {
+        let tombstones: Vec<_> = self
+            .store
+            .list(Some(&self.tombstones(id)))
+            .try_collect()
+            .await?;
+        let now = now_ms();
+        Ok(tombstones
+            .iter()
+            .any(|t| is_fresh(t.last_modified.timestamp_millis(), now)))
     }
 
     /// Where an archive about to be uploaded is written.
@@ -410,14 +431,14 @@ impl ObjectSnapshots {
         )
         .await
         .map_err(transient(format!("leasing snapshot {id}")))?;
-        match self.store.head(&self.tombstone(&id)).await {
-            Ok(_) => {
+        match self.condemned(&id).await {
+            Ok(false) => {}
+            Ok(true) => {
                 lease.release().await;
                 return Err(SandboxError::Gone(format!(
                     "snapshot {id} (being deleted by a retention sweep)"
                 )));
             }
-            Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => {
                 lease.release().await;
                 return Err(transient(format!("snapshot {id}"))(e));
@@ -526,43 +547,39 @@ impl ObjectSnapshots {
         let blank = SnapshotSeen {
             modified_at: None,
             leased_at: None,
-            condemned: false,
         };
         for (id, _, at) in self.top_level().await? {
             let entry = seen.entry(id).or_insert(blank);
             entry.modified_at = Some(entry.modified_at.map_or(at, |m| m.max(at)));
         }
-        for (id, at) in self.listed_ids(&self.root.child("leases")).await? {
+        for (id, at, _) in self.listed_ids(&self.root.child("leases")).await? {
             let entry = seen.entry(id).or_insert(blank);
             entry.leased_at = Some(entry.leased_at.map_or(at, |m| m.max(at)));
         }
-        for (id, _) in self.listed_ids(&self.root.child("doomed")).await? {
-            seen.entry(id).or_insert(blank).condemned = true;
-        }
         let mut collected = Vec::new();
         for (id, seen) in seen {
-            let step = match verdict(&seen, cutoff_ms, now) {
-                Verdict::Keep => continue,
-                Verdict::Pardon => self.pardon(&id).await,
-                Verdict::Collect => match self.collect(&id, seen.modified_at).await {
-                    Ok(Some(snapshot)) => {
-                        collected.push(snapshot);
-                        Ok(())
+            if verdict(&seen, cutoff_ms, now) == Verdict::Collect {
+                match self.collect(&id, seen.modified_at).await {
+                    Ok(Some(snapshot)) => collected.push(snapshot),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(snapshot = id, error = %e, "collecting an old snapshot failed")
                     }
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                },
-            };
-            if let Err(e) = step {
-                tracing::warn!(snapshot = id, error = %e, "collecting an old snapshot failed");
+                }
+            }
+        }
+        // Left by collectors that died mid-way.
+        for (_, at, path) in self.listed_ids(&self.root.child("doomed")).await? {
+            if !is_fresh(at, now) {
+                let _ = self.store.delete(&path).await;
             }
         }
         Ok(collected)
     }
 
-    /// `(id, last modified)` of every object under `dir`, the id being the
-    /// first path part below it.
-    async fn listed_ids(&self, dir: &Path) -> Result<Vec<(String, i64)>> {
+    /// `(id, last modified, path)` of every object under `dir`, the id
+    /// being the first path part below it.
+    async fn listed_ids(&self, dir: &Path) -> Result<Vec<(String, i64, Path)>> {
         let listed: Vec<_> = self
             .store
             .list(Some(dir))
@@ -573,20 +590,25 @@ impl ObjectSnapshots {
             .into_iter()
             .filter_map(|meta| {
                 let id = meta.location.prefix_match(dir)?.next()?.as_ref().to_owned();
-                is_plain_id(&id).then(|| (id, meta.last_modified.timestamp_millis()))
+                let at = meta.last_modified.timestamp_millis();
+                is_plain_id(&id).then_some((id, at, meta.location))
             })
             .collect())
     }
 
+    /// Removes this process's tombstone on `id`.
     async fn pardon(&self, id: &str) -> Result<()> {
         match self.store.delete(&self.tombstone(id)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(transient(format!("pardoning snapshot {id}"))(e)),
+            Err(e) => Err(transient(format!(
+                "removing the tombstone of snapshot {id}"
+            ))(e)),
         }
     }
 
-    /// Condemns `id`, looks at its leases again, and deletes it unless one
-    /// is fresh; the snapshot deleted, if it was.
+    /// Condemns `id` with this process's tombstone, looks at its leases
+    /// again, and deletes it unless one is fresh; the snapshot deleted, if
+    /// it was.
     async fn collect(&self, id: &str, modified_at: Option<i64>) -> Result<Option<SnapshotRef>> {
         let context = || format!("collecting snapshot {id}");
         self.store
@@ -605,7 +627,7 @@ impl ObjectSnapshots {
         let now = now_ms();
         if leases
             .iter()
-            .any(|l| lease_is_fresh(l.last_modified.timestamp_millis(), now))
+            .any(|l| is_fresh(l.last_modified.timestamp_millis(), now))
         {
             self.pardon(id).await?;
             return Ok(None);

@@ -478,13 +478,16 @@ impl ObjectSnapshots {
             .get(&self.object(id, ARCHIVE)?)
             .await
             .map_err(transient(format!("snapshot {id}")))?;
-        let mut file = tokio::fs::OpenOptions::new()
+        let file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(spooled)
             .await
             .map_err(io_error(format!("creating {}", spooled.display())))?;
+        // Network chunks are small; each write of a tokio file is a trip
+        // to the blocking pool.
+        let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
         let mut stream = got.into_stream();
         let mut hasher = Sha256::new();
         let mut opener = Some(Opener::new(self.key.as_ref(), id));
@@ -531,7 +534,11 @@ impl ObjectSnapshots {
         file.write_all(&rest)
             .await
             .map_err(io_error(format!("writing {}", spooled.display())))?;
-        file.sync_all()
+        file.flush()
+            .await
+            .map_err(io_error(format!("writing {}", spooled.display())))?;
+        file.get_ref()
+            .sync_all()
             .await
             .map_err(io_error(format!("writing {}", spooled.display())))?;
         Ok(())

@@ -66,13 +66,11 @@ impl Bucket {
         let listed: Vec<_> = raw.list(None).try_collect().await.unwrap();
         let mut objects = Vec::new();
         for meta in listed {
-            let bytes = raw
-                .get(&meta.location)
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
+            // A Garrison may delete it between the listing and the read.
+            let Ok(got) = raw.get(&meta.location).await else {
+                continue;
+            };
+            let bytes = got.bytes().await.unwrap();
             objects.push((meta.location, bytes.to_vec()));
         }
         objects

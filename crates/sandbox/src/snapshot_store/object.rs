@@ -425,12 +425,12 @@ impl ObjectSnapshots {
     /// file, holding a lease on it until the [`Fetched`] is released.
     pub async fn fetch(&self, snapshot: &SnapshotRef) -> Result<Fetched> {
         let id = snapshot.id.clone();
-        let lease = Lease::take(
-            self.store.clone(),
-            self.leases(&id).child(self.holder.as_str()),
-        )
-        .await
-        .map_err(transient(format!("leasing snapshot {id}")))?;
+        self.object(&id, ARCHIVE)?;
+        // One lease per restore, even two of one snapshot in this process.
+        let holder = format!("{}-{:08x}", self.holder, rand::random::<u32>());
+        let lease = Lease::take(self.store.clone(), self.leases(&id).child(holder))
+            .await
+            .map_err(transient(format!("leasing snapshot {id}")))?;
         match self.condemned(&id).await {
             Ok(false) => {}
             Ok(true) => {

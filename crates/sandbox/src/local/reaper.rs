@@ -16,6 +16,12 @@
 //! of Garrison's children belong to whoever spawned them (tokio waits for
 //! its own by pid). A process started by an earlier Garrison belongs to the
 //! machine's init, as before.
+//!
+//! Being a subreaper applies to every descendant: a process that a tool
+//! Garrison runs leaves behind (a daemon forking away from it) becomes
+//! Garrison's child and stays a zombie until Garrison exits. Garrison runs
+//! no such tool on a session's path; Podman's `conmon`, in `garrison bench
+//! sandbox --peer podman`, is one.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Sender, channel};

@@ -9,6 +9,7 @@ pub mod images;
 pub mod net;
 pub mod oci;
 mod plugin;
+mod reaper;
 pub mod rootfs;
 mod runc;
 pub mod seccomp;

@@ -137,7 +137,16 @@ async fn destroy_leaves_no_mount_cgroup_process_link_or_directory() {
     s.backend.spawn(&s.handle, &spec).await.unwrap();
     let link = s.backend.host_link(&name).unwrap();
     assert!(std::path::Path::new("/sys/class/net").join(&link).exists());
+    let pids = sandbox_pids(&name);
+    assert!(pids.len() >= 3, "init, shim and sleeper: {pids:?}");
     s.backend.destroy(&s.handle).await.unwrap();
+    // Not even a zombie: Garrison reaps what runc left it before destroy
+    // returns, instead of leaving that to the machine's init.
+    let left: Vec<_> = pids
+        .iter()
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    assert!(left.is_empty(), "processes left: {left:?}");
     assert!(
         !std::path::Path::new("/sys/class/net").join(&link).exists(),
         "the host link {link} is left"
@@ -145,8 +154,8 @@ async fn destroy_leaves_no_mount_cgroup_process_link_or_directory() {
 
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&name), "a mount is left");
-    for controller in ["memory", "pids", "cpu"] {
-        let path = format!("/sys/fs/cgroup/{controller}/garrison/{name}");
+    for controller in ["memory/", "pids/", "cpu/", ""] {
+        let path = format!("/sys/fs/cgroup/{controller}garrison/{name}");
         assert!(!std::path::Path::new(&path).exists(), "{path} is left");
     }
     let processes = std::process::Command::new("ps")
@@ -271,4 +280,15 @@ async fn a_process_whose_start_was_not_recorded_still_reads_as_running() {
     .unwrap();
     assert_ne!(stopped, ProcessStatus::Running);
     backend.destroy(&handle).await.unwrap();
+}
+
+/// The host pids in sandbox `name`'s cgroup (cgroup v1 or v2).
+fn sandbox_pids(name: &str) -> Vec<u32> {
+    ["/sys/fs/cgroup/pids/garrison", "/sys/fs/cgroup/garrison"]
+        .iter()
+        .find_map(|base| std::fs::read_to_string(format!("{base}/{name}/cgroup.procs")).ok())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
 }

@@ -115,6 +115,7 @@ fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
 
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> anyhow::Result<Self> {
+        super::reaper::start()?;
         for tool in [&config.runc, &config.tini, &config.shim_exe] {
             anyhow::ensure!(
                 tool.exists(),

@@ -11,6 +11,31 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::cmd::{output, run};
+use super::reaper;
+
+/// The cgroup (below each hierarchy's root) of container `id`.
+pub fn cgroups_path(id: &str) -> String {
+    format!("/garrison/{id}")
+}
+
+/// Whether `/proc/<pid>/cgroup` text puts the process in `path` (in any
+/// hierarchy: cgroup v1 lists one line per hierarchy, v2 one line).
+fn in_cgroup(proc_cgroup: &str, path: &str) -> bool {
+    proc_cgroup
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .any(|p| p == path)
+}
+
+/// Hands the process whose pid runc wrote in `pid_file` to the reaper.
+fn adopt_recorded(pid_file: &Path) {
+    if let Some(pid) = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+    {
+        reaper::adopt(pid);
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct Runc {
@@ -25,6 +50,10 @@ pub struct State {
     #[serde(default)]
     pub status: String,
 }
+
+/// Longest a destroy waits for a killed init to die before leaving the
+/// rest to `runc delete --force`; a healthy one needs milliseconds.
+const DEATH_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Runc {
     fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<String> {
@@ -97,10 +126,13 @@ impl Runc {
             ],
         )
         .await
-        .with_context(|| format!("starting container {id}"))
+        .with_context(|| format!("starting container {id}"))?;
+        adopt_recorded(Path::new(pid_file.as_ref()));
+        Ok(())
     }
 
     /// Starts a process in the container, detached; returns when it runs.
+    /// Its pid is in `pid_file`; Garrison reaps it when it ends.
     pub async fn exec_detached(
         &self,
         id: &str,
@@ -122,7 +154,9 @@ impl Runc {
         rest.extend_from_slice(argv);
         self.call_detached(log, &rest)
             .await
-            .with_context(|| format!("starting a process in {id}"))
+            .with_context(|| format!("starting a process in {id}"))?;
+        adopt_recorded(Path::new(pid_file.as_ref()));
+        Ok(())
     }
 
     pub async fn state(&self, id: &str) -> Option<State> {
@@ -144,11 +178,29 @@ impl Runc {
     }
 
     /// Kills every process and removes the container; gone is success.
-    pub async fn delete(&self, id: &str) -> anyhow::Result<()> {
-        if self.state(id).await.is_none() {
-            return Ok(());
+    ///
+    /// `init_pid` is the container's init as `run_detached` recorded it.
+    /// runc's own `delete --force` checks every 100 ms whether the init has
+    /// died; waiting for it here, on a pidfd, ends that wait the moment it
+    /// dies, and `runc delete` then finds a stopped container.
+    pub async fn delete(&self, id: &str, init_pid: Option<u32>) -> anyhow::Result<()> {
+        let cgroup = cgroups_path(id);
+        let init = init_pid.and_then(reaper::pidfd).filter(|_| {
+            let pid = init_pid.unwrap_or_default();
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|text| in_cgroup(&text, &cgroup))
+        });
+        if let Some(init) = init {
+            // Through runc, which also thaws a paused container (a frozen
+            // process dies only once thawed).
+            let _ = self.call(&["kill", id, "KILL"]).await;
+            // Reaped here rather than by the reaper's thread a moment later,
+            // so nothing of the container is left once destroy returns.
+            let _ = tokio::task::spawn_blocking(move || {
+                reaper::wait_exit(&init, DEATH_GUARD) && reaper::reap(&init)
+            })
+            .await;
         }
-        let _ = self.call(&["kill", id, "KILL"]).await;
         let args = self.args(&["delete", "--force", id]);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         match run(&self.binary.to_string_lossy(), &refs, &[]).await {
@@ -156,5 +208,20 @@ impl Runc {
             Err(_) if self.state(id).await.is_none() => Ok(()),
             Err(e) => Err(e.context(format!("deleting container {id}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_membership_is_an_exact_path_in_any_hierarchy() {
+        let v1 = "12:pids:/garrison/sb-1\n3:cpu,cpuacct:/garrison/sb-1\n0::/\n";
+        assert!(in_cgroup(v1, "/garrison/sb-1"));
+        assert!(!in_cgroup(v1, "/garrison/sb"));
+        assert!(in_cgroup("0::/garrison/sb-1\n", "/garrison/sb-1"));
+        assert!(!in_cgroup("0::/garrison/sb-10\n", "/garrison/sb-1"));
+        assert!(!in_cgroup("", "/garrison/sb-1"));
     }
 }

@@ -23,11 +23,15 @@
 //!    then one TCP stream of `--transfer-mb` out of a sandbox, allowed by
 //!    the policy and unrestricted, `--rounds` each, to a sink in a private
 //!    world of network namespaces.
+//! 6. **Peer** (`--peer podman`; see `peer`): the start and the removal of
+//!    step 1 and 3 done by Podman with the same image, limits and command,
+//!    so Garrison's figures are also given as ratios to Podman's.
 //!
 //! Everything lives in a scratch directory under the state directory, which
 //! is removed at the end (every sandbox in it is destroyed first, also after
 //! a failure). Images come from `--images-dir` and are only read.
 
+mod peer;
 mod phases;
 mod policy;
 mod procs;
@@ -97,6 +101,13 @@ pub struct SandboxArgs {
     /// throughput; the ratio is the median of back-to-back pairs.
     #[arg(long, default_value_t = 7)]
     streams: usize,
+    /// Also measure the same start and removal with this container engine
+    /// (local backend), and give Garrison's figures as ratios to its.
+    #[arg(long, value_enum)]
+    peer: Option<PeerChoice>,
+    /// Containers the peer starts and removes.
+    #[arg(long, default_value_t = 20)]
+    peer_runs: usize,
     /// Also print the figures as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -106,6 +117,11 @@ impl SandboxArgs {
     fn policy(&self) -> bool {
         self.policy.unwrap_or(self.backend == BackendChoice::Local)
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PeerChoice {
+    Podman,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -120,6 +136,12 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     }
     if args.policy() && args.backend != BackendChoice::Local {
         bail!("--policy needs the local backend, the one that enforces network policies");
+    }
+    if args.peer.is_some() && args.backend != BackendChoice::Local {
+        bail!("--peer needs the local backend, whose image the peer imports");
+    }
+    if args.peer.is_some() && args.peer_runs == 0 {
+        bail!("--peer-runs must be at least 1");
     }
     if args.policy() && (args.policy_sandboxes == 0 || args.transfer_mb == 0 || args.streams == 0) {
         bail!("--policy-sandboxes, --transfer-mb and --streams must be at least 1");
@@ -163,7 +185,14 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         run_id: format!("{:08x}", rand::random::<u32>()),
         policy: Default::default(),
     };
-    let measured = measure(&bench, &args, &binary, &state_dir, scratch.path()).await;
+    let measured = measure(
+        &bench,
+        &args,
+        (&binary, &binary_path),
+        &state_dir,
+        scratch.path(),
+    )
+    .await;
     let cleaned = phases::destroy_all(backend.as_ref()).await;
     match cleaned {
         Ok(()) => drop(scratch),
@@ -177,13 +206,14 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let (lifecycle, memory, snapshots, policy) = measured?;
+    let (lifecycle, memory, snapshots, policy, peer) = measured?;
     let report = Report {
         setup,
         lifecycle,
         memory,
         snapshots,
         policy,
+        peer,
     };
     print!("{}", report.table());
     if args.json {
@@ -197,12 +227,13 @@ type Measured = (
     report::Memory,
     report::Snapshots,
     Option<policy::PolicyFigures>,
+    Option<peer::PeerFigures>,
 );
 
 async fn measure(
     bench: &phases::Bench,
     args: &SandboxArgs,
-    binary: &[u8],
+    (binary, binary_path): (&[u8], &Path),
     state_dir: &Path,
     scratch: &Path,
 ) -> anyhow::Result<Measured> {
@@ -215,6 +246,16 @@ async fn measure(
     let memory = bench.memory(&handles).await;
     progress("destroying them one after another");
     lifecycle.destroy = bench.destroy_each(&handles).await?;
+    let peer = match args.peer {
+        Some(PeerChoice::Podman) => {
+            progress(&format!(
+                "peer: {} podman containers started and removed one after another",
+                args.peer_runs
+            ));
+            Some(measure_peer(args, binary_path, state_dir, scratch).await?)
+        }
+        None => None,
+    };
     progress(&format!(
         "snapshot and restore of {} files of {} KiB, {} rounds",
         args.files, args.file_kb, args.rounds
@@ -227,7 +268,33 @@ async fn measure(
     } else {
         None
     };
-    Ok((lifecycle, memory, snapshots, policy))
+    Ok((lifecycle, memory, snapshots, policy, peer))
+}
+
+async fn measure_peer(
+    args: &SandboxArgs,
+    binary_path: &Path,
+    state_dir: &Path,
+    scratch: &Path,
+) -> anyhow::Result<peer::PeerFigures> {
+    let images = ImageStore::open(&images_dir(args, state_dir))?;
+    let image = images.resolve(&args.image)?;
+    peer::measure(&peer::PeerSetup {
+        rootfs: image.rootfs.clone(),
+        image_id: image.id.clone(),
+        binary: binary_path.to_owned(),
+        dir: scratch.join("podman"),
+        runs: args.peer_runs,
+        cpus: args.cpus,
+        memory_mb: args.memory_mb,
+    })
+    .await
+}
+
+fn images_dir(args: &SandboxArgs, state_dir: &Path) -> PathBuf {
+    args.images_dir
+        .clone()
+        .unwrap_or_else(|| state_dir.join("images"))
 }
 
 async fn measure_policy(
@@ -296,10 +363,7 @@ fn local_config(
     scratch: &Path,
 ) -> anyhow::Result<(LocalConfig, String)> {
     let this_exe = std::env::current_exe().context("locating this binary")?;
-    let images_dir = args
-        .images_dir
-        .clone()
-        .unwrap_or_else(|| state_dir.join("images"));
+    let images_dir = images_dir(args, state_dir);
     let images = ImageStore::open(&images_dir)
         .with_context(|| format!("opening the images in {}", images_dir.display()))?;
     let image = images.resolve(&args.image).with_context(|| {

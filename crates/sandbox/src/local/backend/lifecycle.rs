@@ -86,12 +86,18 @@ impl LocalBackend {
         Ok(())
     }
 
-    /// Tears down whatever exists of a sandbox, in reverse order of creation.
+    /// Tears down whatever exists of a sandbox: the container and the
+    /// network (independent of each other, so together), then the disk.
     pub(super) async fn teardown(&self, name: &str, dir: &Path) -> anyhow::Result<()> {
-        self.runc.delete(name).await?;
-        net::destroy(&self.net, name)
-            .await
-            .map_err(|e| anyhow!(e))?;
+        let init_pid = std::fs::read_to_string(dir.join("init.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+        let (container, network) = tokio::join!(
+            self.runc.delete(name, init_pid),
+            net::destroy(&self.net, name)
+        );
+        container?;
+        network.map_err(|e| anyhow!(e))?;
         disk::unmount(&dir.join("rootfs"))?;
         disk::unmount(&dir.join("disk"))?;
         // The handle goes first: a crash halfway leaves a directory `list`
@@ -210,7 +216,7 @@ impl LocalBackend {
             root.write("/etc/resolv.conf", conf.as_bytes(), 0o644)?;
         }
 
-        let cgroups_path = format!("/garrison/{name}");
+        let cgroups_path = crate::local::runc::cgroups_path(name);
         let config = oci::config(&ContainerConfig {
             hostname: "sandbox",
             resources: &spec.resources,

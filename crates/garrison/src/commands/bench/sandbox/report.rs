@@ -12,6 +12,10 @@ use super::super::report::{Summary, round, row, verdict};
 pub const TARGET_START_P50_MS: f64 = 150.0;
 /// Snapshot of the ~200 MB workspace, p50.
 pub const TARGET_SNAPSHOT_P50_S: f64 = 1.5;
+/// Destroy of a sandbox whose process runs, p50.
+pub const TARGET_DESTROY_P50_MS: f64 = 200.0;
+/// Restore (create from the snapshot) of the ~200 MB workspace, p50.
+pub const TARGET_RESTORE_P50_S: f64 = 1.0;
 /// No per-sandbox helper process above this resident size, MiB (memory
 /// figures are MiB, as `free -m` and `ps` count; throughput MB are 10^6).
 pub const TARGET_HELPER_RSS_MIB: f64 = 10.0;
@@ -117,11 +121,21 @@ pub struct Report {
     pub snapshots: Snapshots,
     /// `--policy`: start latency and throughput with a network policy.
     pub policy: Option<super::policy::PolicyFigures>,
+    /// `--peer`: the same start and removal by another container engine.
+    pub peer: Option<super::peer::PeerFigures>,
 }
 
 impl Report {
     fn start_ok(&self) -> bool {
         self.lifecycle.total.n > 0 && self.lifecycle.total.p50 < TARGET_START_P50_MS
+    }
+
+    fn destroy_ok(&self) -> bool {
+        self.lifecycle.destroy.n > 0 && self.lifecycle.destroy.p50 < TARGET_DESTROY_P50_MS
+    }
+
+    fn restore_ok(&self) -> bool {
+        self.snapshots.restore.n > 0 && self.snapshots.restore.p50 < TARGET_RESTORE_P50_S
     }
 
     fn snapshot_ok(&self) -> bool {
@@ -171,6 +185,12 @@ impl Report {
         let _ = writeln!(out);
         header(&mut out, "destroy, process running (ms)");
         row(&mut out, "  destroy", &l.destroy);
+        let _ = writeln!(
+            out,
+            "  p50 {:.1} ms   target < {TARGET_DESTROY_P50_MS} ms   {}",
+            l.destroy.p50,
+            verdict(self.destroy_ok())
+        );
         let _ = writeln!(out);
 
         let n = &self.snapshots;
@@ -218,6 +238,12 @@ impl Report {
             n.snapshot.p50,
             verdict(self.snapshot_ok())
         );
+        let _ = writeln!(
+            out,
+            "  restore p50 {:.2} s   target < {TARGET_RESTORE_P50_S} s   {}",
+            n.restore.p50,
+            verdict(self.restore_ok())
+        );
         let _ = writeln!(out);
 
         let m = &self.memory;
@@ -251,6 +277,10 @@ impl Report {
         if let Some(policy) = &self.policy {
             let _ = writeln!(out);
             policy.table(&mut out);
+        }
+        if let Some(peer) = &self.peer {
+            let _ = writeln!(out);
+            peer.table(&mut out, l);
         }
         out
     }
@@ -303,13 +333,18 @@ impl Report {
             },
             "targets": {
                 "create_to_started_p50_ms": { "target": TARGET_START_P50_MS, "value": round(l.total.p50), "pass": self.start_ok() },
+                "destroy_p50_ms": { "target": TARGET_DESTROY_P50_MS, "value": round(l.destroy.p50), "pass": self.destroy_ok() },
                 "snapshot_p50_s": { "target": TARGET_SNAPSHOT_P50_S, "value": round(n.snapshot.p50), "pass": self.snapshot_ok() },
+                "restore_p50_s": { "target": TARGET_RESTORE_P50_S, "value": round(n.restore.p50), "pass": self.restore_ok() },
                 "max_helper_rss_mib": { "target": TARGET_HELPER_RSS_MIB, "value": round(m.max_helper_mib()), "pass": self.helpers_ok() },
             },
         });
         if let Some(policy) = &self.policy {
             value["policy"] = policy.json();
             value["targets"]["policy_throughput_ratio"] = policy.target_json();
+        }
+        if let Some(peer) = &self.peer {
+            value["peer"] = peer.json(l);
         }
         value
     }

@@ -1,0 +1,78 @@
+//! `garrison bench sandbox` with the local backend and `--peer podman`, at
+//! tiny sizes: the report carries the churn targets and Podman's figures
+//! with Garrison's ratios, and the run leaves nothing behind. Needs root,
+//! the test image (`GARRISON_TEST_IMAGES`) and Podman (`scripts/setup`);
+//! skips without root or the image.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn garrison_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_garrison")
+}
+
+#[test]
+fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the local backend and podman need root");
+        return;
+    }
+    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
+        eprintln!("skipped: GARRISON_TEST_IMAGES is not set (scripts/test sets it)");
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(garrison_bin())
+        .args(["bench", "sandbox", "--sessions", "2", "--files", "20"])
+        .args(["--file-kb", "4", "--rounds", "1", "--policy", "false"])
+        .args(["--peer", "podman", "--peer-runs", "2", "--json"])
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--images-dir")
+        .arg(&images)
+        .output()
+        .expect("garrison runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+
+    for target in ["destroy_p50_ms", "restore_p50_s"] {
+        let t = &report["targets"][target];
+        assert!(t["target"].is_number(), "{target}: {t}");
+        assert!(t["value"].as_f64().unwrap() > 0.0, "{target}: {t}");
+        assert!(t["pass"].is_boolean(), "{target}: {t}");
+    }
+    let peer = &report["peer"];
+    assert_eq!(peer["name"], "podman", "{peer}");
+    assert!(!peer["version"].as_str().unwrap().is_empty(), "{peer}");
+    for figure in ["start_to_first_output_ms", "remove_ms"] {
+        assert_eq!(peer[figure]["n"], 2, "{figure}: {peer}");
+        assert!(
+            peer[figure]["p50"].as_f64().unwrap() > 0.0,
+            "{figure}: {peer}"
+        );
+    }
+    for ratio in ["start", "remove"] {
+        assert!(
+            peer["ratios"][ratio].as_f64().unwrap() > 0.0,
+            "{ratio}: {peer}"
+        );
+    }
+    assert!(stdout.contains("Garrison / podman"), "{stdout}");
+
+    // The scratch directory, Podman's storage in it included, is gone.
+    let left: Vec<_> = std::fs::read_dir(state.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|name| name.to_string_lossy().starts_with("bench-sandbox-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let state_path = state.path().to_string_lossy().into_owned();
+    assert!(!mounts.contains(&state_path), "a mount is left: {mounts}");
+}

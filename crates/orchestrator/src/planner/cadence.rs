@@ -16,7 +16,7 @@ use super::{EntryObs, Millis, RemoteObs, Stage};
 pub const LOOK_MS: Millis = 100;
 /// The longest a settled session goes unlooked at: how late a remote's
 /// exit or its newest output may be noticed.
-pub const SETTLED_LOOK_MAX_MS: Millis = 2_000;
+pub const SETTLED_LOOK_MAX_MS: Millis = 5_000;
 
 /// What [`look_again_in`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ mod tests {
     #[test]
     fn a_settled_session_is_looked_at_less_often_while_nothing_changes() {
         let waits: Vec<Millis> = (0..8).map(|n| look_again_in(&settled(n))).collect();
-        assert_eq!(waits, [100, 200, 400, 800, 1_600, 2_000, 2_000, 2_000]);
+        assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
         assert_eq!(look_again_in(&settled(u32::MAX)), SETTLED_LOOK_MAX_MS);
     }
 

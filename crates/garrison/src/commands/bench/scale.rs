@@ -99,7 +99,10 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let measured = measure(&emu, &outpost, &mut garrison, &args).await;
     garrison.stop().await;
     emu.shutdown().await;
-    let report = measured?;
+    // The state directory goes with this function: a failure says what
+    // Garrison logged last.
+    let report = measured
+        .map_err(|e| e.context(format!("garrison's log ends:\n{}", garrison.log_tail())))?;
     print!("{}", report.table());
     if args.json {
         println!("{}", report.json());
@@ -488,6 +491,12 @@ impl Garrison {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
     /// Garrison's state store, read beside it.

@@ -4,6 +4,7 @@ mod admin_client;
 mod backends;
 mod commands;
 mod format;
+mod limits;
 mod logging;
 mod signals;
 mod store_fallback;
@@ -29,6 +30,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(code) = sandbox::shim::dispatch(&args) {
         std::process::exit(code);
     }
+    limits::raise_open_files();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(commands::run(cli.command))

@@ -300,6 +300,7 @@ async fn metrics_route(State(state): State<Arc<AdminState>>) -> Response {
             .is_ok(),
         version: state.version,
         started_at_ms: state.started_at_ms,
+        store_writes: serving.store.writes(),
     });
     (
         [(

@@ -12,6 +12,7 @@
 //! - [`plan_start`]: within a start, which sandbox to use (the one kept
 //!   suspended, one restored from a snapshot, a fresh one), from what the
 //!   start has found and what failed so far.
+//! - [`look_again_in`]: how soon a runner with nothing to do looks again.
 //! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
 //!   back; [`finish_on_claim_lost`]: how a session whose claim another
 //!   acceptor took is wound down.
@@ -25,6 +26,7 @@
 use fleet::{NetworkPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
 
+mod cadence;
 mod claims;
 mod output;
 mod renewal;
@@ -32,6 +34,7 @@ mod stage;
 mod start;
 mod wind_down;
 
+pub use cadence::{LOOK_MS, LookObs, SETTLED_LOOK_MAX_MS, look_again_in};
 pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
 pub use output::{
     DEFAULT_SESSION_LOG_MAX_BYTES, OutputAllowance, output_allowance, output_exhausted,

@@ -9,7 +9,7 @@
 //! polling orchestrators discover work; it exists so `garrison bench queue`
 //! can measure the difference with the same executor behind it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -30,6 +30,9 @@ pub struct QueueView {
     entries: Mutex<BTreeMap<String, QueueEntry>>,
     /// Bumped on every change; subscribers wake on it.
     generation: watch::Sender<u64>,
+    /// Per session, bumped when that session's entry changes: a runner
+    /// wakes for its own entry, not for each of a thousand others.
+    session_generations: Mutex<HashMap<String, watch::Sender<u64>>>,
     /// When the view was last confirmed by the server (Unix ms).
     synced_at: AtomicI64,
     pub watch_reconnects: AtomicU64,
@@ -46,6 +49,7 @@ impl QueueView {
             outpost_id: outpost_id.to_owned(),
             entries: Mutex::new(BTreeMap::new()),
             generation: watch::Sender::new(0),
+            session_generations: Mutex::new(HashMap::new()),
             synced_at: AtomicI64::new(0),
             watch_reconnects: AtomicU64::new(0),
             relists: AtomicU64::new(0),
@@ -62,6 +66,28 @@ impl QueueView {
 
     pub fn snapshot(&self) -> BTreeMap<String, QueueEntry> {
         self.lock().clone()
+    }
+
+    /// The entries `keep` accepts, copied: with a thousand sessions held,
+    /// the claim loop copies only the few it may act on.
+    pub fn snapshot_where(
+        &self,
+        keep: impl Fn(&QueueEntry) -> bool,
+    ) -> BTreeMap<String, QueueEntry> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| keep(e))
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .collect()
+    }
+
+    /// How many entries the view holds.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn get(&self, session_id: &str) -> Option<QueueEntry> {
@@ -81,8 +107,46 @@ impl QueueView {
         self.generation.subscribe()
     }
 
+    /// Wakes when `session_id`'s entry changes (or a full list replaces
+    /// the view); other entries' changes do not wake it.
+    pub fn subscribe_session(&self, session_id: &str) -> watch::Receiver<u64> {
+        self.sessions_lock()
+            .entry(session_id.to_owned())
+            .or_insert_with(|| watch::Sender::new(0))
+            .subscribe()
+    }
+
+    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        self.session_generations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     fn bump(&self) {
         self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Wakes the subscribers of these sessions; a sender nobody listens to
+    /// any more (its runner ended) is dropped on the way.
+    fn bump_sessions<'a>(&self, session_ids: impl IntoIterator<Item = &'a str>) {
+        let mut senders = self.sessions_lock();
+        for id in session_ids {
+            if let Some(tx) = senders.get(id) {
+                if tx.receiver_count() == 0 {
+                    senders.remove(id);
+                } else {
+                    tx.send_modify(|g| *g += 1);
+                }
+            }
+        }
+    }
+
+    fn bump_every_session(&self) {
+        let mut senders = self.sessions_lock();
+        senders.retain(|_, tx| tx.receiver_count() > 0);
+        for tx in senders.values() {
+            tx.send_modify(|g| *g += 1);
+        }
     }
 
     fn mark_synced(&self) {
@@ -95,24 +159,44 @@ impl QueueView {
         // must not hold it.
         let mut entry = entry;
         entry.status.connect_token = None;
-        self.lock().insert(entry.session_id().to_owned(), entry);
-        self.bump();
+        let id = entry.session_id().to_owned();
+        let previous = self.lock().insert(id.clone(), entry.clone());
+        // The watch echoes each claim and renewal already taken in from
+        // its answer: an unchanged entry wakes nobody.
+        if previous.as_ref() != Some(&entry) {
+            self.bump_sessions([id.as_str()]);
+            self.bump();
+        }
     }
 
     pub fn remove(&self, session_id: &str) {
         if self.lock().remove(session_id).is_some() {
+            self.bump_sessions([session_id]);
             self.bump();
         }
     }
 
     /// Replaces the whole view with a complete list.
     fn replace(&self, entries: Vec<QueueEntry>) {
-        let map = entries
+        let map: BTreeMap<String, QueueEntry> = entries
             .into_iter()
             .map(|e| (e.session_id().to_owned(), e))
             .collect();
-        *self.lock() = map;
+        let first = !self.is_synced();
+        let changed = {
+            let mut current = self.lock();
+            let changed = changed_ids(&current, &map);
+            *current = map;
+            changed
+        };
         self.mark_synced();
+        // Before the first list, a runner cannot tell a missing entry from
+        // one not seen yet: the first list is news to every runner.
+        if first {
+            self.bump_every_session();
+        } else {
+            self.bump_sessions(changed.iter().map(String::as_str));
+        }
         self.bump();
     }
 
@@ -126,6 +210,20 @@ impl QueueView {
         }
         self.mark_synced();
     }
+}
+
+/// The sessions whose entry differs between two readings of the queue
+/// (added, removed or changed).
+fn changed_ids(
+    before: &BTreeMap<String, QueueEntry>,
+    after: &BTreeMap<String, QueueEntry>,
+) -> Vec<String> {
+    let gone = before.keys().filter(|id| !after.contains_key(*id));
+    let new_or_changed = after
+        .iter()
+        .filter(|(id, e)| before.get(*id) != Some(*e))
+        .map(|(id, _)| id);
+    gone.chain(new_or_changed).cloned().collect()
 }
 
 /// Keeps `view` current until `stop` is cancelled: by list-then-watch, or
@@ -337,6 +435,60 @@ mod tests {
         task.await.unwrap();
         let stored = store.cursor(&outpost).unwrap();
         assert!(stored.is_some());
+    }
+
+    fn entry(id: &str, status: &str) -> QueueEntry {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"session_id": id},
+            "status": {"phase": "pending", "session_status": status}
+        }))
+        .unwrap()
+    }
+
+    fn map(entries: &[QueueEntry]) -> BTreeMap<String, QueueEntry> {
+        entries
+            .iter()
+            .map(|e| (e.session_id().to_owned(), e.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_list_names_only_the_entries_that_changed() {
+        let before = map(&[
+            entry("a", "running"),
+            entry("b", "running"),
+            entry("c", "running"),
+        ]);
+        let after = map(&[
+            entry("a", "running"),
+            entry("b", "suspended"),
+            entry("d", "running"),
+        ]);
+        let mut changed = changed_ids(&before, &after);
+        changed.sort();
+        assert_eq!(changed, ["b", "c", "d"]);
+        assert!(changed_ids(&after, &after).is_empty());
+    }
+
+    #[test]
+    fn a_session_wakes_for_its_own_entry_only() {
+        let view = QueueView::new("o");
+        let mut mine = view.subscribe_session("a");
+        let mut all = view.subscribe();
+        view.upsert(entry("b", "running"));
+        assert!(!mine.has_changed().unwrap());
+        assert!(all.has_changed().unwrap());
+        all.mark_unchanged();
+        view.upsert(entry("a", "running"));
+        assert!(mine.has_changed().unwrap());
+        mine.mark_unchanged();
+        all.mark_unchanged();
+        // The watch's echo of what a claim answer already said.
+        view.upsert(entry("a", "running"));
+        assert!(!mine.has_changed().unwrap());
+        assert!(!all.has_changed().unwrap());
+        view.remove("a");
+        assert!(mine.has_changed().unwrap());
     }
 
     #[test]

@@ -2,13 +2,15 @@
 //!
 //! The binary is downloaded outside every sandbox (a sandbox with an enabled
 //! network policy may not reach the distribution), verified against its
-//! published SHA-256, cached, and verified again each time it is copied into
-//! a sandbox.
+//! published SHA-256, cached, and verified again each time it is read from
+//! the cache to be copied into a sandbox (a burst of starts reads it once:
+//! the verified bytes stay in memory for a few seconds after their last
+//! use).
 
 use std::collections::HashMap;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -72,6 +74,67 @@ pub struct RemoteResolver {
     /// Held while a build is read from disk or downloaded, so that a burst
     /// of sessions missing the same build downloads it once, not once each.
     fetching: tokio::sync::Mutex<()>,
+    /// The bytes last verified, for the starts right after.
+    recent: RecentBytes,
+}
+
+/// How long verified bytes are kept in memory after their last use: a
+/// burst of starts reads and hashes the binary once, and an idle Garrison
+/// does not keep it in its memory.
+const RECENT_KEEP: Duration = Duration::from_secs(20);
+
+/// The last verified binary, kept in memory for [`RECENT_KEEP`] after its
+/// last use. Memory is Garrison's own, so bytes taken from it need no
+/// second check; the cache file on disk is read and checked again once
+/// they were dropped.
+#[derive(Clone, Default)]
+struct RecentBytes {
+    slot: Arc<Mutex<Option<Recent>>>,
+}
+
+struct Recent {
+    remote: ResolvedRemote,
+    bytes: Arc<[u8]>,
+    used: Instant,
+}
+
+impl RecentBytes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Recent>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, remote: &ResolvedRemote) -> Option<Arc<[u8]>> {
+        let mut slot = self.lock();
+        let recent = slot.as_mut().filter(|r| r.remote == *remote)?;
+        recent.used = Instant::now();
+        Some(recent.bytes.clone())
+    }
+
+    fn put(&self, remote: &ResolvedRemote, bytes: Arc<[u8]>) {
+        *self.lock() = Some(Recent {
+            remote: remote.clone(),
+            bytes,
+            used: Instant::now(),
+        });
+        // Drops the bytes once unused for RECENT_KEEP; each use pushes the
+        // end back, so one sweeper per put is enough.
+        let this = self.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                loop {
+                    let left = match &*this.lock() {
+                        Some(recent) => RECENT_KEEP.saturating_sub(recent.used.elapsed()),
+                        None => return,
+                    };
+                    if left.is_zero() {
+                        *this.lock() = None;
+                        return;
+                    }
+                    tokio::time::sleep(left).await;
+                }
+            });
+        }
+    }
 }
 
 /// The distribution's name for the platform of a sandbox of `arch`: the
@@ -143,6 +206,7 @@ impl RemoteResolver {
             latest: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
+            recent: RecentBytes::default(),
         })
     }
 
@@ -189,13 +253,26 @@ impl RemoteResolver {
 
     /// The binary's bytes, verified again against the digest recorded at
     /// download, for copying into a sandbox.
-    pub async fn verified_bytes(&self, remote: &ResolvedRemote) -> Result<Vec<u8>, ResolveError> {
-        let bytes = tokio::fs::read(&remote.path).await.map_err(|e| {
+    pub async fn verified_bytes(&self, remote: &ResolvedRemote) -> Result<Arc<[u8]>, ResolveError> {
+        if let Some(bytes) = self.recent.get(remote) {
+            return Ok(bytes);
+        }
+        // Reading and hashing a binary of tens of megabytes is seconds of
+        // CPU over a burst: off the async workers.
+        let path = remote.path.clone();
+        let (bytes, actual) = tokio::task::spawn_blocking(move || {
+            std::fs::read(&path).map(|bytes| {
+                let actual = hex_sha256(&bytes);
+                (bytes, actual)
+            })
+        })
+        .await
+        .map_err(|e| ResolveError::Cache(anyhow::Error::new(e).context("hashing the binary")))?
+        .map_err(|e| {
             ResolveError::Cache(
                 anyhow::Error::new(e).context(format!("reading {}", remote.path.display())),
             )
         })?;
-        let actual = hex_sha256(&bytes);
         if actual != remote.sha256 {
             self.verified
                 .lock()
@@ -208,6 +285,8 @@ impl RemoteResolver {
                 actual,
             });
         }
+        let bytes: Arc<[u8]> = bytes.into();
+        self.recent.put(remote, bytes.clone());
         Ok(bytes)
     }
 
@@ -439,7 +518,7 @@ mod tests {
                     remote.path.display()
                 );
                 let bytes = resolver.verified_bytes(&remote).await.unwrap();
-                assert_eq!(bytes, format!("#!/bin/sh\n# {suffix}\n").into_bytes());
+                assert_eq!(*bytes, *format!("#!/bin/sh\n# {suffix}\n").into_bytes());
             }
         }
     }

@@ -4,13 +4,12 @@
 //! The claim round lives in `serve/claims.rs`, the clean-up of orphaned
 //! sandboxes and expired snapshots in `serve/cleanup.rs`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fleet::{ClientOptions, FleetClient, Timestamp};
+use fleet::{ClientOptions, FleetClient};
 use sandbox::plugin::Placement;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +28,7 @@ use crate::store::Store;
 mod claims;
 mod cleanup;
 
-use claims::claim_round;
+use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
 pub use cleanup::{collect_shared_snapshots, expire_snapshots};
 
@@ -268,17 +267,15 @@ pub async fn run_prepared(
 async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let outpost_id = deps.outpost.outpost_id.clone();
     let mut runners: JoinSet<(String, RunnerEnd)> = JoinSet::new();
-    let mut held: BTreeSet<String> = BTreeSet::new();
-    let mut lost: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
-    let mut cooldown: BTreeMap<String, i64> = BTreeMap::new();
-    let mut released: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
+    let mut claiming: JoinSet<ClaimReply> = JoinSet::new();
+    let mut state = ClaimState::default();
 
     // Re-adopt what the last run of this Garrison left.
     match deps.store.active_sessions(&outpost_id) {
         Ok(records) => {
             for rec in records {
                 info!(session_id = rec.session_id, stage = ?rec.stage, "re-adopting session");
-                held.insert(rec.session_id.clone());
+                state.held.insert(rec.session_id.clone());
                 let runner = SessionRunner::adopted(deps.clone(), rec.clone());
                 runners.spawn(async move { (rec.session_id, runner.run().await) });
             }
@@ -291,21 +288,16 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let mut sweep = tokio::time::interval(RETENTION_SWEEP);
     loop {
         while let Some(done) = runners.try_join_next() {
-            runner_done(done, &mut held, &mut cooldown);
+            runner_done(done, &mut state);
+        }
+        while let Some(reply) = claiming.try_join_next() {
+            claim_answered(&deps, &mut runners, &mut state, reply).await;
         }
         if deps.stopping.is_cancelled() {
             break;
         }
         if deps.view.is_synced() {
-            claim_round(
-                &deps,
-                &mut runners,
-                &mut held,
-                &mut lost,
-                &mut cooldown,
-                &mut released,
-            )
-            .await;
+            claim_round(&deps, &mut runners, &mut claiming, &mut state).await;
         }
         tokio::select! {
             _ = changes.changed() => {}
@@ -315,10 +307,17 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
                 sweep_snapshots(&deps, retention).await;
                 clean_orphans(&deps, retention).await;
             }
+            Some(reply) = claiming.join_next(), if !claiming.is_empty() => {
+                claim_answered(&deps, &mut runners, &mut state, reply).await;
+            }
             Some(done) = runners.join_next(), if !runners.is_empty() => {
-                runner_done(done, &mut held, &mut cooldown);
+                runner_done(done, &mut state);
             }
         }
+    }
+    // A claim won while stopping gets its runner, which gives it back.
+    while let Some(reply) = claiming.join_next().await {
+        claim_answered(&deps, &mut runners, &mut state, reply).await;
     }
     info!(
         outpost_id,
@@ -329,17 +328,13 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     while runners.join_next().await.is_some() {}
 }
 
-fn runner_done(
-    done: Result<(String, RunnerEnd), tokio::task::JoinError>,
-    held: &mut BTreeSet<String>,
-    cooldown: &mut BTreeMap<String, i64>,
-) {
+fn runner_done(done: Result<(String, RunnerEnd), tokio::task::JoinError>, state: &mut ClaimState) {
     match done {
         Ok((session_id, end)) => {
             if let Some(until) = cooldown_until(end, now_ms()) {
-                cooldown.insert(session_id.clone(), until);
+                state.cooldown.insert(session_id.clone(), until);
             }
-            held.remove(&session_id);
+            state.held.remove(&session_id);
         }
         Err(e) => error!(error = %e, "a session runner panicked"),
     }

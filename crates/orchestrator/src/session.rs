@@ -18,8 +18,8 @@ use tracing::{error, info, warn};
 
 use crate::metrics::Metrics;
 use crate::planner::{
-    EntryObs, Millis, OperatorStop, Policy, RemoteObs, RunnerEnd, SessionAction, SessionObs, Stage,
-    plan_session,
+    EntryObs, LookObs, Millis, OperatorStop, Policy, RemoteObs, RunnerEnd, SessionAction,
+    SessionObs, Stage, look_again_in, plan_session,
 };
 use crate::queue::QueueView;
 use crate::remote::RemoteResolver;
@@ -43,8 +43,6 @@ pub use claim::LearnedLifetime;
 use claim::keep_claim_alive;
 use start::StartError;
 
-/// How often a running session is looked at when nothing wakes it.
-const POLL: Duration = Duration::from_millis(100);
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything a runner needs, shared by all runners of an outpost.
@@ -115,7 +113,9 @@ impl SessionRunner {
         let mut claim = Claim::default();
         claim.take_answer(&entry, tokio::time::Instant::now(), &deps.learned_lifetime);
         if let Some(token) = &claim.connect_token {
-            deps.logs.redactor().add(token.expose());
+            deps.logs
+                .redactor()
+                .add_claim_token(&rec.session_id, token.expose());
         }
         let mut runner = Self::adopted(deps, rec);
         runner.claim = claim;
@@ -164,12 +164,26 @@ impl SessionRunner {
     /// store leads back to, and a release would let a second remote start
     /// beside ours. Either way this process does not claim the session
     /// again for a while ([`crate::planner::cooldown_until`]).
-    pub async fn run(mut self) -> RunnerEnd {
-        let mut changes = self.deps.view.subscribe();
+    pub async fn run(self) -> RunnerEnd {
+        let logs = self.deps.logs.clone();
+        let session_id = self.id().to_owned();
+        let end = self.drive().await;
+        // Nothing of the session is copied or logged here any more.
+        logs.redactor().forget_session(&session_id);
+        end
+    }
+
+    async fn drive(mut self) -> RunnerEnd {
+        let mut changes = self.deps.view.subscribe_session(self.id());
         let mut registration = self.deps.operator_stops.register(self.id());
+        let mut quiet_looks = 0u32;
         loop {
+            let before = self.look_fingerprint();
             if let Err(failed) = self.observe().await {
                 return self.halt(failed).await;
+            }
+            if self.look_fingerprint() != before {
+                quiet_looks = 0;
             }
             self.observe_operator(&mut registration.rx);
             let now = now_ms();
@@ -187,10 +201,11 @@ impl SessionRunner {
             }
             let done = match action {
                 SessionAction::Wait => {
+                    let look = self.look_again_in(quiet_looks);
                     tokio::select! {
-                        _ = tokio::time::sleep(POLL) => {}
-                        _ = changes.changed() => {}
-                        _ = registration.rx.changed() => {}
+                        _ = tokio::time::sleep(look) => quiet_looks = quiet_looks.saturating_add(1),
+                        _ = changes.changed() => quiet_looks = 0,
+                        _ = registration.rx.changed() => quiet_looks = 0,
                         _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
                     }
                     Ok(())
@@ -212,10 +227,37 @@ impl SessionRunner {
                     Ok(())
                 }
             };
+            if !matches!(action, SessionAction::Wait) {
+                quiet_looks = 0;
+            }
             if let Err(failed) = done {
                 return self.halt(failed).await;
             }
         }
+    }
+
+    /// What a look can find new: a change resets the runner's cadence.
+    fn look_fingerprint(&self) -> (RemoteObs, u64, EntryObs, Stage) {
+        (
+            self.remote,
+            self.rec.output_offset,
+            self.entry_obs.clone(),
+            self.rec.stage,
+        )
+    }
+
+    /// How long a runner with nothing to do waits before looking again
+    /// (see [`look_again_in`]).
+    fn look_again_in(&self, quiet_looks: u32) -> Duration {
+        let ms = look_again_in(&LookObs {
+            stage: self.rec.stage,
+            remote: self.remote,
+            entry: self.entry_obs.clone(),
+            operator_stop: self.operator_stop.is_some(),
+            quiet_looks,
+            renewal_due_in_ms: self.renewal_due_in().as_millis() as Millis,
+        });
+        Duration::from_millis(ms.max(0) as u64)
     }
 
     /// Ends the runner after a failed record (see [`Self::run`]).

@@ -312,6 +312,11 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
         .find(|s| s.name == sandbox.name)
         .context("sandbox not listed")?;
     ensure!(mine.labels == spec.labels, "labels {:?}", mine.labels);
+    let by_name = h.backend.find(&spec.name).await?;
+    ensure!(
+        by_name.as_ref() == Some(mine),
+        "find gave {by_name:?}, list {mine:?}"
+    );
     ensure!(
         h.backend.create(&spec).await.is_err(),
         "a second sandbox with the same name was created"
@@ -325,6 +330,10 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
             .iter()
             .any(|s| s.name == sandbox.name),
         "destroyed sandbox listed"
+    );
+    ensure!(
+        h.backend.find(&spec.name).await?.is_none(),
+        "destroyed sandbox found by name"
     );
     Ok(())
 }

@@ -186,6 +186,30 @@ impl HostBackend {
     }
 }
 
+/// Writes `bytes` to `target` whole or not at all: a temporary file,
+/// synced, then renamed over it.
+fn write_file(target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent).map_err(io_fatal(format!("creating {}", parent.display())))?;
+    }
+    let tmp = target.with_extension("garrison-tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io_fatal(format!("creating {}", tmp.display())))?;
+    std::io::Write::write_all(&mut file, bytes)
+        .map_err(io_fatal(format!("writing {}", tmp.display())))?;
+    file.sync_all()
+        .map_err(io_fatal(format!("syncing {}", tmp.display())))?;
+    drop(file);
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+        .map_err(io_fatal(format!("chmod {}", tmp.display())))?;
+    fs::rename(&tmp, target).map_err(io_fatal(format!("renaming to {}", target.display())))
+}
+
 fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
     SandboxError::Fatal(e.into())
 }
@@ -286,26 +310,13 @@ impl Sandbox for HostBackend {
 
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
         let target = self.resolve_inside(handle, path)?;
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent)
-                .map_err(io_fatal(format!("creating {}", parent.display())))?;
-        }
-        let tmp = target.with_extension("garrison-tmp");
-        let _ = fs::remove_file(&tmp);
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(io_fatal(format!("creating {}", tmp.display())))?;
-        std::io::Write::write_all(&mut file, bytes)
-            .map_err(io_fatal(format!("writing {}", tmp.display())))?;
-        file.sync_all()
-            .map_err(io_fatal(format!("syncing {}", tmp.display())))?;
-        drop(file);
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
-            .map_err(io_fatal(format!("chmod {}", tmp.display())))?;
-        fs::rename(&tmp, &target).map_err(io_fatal(format!("renaming to {}", target.display())))
+        // Writing and syncing a binary of megabytes blocks for as long as
+        // the disk takes: off the async workers, or a burst of starts
+        // stalls every other session.
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || write_file(&target, &bytes, mode))
+            .await
+            .map_err(fatal)?
     }
 
     async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef> {
@@ -492,6 +503,19 @@ impl Sandbox for HostBackend {
 
     async fn list(&self) -> Result<Vec<Handle>> {
         list_handles(&self.config.root.join("sandboxes"), HANDLE_FILE)
+    }
+
+    /// One file read, where `list` reads every sandbox's.
+    async fn find(&self, name: &SandboxName) -> Result<Option<Handle>> {
+        let path = self.sandbox_dir(name.as_str())?.join(HANDLE_FILE);
+        match fs::read(&path) {
+            // As `list`: a handle that does not parse is no sandbox.
+            Ok(bytes) => Ok(serde_json::from_slice::<Handle>(&bytes)
+                .ok()
+                .filter(|h| h.name == name.as_str())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_fatal(format!("reading {}", path.display()))(e)),
+        }
     }
 }
 

@@ -387,6 +387,17 @@ pub trait Sandbox: Send + Sync + 'static {
     /// so leftovers of a crash can be found and cleaned.
     async fn list(&self) -> Result<Vec<Handle>>;
 
+    /// The sandbox of this name, if this backend has it. Every start of a
+    /// new session asks, so a backend that can look one name up without
+    /// listing every sandbox it holds should.
+    async fn find(&self, name: &SandboxName) -> Result<Option<Handle>> {
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .find(|h| h.name == name.as_str()))
+    }
+
     /// The gateway URL as a process inside the sandbox must dial it: a
     /// backend whose sandboxes see the host under another address rewrites
     /// a loopback URL to it.

@@ -1,5 +1,6 @@
 //! `garrison bench`: benchmarks that print numbers, run in-process (`queue`
-//! against the emulator, `sandbox` against a sandbox backend). They are not
+//! against the emulator, `sandbox` against a sandbox backend) or, for
+//! `scale`, with Garrison as a child process whose use is measured. They are not
 //! tests: they report figures next to their targets and exit 0 whether or
 //! not the targets are met.
 
@@ -7,6 +8,7 @@ mod probe;
 mod queue;
 mod report;
 mod sandbox;
+mod scale;
 
 use clap::{Args, Subcommand};
 
@@ -27,6 +29,11 @@ enum BenchCommand {
     /// throughput, and the memory of each sandbox's helpers outside it,
     /// measured on a sandbox backend directly (`local` by default; root).
     Sandbox(sandbox::SandboxArgs),
+    /// One Garrison (a child process, host backend) holding --sessions
+    /// sessions: its CPU and memory while they idle, fleet API requests and
+    /// state-store writes, missed claim deadlines, and the latency of a new
+    /// session while the others run.
+    Scale(scale::ScaleArgs),
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -36,5 +43,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Queue(args) => queue::run(args).await,
         BenchCommand::Sandbox(args) => sandbox::run(args).await,
+        BenchCommand::Scale(args) => scale::run(args).await,
     }
 }

@@ -132,6 +132,8 @@ pub struct Scrape<'a> {
     pub ready: bool,
     pub version: &'a str,
     pub started_at_ms: i64,
+    /// Writes to the state store since this process opened it.
+    pub store_writes: u64,
 }
 
 pub struct OutpostScrape {
@@ -230,6 +232,11 @@ pub fn render(s: &Scrape<'_>) -> String {
     for (name, help, counter) in counters {
         e.counter(name, help, Metrics::get(counter));
     }
+    e.counter(
+        "garrison_store_writes_total",
+        "Statements that changed the state store (each its own commit).",
+        s.store_writes,
+    );
 
     e.histogram(
         "garrison_queue_to_running_seconds",
@@ -475,6 +482,7 @@ mod tests {
             ready: true,
             version: "0.1.0",
             started_at_ms: 1_700_000_000_000,
+            store_writes: 12,
         })
     }
 
@@ -524,6 +532,7 @@ mod tests {
                 .value
         };
         assert_eq!(get("garrison_claims_won_total", None), 1.0);
+        assert_eq!(get("garrison_store_writes_total", None), 12.0);
         assert_eq!(get("garrison_snapshot_bytes_total", None), 4096.0);
         assert_eq!(get("garrison_sessions", Some(("stage", "running"))), 2.0);
         assert_eq!(get("garrison_sessions", Some(("stage", "failed"))), 0.0);

@@ -92,17 +92,7 @@ impl AdminState {
     }
 
     fn summary(&self, rec: &SessionRecord) -> SessionSummary {
-        let mut s = SessionSummary::from_record(rec);
-        if let Some(o) = self
-            .outposts
-            .iter()
-            .find(|o| o.outpost_id == rec.outpost_id)
-        {
-            s.cpus = Some(o.resources.cpus);
-            s.memory_mb = Some(o.resources.memory_mb);
-            s.disk_mb = Some(o.resources.disk_mb);
-        }
-        s.snapshot_bytes = self
+        let snapshot_bytes = self
             .serving
             .store
             .snapshots(&rec.session_id)
@@ -113,6 +103,23 @@ impl AdminState {
                     .max_by_key(|s| s.snapshot.created_at_ms)
                     .map(|s| s.snapshot.size_bytes)
             });
+        self.summary_with(rec, snapshot_bytes)
+    }
+
+    /// A session's summary, its newest snapshot's size already looked up
+    /// (a listing looks every session's up in one query).
+    fn summary_with(&self, rec: &SessionRecord, snapshot_bytes: Option<u64>) -> SessionSummary {
+        let mut s = SessionSummary::from_record(rec);
+        if let Some(o) = self
+            .outposts
+            .iter()
+            .find(|o| o.outpost_id == rec.outpost_id)
+        {
+            s.cpus = Some(o.resources.cpus);
+            s.memory_mb = Some(o.resources.memory_mb);
+            s.disk_mb = Some(o.resources.disk_mb);
+        }
+        s.snapshot_bytes = snapshot_bytes;
         s
     }
 
@@ -170,10 +177,19 @@ async fn status(State(state): State<Arc<AdminState>>) -> Response {
 }
 
 async fn sessions(State(state): State<Arc<AdminState>>) -> Response {
-    match state.serving.store.sessions() {
-        Ok(records) => {
-            Json(records.iter().map(|r| state.summary(r)).collect::<Vec<_>>()).into_response()
-        }
+    let listed = state
+        .serving
+        .store
+        .sessions()
+        .and_then(|records| Ok((records, state.serving.store.newest_snapshot_bytes()?)));
+    match listed {
+        Ok((records, sizes)) => Json(
+            records
+                .iter()
+                .map(|r| state.summary_with(r, sizes.get(&r.session_id).copied()))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
         Err(e) => internal(e),
     }
 }

@@ -1,12 +1,12 @@
 //! One claim round of an outpost loop: the planner decides what to claim,
-//! adopt or release from the queue view, and each claim won is recorded (or
-//! released again when it cannot be) before its runner starts.
+//! adopt or release from the queue view; claims go out without waiting
+//! for each other, and each claim won is recorded (or released again when
+//! it cannot be) before its runner starts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use fleet::{ClaimError, Timestamp};
-use futures::StreamExt;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -16,17 +16,48 @@ use crate::planner::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_clai
 use crate::session::{Deps, SessionRunner, now_ms};
 use crate::store::SessionRecord;
 
+/// What a loop keeps between its claim rounds.
+#[derive(Default)]
+pub(super) struct ClaimState {
+    /// Sessions held: a runner serves them, or their claim is in flight.
+    pub held: BTreeSet<String>,
+    pub lost: BTreeMap<String, Option<Timestamp>>,
+    pub cooldown: BTreeMap<String, i64>,
+    pub released: BTreeMap<String, Option<Timestamp>>,
+}
+
+/// A claim call's answer, with the entry's `updated_at` when it was sent.
+pub(super) struct ClaimReply {
+    session_id: String,
+    seen_updated_at: Option<Timestamp>,
+    answer: Result<fleet::QueueEntry, ClaimError>,
+}
+
+/// Claims sent to the fleet API at once: a burst of a thousand new
+/// sessions is claimed this many at a time, each answer handled as it
+/// arrives, without a thousand connections at once.
+pub(super) const CLAIMS_IN_FLIGHT: usize = 16;
+
+/// Plans one round and sends its claims without waiting for them: the
+/// answers come back through `claiming` (see [`claim_answered`]), so a
+/// claim never waits for another one's answer nor for the next round.
 pub(super) async fn claim_round(
     deps: &Arc<Deps>,
     runners: &mut JoinSet<(String, RunnerEnd)>,
-    held: &mut BTreeSet<String>,
-    lost: &mut BTreeMap<String, Option<Timestamp>>,
-    cooldown: &mut BTreeMap<String, i64>,
-    released: &mut BTreeMap<String, Option<Timestamp>>,
+    claiming: &mut JoinSet<ClaimReply>,
+    state: &mut ClaimState,
 ) {
-    let entries = deps.view.snapshot();
-    lost.retain(|id, _| entries.contains_key(id));
-    released.retain(|id, _| entries.contains_key(id));
+    let ClaimState {
+        held,
+        lost,
+        cooldown,
+        released,
+    } = state;
+    // Held sessions are the planner's to skip: with a thousand held, the
+    // round copies only the few entries it may act on.
+    let entries = deps.view.snapshot_where(|e| !held.contains(e.session_id()));
+    lost.retain(|id, _| entries.contains_key(id) || held.contains(id));
+    released.retain(|id, _| entries.contains_key(id) || held.contains(id));
     let now = now_ms();
     cooldown.retain(|_, until| *until > now);
     let finished_here = finished_here(deps, &entries, held);
@@ -43,10 +74,28 @@ pub(super) async fn claim_round(
         finished_here: &finished_here,
         released,
     });
-    let mut to_claim = Vec::new();
     for action in actions {
         match action {
-            ClaimAction::Claim(session_id) => to_claim.push(session_id),
+            ClaimAction::Claim(session_id) => {
+                if claiming.len() >= CLAIMS_IN_FLIGHT {
+                    // The next round, after an answer, sends the rest.
+                    continue;
+                }
+                let Some(seen) = entries.get(&session_id) else {
+                    continue;
+                };
+                held.insert(session_id.clone());
+                let seen_updated_at = seen.metadata.updated_at;
+                let deps = deps.clone();
+                claiming.spawn(async move {
+                    let answer = deps.client.claim(&session_id, &deps.acceptor_id).await;
+                    ClaimReply {
+                        session_id,
+                        seen_updated_at,
+                        answer,
+                    }
+                });
+            }
             ClaimAction::Adopt(session_id) => {
                 let Some(entry) = entries.get(&session_id) else {
                     continue;
@@ -85,37 +134,51 @@ pub(super) async fn claim_round(
             }
         }
     }
-    // A burst of new sessions is claimed in parallel (each claim is one
-    // round trip to the fleet API), bounded so a thousand do not open a
-    // thousand connections; each answer is then handled in turn.
-    let answers: Vec<(String, Result<fleet::QueueEntry, ClaimError>)> =
-        futures::stream::iter(to_claim)
-            .map(|session_id| async move {
-                let answer = deps.client.claim(&session_id, &deps.acceptor_id).await;
-                (session_id, answer)
-            })
-            .buffer_unordered(CLAIMS_IN_FLIGHT)
-            .collect()
-            .await;
-    for (session_id, answer) in answers {
-        let Some(seen) = entries.get(&session_id) else {
-            continue;
-        };
-        match answer {
-            Ok(entry) => start_claimed(deps, runners, held, cooldown, session_id, entry).await,
-            Err(ClaimError::Conflict) => {
-                Metrics::inc(&deps.metrics.claims_lost);
-                lost.insert(session_id, seen.metadata.updated_at);
-            }
-            Err(ClaimError::Fleet(e)) => {
-                warn!(session_id, error = %e, "claim failed");
-            }
+}
+
+/// Takes in one claim answer: a claim won is recorded and its runner
+/// started at once; a lost or failed one gives its slot back.
+pub(super) async fn claim_answered(
+    deps: &Arc<Deps>,
+    runners: &mut JoinSet<(String, RunnerEnd)>,
+    state: &mut ClaimState,
+    reply: Result<ClaimReply, tokio::task::JoinError>,
+) {
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) => {
+            error!(error = %e, "a claim call panicked");
+            return;
+        }
+    };
+    let ClaimReply {
+        session_id,
+        seen_updated_at,
+        answer,
+    } = reply;
+    match answer {
+        Ok(entry) => {
+            start_claimed(
+                deps,
+                runners,
+                &mut state.held,
+                &mut state.cooldown,
+                session_id,
+                entry,
+            )
+            .await
+        }
+        Err(ClaimError::Conflict) => {
+            Metrics::inc(&deps.metrics.claims_lost);
+            state.held.remove(&session_id);
+            state.lost.insert(session_id, seen_updated_at);
+        }
+        Err(ClaimError::Fleet(e)) => {
+            state.held.remove(&session_id);
+            warn!(session_id, error = %e, "claim failed");
         }
     }
 }
-
-/// Claims sent to the fleet API at once in a round.
-const CLAIMS_IN_FLIGHT: usize = 16;
 
 /// Records a claim won and starts its runner; a claim that cannot be
 /// recorded is released again.
@@ -134,6 +197,7 @@ async fn start_claimed(
         // not run what we cannot record.
         error!(session_id, error = %e, "recording the claim failed; releasing it");
         let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
+        held.remove(&session_id);
         if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
             cooldown.insert(session_id, until);
         }

@@ -164,7 +164,10 @@ impl SessionRunner {
                 // use the expiry computed at receipt.
                 self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
                 if let Some(token) = &entry.status.connect_token {
-                    self.deps.logs.redactor().add(token.expose());
+                    self.deps
+                        .logs
+                        .redactor()
+                        .add_claim_token(&self.rec.session_id, token.expose());
                 }
                 self.claim
                     .take_answer(&entry, Instant::now(), &self.deps.learned_lifetime);

@@ -186,13 +186,7 @@ impl SessionRunner {
         if let Some(handle) = &self.rec.handle {
             return Ok(Some(handle.clone()));
         }
-        Ok(self
-            .deps
-            .backend
-            .list()
-            .await?
-            .into_iter()
-            .find(|h| h.name == name.as_str()))
+        Ok(self.deps.backend.find(name).await?)
     }
 
     /// The newest snapshot of the session that still exists, from the

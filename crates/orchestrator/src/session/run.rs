@@ -27,6 +27,10 @@ impl SessionRunner {
             .connect_token
             .clone()
             .context("no connect token")?;
+        self.deps
+            .logs
+            .redactor()
+            .add_handed_out(&self.rec.session_id, token.expose());
         let gateway_url = self
             .claim
             .gateway_url

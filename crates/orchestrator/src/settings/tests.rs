@@ -892,11 +892,11 @@ fn validation_errors_name_the_setting_and_its_origin() {
         ),
         (
             env(&[]).or(file("max_concurrent = 0")),
-            format!("invalid max_concurrent in {FILE}: 0 is out of range 1..=1000"),
+            format!("invalid max_concurrent in {FILE}: 0 is out of range 1..=10000"),
         ),
         (
-            env(&[("MAX_CONCURRENT_SESSIONS", "1001")]),
-            "invalid MAX_CONCURRENT_SESSIONS (environment): 1001 is out of range 1..=1000".into(),
+            env(&[("MAX_CONCURRENT_SESSIONS", "10001")]),
+            "invalid MAX_CONCURRENT_SESSIONS (environment): 10001 is out of range 1..=10000".into(),
         ),
         (
             flag(names::MAX_CONCURRENT, "2.5").or(env(&[])),
@@ -904,7 +904,7 @@ fn validation_errors_name_the_setting_and_its_origin() {
         ),
         (
             flag(names::MAX_CONCURRENT, "99999999999999999999").or(env(&[])),
-            "invalid --max-concurrent: 99999999999999999999 is out of range 1..=1000".into(),
+            "invalid --max-concurrent: 99999999999999999999 is out of range 1..=10000".into(),
         ),
         (
             env(&[("SANDBOX_MEMORY_MB", "64")]),
@@ -988,7 +988,7 @@ fn validation_errors_name_the_setting_and_its_origin() {
         ),
         (
             file_with_outpost("[[outpost]]\nid = \"gpu\"\nmax_concurrent = 0\n"),
-            format!("invalid max_concurrent of [[outpost]] \"gpu\" in {FILE}: 0 is out of range 1..=1000"),
+            format!("invalid max_concurrent of [[outpost]] \"gpu\" in {FILE}: 0 is out of range 1..=10000"),
         ),
     ];
     for (raw, expected) in cases {

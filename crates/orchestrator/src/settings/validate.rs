@@ -204,8 +204,12 @@ pub(super) fn backend(
     Err(value.invalid(format!("unknown backend {name:?} (expected {expected})")))
 }
 
+/// The most sessions one outpost may hold at once: `bench scale` shows a
+/// thousand held with room to spare; ten times that is a typo.
+const MAX_CONCURRENT_LIMIT: i64 = 10_000;
+
 pub(super) fn max_concurrent(value: &Sourced<String>) -> Result<usize, SettingsError> {
-    integer(value, 1..=1000).map(|n| to_u64(n) as usize)
+    integer(value, 1..=MAX_CONCURRENT_LIMIT).map(|n| to_u64(n) as usize)
 }
 
 pub(super) fn cpus(value: &Sourced<String>) -> Result<f64, SettingsError> {

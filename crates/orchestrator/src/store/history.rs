@@ -39,7 +39,7 @@ impl Store {
     pub fn add_snapshot(&self, stored: &StoredSnapshot) -> Result<()> {
         let snapshot = json(&stored.snapshot)?;
         let reason = json(&stored.reason)?;
-        self.with(|c| {
+        self.write(|c| {
             c.execute(
                 "INSERT OR REPLACE INTO snapshots (id, session_id, reason, snapshot, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![stored.snapshot.id, stored.session_id, reason, snapshot, stored.snapshot.created_at_ms],
@@ -66,6 +66,36 @@ impl Store {
         })
     }
 
+    /// The size of each session's newest snapshot, in one query (the
+    /// session listing shows it for every session).
+    pub fn newest_snapshot_bytes(&self) -> Result<std::collections::HashMap<String, u64>> {
+        let all = self.with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT session_id, snapshot FROM snapshots ORDER BY session_id, created_at",
+            )?;
+            stmt.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    parse::<SnapshotRef>(&row.get::<_, String>(1)?)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        let mut newest: std::collections::HashMap<String, SnapshotRef> = Default::default();
+        for (session_id, snapshot) in all {
+            let keep = newest
+                .get(&session_id)
+                .is_none_or(|kept| snapshot.created_at_ms >= kept.created_at_ms);
+            if keep {
+                newest.insert(session_id, snapshot);
+            }
+        }
+        Ok(newest
+            .into_iter()
+            .map(|(id, s)| (id, s.size_bytes))
+            .collect())
+    }
+
     /// A session's snapshots, oldest first.
     pub fn snapshots(&self, session_id: &str) -> Result<Vec<StoredSnapshot>> {
         self.query_snapshots(
@@ -83,7 +113,7 @@ impl Store {
     }
 
     pub fn remove_snapshot(&self, snapshot_id: &str) -> Result<()> {
-        self.with(|c| {
+        self.write(|c| {
             c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id])
                 .map(drop)
         })
@@ -97,11 +127,11 @@ impl Store {
         detail: &serde_json::Value,
     ) -> Result<i64> {
         let detail = json(detail)?;
-        self.with(|c| {
-            c.execute(
+        self.write(|c| {
+            c.prepare_cached(
                 "INSERT INTO events (session_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
-                params![session_id, at, kind, detail],
-            )?;
+            )?
+            .execute(params![session_id, at, kind, detail])?;
             Ok(c.last_insert_rowid())
         })
     }
@@ -148,6 +178,13 @@ mod tests {
         store.add_snapshot(&snap("old", 1)).unwrap();
         store.add_snapshot(&snap("new", 5)).unwrap();
         assert_eq!(store.snapshots("s").unwrap().len(), 2);
+        let mut bigger = snap("newest", 9);
+        bigger.snapshot.size_bytes = 7;
+        bigger.session_id = "t".into();
+        store.add_snapshot(&bigger).unwrap();
+        let sizes = store.newest_snapshot_bytes().unwrap();
+        assert_eq!((sizes["s"], sizes["t"], sizes.len()), (1, 7, 2));
+        store.remove_snapshot("newest").unwrap();
         assert_eq!(store.snapshots_older_than(3).unwrap(), vec![snap("old", 1)]);
         store.remove_snapshot("old").unwrap();
         assert_eq!(store.snapshots("s").unwrap(), vec![snap("new", 5)]);

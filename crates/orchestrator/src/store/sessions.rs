@@ -94,9 +94,13 @@ impl Store {
         let stage = json(&record.stage)?;
         let handle = opt_json(&record.handle)?;
         let process = opt_json(&record.process)?;
-        self.with(|c| {
-            c.execute(
+        // Cached: a thousand sessions write their records many times a
+        // minute, and parsing the statement each time was most of the cost.
+        self.write(|c| {
+            c.prepare_cached(
                 &format!("INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+            )?
+            .execute(
                 params![
                     record.session_id,
                     record.outpost_id,
@@ -122,11 +126,10 @@ impl Store {
 
     pub fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         self.with(|c| {
-            c.query_row(
-                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"),
-                [session_id],
-                session_from_row,
-            )
+            c.prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"
+            ))?
+            .query_row([session_id], session_from_row)
             .optional()
         })
     }

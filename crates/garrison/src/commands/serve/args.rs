@@ -105,7 +105,7 @@ pub struct ServeArgs {
     )]
     pub backend: Option<String>,
 
-    /// Sessions run at once, per outpost, 1-1000 [default: 5]
+    /// Sessions run at once, per outpost, 1-10000 [default: 5]
     #[arg(long, value_name = "N")]
     pub max_concurrent: Option<String>,
 

@@ -398,6 +398,13 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Nor any sandbox (with its network namespace) on any host.
+    for (n, g) in garrisons.iter().enumerate() {
+        wait_hosts(&format!("host {n}'s sandboxes gone"), &garrisons, || {
+            sandbox_dirs(&g.state_dir) == 0
+        })
+        .await;
+    }
     drop(garrisons);
     drop(hosts);
 }

@@ -11,21 +11,17 @@
 //! Needs root (namespaces) and `GARRISON_TEST_S3_SERVER` (set by
 //! `scripts/test`); skipped with a message otherwise.
 
+mod bucket;
 mod common;
-#[path = "../../sandbox/tests/s3_support/mod.rs"]
-mod s3_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use bucket::Bucket;
 use common::hosts::Hosts;
 use common::*;
 use emulator::{Emulator, Script, Then};
 use fleet::SessionStatus;
-use futures::TryStreamExt;
-use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
-use s3_support::S3Server;
 
 const HOSTS: usize = 3;
 
@@ -123,33 +119,6 @@ fn acceptor(n: usize) -> String {
     format!("host-{n}")
 }
 
-/// The bucket the hosts share.
-struct Bucket {
-    server: S3Server,
-    name: String,
-}
-
-impl Bucket {
-    fn url(&self) -> String {
-        format!("s3://{}/garrison", self.name)
-    }
-
-    /// Snapshot archives left in the bucket.
-    async fn archives(&self) -> Vec<String> {
-        let mut builder = AmazonS3Builder::new().with_bucket_name(&self.name);
-        for (key, value) in self.server.options() {
-            builder = builder.with_config(key.parse().unwrap(), value);
-        }
-        let store = builder.build().unwrap();
-        let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
-        listed
-            .into_iter()
-            .map(|meta| meta.location.to_string())
-            .filter(|path| path.ends_with(".tar.zst"))
-            .collect()
-    }
-}
-
 /// Polls until `check` holds; after [`HANG_GUARD`] panics with `what`
 /// and every host's log.
 async fn wait_hosts(what: &str, garrisons: &[Garrison], mut check: impl FnMut() -> bool) {
@@ -181,20 +150,10 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
     }
     let hosts = Hosts::build(HOSTS);
     let shared = hosts.shared_addr();
-    let Some(server) = S3Server::start(&shared.to_string()) else {
+    let Some(bucket) = Bucket::start_on(&shared.to_string()) else {
         return;
     };
-    let bucket = Bucket {
-        server,
-        name: format!("hosts-{:08x}", rand::random::<u32>()),
-    };
-    bucket.server.create_bucket(&bucket.name);
-    let mut env: Vec<(String, String)> = bucket
-        .server
-        .env()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+    let mut env = bucket.env();
     env.push((
         "GARRISON_SNAPSHOT_KEY".into(),
         format!("{:016x}", rand::random::<u64>()).repeat(4),
@@ -387,7 +346,12 @@ async fn serve_one_outpost_from_three_hosts(backend: Backend, load: Load) {
     // Ended sessions leave nothing in the store.
     let deadline = std::time::Instant::now() + HANG_GUARD;
     loop {
-        let left = bucket.archives().await;
+        let left: Vec<String> = bucket
+            .archives()
+            .await
+            .into_iter()
+            .map(|(path, _)| path.to_string())
+            .collect();
         if left.is_empty() {
             break;
         }

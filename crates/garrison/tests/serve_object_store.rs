@@ -5,85 +5,18 @@
 //! another Garrison collects old snapshots it never recorded; `garrison
 //! doctor` probes the store.
 
+mod bucket;
 mod common;
-#[path = "../../sandbox/tests/s3_support/mod.rs"]
-mod s3_support;
 
-use std::sync::Arc;
-
+use bucket::Bucket;
 use common::*;
 use emulator::{Script, Then};
 use fleet::SessionStatus;
-use futures::TryStreamExt;
 use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use orchestrator::planner::{Finish, Stage};
-use s3_support::S3Server;
 
 const MARKER: &str = "garrison-e2e-plaintext-4d2b7e";
-
-struct Bucket {
-    server: S3Server,
-    name: String,
-}
-
-impl Bucket {
-    fn start() -> Option<Self> {
-        let server = S3Server::start("127.0.0.1")?;
-        let name = format!("e2e-{:08x}", rand::random::<u32>());
-        server.create_bucket(&name);
-        Some(Self { server, name })
-    }
-
-    fn url(&self) -> String {
-        format!("s3://{}/garrison", self.name)
-    }
-
-    /// The store's flag and the environment that reaches it.
-    fn serve_args(&self) -> Vec<String> {
-        vec!["--snapshot-store".into(), self.url()]
-    }
-
-    fn env(&self) -> Vec<(String, String)> {
-        self.server
-            .env()
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect()
-    }
-
-    fn raw(&self) -> Arc<dyn ObjectStore> {
-        let mut builder = AmazonS3Builder::new().with_bucket_name(&self.name);
-        for (key, value) in self.server.options() {
-            builder = builder.with_config(key.parse().unwrap(), value);
-        }
-        Arc::new(builder.build().unwrap())
-    }
-
-    async fn objects(&self) -> Vec<(ObjectPath, Vec<u8>)> {
-        let raw = self.raw();
-        let listed: Vec<_> = raw.list(None).try_collect().await.unwrap();
-        let mut objects = Vec::new();
-        for meta in listed {
-            // A Garrison may delete it between the listing and the read.
-            let Ok(got) = raw.get(&meta.location).await else {
-                continue;
-            };
-            let bytes = got.bytes().await.unwrap();
-            objects.push((meta.location, bytes.to_vec()));
-        }
-        objects
-    }
-
-    async fn archives(&self) -> Vec<(ObjectPath, Vec<u8>)> {
-        self.objects()
-            .await
-            .into_iter()
-            .filter(|(path, _)| path.as_ref().ends_with(".tar.zst"))
-            .collect()
-    }
-}
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
@@ -178,7 +111,7 @@ async fn garrisons_sharing_only_a_bucket_hand_a_session_over_encrypted() {
     for log in [log_a, b.log()] {
         assert!(!log.contains(&key), "the snapshot key leaked into a log");
         assert!(
-            !log.contains(s3_support::SECRET_KEY),
+            !log.contains(bucket::SECRET_KEY),
             "the S3 secret leaked into a log"
         );
         assert!(log.contains(&bucket.url()), "the store is named in the log");
@@ -346,7 +279,7 @@ async fn doctor_probes_the_store_and_names_the_failing_step() {
     assert!(text.contains("✗ write a probe object"), "{text}");
     assert!(!text.contains("read it back"), "{text}");
     assert!(!out.status.success());
-    assert!(!text.contains(s3_support::SECRET_KEY), "{text}");
+    assert!(!text.contains(bucket::SECRET_KEY), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,30 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// What every test here starts from: a bucket, the emulator, an outpost
+/// and a directory for the Garrisons' state.
+struct World {
+    bucket: Bucket,
+    emu: emulator::Emulator,
+    outpost: String,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    /// `None` (the test skips) without the S3 server.
+    async fn start() -> Option<World> {
+        let bucket = Bucket::start()?;
+        let emu = emulator().await;
+        let outpost = outpost(&emu);
+        Some(World {
+            bucket,
+            emu,
+            outpost,
+            dir: tempfile::tempdir().unwrap(),
+        })
+    }
+}
+
 fn start(
     emu: &emulator::Emulator,
     outpost: &str,
@@ -48,12 +72,15 @@ fn start(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garrisons_sharing_only_a_bucket_hand_a_session_over_encrypted() {
-    let Some(bucket) = Bucket::start() else {
+    let Some(World {
+        bucket,
+        emu,
+        outpost,
+        dir,
+    }) = World::start().await
+    else {
         return;
     };
-    let emu = emulator().await;
-    let outpost = outpost(&emu);
-    let dir = tempfile::tempdir().unwrap();
     let key = "5a".repeat(32);
     let with_key = || vec![("GARRISON_SNAPSHOT_KEY".to_owned(), key.clone())];
 
@@ -147,12 +174,15 @@ async fn suspend_and_damage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_snapshot_fails_the_session_and_is_kept() {
-    let Some(bucket) = Bucket::start() else {
+    let Some(World {
+        bucket,
+        emu,
+        outpost,
+        dir,
+    }) = World::start().await
+    else {
         return;
     };
-    let emu = emulator().await;
-    let outpost = outpost(&emu);
-    let dir = tempfile::tempdir().unwrap();
     let g = start(
         &emu,
         &outpost,
@@ -188,12 +218,15 @@ async fn a_damaged_snapshot_fails_the_session_and_is_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_fresh_fallback_a_damaged_snapshot_starts_the_session_afresh() {
-    let Some(bucket) = Bucket::start() else {
+    let Some(World {
+        bucket,
+        emu,
+        outpost,
+        dir,
+    }) = World::start().await
+    else {
         return;
     };
-    let emu = emulator().await;
-    let outpost = outpost(&emu);
-    let dir = tempfile::tempdir().unwrap();
     let fallback = vec![
         "--snapshot-integrity-fallback".to_owned(),
         "fresh".to_owned(),
@@ -284,12 +317,15 @@ async fn doctor_probes_the_store_and_names_the_failing_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_garrison_sharing_the_bucket_collects_old_snapshots_it_never_recorded() {
-    let Some(bucket) = Bucket::start() else {
+    let Some(World {
+        bucket,
+        emu,
+        outpost,
+        dir,
+    }) = World::start().await
+    else {
         return;
     };
-    let emu = emulator().await;
-    let outpost = outpost(&emu);
-    let dir = tempfile::tempdir().unwrap();
     let a = start(
         &emu,
         &outpost,

@@ -34,21 +34,28 @@
 
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::anyhow;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreScheme, RetryConfig, WriteMultipart};
+use object_store::{ObjectStore, WriteMultipart};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use url::Url;
 
-use super::collect::{LEASE_TTL_MS, SnapshotSeen, Verdict, is_fresh, verdict};
+use super::collect::is_fresh;
 use super::crypt::{Opener, Sealer, SnapshotKey};
 use crate::names::is_plain_id;
 use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+
+mod lease;
+mod retention;
+mod settings;
+
+pub use lease::Fetched;
+use lease::Lease;
+use settings::build_store;
+pub use settings::{ObjectStoreSettings, check_url};
 
 /// Bytes per uploaded part (S3 wants at least 5 MiB but for the last).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
@@ -56,100 +63,6 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 const PARTS_IN_FLIGHT: usize = 2;
 const ARCHIVE: &str = ".tar.zst";
 const MANIFEST: &str = ".json";
-
-/// Where an object store is and how to reach it.
-#[derive(Clone)]
-pub struct ObjectStoreSettings {
-    /// `s3://bucket/prefix`, `gs://…`, `az://…`: never with credentials,
-    /// which the standard variables (`AWS_ACCESS_KEY_ID`, …) supply.
-    pub url: Url,
-    /// Extra settings of the store (`aws_endpoint`, …) over those of the
-    /// environment: for tests and embedders.
-    pub options: Vec<(String, String)>,
-    /// Seals every archive written and requires every archive read to be
-    /// sealed with it.
-    pub key: Option<SnapshotKey>,
-}
-
-impl std::fmt::Debug for ObjectStoreSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let options: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
-        f.debug_struct("ObjectStoreSettings")
-            .field("url", &self.url.as_str())
-            .field("options", &options)
-            .field("encrypted", &self.key.is_some())
-            .finish()
-    }
-}
-
-impl ObjectStoreSettings {
-    pub fn new(url: Url) -> Self {
-        Self {
-            url,
-            options: Vec::new(),
-            key: None,
-        }
-    }
-}
-
-/// Checks a snapshot store URL: a scheme `object_store` serves, no
-/// credentials, no query. The reason never repeats a password.
-pub fn check_url(url: &Url) -> std::result::Result<(), String> {
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err("must not hold credentials: set them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, …)".into());
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err("must not have a query or fragment".into());
-    }
-    match ObjectStoreScheme::parse(url) {
-        Ok((
-            ObjectStoreScheme::AmazonS3
-            | ObjectStoreScheme::GoogleCloudStorage
-            | ObjectStoreScheme::MicrosoftAzure,
-            _,
-        )) => Ok(()),
-        _ => Err(format!(
-            "{}:// is not an object store Garrison keeps snapshots in: use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or az://CONTAINER/PREFIX (or a directory)",
-            url.scheme()
-        )),
-    }
-}
-
-fn build_store(settings: &ObjectStoreSettings) -> anyhow::Result<(Arc<dyn ObjectStore>, Path)> {
-    let url = &settings.url;
-    check_url(url).map_err(|reason| anyhow!("snapshot store {url}: {reason}"))?;
-    let (scheme, prefix) = ObjectStoreScheme::parse(url)?;
-    // A dead endpoint fails within seconds rather than minutes.
-    let retry = RetryConfig {
-        max_retries: 3,
-        retry_timeout: Duration::from_secs(60),
-        ..RetryConfig::default()
-    };
-    macro_rules! built {
-        ($builder:ty) => {{
-            let mut builder = <$builder>::from_env()
-                .with_url(url.as_str())
-                .with_retry(retry);
-            for (key, value) in &settings.options {
-                builder = builder.with_config(
-                    key.parse()
-                        .with_context(|| format!("snapshot store option {key}"))?,
-                    value,
-                );
-            }
-            Arc::new(builder.build()?) as Arc<dyn ObjectStore>
-        }};
-    }
-    let store = match scheme {
-        ObjectStoreScheme::AmazonS3 => built!(object_store::aws::AmazonS3Builder),
-        ObjectStoreScheme::GoogleCloudStorage => {
-            built!(object_store::gcp::GoogleCloudStorageBuilder)
-        }
-        ObjectStoreScheme::MicrosoftAzure => built!(object_store::azure::MicrosoftAzureBuilder),
-        other => bail!("{other:?} is not a snapshot store"),
-    };
-    Ok((store, Path::parse(prefix)?))
-}
 
 fn transient(context: String) -> impl FnOnce(object_store::Error) -> SandboxError {
     move |e| match e {
@@ -544,126 +457,6 @@ impl ObjectSnapshots {
         Ok(())
     }
 
-    /// Deletes every snapshot whose objects were last modified before
-    /// `cutoff_ms`, whichever Garrison wrote it, unless a restore holds a
-    /// fresh lease on it; returns those deleted (see the module's
-    /// description for why a reader is never cut off).
-    pub async fn collect_older_than(&self, cutoff_ms: i64) -> Result<Vec<SnapshotRef>> {
-        let now = now_ms();
-        let mut seen: std::collections::BTreeMap<String, SnapshotSeen> = Default::default();
-        let blank = SnapshotSeen {
-            modified_at: None,
-            leased_at: None,
-        };
-        for (id, _, at) in self.top_level().await? {
-            let entry = seen.entry(id).or_insert(blank);
-            entry.modified_at = Some(entry.modified_at.map_or(at, |m| m.max(at)));
-        }
-        for (id, at, _) in self.listed_ids(&self.root.child("leases")).await? {
-            let entry = seen.entry(id).or_insert(blank);
-            entry.leased_at = Some(entry.leased_at.map_or(at, |m| m.max(at)));
-        }
-        let mut collected = Vec::new();
-        for (id, seen) in seen {
-            if verdict(&seen, cutoff_ms, now) == Verdict::Collect {
-                match self.collect(&id, seen.modified_at).await {
-                    Ok(Some(snapshot)) => collected.push(snapshot),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(snapshot = id, error = %e, "collecting an old snapshot failed")
-                    }
-                }
-            }
-        }
-        // Left by collectors that died mid-way.
-        for (_, at, path) in self.listed_ids(&self.root.child("doomed")).await? {
-            if !is_fresh(at, now) {
-                let _ = self.store.delete(&path).await;
-            }
-        }
-        Ok(collected)
-    }
-
-    /// `(id, last modified, path)` of every object under `dir`, the id
-    /// being the first path part below it.
-    async fn listed_ids(&self, dir: &Path) -> Result<Vec<(String, i64, Path)>> {
-        let listed: Vec<_> = self
-            .store
-            .list(Some(dir))
-            .try_collect()
-            .await
-            .map_err(transient(format!("listing {dir} in {}", self.shown)))?;
-        Ok(listed
-            .into_iter()
-            .filter_map(|meta| {
-                let id = meta.location.prefix_match(dir)?.next()?.as_ref().to_owned();
-                let at = meta.last_modified.timestamp_millis();
-                is_plain_id(&id).then_some((id, at, meta.location))
-            })
-            .collect())
-    }
-
-    /// Removes this process's tombstone on `id`.
-    async fn pardon(&self, id: &str) -> Result<()> {
-        match self.store.delete(&self.tombstone(id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(transient(format!(
-                "removing the tombstone of snapshot {id}"
-            ))(e)),
-        }
-    }
-
-    /// Condemns `id` with this process's tombstone, looks at its leases
-    /// again, and deletes it unless one is fresh; the snapshot deleted, if
-    /// it was.
-    async fn collect(&self, id: &str, modified_at: Option<i64>) -> Result<Option<SnapshotRef>> {
-        let context = || format!("collecting snapshot {id}");
-        self.store
-            .put(
-                &self.tombstone(id),
-                Bytes::from(now_ms().to_string()).into(),
-            )
-            .await
-            .map_err(transient(context()))?;
-        let leases: Vec<_> = self
-            .store
-            .list(Some(&self.leases(id)))
-            .try_collect()
-            .await
-            .map_err(transient(context()))?;
-        let now = now_ms();
-        if leases
-            .iter()
-            .any(|l| is_fresh(l.last_modified.timestamp_millis(), now))
-        {
-            self.pardon(id).await?;
-            return Ok(None);
-        }
-        let snapshot = match self.manifest(id).await {
-            Ok(snapshot) => snapshot,
-            // An archive whose manifest never made it up (its upload died).
-            Err(_) => SnapshotRef {
-                backend: self.root.filename().unwrap_or_default().to_owned(),
-                id: id.to_owned(),
-                size_bytes: 0,
-                created_at_ms: modified_at.unwrap_or(0),
-                base_image: None,
-                sha256: None,
-            },
-        };
-        self.delete(&snapshot).await?;
-        for lease in leases {
-            let _ = self.store.delete(&lease.location).await;
-        }
-        self.pardon(id).await?;
-        tracing::info!(
-            snapshot = id,
-            store = self.shown,
-            "collected an old snapshot"
-        );
-        Ok(Some(snapshot))
-    }
-
     /// Writes, reads back and deletes a probe object, for `garrison
     /// doctor`: each step with its outcome.
     pub async fn probe(&self) -> Vec<(&'static str, std::result::Result<(), String>)> {
@@ -696,119 +489,5 @@ impl ObjectSnapshots {
     /// The store's URL (without credentials, which it never holds).
     pub fn shown(&self) -> &str {
         &self.shown
-    }
-}
-
-/// A lease on one snapshot, rewritten while held.
-struct Lease {
-    store: Arc<dyn ObjectStore>,
-    path: Path,
-    renewer: tokio::task::JoinHandle<()>,
-}
-
-impl Lease {
-    async fn take(store: Arc<dyn ObjectStore>, path: Path) -> object_store::Result<Self> {
-        let write = {
-            let (store, path) = (store.clone(), path.clone());
-            move || {
-                let (store, path) = (store.clone(), path.clone());
-                async move {
-                    store
-                        .put(&path, Bytes::from(now_ms().to_string()).into())
-                        .await
-                }
-            }
-        };
-        write().await?;
-        let renew = write.clone();
-        let renewer = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis((LEASE_TTL_MS / 4) as u64)).await;
-                if let Err(e) = renew().await {
-                    tracing::warn!(error = %e, "renewing a snapshot lease failed");
-                }
-            }
-        });
-        Ok(Self {
-            store,
-            path,
-            renewer,
-        })
-    }
-
-    async fn release(self) {
-        self.renewer.abort();
-        if let Err(e) = self.store.delete(&self.path).await {
-            tracing::warn!(lease = %self.path, error = %e, "removing a snapshot lease failed; it expires on its own");
-        }
-    }
-}
-
-/// An archive ready to unpack on this machine. [`Fetched::release`] (or
-/// dropping it) removes a downloaded copy and its lease.
-pub struct Fetched {
-    path: PathBuf,
-    /// Only for a downloaded copy, which is also removed.
-    lease: Option<Lease>,
-}
-
-impl Fetched {
-    /// An archive that stays where it is (a snapshot directory).
-    pub fn in_place(path: PathBuf) -> Self {
-        Self { path, lease: None }
-    }
-
-    pub fn path(&self) -> &FsPath {
-        &self.path
-    }
-
-    pub async fn release(mut self) {
-        if let Some(lease) = self.lease.take() {
-            let _ = tokio::fs::remove_file(&self.path).await;
-            lease.release().await;
-        }
-    }
-}
-
-impl Drop for Fetched {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            let _ = std::fs::remove_file(&self.path);
-            lease.renewer.abort();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(lease.release());
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_with_credentials_or_other_schemes_are_refused() {
-        let check = |s: &str| check_url(&Url::parse(s).unwrap());
-        assert!(check("s3://bucket/prefix").is_ok());
-        assert!(check("gs://bucket/prefix").is_ok());
-        assert!(check("az://container/prefix").is_ok());
-        let secret = check("s3://AKIA:hunter2@bucket/prefix").unwrap_err();
-        assert!(secret.contains("credentials") && !secret.contains("hunter2"));
-        assert!(check("s3://bucket/prefix?x=1").is_err());
-        assert!(check("ftp://bucket/prefix").unwrap_err().contains("ftp://"));
-        assert!(check("memory:///x").is_err());
-    }
-
-    #[test]
-    fn debug_never_shows_option_values() {
-        let settings = ObjectStoreSettings {
-            options: vec![("aws_secret_access_key".into(), "hunter2".into())],
-            key: Some(SnapshotKey::from_hex(&"ab".repeat(32)).unwrap()),
-            ..ObjectStoreSettings::new(Url::parse("s3://b/p").unwrap())
-        };
-        let shown = format!("{settings:?}");
-        assert!(
-            !shown.contains("hunter2") && !shown.contains("abab") && shown.contains("s3://b/p")
-        );
     }
 }

@@ -44,62 +44,55 @@ impl World {
             dir: tempfile::tempdir().unwrap(),
         })
     }
-}
 
-fn start(
-    emu: &emulator::Emulator,
-    outpost: &str,
-    state: &std::path::Path,
-    bucket: &Bucket,
-    extra_args: Vec<String>,
-    extra_env: Vec<(String, String)>,
-) -> Garrison {
-    let mut args = bucket.serve_args();
-    args.extend(extra_args);
-    let mut env = bucket.env();
-    env.extend(extra_env);
-    Garrison::start_on_with_env(
-        emu,
-        GarrisonOptions {
-            outpost,
-            state_dir: state,
-            extra_args: args,
-        },
-        Backend::Host,
-        env,
-    )
+    /// A Garrison on the host backend keeping its snapshots in the bucket,
+    /// its state in `<dir>/<name>`.
+    fn garrison(
+        &self,
+        name: &str,
+        extra_args: Vec<String>,
+        extra_env: Vec<(String, String)>,
+    ) -> Garrison {
+        let mut args = self.bucket.serve_args();
+        args.extend(extra_args);
+        let mut env = self.bucket.env();
+        env.extend(extra_env);
+        Garrison::start_on_with_env(
+            &self.emu,
+            GarrisonOptions {
+                outpost: &self.outpost,
+                state_dir: &self.dir.path().join(name),
+                extra_args: args,
+            },
+            Backend::Host,
+            env,
+        )
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garrisons_sharing_only_a_bucket_hand_a_session_over_encrypted() {
-    let Some(World {
+    let Some(w) = World::start().await else {
+        return;
+    };
+    let World {
         bucket,
         emu,
         outpost,
-        dir,
-    }) = World::start().await
-    else {
-        return;
-    };
+        ..
+    } = &w;
     let key = "5a".repeat(32);
     let with_key = || vec![("GARRISON_SNAPSHOT_KEY".to_owned(), key.clone())];
 
-    let a = start(
-        &emu,
-        &outpost,
-        &dir.path().join("a"),
-        &bucket,
-        vec![],
-        with_key(),
-    );
+    let a = w.garrison("a", vec![], with_key());
     let id = session(
-        &emu,
-        &outpost,
+        emu,
+        outpost,
         vec![write("handoff.txt", MARKER)],
         Then::Sleep,
     );
     wait_until("suspended and released", Some(&a), || {
-        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+        status_is(emu, &id, SessionStatus::Suspended) && released(emu, &id)
     })
     .await;
     let log_a = a.log();
@@ -114,14 +107,7 @@ async fn garrisons_sharing_only_a_bucket_hand_a_session_over_encrypted() {
         );
     }
     // Nothing was left on A's disk to share: the bucket is all B has.
-    let b = start(
-        &emu,
-        &outpost,
-        &dir.path().join("b"),
-        &bucket,
-        vec![],
-        with_key(),
-    );
+    let b = w.garrison("b", vec![], with_key());
     emu.resume(
         &id,
         Script {
@@ -131,10 +117,10 @@ async fn garrisons_sharing_only_a_bucket_hand_a_session_over_encrypted() {
     )
     .unwrap();
     wait_until("resumed and terminated", Some(&b), || {
-        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+        status_is(emu, &id, SessionStatus::Terminated) && released(emu, &id)
     })
     .await;
-    assert_eq!(step_outputs(&emu, &id).last().unwrap(), MARKER);
+    assert_eq!(step_outputs(emu, &id).last().unwrap(), MARKER);
     for log in [log_a, b.log()] {
         assert!(!log.contains(&key), "the snapshot key leaked into a log");
         assert!(
@@ -174,24 +160,17 @@ async fn suspend_and_damage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_snapshot_fails_the_session_and_is_kept() {
-    let Some(World {
+    let Some(w) = World::start().await else {
+        return;
+    };
+    let World {
         bucket,
         emu,
         outpost,
-        dir,
-    }) = World::start().await
-    else {
-        return;
-    };
-    let g = start(
-        &emu,
-        &outpost,
-        &dir.path().join("g"),
-        &bucket,
-        vec![],
-        vec![],
-    );
-    let (id, path) = suspend_and_damage(&emu, &outpost, &g, &bucket).await;
+        ..
+    } = &w;
+    let g = w.garrison("g", vec![], vec![]);
+    let (id, path) = suspend_and_damage(emu, outpost, &g, bucket).await;
 
     let store = g.store();
     wait_until("the session failed", Some(&g), || {
@@ -213,39 +192,32 @@ async fn a_damaged_snapshot_fails_the_session_and_is_kept() {
         bucket.raw().head(&path).await.is_ok(),
         "the damaged snapshot was kept"
     );
-    assert!(step_outputs(&emu, &id).iter().all(|o| !o.contains("fresh")));
+    assert!(step_outputs(emu, &id).iter().all(|o| !o.contains("fresh")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_fresh_fallback_a_damaged_snapshot_starts_the_session_afresh() {
-    let Some(World {
+    let Some(w) = World::start().await else {
+        return;
+    };
+    let World {
         bucket,
         emu,
         outpost,
-        dir,
-    }) = World::start().await
-    else {
-        return;
-    };
+        ..
+    } = &w;
     let fallback = vec![
         "--snapshot-integrity-fallback".to_owned(),
         "fresh".to_owned(),
     ];
-    let g = start(
-        &emu,
-        &outpost,
-        &dir.path().join("g"),
-        &bucket,
-        fallback,
-        vec![],
-    );
-    let (id, _) = suspend_and_damage(&emu, &outpost, &g, &bucket).await;
+    let g = w.garrison("g", fallback, vec![]);
+    let (id, _) = suspend_and_damage(emu, outpost, &g, bucket).await;
 
     wait_until("resumed fresh and terminated", Some(&g), || {
-        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+        status_is(emu, &id, SessionStatus::Terminated) && released(emu, &id)
     })
     .await;
-    let output = step_outputs(&emu, &id).last().unwrap().clone();
+    let output = step_outputs(emu, &id).last().unwrap().clone();
     assert!(
         output.contains("fresh") && !output.contains("kept"),
         "{output}"
@@ -317,26 +289,19 @@ async fn doctor_probes_the_store_and_names_the_failing_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_garrison_sharing_the_bucket_collects_old_snapshots_it_never_recorded() {
-    let Some(World {
+    let Some(w) = World::start().await else {
+        return;
+    };
+    let World {
         bucket,
         emu,
         outpost,
-        dir,
-    }) = World::start().await
-    else {
-        return;
-    };
-    let a = start(
-        &emu,
-        &outpost,
-        &dir.path().join("a"),
-        &bucket,
-        vec![],
-        vec![],
-    );
-    let id = session(&emu, &outpost, vec![write("old.txt", "x")], Then::Sleep);
+        ..
+    } = &w;
+    let a = w.garrison("a", vec![], vec![]);
+    let id = session(emu, outpost, vec![write("old.txt", "x")], Then::Sleep);
     wait_until("suspended and released", Some(&a), || {
-        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+        status_is(emu, &id, SessionStatus::Suspended) && released(emu, &id)
     })
     .await;
     drop(a);
@@ -346,14 +311,7 @@ async fn any_garrison_sharing_the_bucket_collects_old_snapshots_it_never_recorde
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
 
     let retention = vec!["--snapshot-retention".to_owned(), "1s".to_owned()];
-    let b = start(
-        &emu,
-        &outpost,
-        &dir.path().join("b"),
-        &bucket,
-        retention,
-        vec![],
-    );
+    let b = w.garrison("b", retention, vec![]);
     let deadline = tokio::time::Instant::now() + HANG_GUARD;
     while !bucket.objects().await.is_empty() {
         assert!(

@@ -56,8 +56,25 @@ async fn a_good_token_passes_every_required_check() {
     ] {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
-    // It only reads: the state directory it was pointed at is not created.
+    // The local backend's advice: as root, its sandboxes run in user
+    // namespaces (the probe made one and an idmapped mount).
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(
+            text.contains("user namespaces: active: a sandbox's root is an unprivileged host uid"),
+            "{text}"
+        );
+    }
+    // It only reads: the state directory it was pointed at is not created,
+    // and the probe left nothing behind.
     assert!(!dir.path().join("state").exists());
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("userns-probe"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     assert!(!text.contains(&emu.account_token()));
 }
 

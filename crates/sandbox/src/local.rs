@@ -5,6 +5,7 @@ mod archive;
 mod backend;
 mod cmd;
 mod disk;
+mod idmap;
 pub mod images;
 pub mod net;
 pub mod oci;
@@ -13,6 +14,7 @@ mod reaper;
 pub mod rootfs;
 mod runc;
 pub mod seccomp;
+pub mod userns;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
-pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV};
+pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV, USERNS_ENV};

@@ -9,6 +9,10 @@
 //! disk/upper    the session's writable overlay layer (what snapshots keep)
 //! disk/work     overlayfs work directory
 //! rootfs/       the overlay mount: image below, upper above
+//! userns        the pinned user namespace (SANDBOX_USERNS, on by default)
+//! ids           its host id range (see `userns`)
+//! lower/        the image, idmapped through it
+//! idisk/        disk/, idmapped through it (the overlay's upper and work)
 //! config.json   the OCI bundle's configuration
 //! init.pid      host pid of the container's init (tini)
 //! proc/<id>/    host-side records of a process: shim.pid
@@ -44,11 +48,16 @@ use crate::{
 
 #[cfg(test)]
 mod desktop_tests;
+mod ids;
 mod lifecycle;
 mod process;
 
 const HANDLE_FILE: &str = "handle.json";
 const NET_FILE: &str = "net.json";
+const USERNS_FILE: &str = "userns";
+const IDS_FILE: &str = "ids";
+const LOWER_DIR: &str = "lower";
+const IDMAPPED_DISK_DIR: &str = "idisk";
 
 /// Where the local backend keeps things and the host tools it uses.
 #[derive(Clone, Debug)]
@@ -72,6 +81,9 @@ pub struct LocalConfig {
     /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The image must
     /// have Xvfb (`desktop = true` in its recipe). Off by default.
     pub desktop: bool,
+    /// Runs each container in a user namespace of its own, so that its
+    /// root is an unprivileged host uid (see `userns`). On by default.
+    pub userns: bool,
 }
 
 /// The X display a sandbox's desktop runs on.
@@ -95,6 +107,7 @@ impl LocalConfig {
             tini: PathBuf::from("/usr/bin/tini-static"),
             runc: PathBuf::from("/usr/sbin/runc"),
             desktop: false,
+            userns: true,
         })
     }
 }
@@ -107,6 +120,9 @@ pub struct LocalBackend {
     snapshots: SnapshotStore,
     runc: Runc,
     net: NetConfig,
+    /// The id range slots in use, read from the sandboxes' directories at
+    /// the first create that needs one.
+    id_slots: std::sync::Mutex<Option<std::collections::BTreeSet<u32>>>,
 }
 
 fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
@@ -149,6 +165,7 @@ impl LocalBackend {
             snapshots,
             runc,
             net,
+            id_slots: std::sync::Mutex::new(None),
         })
     }
 
@@ -175,7 +192,8 @@ impl LocalBackend {
 
     fn root(&self, handle: &Handle) -> Result<Root> {
         let dir = self.existing_dir(handle)?;
-        Root::open(&dir.join("rootfs"))
+        let owner = Self::recorded_ids(&dir).map(|ids| ids.host_base);
+        Root::open_as(&dir.join("rootfs"), owner)
             .map_err(|e| SandboxError::Gone(format!("sandbox {} root: {e}", handle.name)))
     }
 

@@ -49,12 +49,14 @@ pub async fn mount(image: &Path, target: &Path) -> anyhow::Result<()> {
 }
 
 /// Mounts the overlay root: the image read-only below, the session's layer
-/// above.
+/// above. `owner`: the host uid of the container's root when the layers are
+/// idmapped (see `idmap`).
 pub async fn mount_overlay(
     lower: &Path,
     upper: &Path,
     work: &Path,
     target: &Path,
+    owner: Option<u32>,
 ) -> anyhow::Result<()> {
     for dir in [upper, work, target] {
         std::fs::create_dir_all(dir)?;
@@ -65,21 +67,16 @@ pub async fn mount_overlay(
             bail!("{s:?} cannot be an overlay directory");
         }
     }
-    // nodev: a device node the sandbox makes in its root (it holds
-    // CAP_MKNOD) must not open a host device when the host reads the root.
     let options = format!(
-        "nodev,lowerdir={},upperdir={},workdir={}",
+        "lowerdir={},upperdir={},workdir={}",
         lower.display(),
         upper.display(),
         work.display()
     );
-    run(
-        "mount",
-        &["-t", "overlay", "overlay", "-o", &options],
-        &[target.as_os_str()],
-    )
-    .await
-    .context("mounting the overlay root")
+    let target = target.to_owned();
+    tokio::task::spawn_blocking(move || super::idmap::mount_overlay_as(owner, &options, &target))
+        .await?
+        .context("mounting the overlay root")
 }
 
 /// Whether `path` is a mount point (listed in /proc/self/mountinfo).

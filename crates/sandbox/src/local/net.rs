@@ -125,6 +125,19 @@ pub async fn create(
     gateway_url: Option<&str>,
     policy: &common::NetworkPolicy,
 ) -> Result<SandboxNet> {
+    create_owned(cfg, name, gateway_url, policy, None).await
+}
+
+/// [`create`], the namespace owned by the user namespace pinned at
+/// `owner` (the container's), which the kernel requires for the container
+/// to mount its own `sysfs`.
+pub async fn create_owned(
+    cfg: &NetConfig,
+    name: &SandboxName,
+    gateway_url: Option<&str>,
+    policy: &common::NetworkPolicy,
+    owner: Option<&Path>,
+) -> Result<SandboxNet> {
     tools::require_root()?;
     let tools = Tools::find()?;
     let gateway = gateway_url
@@ -155,6 +168,7 @@ pub async fn create(
         name,
         (gateway_port, gateway_host),
         policy,
+        owner,
     )
     .await
     {
@@ -175,10 +189,18 @@ async fn build(
     name: &SandboxName,
     (gateway_port, gateway_host): (Option<u16>, Option<String>),
     policy: &common::NetworkPolicy,
+    owner: Option<&Path>,
 ) -> Result<SandboxNet> {
     mkdir_private(&cfg.run_dir)?;
     mkdir_private(&paths.state_dir)?;
     tools::run(&tools.ip, ["netns", "add", &paths.netns_name], None, None).await?;
+    if let Some(owner) = owner {
+        let (owner, netns) = (owner.to_owned(), paths.netns.clone());
+        tokio::task::spawn_blocking(move || super::userns::own_network(&owner, &netns))
+            .await
+            .map_err(|e| SandboxError::Fatal(e.into()))?
+            .map_err(SandboxError::Fatal)?;
+    }
     let (host_if, slot, host_addrs) = veth::attach(tools, &paths.netns, &paths.netns_name).await?;
     let host_gateway = slot.host_addr();
     if let Some(port) = gateway_port {

@@ -53,6 +53,21 @@ pub struct ContainerConfig<'a> {
     pub cgroups_path: &'a str,
     /// The network namespace to join; `None` gives a fresh, empty one.
     pub netns: Option<&'a Path>,
+    /// The user namespace to join; `None` runs the container's root as
+    /// host root.
+    pub user_ns: Option<UserNs<'a>>,
+}
+
+/// A user namespace made (and pinned) by Garrison, with its maps.
+#[derive(Clone, Copy)]
+pub struct UserNs<'a> {
+    pub path: &'a Path,
+    /// Container id 0 is this host id; the range is `userns::IDS` long.
+    pub host_base: u32,
+    /// The root file system where the container's uid can reach it (runc
+    /// mounts it from inside the namespace, so every directory on the way
+    /// must let that uid pass).
+    pub rootfs: &'a Path,
 }
 
 /// The whole `config.json`.
@@ -71,11 +86,17 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
         Some(path) => json!({"type": "network", "path": path}),
         None => json!({"type": "network"}),
     });
+    // runc joins the namespace and reads the maps only to know who owns
+    // what it makes (/dev and the like): they are the namespace's own.
+    let id_maps = c.user_ns.map(|user| {
+        namespaces.push(json!({"type": "user", "path": user.path}));
+        json!([{"containerID": 0, "hostID": user.host_base, "size": super::userns::IDS}])
+    });
     let memory = c.resources.memory_mb.saturating_mul(1024 * 1024);
     let quota = (c.resources.cpus * CPU_PERIOD_US as f64)
         .round()
         .max(1000.0) as i64;
-    json!({
+    let mut config = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
@@ -124,7 +145,15 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
                 "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"
             ]
         }
-    })
+    });
+    if let Some(maps) = id_maps {
+        config["linux"]["uidMappings"] = maps.clone();
+        config["linux"]["gidMappings"] = maps;
+    }
+    if let Some(user) = c.user_ns {
+        config["root"]["path"] = json!(user.rootfs);
+    }
+    config
 }
 
 #[cfg(test)]
@@ -141,6 +170,7 @@ mod tests {
             },
             cgroups_path: "/garrison/garrison-abc",
             netns,
+            user_ns: None,
         })
     }
 
@@ -180,17 +210,62 @@ mod tests {
         );
     }
 
-    #[test]
-    fn every_namespace_but_user_is_private() {
-        let c = sample(Some(Path::new("/run/netns/x")));
-        let types: Vec<&str> = c["linux"]["namespaces"]
+    fn namespace_types(c: &Value) -> Vec<&str> {
+        c["linux"]["namespaces"]
             .as_array()
             .unwrap()
             .iter()
             .map(|n| n["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(types, ["pid", "ipc", "uts", "mount", "cgroup", "network"]);
+            .collect()
+    }
+
+    #[test]
+    fn every_namespace_is_private_and_user_only_when_given() {
+        let c = sample(Some(Path::new("/run/netns/x")));
+        assert_eq!(
+            namespace_types(&c),
+            ["pid", "ipc", "uts", "mount", "cgroup", "network"]
+        );
         assert_eq!(c["linux"]["namespaces"][5]["path"], "/run/netns/x");
+        assert!(c["linux"].get("uidMappings").is_none());
+    }
+
+    #[test]
+    fn a_user_namespace_maps_root_onto_its_host_range() {
+        let c = config(&ContainerConfig {
+            hostname: "sandbox",
+            resources: &Resources {
+                cpus: 1.0,
+                memory_mb: 512,
+                disk_mb: 1024,
+            },
+            cgroups_path: "/garrison/garrison-abc",
+            netns: Some(Path::new("/run/netns/x")),
+            user_ns: Some(UserNs {
+                path: Path::new("/state/sandboxes/x/userns"),
+                host_base: 1 << 30,
+                rootfs: Path::new("/run/garrison/r/x/rootfs"),
+            }),
+        });
+        assert_eq!(
+            namespace_types(&c),
+            ["pid", "ipc", "uts", "mount", "cgroup", "network", "user"]
+        );
+        assert_eq!(
+            c["linux"]["namespaces"][6]["path"],
+            "/state/sandboxes/x/userns"
+        );
+        assert_eq!(c["root"]["path"], "/run/garrison/r/x/rootfs");
+        for maps in ["uidMappings", "gidMappings"] {
+            assert_eq!(
+                c["linux"][maps],
+                json!([{"containerID": 0, "hostID": 1u32 << 30, "size": 65_536}]),
+                "{maps}"
+            );
+        }
+        // Everything else stays as strict.
+        assert_eq!(c["process"]["noNewPrivileges"], true);
+        assert_eq!(c["linux"]["seccomp"], sample(None)["linux"]["seccomp"]);
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
 /// The `garrison.toml` key of [`DESKTOP_ENV`].
 pub const DESKTOP_KEY: &str = "desktop";
 
+/// Runs each container in a user namespace; see [`LocalConfig::userns`].
+pub const USERNS_ENV: &str = "SANDBOX_USERNS";
+/// The `garrison.toml` key of [`USERNS_ENV`].
+pub const USERNS_KEY: &str = "userns";
+
 /// Containers on this machine: the embedded default.
 pub struct LocalPlugin;
 
@@ -39,11 +44,15 @@ impl BackendPlugin for LocalPlugin {
     fn settings_help(&self) -> &'static str {
         "  SANDBOX_DESKTOP (or desktop = true in the file): run Xvfb in each sandbox
   and give the remote DISPLAY and DEVIN_OUTPOST_DESKTOP=true; the image must
-  have Xvfb (a recipe with desktop = true) [default: false]."
+  have Xvfb (a recipe with desktop = true) [default: false].
+  SANDBOX_USERNS (or userns = false in the file): run each container in a
+  user namespace of its own, so its root is an unprivileged host uid (from
+  1073741824, 65536 ids per sandbox); needs a file system with idmapped
+  mounts under the state directory (ext4, xfs, btrfs, tmpfs) [default: true]."
     }
 
     fn file_keys(&self) -> &'static [&'static str] {
-        &[DESKTOP_KEY]
+        &[DESKTOP_KEY, USERNS_KEY]
     }
 
     fn setup_hint(&self) -> &'static str {
@@ -54,22 +63,30 @@ impl BackendPlugin for LocalPlugin {
         &self,
         settings: &dyn SettingsSource,
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
-        let desktop = match settings.get(DESKTOP_ENV, DESKTOP_KEY) {
-            None => false,
-            Some(value) => match value.value.trim() {
-                "true" | "1" => true,
-                "false" | "0" => false,
-                other => {
-                    return Err(value.invalid(format!("{other:?} is not true or false")));
-                }
-            },
-        };
         Ok(Arc::new(Local {
             static_shim: settings
                 .var(STATIC_SHIM_ENV)
                 .map(|v| PathBuf::from(v.value)),
-            desktop,
+            desktop: flag(settings, DESKTOP_ENV, DESKTOP_KEY, false)?,
+            userns: flag(settings, USERNS_ENV, USERNS_KEY, true)?,
         }))
+    }
+}
+
+/// A true/false setting.
+fn flag(
+    settings: &dyn SettingsSource,
+    env: &'static str,
+    key: &'static str,
+    default: bool,
+) -> Result<bool, SettingsError> {
+    match settings.get(env, key) {
+        None => Ok(default),
+        Some(value) => match value.value.trim() {
+            "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
+            other => Err(value.invalid(format!("{other:?} is not true or false"))),
+        },
     }
 }
 
@@ -78,6 +95,7 @@ struct Local {
     /// `None`: `garrison-shim` next to the running binary.
     static_shim: Option<PathBuf>,
     desktop: bool,
+    userns: bool,
 }
 
 impl ConfiguredBackend for Local {
@@ -89,6 +107,7 @@ impl ConfiguredBackend for Local {
         let mut config =
             LocalConfig::for_state_dir(&placement.state_dir, &placement.snapshot_dir, static_shim)?;
         config.desktop = self.desktop;
+        config.userns = self.userns;
         config.snapshot_store = placement.snapshot_store.clone();
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
@@ -111,12 +130,26 @@ mod tests {
 
     use super::*;
 
-    fn desktop(pairs: &[(&str, &str)]) -> Result<bool, SettingsError> {
+    fn local(pairs: &[(&str, &str)]) -> Result<(bool, bool), SettingsError> {
         let configured = PLUGIN.configure(&MapSource::vars(pairs))?;
-        Ok(configured
+        let local = configured
             .downcast_ref::<Local>()
-            .expect("the local backend")
-            .desktop)
+            .expect("the local backend");
+        Ok((local.desktop, local.userns))
+    }
+
+    fn desktop(pairs: &[(&str, &str)]) -> Result<bool, SettingsError> {
+        local(pairs).map(|(desktop, _)| desktop)
+    }
+
+    #[test]
+    fn user_namespaces_are_on_unless_turned_off() {
+        let userns = |pairs: &[(&str, &str)]| local(pairs).map(|(_, userns)| userns);
+        assert!(userns(&[]).unwrap());
+        assert!(!userns(&[(USERNS_ENV, "false")]).unwrap());
+        let err = userns(&[(USERNS_ENV, "maybe")]).unwrap_err();
+        assert!(err.to_string().contains(USERNS_ENV), "{err}");
+        assert!(PLUGIN.file_keys().contains(&USERNS_KEY));
     }
 
     #[test]

@@ -16,6 +16,11 @@ use std::path::{Component, Path, PathBuf};
 /// An open container root.
 pub struct Root {
     fd: OwnedFd,
+    /// The host uid of the container's root when it runs in a user
+    /// namespace: files the host makes here are made as that uid, so they
+    /// belong to the container's root (and overlayfs over idmapped layers
+    /// accepts them; see `idmap`).
+    owner: Option<u32>,
 }
 
 /// A path as the container sees it: absolute, no `.` or `..`. Returned
@@ -50,6 +55,11 @@ fn cstring(path: &Path) -> io::Result<CString> {
 
 impl Root {
     pub fn open(root: &Path) -> io::Result<Self> {
+        Self::open_as(root, None)
+    }
+
+    /// Opens a root whose new files are to be owned by host uid `owner`.
+    pub fn open_as(root: &Path, owner: Option<u32>) -> io::Result<Self> {
         let c = cstring(root)?;
         // SAFETY: a valid NUL-terminated path; the result is checked.
         let fd = unsafe {
@@ -64,6 +74,7 @@ impl Root {
         // SAFETY: fd was just opened and is owned by nobody else.
         Ok(Self {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            owner,
         })
     }
 
@@ -97,6 +108,7 @@ impl Root {
 
     /// Creates a directory and its parents (inside the root), mode `mode`.
     pub fn create_dir_all(&self, path: &str, mode: u32) -> io::Result<()> {
+        let _as = super::idmap::acting_as(self.owner)?;
         let relative = container_relative(path)?;
         let mut so_far = PathBuf::new();
         for part in relative.components() {
@@ -124,6 +136,7 @@ impl Root {
 
     /// Creates a directory that must not exist yet (parents must).
     pub fn create_dir_new(&self, path: &str, mode: u32) -> io::Result<()> {
+        let _as = super::idmap::acting_as(self.owner)?;
         let relative = container_relative(path)?;
         let (parent, name) = split(&relative)?;
         let dir = self.openat2(&parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -138,6 +151,7 @@ impl Root {
     /// Writes a file atomically (a temporary file, then a rename in the same
     /// directory) with `mode`.
     pub fn write(&self, path: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+        let _as = super::idmap::acting_as(self.owner)?;
         let relative = container_relative(path)?;
         let (parent, name) = split(&relative)?;
         let dir = self.openat2(&parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;

@@ -45,6 +45,7 @@ pub fn config() -> Option<LocalConfig> {
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
         desktop: false,
+        userns: true,
     })
 }
 

@@ -388,6 +388,7 @@ fn local_config(
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
         desktop: false,
+        userns: true,
     };
     Ok((config, format!("{} ({})", args.image, short_id(&image.id))))
 }

@@ -27,6 +27,7 @@ pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
     let mut checks = vec![root()];
     checks.push(file_check("runc", Path::new(RUNC), "apt-get install runc"));
     checks.extend(isolation(Path::new(RUNC)));
+    checks.push(user_namespaces(state_dir));
     checks.push(file_check(
         "tini-static",
         Path::new(TINI),
@@ -86,12 +87,49 @@ fn isolation(runc: &Path) -> Vec<Check> {
             format!("{version}: namespaces, cgroups, dropped capabilities, no_new_privileges"),
         ),
         seccomp_check(features.as_ref()),
-        Check::info(
-            "user namespaces",
-            "not used: a sandbox's root is root on this host, held in by capabilities, \
-             seccomp and the namespaces (SECURITY.md)",
-        ),
     ]
+}
+
+/// Whether sandboxes can run in user namespaces here (they do unless
+/// `SANDBOX_USERNS=false`): the probe makes one and an idmapped mount on the
+/// state directory's file system.
+fn user_namespaces(state_dir: &Path) -> Check {
+    let name = "user namespaces";
+    let off =
+        std::env::var(sandbox::local::USERNS_ENV).is_ok_and(|v| matches!(v.trim(), "false" | "0"));
+    if off {
+        return Check::warn(
+            name,
+            "turned off (SANDBOX_USERNS=false): a sandbox's root is root on this host, \
+             held in by capabilities, seccomp and the namespaces",
+            "unset SANDBOX_USERNS unless this machine cannot run them (SECURITY.md)",
+        );
+    }
+    // Probed on the file system the state directory is (or will be) on,
+    // without making it: doctor only looks.
+    let Some(existing) = state_dir.ancestors().find(|dir| dir.is_dir()) else {
+        return Check::info(
+            name,
+            "not probed: no directory on the state directory's path",
+        );
+    };
+    match sandbox::local::userns::probe(existing) {
+        Ok(()) => Check::pass(
+            name,
+            format!(
+                "active: a sandbox's root is an unprivileged host uid (from {}, {} ids per sandbox), \
+                 its image and layer shown through idmapped mounts",
+                sandbox::local::userns::FIRST_HOST_ID,
+                sandbox::local::userns::IDS
+            ),
+        ),
+        Err(e) => Check::fail(
+            name,
+            format!("{e:#}"),
+            "use a kernel of 5.19 or newer and a state directory on ext4, xfs, btrfs or tmpfs; \
+             or set SANDBOX_USERNS=false (SECURITY.md says what that gives up)",
+        ),
+    }
 }
 
 /// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.

@@ -71,6 +71,7 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
         desktop: true,
+        userns: true,
     })
 }
 

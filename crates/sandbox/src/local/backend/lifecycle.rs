@@ -9,10 +9,14 @@ use std::path::Path;
 
 use anyhow::{Context, anyhow};
 
-use super::{DESKTOP_DISPLAY, HANDLE_FILE, LocalBackend, NET_FILE, fatal};
+use super::{
+    DESKTOP_DISPLAY, HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE,
+    USERNS_FILE, fatal,
+};
 use crate::local::oci::{self, ContainerConfig};
 use crate::local::rootfs::Root;
-use crate::local::{archive, disk, net};
+use crate::local::userns::IdRange;
+use crate::local::{archive, disk, idmap, net};
 use crate::shim;
 use crate::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec};
 
@@ -98,8 +102,13 @@ impl LocalBackend {
         );
         container?;
         network.map_err(|e| anyhow!(e))?;
-        disk::unmount(&dir.join("rootfs"))?;
-        disk::unmount(&dir.join("disk"))?;
+        self.hide_root(name)?;
+        // The overlay first, then the layers it stands on, then the disk
+        // below them, then the user namespace they were mapped through.
+        for mount in ["rootfs", LOWER_DIR, IDMAPPED_DISK_DIR, "disk", USERNS_FILE] {
+            disk::unmount(&dir.join(mount))?;
+        }
+        self.release_ids(dir);
         // The handle goes first: a crash halfway leaves a directory `list`
         // no longer reports but the next destroy still removes.
         let _ = std::fs::remove_file(dir.join(HANDLE_FILE));
@@ -120,11 +129,13 @@ impl LocalBackend {
         spec: &SandboxSpec,
         dir: &Path,
         image_rootfs: &Path,
+        ids: Option<IdRange>,
     ) -> anyhow::Result<Root> {
         disk::create(&dir.join("disk.img"), spec.resources.disk_mb).await?;
         disk::mount(&dir.join("disk.img"), &dir.join("disk")).await?;
         let upper = dir.join("disk").join("upper");
         std::fs::create_dir_all(&upper)?;
+        std::fs::create_dir_all(dir.join("disk").join("work"))?;
         if let Some(snapshot) = &spec.restore_from {
             let fetched = self
                 .snapshots
@@ -141,15 +152,37 @@ impl LocalBackend {
             fetched.release().await;
             unpacked.context("restoring the snapshot")?;
         }
+        let owner = ids.map(|ids| ids.host_base);
+        let (lower, layers) = match ids {
+            None => (image_rootfs.to_owned(), dir.join("disk")),
+            Some(_) => {
+                let userns = dir.join(USERNS_FILE);
+                let (lower, layers) = (dir.join(LOWER_DIR), dir.join(IDMAPPED_DISK_DIR));
+                for (source, target) in [(image_rootfs, &lower), (&dir.join("disk"), &layers)] {
+                    std::fs::create_dir_all(target)?;
+                    idmap::mount_idmapped(source, target, &userns).with_context(|| {
+                        format!(
+                            "mounting {} for the sandbox's user namespace \
+                             (the file system must support idmapped mounts; \
+                             or turn user namespaces off with {})",
+                            source.display(),
+                            crate::local::plugin::USERNS_ENV
+                        )
+                    })?;
+                }
+                (lower, layers)
+            }
+        };
         disk::mount_overlay(
-            image_rootfs,
-            &upper,
-            &dir.join("disk").join("work"),
+            &lower,
+            &layers.join("upper"),
+            &layers.join("work"),
             &dir.join("rootfs"),
+            owner,
         )
         .await?;
 
-        let root = Root::open(&dir.join("rootfs"))?;
+        let root = Root::open_as(&dir.join("rootfs"), owner)?;
         root.create_dir_all(oci::BIN_DIR, 0o755)?;
         root.create_dir_all(oci::PROC_DIR, 0o700)?;
         for (src, dst) in [
@@ -195,16 +228,22 @@ impl LocalBackend {
 
         std::fs::create_dir_all(dir.join("proc"))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        let ids = match self.config.userns {
+            true => Some(self.make_user_namespace(name, dir).await?),
+            false => None,
+        };
+        let userns = ids.map(|_| dir.join(USERNS_FILE));
         // The root filesystem and the network namespace do not depend on each
         // other: building them together takes the longer of the two, not the
         // sum. A failure of either is cleaned up by `create`'s teardown.
         let (root, sandbox_net) =
-            tokio::try_join!(self.prepare_root(spec, dir, &image.rootfs), async {
-                net::create(
+            tokio::try_join!(self.prepare_root(spec, dir, &image.rootfs, ids), async {
+                net::create_owned(
                     &self.net,
                     &spec.name,
                     spec.network.gateway_url.as_deref(),
                     &spec.network.policy,
+                    userns.as_deref(),
                 )
                 .await
                 .map_err(|e| anyhow!(e))
@@ -216,12 +255,25 @@ impl LocalBackend {
             root.write("/etc/resolv.conf", conf.as_bytes(), 0o644)?;
         }
 
+        let reachable_root = match ids {
+            Some(ids) => Some(self.expose_root(name, dir, ids)?),
+            None => None,
+        };
         let cgroups_path = crate::local::runc::cgroups_path(name);
         let config = oci::config(&ContainerConfig {
             hostname: "sandbox",
             resources: &spec.resources,
             cgroups_path: &cgroups_path,
             netns: Some(&sandbox_net.netns_path),
+            user_ns: userns
+                .as_deref()
+                .zip(ids)
+                .zip(reachable_root.as_deref())
+                .map(|((path, ids), rootfs)| oci::UserNs {
+                    path,
+                    host_base: ids.host_base,
+                    rootfs,
+                }),
         });
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
         self.runc

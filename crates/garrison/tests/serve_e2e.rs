@@ -596,7 +596,7 @@ async fn kill_9_at_any_point_still_serves_exactly_once(backend: Backend) {
     .await;
     g.crash_and_restart();
     let workdir = only_workdir(&state);
-    std::fs::write(workdir.join("go"), "").unwrap();
+    write_as_workspace_owner(&workdir, "go", b"");
     // 3. After the remote exited, while the final status lags.
     wait_until("remote disconnected", Some(&g), || {
         let v = view(&emu, &id);

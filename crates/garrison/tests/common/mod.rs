@@ -575,6 +575,17 @@ pub fn sandbox_dirs(state_dir: &Path) -> usize {
     .sum()
 }
 
+/// Writes file `name` into a sandbox's workspace from the host, as the
+/// workspace's owner: a `local` sandbox in a user namespace shows its files
+/// through idmapped layers, which refuse a file made as host root.
+pub fn write_as_workspace_owner(workdir: &Path, name: &str, bytes: &[u8]) {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = std::fs::metadata(workdir).unwrap().uid();
+    sandbox::local::rootfs::Root::open_as(workdir, (uid != 0).then_some(uid))
+        .and_then(|root| root.write(&format!("/{name}"), bytes, 0o644))
+        .unwrap_or_else(|e| panic!("writing {name} into {}: {e}", workdir.display()));
+}
+
 /// The workspace of the only sandbox under `state_dir`, as the host sees it.
 pub fn only_workdir(state_dir: &Path) -> PathBuf {
     let mut found = Vec::new();

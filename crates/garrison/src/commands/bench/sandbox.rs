@@ -108,6 +108,10 @@ pub struct SandboxArgs {
     /// Containers the peer starts and removes.
     #[arg(long, default_value_t = 20)]
     peer_runs: usize,
+    /// Run the local backend's sandboxes in user namespaces, as `garrison
+    /// serve` does unless SANDBOX_USERNS=false; false measures without.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    userns: bool,
     /// Also print the figures as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -388,9 +392,16 @@ fn local_config(
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
         desktop: false,
-        userns: true,
+        userns: args.userns,
     };
-    Ok((config, format!("{} ({})", args.image, short_id(&image.id))))
+    let isolation = match args.userns {
+        true => "user namespaces",
+        false => "no user namespace",
+    };
+    Ok((
+        config,
+        format!("{} ({}), {isolation}", args.image, short_id(&image.id)),
+    ))
 }
 
 fn short_id(id: &str) -> &str {

@@ -10,6 +10,7 @@
 //! disk/work     overlayfs work directory
 //! rootfs/       the overlay mount: image below, upper above
 //! userns        the pinned user namespace (SANDBOX_USERNS, on by default)
+//! netns         the network namespace made with it (also at /run/netns)
 //! ids           its host id range (see `userns`)
 //! lower/        the image, idmapped through it
 //! idisk/        disk/, idmapped through it (the overlay's upper and work)
@@ -55,6 +56,7 @@ mod process;
 const HANDLE_FILE: &str = "handle.json";
 const NET_FILE: &str = "net.json";
 const USERNS_FILE: &str = "userns";
+const NETNS_FILE: &str = "netns";
 const IDS_FILE: &str = "ids";
 const LOWER_DIR: &str = "lower";
 const IDMAPPED_DISK_DIR: &str = "idisk";

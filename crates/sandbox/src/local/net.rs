@@ -128,15 +128,16 @@ pub async fn create(
     create_owned(cfg, name, gateway_url, policy, None).await
 }
 
-/// [`create`], the namespace owned by the user namespace pinned at
-/// `owner` (the container's), which the kernel requires for the container
-/// to mount its own `sysfs`.
+/// [`create`] over `made`, when given: a network namespace made already
+/// and pinned at that path (the one `userns::create` makes, owned by the
+/// container's user namespace, which the kernel requires for the container
+/// to mount its own `sysfs`), instead of a new one.
 pub async fn create_owned(
     cfg: &NetConfig,
     name: &SandboxName,
     gateway_url: Option<&str>,
     policy: &common::NetworkPolicy,
-    owner: Option<&Path>,
+    made: Option<&Path>,
 ) -> Result<SandboxNet> {
     tools::require_root()?;
     let tools = Tools::find()?;
@@ -168,7 +169,7 @@ pub async fn create_owned(
         name,
         (gateway_port, gateway_host),
         policy,
-        owner,
+        made,
     )
     .await
     {
@@ -189,17 +190,18 @@ async fn build(
     name: &SandboxName,
     (gateway_port, gateway_host): (Option<u16>, Option<String>),
     policy: &common::NetworkPolicy,
-    owner: Option<&Path>,
+    made: Option<&Path>,
 ) -> Result<SandboxNet> {
     mkdir_private(&cfg.run_dir)?;
     mkdir_private(&paths.state_dir)?;
-    tools::run(&tools.ip, ["netns", "add", &paths.netns_name], None, None).await?;
-    if let Some(owner) = owner {
-        let (owner, netns) = (owner.to_owned(), paths.netns.clone());
-        tokio::task::spawn_blocking(move || super::userns::own_network(&owner, &netns))
-            .await
-            .map_err(|e| SandboxError::Fatal(e.into()))?
-            .map_err(SandboxError::Fatal)?;
+    match made {
+        None => {
+            tools::run(&tools.ip, ["netns", "add", &paths.netns_name], None, None).await?;
+        }
+        Some(pinned) => {
+            super::userns::publish_network(pinned, &paths.netns_name)
+                .map_err(SandboxError::Fatal)?;
+        }
     }
     let (host_if, slot, host_addrs) = veth::attach(tools, &paths.netns, &paths.netns_name).await?;
     let host_gateway = slot.host_addr();

@@ -22,7 +22,6 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write as _;
-use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -123,10 +122,18 @@ fn pin_namespace(pid: u32, kind: &str, pin: &Path) -> anyhow::Result<()> {
     .with_context(|| format!("pinning a {kind} namespace at {}", pin.display()))
 }
 
-/// Makes a user namespace with `range`'s maps and pins it at `pin`.
-pub fn create(pin: &Path, range: IdRange) -> anyhow::Result<()> {
-    File::create(pin).with_context(|| format!("creating {}", pin.display()))?;
-    let child = holder(|| nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(Into::into))?;
+/// Makes a user namespace with `range`'s maps and pins it at `pin`; with
+/// `network`, also a network namespace owned by it (made in the same
+/// `unshare`), pinned there (see [`publish_network`]).
+pub fn create(pin: &Path, range: IdRange, network: Option<&Path>) -> anyhow::Result<()> {
+    let mut flags = CloneFlags::CLONE_NEWUSER;
+    for file in std::iter::once(pin).chain(network) {
+        File::create(file).with_context(|| format!("creating {}", file.display()))?;
+    }
+    if network.is_some() {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    let child = holder(move || nix::sched::unshare(flags).map_err(Into::into))?;
     let pid = child.id();
     let made = (|| {
         for map in ["uid_map", "gid_map"] {
@@ -136,37 +143,66 @@ pub fn create(pin: &Path, range: IdRange) -> anyhow::Result<()> {
                 .and_then(|mut f| f.write_all(range.map_line().as_bytes()))
                 .with_context(|| format!("writing the user namespace's {map}"))?;
         }
-        pin_namespace(pid, "user", pin)
+        pin_namespace(pid, "user", pin)?;
+        match network {
+            Some(network) => pin_namespace(pid, "net", network),
+            None => Ok(()),
+        }
     })();
     release(child);
     made
 }
 
-/// Replaces the network namespace pinned at `netns` (a fresh one from
-/// `ip netns add`, so `ip netns` keeps managing the file) with a new one
-/// owned by the user namespace pinned at `userns`. Host root keeps every
-/// power over it (its user namespace is the owner's parent).
-pub fn own_network(userns: &Path, netns: &Path) -> anyhow::Result<()> {
-    let owner = File::open(userns).with_context(|| format!("opening {}", userns.display()))?;
-    let owner_fd = owner.as_raw_fd();
-    let child = holder(move || {
-        // SAFETY: a namespace file descriptor kept open by the parent.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(owner_fd) };
-        nix::sched::setns(fd, CloneFlags::CLONE_NEWUSER)?;
-        nix::sched::unshare(CloneFlags::CLONE_NEWNET)?;
-        Ok(())
-    })?;
-    let pid = child.id();
-    let made = (|| {
-        nix::mount::umount2(netns, nix::mount::MntFlags::MNT_DETACH)
-            .with_context(|| format!("unmounting {}", netns.display()))?;
-        pin_namespace(pid, "net", netns)
-    })();
-    // The holder dies only once its namespace is pinned (or the attempt
-    // failed); waiting for it also tells whether it got there.
-    drop(owner);
-    release(child);
-    made
+/// Where `ip netns` keeps its namespaces.
+const NETNS_RUN_DIR: &str = "/run/netns";
+
+/// Makes the network namespace pinned at `pinned` known to `ip netns` as
+/// `name` (at `/run/netns/<name>`), as `ip netns add` would a new one:
+/// `/run/netns` is made a shared mount first, so the name reaches mount
+/// namespaces made later.
+pub fn publish_network(pinned: &Path, name: &str) -> anyhow::Result<()> {
+    let run_dir = Path::new(NETNS_RUN_DIR);
+    std::fs::create_dir_all(run_dir).context("creating /run/netns")?;
+    let shared = || {
+        mount(
+            None::<&str>,
+            run_dir,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    if shared().is_err() {
+        // Not a mount point yet: make it one, as `ip netns add` does.
+        mount(
+            Some(run_dir),
+            run_dir,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .context("binding /run/netns onto itself")?;
+        shared().context("making /run/netns a shared mount")?;
+    }
+    let target = run_dir.join(name);
+    File::options()
+        .write(true)
+        .create_new(true)
+        .open(&target)
+        .with_context(|| format!("creating {}", target.display()))?;
+    mount(
+        Some(pinned),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .with_context(|| {
+        format!(
+            "binding the sandbox's network namespace at {}",
+            target.display()
+        )
+    })
 }
 
 /// Whether this machine can run sandboxes in user namespaces: makes one,
@@ -178,7 +214,7 @@ pub fn probe(scratch: &Path) -> anyhow::Result<()> {
     for d in [&source, &target] {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    let probed = create(&pin, IdRange::of_slot(0)).and_then(|()| {
+    let probed = create(&pin, IdRange::of_slot(0), None).and_then(|()| {
         let mapped = super::idmap::mount_idmapped(&source, &target, &pin).with_context(|| {
             format!(
                 "an idmapped mount on the file system of {}",

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 
-use super::{IDS_FILE, LocalBackend, USERNS_FILE};
+use super::{IDS_FILE, LocalBackend, NETNS_FILE, USERNS_FILE};
 use crate::local::userns::{self, IdRange};
 
 impl LocalBackend {
     /// Chooses a free id range for sandbox `name`, records it in `dir` and
-    /// makes its user namespace there.
+    /// makes its user namespace there, with the network namespace it owns.
     pub(super) async fn make_user_namespace(
         &self,
         name: &str,
@@ -30,8 +30,8 @@ impl LocalBackend {
             IdRange::of_slot(slot)
         };
         crate::shim::write_atomically(&dir.join(IDS_FILE), ids.to_record().as_bytes())?;
-        let pin = dir.join(USERNS_FILE);
-        tokio::task::spawn_blocking(move || userns::create(&pin, ids))
+        let (pin, network) = (dir.join(USERNS_FILE), dir.join(NETNS_FILE));
+        tokio::task::spawn_blocking(move || userns::create(&pin, ids, Some(&network)))
             .await?
             .context("making the sandbox's user namespace")?;
         Ok(ids)

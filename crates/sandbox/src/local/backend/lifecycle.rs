@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow};
 
 use super::{
-    DESKTOP_DISPLAY, HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE,
+    DESKTOP_DISPLAY, HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE, NETNS_FILE,
     USERNS_FILE, fatal,
 };
 use crate::local::oci::{self, ContainerConfig};
@@ -104,8 +104,15 @@ impl LocalBackend {
         network.map_err(|e| anyhow!(e))?;
         self.hide_root(name)?;
         // The overlay first, then the layers it stands on, then the disk
-        // below them, then the user namespace they were mapped through.
-        for mount in ["rootfs", LOWER_DIR, IDMAPPED_DISK_DIR, "disk", USERNS_FILE] {
+        // below them, then the namespaces they were mapped through.
+        for mount in [
+            "rootfs",
+            LOWER_DIR,
+            IDMAPPED_DISK_DIR,
+            "disk",
+            NETNS_FILE,
+            USERNS_FILE,
+        ] {
             disk::unmount(&dir.join(mount))?;
         }
         self.release_ids(dir);
@@ -233,6 +240,7 @@ impl LocalBackend {
             false => None,
         };
         let userns = ids.map(|_| dir.join(USERNS_FILE));
+        let made_netns = ids.map(|_| dir.join(NETNS_FILE));
         // The root filesystem and the network namespace do not depend on each
         // other: building them together takes the longer of the two, not the
         // sum. A failure of either is cleaned up by `create`'s teardown.
@@ -243,7 +251,7 @@ impl LocalBackend {
                     &spec.name,
                     spec.network.gateway_url.as_deref(),
                     &spec.network.policy,
-                    userns.as_deref(),
+                    made_netns.as_deref(),
                 )
                 .await
                 .map_err(|e| anyhow!(e))

@@ -1,9 +1,11 @@
 //! The `local` backend: one OCI container per session on this host, built
-//! from standard parts (runc, overlayfs, tini, a veth pair and nftables).
+//! from standard parts (runc or gVisor's runsc, overlayfs, tini, a veth
+//! pair and nftables).
 
 mod archive;
 mod backend;
 mod cmd;
+mod compat;
 mod disk;
 pub mod images;
 pub mod net;
@@ -15,4 +17,5 @@ mod runc;
 pub mod seccomp;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
-pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV};
+pub use plugin::{LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV};
+pub use runc::Runtime;

@@ -1,5 +1,5 @@
 //! The local backend as the registry lists it: its settings (the static
-//! shim, the desktop), and the check at start that there is an image to run
+//! shim, the desktop, the OCI runtime), and the check at start that there is an image to run
 //! sessions on.
 
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use common::settings::{SettingsError, SettingsSource};
 use crate::Sandbox;
 use crate::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
+use super::runc::Runtime;
 use super::{LocalBackend, LocalConfig};
 
 /// Where the statically linked `garrison-shim` is, if not next to the
@@ -20,6 +21,12 @@ pub const STATIC_SHIM_ENV: &str = "GARRISON_STATIC_SHIM";
 pub const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
 /// The `garrison.toml` key of [`DESKTOP_ENV`].
 pub const DESKTOP_KEY: &str = "desktop";
+
+/// The OCI runtime new sandboxes run on: `runc` or `runsc` (gVisor); see
+/// [`Runtime`].
+pub const RUNTIME_ENV: &str = "SANDBOX_RUNTIME";
+/// The `garrison.toml` key of [`RUNTIME_ENV`].
+pub const RUNTIME_KEY: &str = "runtime";
 
 /// Containers on this machine: the embedded default.
 pub struct LocalPlugin;
@@ -39,11 +46,15 @@ impl BackendPlugin for LocalPlugin {
     fn settings_help(&self) -> &'static str {
         "  SANDBOX_DESKTOP (or desktop = true in the file): run Xvfb in each sandbox
   and give the remote DISPLAY and DEVIN_OUTPOST_DESKTOP=true; the image must
-  have Xvfb (a recipe with desktop = true) [default: false]."
+  have Xvfb (a recipe with desktop = true) [default: false].
+  SANDBOX_RUNTIME (or runtime = \"runsc\" in the file): the OCI runtime of new
+  sandboxes: runc (namespaces and seccomp on the host's kernel) or runsc
+  (gVisor: a kernel in user space, ptrace platform; slower system calls)
+  [default: runc]."
     }
 
     fn file_keys(&self) -> &'static [&'static str] {
-        &[DESKTOP_KEY]
+        &[DESKTOP_KEY, RUNTIME_KEY]
     }
 
     fn setup_hint(&self) -> &'static str {
@@ -64,11 +75,19 @@ impl BackendPlugin for LocalPlugin {
                 }
             },
         };
+        let runtime = match settings.get(RUNTIME_ENV, RUNTIME_KEY) {
+            None => Runtime::default(),
+            Some(value) => value
+                .value
+                .parse::<Runtime>()
+                .map_err(|e| value.invalid(e))?,
+        };
         Ok(Arc::new(Local {
             static_shim: settings
                 .var(STATIC_SHIM_ENV)
                 .map(|v| PathBuf::from(v.value)),
             desktop,
+            runtime,
         }))
     }
 }
@@ -78,6 +97,7 @@ struct Local {
     /// `None`: `garrison-shim` next to the running binary.
     static_shim: Option<PathBuf>,
     desktop: bool,
+    runtime: Runtime,
 }
 
 impl ConfiguredBackend for Local {
@@ -89,6 +109,7 @@ impl ConfiguredBackend for Local {
         let mut config =
             LocalConfig::for_state_dir(&placement.state_dir, &placement.snapshot_dir, static_shim)?;
         config.desktop = self.desktop;
+        config.runtime = self.runtime;
         config.snapshot_store = placement.snapshot_store.clone();
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
@@ -127,5 +148,25 @@ mod tests {
         let err = desktop(&[(DESKTOP_ENV, "yes please")]).unwrap_err();
         assert!(err.to_string().contains(DESKTOP_ENV), "{err}");
         assert!(PLUGIN.file_keys().contains(&DESKTOP_KEY));
+    }
+
+    fn runtime(pairs: &[(&str, &str)]) -> Result<Runtime, SettingsError> {
+        let configured = PLUGIN.configure(&MapSource::vars(pairs))?;
+        Ok(configured
+            .downcast_ref::<Local>()
+            .expect("the local backend")
+            .runtime)
+    }
+
+    #[test]
+    fn the_runtime_is_runc_unless_runsc_is_chosen() {
+        assert_eq!(runtime(&[]).unwrap(), Runtime::Runc);
+        assert_eq!(runtime(&[(RUNTIME_ENV, "runsc")]).unwrap(), Runtime::Runsc);
+        assert_eq!(runtime(&[(RUNTIME_ENV, " runc ")]).unwrap(), Runtime::Runc);
+        let err = runtime(&[(RUNTIME_ENV, "kata")]).unwrap_err();
+        assert!(err.to_string().contains(RUNTIME_ENV), "{err}");
+        assert!(err.to_string().contains("kata"), "{err}");
+        assert!(PLUGIN.file_keys().contains(&RUNTIME_KEY));
+        assert!(PLUGIN.settings_help().contains(RUNTIME_ENV));
     }
 }

@@ -9,10 +9,11 @@ use std::path::Path;
 
 use anyhow::{Context, anyhow};
 
-use super::{DESKTOP_DISPLAY, HANDLE_FILE, LocalBackend, NET_FILE, fatal};
+use super::{DESKTOP_DISPLAY, HANDLE_FILE, LocalBackend, NET_FILE, RUNTIME_FILE, fatal};
 use crate::local::oci::{self, ContainerConfig};
 use crate::local::rootfs::Root;
-use crate::local::{archive, disk, net};
+use crate::local::runc::Runtime;
+use crate::local::{archive, compat, disk, net};
 use crate::shim;
 use crate::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec};
 
@@ -92,10 +93,9 @@ impl LocalBackend {
         let init_pid = std::fs::read_to_string(dir.join("init.pid"))
             .ok()
             .and_then(|p| p.trim().parse().ok());
-        let (container, network) = tokio::join!(
-            self.runc.delete(name, init_pid),
-            net::destroy(&self.net, name)
-        );
+        let runc = self.runtime_of(name);
+        let (container, network) =
+            tokio::join!(runc.delete(name, init_pid), net::destroy(&self.net, name));
         container?;
         network.map_err(|e| anyhow!(e))?;
         disk::unmount(&dir.join("rootfs"))?;
@@ -161,6 +161,7 @@ impl LocalBackend {
                 .with_context(|| format!("reading {}", src.display()))?;
             root.write(dst, &bytes, 0o755)?;
         }
+        compat::install(&root, self.runc.runtime == Runtime::Runsc)?;
         for dir_in in [oci::WORKDIR, oci::STATE_DIR, oci::HOME] {
             root.create_dir_all(dir_in, 0o700)?;
         }
@@ -224,6 +225,9 @@ impl LocalBackend {
             netns: Some(&sandbox_net.netns_path),
         });
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
+        // Recorded before the container exists, so a teardown after a crash
+        // here still asks the right runtime.
+        std::fs::write(dir.join(RUNTIME_FILE), self.runc.runtime.as_str())?;
         self.runc
             .run_detached(name, dir, &dir.join("init.pid"))
             .await?;

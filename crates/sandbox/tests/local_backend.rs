@@ -330,17 +330,6 @@ fn host_cgroup_file(name: &str, controller: &str, file: &str) -> Option<String> 
     .map(|text| text.trim().to_owned())
 }
 
-/// The host pids in sandbox `name`'s cgroup (cgroup v1 or v2).
-fn sandbox_pids(name: &str) -> Vec<u32> {
-    ["/sys/fs/cgroup/pids/garrison", "/sys/fs/cgroup/garrison"]
-        .iter()
-        .find_map(|base| std::fs::read_to_string(format!("{base}/{name}/cgroup.procs")).ok())
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.trim().parse().ok())
-        .collect()
-}
-
 under_both_runtimes!(
     writing_past_the_disk_limit_fails_inside_the_sandbox,
     memory_beyond_the_limit_is_refused,

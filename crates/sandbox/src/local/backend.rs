@@ -203,6 +203,12 @@ impl LocalBackend {
         net::host_link(&self.net, name)
     }
 
+    /// The host directory of sandbox `name`'s writable layer (what
+    /// snapshots keep), for tests and diagnostics.
+    pub fn upper_dir(&self, name: &str) -> Result<PathBuf> {
+        Ok(self.sandbox_dir(name)?.join("disk").join("upper"))
+    }
+
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
         let name = SandboxName::parse(name)
             .ok_or_else(|| fatal(anyhow!("invalid sandbox name {name:?}")))?;

@@ -155,3 +155,14 @@ macro_rules! under_both_runtimes {
         )*
     };
 }
+
+/// The host pids in sandbox `name`'s cgroup (cgroup v1 or v2).
+pub fn sandbox_pids(name: &str) -> Vec<u32> {
+    ["/sys/fs/cgroup/pids/garrison", "/sys/fs/cgroup/garrison"]
+        .iter()
+        .find_map(|base| std::fs::read_to_string(format!("{base}/{name}/cgroup.procs")).ok())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}

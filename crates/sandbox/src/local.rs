@@ -17,5 +17,7 @@ mod runc;
 pub mod seccomp;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
-pub use plugin::{LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV};
+pub use plugin::{
+    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
+};
 pub use runc::Runtime;

@@ -92,6 +92,12 @@ impl BackendPlugin for LocalPlugin {
     }
 }
 
+/// The runtime a configured local backend runs new sandboxes on (`None`
+/// for another backend), for `garrison doctor`.
+pub fn configured_runtime(backend: &dyn ConfiguredBackend) -> Option<Runtime> {
+    backend.downcast_ref::<Local>().map(|local| local.runtime)
+}
+
 #[derive(Debug)]
 struct Local {
     /// `None`: `garrison-shim` next to the running binary.

@@ -26,6 +26,12 @@
 //! 6. **Peer** (`--peer podman`; see `peer`): the start and the removal of
 //!    step 1 and 3 done by Podman with the same image, limits and command,
 //!    so Garrison's figures are also given as ratios to Podman's.
+//! 7. **Workload** (`--workload-files`; see `workload`): `git status` on a
+//!    repository made inside a sandbox, a syscall-heavy task, `--rounds`
+//!    times.
+//!
+//! `--runtime runsc` runs every sandbox of the local backend on gVisor
+//! instead of runc; run the bench once per runtime to compare them.
 //!
 //! Everything lives in a scratch directory under the state directory, which
 //! is removed at the end (every sandbox in it is destroyed first, also after
@@ -36,6 +42,7 @@ mod phases;
 mod policy;
 mod procs;
 mod report;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,7 +51,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use sandbox::host::{HostBackend, HostConfig};
 use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
-use sandbox::local::{LocalBackend, LocalConfig};
+use sandbox::local::{LocalBackend, LocalConfig, Runtime};
 use sandbox::{Resources, Sandbox};
 
 use self::report::{Report, Setup};
@@ -108,6 +115,14 @@ pub struct SandboxArgs {
     /// Containers the peer starts and removes.
     #[arg(long, default_value_t = 20)]
     peer_runs: usize,
+    /// The OCI runtime of the local backend's sandboxes: runc, or runsc
+    /// (gVisor).
+    #[arg(long, value_parser = parse_runtime, default_value = "runc")]
+    runtime: Runtime,
+    /// Files in the repository of the syscall-heavy workload (`git status`,
+    /// `--rounds` times); 0 skips it.
+    #[arg(long, default_value_t = 10_000)]
+    workload_files: u64,
     /// Also print the figures as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -117,6 +132,10 @@ impl SandboxArgs {
     fn policy(&self) -> bool {
         self.policy.unwrap_or(self.backend == BackendChoice::Local)
     }
+}
+
+fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    s.parse()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -167,6 +186,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     let (backend, image) = open_backend(&args, &state_dir, scratch.path())?;
     let setup = Setup {
         backend: backend.kind().to_owned(),
+        runtime: (args.backend == BackendChoice::Local).then(|| args.runtime.to_string()),
         image,
         cpus: args.cpus,
         memory_mb: args.memory_mb,
@@ -206,7 +226,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let (lifecycle, memory, snapshots, policy, peer) = measured?;
+    let (lifecycle, memory, snapshots, policy, peer, workload) = measured?;
     let report = Report {
         setup,
         lifecycle,
@@ -214,6 +234,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         snapshots,
         policy,
         peer,
+        workload,
     };
     print!("{}", report.table());
     if args.json {
@@ -228,6 +249,7 @@ type Measured = (
     report::Snapshots,
     Option<policy::PolicyFigures>,
     Option<peer::PeerFigures>,
+    Option<workload::Workload>,
 );
 
 async fn measure(
@@ -268,7 +290,16 @@ async fn measure(
     } else {
         None
     };
-    Ok((lifecycle, memory, snapshots, policy, peer))
+    let workload = if args.workload_files > 0 {
+        progress(&format!(
+            "workload: git status on {} files, {} rounds",
+            args.workload_files, args.rounds
+        ));
+        Some(workload::measure(bench, args.workload_files, args.rounds).await?)
+    } else {
+        None
+    };
+    Ok((lifecycle, memory, snapshots, policy, peer, workload))
 }
 
 async fn measure_peer(
@@ -386,7 +417,9 @@ fn local_config(
         default_image: args.image.clone(),
         shim_exe,
         tini: PathBuf::from("/usr/bin/tini-static"),
-        runc: PathBuf::from("/usr/sbin/runc"),
+        runc: Runtime::Runc.default_binary(),
+        runsc: Runtime::Runsc.default_binary(),
+        runtime: args.runtime,
         desktop: false,
     };
     Ok((config, format!("{} ({})", args.image, short_id(&image.id))))

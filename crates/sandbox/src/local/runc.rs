@@ -90,7 +90,9 @@ impl Runtime {
     ///   (the sandbox's disk), never to a layer in the Sentry's memory, so
     ///   the host sees them and snapshots keep them.
     /// - `--oci-seccomp`: the config's seccomp filter applies inside the
-    ///   Sentry too, so a refused system call is refused under both.
+    ///   Sentry too. This release applies it to the container's init only,
+    ///   not to processes started by `runsc exec`; what confines those is
+    ///   the Sentry itself, under gVisor's own seccomp filter on the host.
     fn global_flags(self) -> &'static [&'static str] {
         match self {
             Runtime::Runc => &[],

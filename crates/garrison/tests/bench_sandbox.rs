@@ -110,7 +110,7 @@ fn bench_sandbox_reports_start_and_workload_under_each_runtime() {
         assert_eq!(report["runtime"], runtime, "{report}");
         assert_eq!(report["create_to_started_ms"]["n"], 1, "{report}");
         assert!(report["create_to_started_ms"]["p50"].as_f64().unwrap() > 0.0);
-        let status = &report["workload"]["git_status_secs"];
+        let status = &report["workload"]["git_status_ms"];
         assert_eq!(status["n"], 1, "{report}");
         assert!(status["p50"].as_f64().unwrap() > 0.0, "{report}");
         assert_eq!(report["workload"]["files"], 50, "{report}");

@@ -296,8 +296,8 @@ impl Report {
                 "syscall-heavy workload: a git repository of {} files (made and committed inside in {:.1} s)",
                 w.files, w.setup_secs
             );
-            header(&mut out, "  git status, timed inside (s)");
-            row(&mut out, "  git status", &w.status_secs);
+            header(&mut out, "  git status, timed inside (ms)");
+            row(&mut out, "  git status", &w.status_ms);
         }
         out
     }
@@ -368,7 +368,7 @@ impl Report {
             value["workload"] = json!({
                 "files": w.files,
                 "setup_secs": round(w.setup_secs),
-                "git_status_secs": w.status_secs.json(),
+                "git_status_ms": w.status_ms.json(),
             });
         }
         value

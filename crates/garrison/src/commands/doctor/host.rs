@@ -106,7 +106,8 @@ fn isolation(runc: &Path) -> Vec<Check> {
 fn runsc(binary: &Path) -> Vec<Check> {
     let runtime = Check::info(
         "runtime",
-        "runsc (SANDBOX_RUNTIME): gVisor serves the sandbox's system calls in user space,          ptrace platform; slower system calls (SECURITY.md)",
+        "runsc (SANDBOX_RUNTIME): gVisor serves the sandbox's system calls in user space, \
+         ptrace platform; slower system calls (SECURITY.md)",
     );
     let version = std::process::Command::new(binary)
         .arg("--version")

@@ -185,7 +185,8 @@ async fn no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused(run
 /// namespace, keyrings or io_uring there are gVisor's own, and what the
 /// Sentry itself may ask of the host is bounded by its seccomp filter.
 /// So: every host process of the sandbox runs under a seccomp filter and
-/// no_new_privs, and inside, the kernel is gVisor's.
+/// no_new_privs, without the capabilities that would reach the network
+/// rules or mounts, and inside, the kernel is gVisor's.
 async fn under_gvisor_no_system_call_reaches_the_host_unfiltered(s: &Sized) {
     let pids = sandbox_pids(&s.handle.name);
     assert!(!pids.is_empty(), "the sandbox has host processes");
@@ -196,6 +197,21 @@ async fn under_gvisor_no_system_call_reaches_the_host_unfiltered(s: &Sized) {
         }
         assert!(status.contains("Seccomp:\t2"), "{pid}: {status}");
         assert!(status.contains("NoNewPrivs:\t1"), "{pid}: {status}");
+        // Not even a compromised Sentry could rewrite the namespace's
+        // rules (NET_ADMIN), bypass them (NET_RAW) or mount (SYS_ADMIN).
+        let cap_eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+            .unwrap();
+        const NET_ADMIN: u64 = 1 << 12;
+        const NET_RAW: u64 = 1 << 13;
+        const SYS_ADMIN: u64 = 1 << 21;
+        assert_eq!(
+            cap_eff & (NET_ADMIN | NET_RAW | SYS_ADMIN),
+            0,
+            "{pid}: {status}"
+        );
     }
     // gVisor reports its own kernel version, not the host's.
     let (_, release) = sh(s, "uname -r").await;

@@ -76,3 +76,48 @@ fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
     let state_path = state.path().to_string_lossy().into_owned();
     assert!(!mounts.contains(&state_path), "a mount is left: {mounts}");
 }
+
+/// `--runtime` at tiny sizes, once per runtime: each report names its
+/// runtime and carries the start latency and the syscall-heavy workload's
+/// time (no figure is judged: the point is that both are measured).
+#[test]
+fn bench_sandbox_reports_start_and_workload_under_each_runtime() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the local backend needs root");
+        return;
+    }
+    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
+        eprintln!("skipped: GARRISON_TEST_IMAGES is not set (scripts/test sets it)");
+        return;
+    };
+    for runtime in ["runc", "runsc"] {
+        let state = tempfile::tempdir().unwrap();
+        let out = Command::new(garrison_bin())
+            .args(["bench", "sandbox", "--sessions", "1", "--files", "2"])
+            .args(["--file-kb", "1", "--rounds", "1", "--policy", "false"])
+            .args(["--workload-files", "50", "--runtime", runtime, "--json"])
+            .arg("--state-dir")
+            .arg(state.path())
+            .arg("--images-dir")
+            .arg(&images)
+            .output()
+            .expect("garrison runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{runtime}: {stdout}\n{stderr}");
+        let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(report["runtime"], runtime, "{report}");
+        assert_eq!(report["create_to_started_ms"]["n"], 1, "{report}");
+        assert!(report["create_to_started_ms"]["p50"].as_f64().unwrap() > 0.0);
+        let status = &report["workload"]["git_status_ms"];
+        assert_eq!(status["n"], 1, "{report}");
+        assert!(status["p50"].as_f64().unwrap() > 0.0, "{report}");
+        assert_eq!(report["workload"]["files"], 50, "{report}");
+        assert!(
+            stdout.contains(&format!("local backend on {runtime}")),
+            "{stdout}"
+        );
+        assert!(stdout.contains("git status"), "{stdout}");
+    }
+}

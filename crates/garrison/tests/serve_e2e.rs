@@ -105,7 +105,9 @@ async fn the_remote_gets_the_sandboxes_user_and_browser(backend: Backend) {
                 .unwrap();
             String::from_utf8(out.stdout).unwrap().trim().to_owned()
         }
-        Backend::Local | Backend::Tensorlake | Backend::Modal => "root".to_owned(),
+        Backend::Local | Backend::LocalRunsc | Backend::Tensorlake | Backend::Modal => {
+            "root".to_owned()
+        }
     };
     assert_eq!(env.get("USER"), Some(&user.as_str()), "{env:?}");
     assert_eq!(env.get("LOGNAME"), Some(&user.as_str()), "{env:?}");
@@ -618,7 +620,8 @@ async fn kill_9_at_any_point_still_serves_exactly_once(backend: Backend) {
     wait_until("cleaned up", Some(&g), || sandbox_dirs(&state) == 0).await;
 }
 
-/// Every test above, once per backend; `local` runs where the machine allows.
+/// Every test above, once per backend; `local` (runc and runsc) runs where
+/// the machine allows.
 macro_rules! on_each_backend {
     ($($test:ident),+ $(,)?) => {
         mod host {
@@ -635,6 +638,17 @@ macro_rules! on_each_backend {
                 async fn $test() {
                     if super::Backend::Local.available() {
                         super::$test(super::Backend::Local).await
+                    }
+                }
+            )+
+        }
+        /// The same on gVisor (`SANDBOX_RUNTIME=runsc`).
+        mod local_runsc {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if super::Backend::LocalRunsc.available() {
+                        super::$test(super::Backend::LocalRunsc).await
                     }
                 }
             )+

@@ -36,7 +36,7 @@ fn sandbox_pids(state: &Path, backend: Backend) -> Vec<u32> {
                 .collect()
         }
         // A container's processes are exactly its cgroup's.
-        Backend::Local => {
+        Backend::Local | Backend::LocalRunsc => {
             let mut pids = Vec::new();
             for sandbox in sandbox_names(state, "local") {
                 let procs = format!("/sys/fs/cgroup/pids/garrison/{sandbox}/cgroup.procs");
@@ -71,7 +71,7 @@ fn sandbox_names(state: &Path, backend: &str) -> Vec<String> {
 fn sandbox_roots(state: &Path, backend: Backend) -> Vec<PathBuf> {
     let (dir, inner) = match backend {
         Backend::Host => ("host", "fs"),
-        Backend::Local => ("local", "rootfs"),
+        Backend::Local | Backend::LocalRunsc => ("local", "rootfs"),
         Backend::Tensorlake => {
             let sandboxes = state.parent().unwrap().join("tensorlake-mock/sandboxes");
             return std::fs::read_dir(sandboxes)

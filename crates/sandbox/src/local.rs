@@ -1,9 +1,11 @@
 //! The `local` backend: one OCI container per session on this host, built
-//! from standard parts (runc, overlayfs, tini, a veth pair and nftables).
+//! from standard parts (runc or gVisor's runsc, overlayfs, tini, a veth
+//! pair and nftables).
 
 mod archive;
 mod backend;
 mod cmd;
+mod compat;
 mod disk;
 mod idmap;
 pub mod images;
@@ -17,4 +19,7 @@ pub mod seccomp;
 pub mod userns;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
-pub use plugin::{LocalPlugin, PLUGIN, STATIC_SHIM_ENV, USERNS_ENV};
+pub use plugin::{
+    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, USERNS_ENV, configured_runtime,
+};
+pub use runc::Runtime;

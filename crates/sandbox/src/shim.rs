@@ -49,6 +49,11 @@ pub const SHIM_FILE_ARG: &str = "__garrison_shim_file";
 /// process under tini).
 pub const IDLE_ARG: &str = "__garrison_idle";
 
+/// Inside a container: `KILL_GROUP_ARG <signal> <pgid>` signals a process
+/// group from inside. Under runsc the sandbox's processes live in gVisor's
+/// kernel and have no host pid the host could signal.
+pub const KILL_GROUP_ARG: &str = "__garrison_killpg";
+
 pub const REQUEST_FILE: &str = "request.json";
 pub const ERROR_FILE: &str = "error";
 
@@ -58,6 +63,7 @@ pub fn dispatch(args: &[String]) -> Option<i32> {
     match args.get(1).map(String::as_str) {
         Some(SHIM_ARG) => Some(run()),
         Some(SHIM_FILE_ARG) => Some(run_from_dir(Path::new(args.get(2)?))),
+        Some(KILL_GROUP_ARG) => Some(kill_group(args.get(2)?, args.get(3)?)),
         Some(IDLE_ARG) => loop {
             // SAFETY: pause(2) has no preconditions.
             unsafe {
@@ -65,6 +71,25 @@ pub fn dispatch(args: &[String]) -> Option<i32> {
             }
         },
         _ => None,
+    }
+}
+
+/// Sends signal number `signal` to process group `pgid` (see
+/// [`KILL_GROUP_ARG`]); 0 when it was sent.
+fn kill_group(signal: &str, pgid: &str) -> i32 {
+    let (Ok(signal), Ok(pgid)) = (signal.parse::<i32>(), pgid.parse::<i32>()) else {
+        return 2;
+    };
+    // Never 0 or 1 (the caller's own group, init's): only a session's group.
+    if pgid <= 1 {
+        return 2;
+    }
+    // SAFETY: kill(2) has no memory preconditions; a negative pid names a
+    // process group.
+    if unsafe { libc::kill(-pgid, signal) } == 0 {
+        0
+    } else {
+        1
     }
 }
 
@@ -158,6 +183,7 @@ fn start(request: &ShimRequest) -> Result<std::process::Child, String> {
         // Its own process group, so a kill reaches everything it started
         // and not the shim.
         .process_group(0);
+
     let child =
         spawn_retrying_busy_text(&mut command).map_err(|e| format!("starting {program:?}: {e}"))?;
     let record = format!(

@@ -5,6 +5,7 @@
 //!
 //! Root and the test image are needed (see `local_support`).
 
+#[macro_use]
 mod local_support;
 
 use std::time::Duration;
@@ -66,9 +67,8 @@ async fn host_reads_output(s: &Sized, process: &ProcessRef) -> Vec<u8> {
         .data
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fifo_in_place_of_the_output_log_neither_blocks_nor_is_read() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn a_fifo_in_place_of_the_output_log_neither_blocks_nor_is_read(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     let p = victim(&s).await;
@@ -77,9 +77,8 @@ async fn a_fifo_in_place_of_the_output_log_neither_blocks_nor_is_read() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fifo_in_place_of_the_exit_file_does_not_block_the_status() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn a_fifo_in_place_of_the_exit_file_does_not_block_the_status(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     let p = victim(&s).await;
@@ -99,15 +98,16 @@ async fn a_fifo_in_place_of_the_exit_file_does_not_block_the_status() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn no_device_node_is_made_and_no_symlink_is_followed_by_the_host() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn no_device_node_is_made_and_no_symlink_is_followed_by_the_host(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     // A device node in the root would be a host device to a host-side
     // read (/dev/zero: endless bytes; a disk: its contents). The devices
-    // cgroup refuses mknod, and the root is mounted nodev besides.
-    let (_, out) = sh(&s, "mknod /tmp/zero c 1 5 2>&1 && echo made").await;
+    // cgroup refuses mknod (gVisor refuses it on the root filesystem too),
+    // and the root is mounted nodev besides. (/workspace, not /tmp: under
+    // runsc, /tmp is a tmpfs in gVisor's memory, not the root.)
+    let (_, out) = sh(&s, "mknod /workspace/zero c 1 5 2>&1 && echo made").await;
     assert!(!out.contains("made"), "{out}");
     let traps = [
         "rm $P/output.log; ln -s /dev/zero $P/output.log",
@@ -128,9 +128,8 @@ async fn no_device_node_is_made_and_no_symlink_is_followed_by_the_host() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     let p = victim(&s).await;
@@ -143,11 +142,13 @@ async fn a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
+    if runtime == Runtime::Runsc {
+        return under_gvisor_no_system_call_reaches_the_host_unfiltered(&s).await;
+    }
     let (_, status) = sh(&s, "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status").await;
     assert!(status.contains("Seccomp:\t2"), "{status}");
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
@@ -179,9 +180,66 @@ async fn no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_host_cgroup_tree_and_energy_counters_are_hidden() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+/// runsc's counterpart of the checks above. The agent's system calls are
+/// served by gVisor's kernel (the Sentry), not the host's: a user
+/// namespace, keyrings or io_uring there are gVisor's own, and what the
+/// Sentry itself may ask of the host is bounded by its seccomp filter.
+/// So: every host process of the sandbox runs under a seccomp filter and
+/// no_new_privs, without the capabilities that would reach the network
+/// rules or mounts, and inside, the kernel is gVisor's.
+async fn under_gvisor_no_system_call_reaches_the_host_unfiltered(s: &Sized) {
+    let pids = sandbox_pids(&s.handle.name);
+    assert!(!pids.is_empty(), "the sandbox has host processes");
+    for pid in pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if status.is_empty() {
+            continue; // ended meanwhile
+        }
+        assert!(status.contains("Seccomp:\t2"), "{pid}: {status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{pid}: {status}");
+        // Not even a compromised Sentry could rewrite the namespace's
+        // rules (NET_ADMIN), bypass them (NET_RAW) or mount (SYS_ADMIN).
+        let cap_eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+            .unwrap();
+        const NET_ADMIN: u64 = 1 << 12;
+        const NET_RAW: u64 = 1 << 13;
+        const SYS_ADMIN: u64 = 1 << 21;
+        assert_eq!(
+            cap_eff & (NET_ADMIN | NET_RAW | SYS_ADMIN),
+            0,
+            "{pid}: {status}"
+        );
+    }
+    // gVisor reports its own kernel version, not the host's.
+    let (_, release) = sh(s, "uname -r").await;
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(release.trim(), host.trim(), "the host's kernel answered");
+    // Keyrings (the host's root keyring) and bpf are refused by gVisor.
+    #[cfg(target_arch = "x86_64")]
+    for (name, args) in [
+        ("keyctl", "250, 0, -3, 0"),
+        ("bpf", "321, 0, 0, 0"),
+        ("add_key", "248, 0, 0, 0, 0, 0"),
+    ] {
+        let (_, out) = sh(
+            s,
+            &format!("perl -e '$r = syscall({args}); print \"$r \", $!+0, \"\\n\"'"),
+        )
+        .await;
+        let out = out.trim();
+        assert!(
+            out.starts_with("-1 ") && out != "-1 0",
+            "{name} was not refused: {out}"
+        );
+    }
+    s.backend.destroy(&s.handle).await.unwrap();
+}
+
+async fn the_host_cgroup_tree_and_energy_counters_are_hidden(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     let (_, cgroup) = sh(&s, "cat /proc/self/cgroup").await;
@@ -200,9 +258,8 @@ async fn the_host_cgroup_tree_and_energy_counters_are_hidden() {
     s.backend.destroy(&s.handle).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse() {
-    let Some(s) = sandbox_with(sized(1.0, 256, 256)).await else {
+async fn a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse(runtime: Runtime) {
+    let Some(s) = sandbox_on(runtime, sized(1.0, 256, 256)).await else {
         return;
     };
     // Free for the sandbox; without sparse packing the host would read and
@@ -236,7 +293,29 @@ async fn a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse() {
         .map(|n| n.parse().unwrap())
         .collect();
     assert_eq!(sizes[0], (1 << 40) + 4);
-    assert!(sizes[1] * 512 < 1 << 20, "{} blocks", sizes[1]);
+    let blocks = match runtime {
+        Runtime::Runc => sizes[1],
+        // gVisor reports a file's blocks from its size; the host's layer
+        // holds what is really stored.
+        Runtime::Runsc => {
+            use std::os::unix::fs::MetadataExt;
+            let upper = again.backend.upper_dir(&again.handle.name).unwrap();
+            std::fs::metadata(upper.join("workspace/huge"))
+                .unwrap()
+                .blocks()
+        }
+    };
+    assert!(blocks * 512 < 1 << 20, "{blocks} blocks");
     assert_eq!(lines.next(), Some("tail"));
     again.backend.destroy(&again.handle).await.unwrap();
 }
+
+under_both_runtimes!(
+    a_fifo_in_place_of_the_output_log_neither_blocks_nor_is_read,
+    a_fifo_in_place_of_the_exit_file_does_not_block_the_status,
+    no_device_node_is_made_and_no_symlink_is_followed_by_the_host,
+    a_sparse_terabyte_output_log_is_read_a_bounded_chunk_at_a_time,
+    no_user_namespace_no_new_privileges_and_the_escape_syscalls_refused,
+    the_host_cgroup_tree_and_energy_counters_are_hidden,
+    a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse,
+);

@@ -333,7 +333,13 @@ async fn backend_sections(
     for &kind in backends {
         let checks = match crate::backends::find(kind) {
             Some(b) if b.has_remote_api() => cloud::checks(b, config).await,
-            Some(b) if b.name() == local => host::local_prerequisites(state_dir),
+            Some(b) if b.name() == local => {
+                let runtime = config
+                    .and_then(|c| c.backends.get(local))
+                    .and_then(|b| sandbox::local::configured_runtime(b.as_ref()))
+                    .unwrap_or_default();
+                host::local_prerequisites(state_dir, runtime)
+            }
             Some(b) if b.name() == sandbox::host::PLUGIN.name() => vec![Check::pass(
                 "host backend",
                 "nothing to install; it isolates nothing, so use it only on machines you \
@@ -347,7 +353,7 @@ async fn backend_sections(
         sections.push((format!("Backend {kind} (configured)"), checks));
     }
     if !backends.contains(local) {
-        let checks = host::local_prerequisites(state_dir)
+        let checks = host::local_prerequisites(state_dir, Default::default())
             .into_iter()
             .map(Check::optional)
             .collect();

@@ -145,6 +145,8 @@ pub struct GarrisonOptions<'a> {
 pub enum Backend {
     Host,
     Local,
+    /// The local backend with `SANDBOX_RUNTIME=runsc` (gVisor).
+    LocalRunsc,
     /// The mock Tensorlake ([`tensorlake_mock`]), one per test directory.
     Tensorlake,
     /// Modal's API served by `modal_mock`, in the test process.
@@ -155,7 +157,7 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Host => "host",
-            Backend::Local => "local",
+            Backend::Local | Backend::LocalRunsc => "local",
             Backend::Tensorlake => "tensorlake",
             Backend::Modal => "modal",
         }
@@ -167,7 +169,7 @@ impl Backend {
     pub fn available(self) -> bool {
         match self {
             Backend::Host | Backend::Tensorlake | Backend::Modal => true,
-            Backend::Local => {
+            Backend::Local | Backend::LocalRunsc => {
                 if !nix_is_root() {
                     eprintln!("skipped: the local backend needs root");
                     return false;
@@ -219,7 +221,11 @@ impl Garrison {
         extra_env: Vec<(String, String)>,
         prefix: Vec<String>,
     ) -> Garrison {
-        if backend == Backend::Local {
+        let mut extra_env = extra_env;
+        if backend == Backend::LocalRunsc {
+            extra_env.push(("SANDBOX_RUNTIME".into(), "runsc".into()));
+        }
+        if matches!(backend, Backend::Local | Backend::LocalRunsc) {
             std::fs::create_dir_all(opts.state_dir).unwrap();
             let images = PathBuf::from(
                 std::env::var_os("GARRISON_TEST_IMAGES").expect("GARRISON_TEST_IMAGES"),
@@ -229,7 +235,6 @@ impl Garrison {
                 std::os::unix::fs::symlink(images, link).unwrap();
             }
         }
-        let mut extra_env = extra_env;
         let tensorlake = (backend == Backend::Tensorlake).then(|| {
             let world = TensorlakeWorld::for_state_dir(opts.state_dir);
             extra_env.extend(world.env());

@@ -1,4 +1,4 @@
-//! [`LocalBackend`]: the `Sandbox` trait over runc containers.
+//! [`LocalBackend`]: the `Sandbox` trait over runc (or runsc) containers.
 //!
 //! Per sandbox, under `<root>/sandboxes/<name>/`:
 //!
@@ -15,7 +15,9 @@
 //! lower/        the image, idmapped through it
 //! idisk/        disk/, idmapped through it (the overlay's upper and work)
 //! config.json   the OCI bundle's configuration
-//! init.pid      host pid of the container's init (tini)
+//! init.pid      host pid of the container's init (tini; under runsc, the
+//!               gVisor sandbox process)
+//! runtime       the OCI runtime it was made with (`runc` when absent)
 //! proc/<id>/    host-side records of a process: shim.pid
 //! ```
 //!
@@ -38,7 +40,7 @@ use super::archive;
 use super::images::ImageStore;
 use super::net::{self, NetConfig, SandboxNet};
 use super::rootfs::Root;
-use super::runc::Runc;
+use super::runc::{Runc, Runtime};
 use crate::shim::OUTPUT_FILE;
 use crate::snapshot_dir::{list_handles, read_chunk};
 use crate::snapshot_store::{ObjectStoreSettings, SnapshotStore};
@@ -60,11 +62,15 @@ const NETNS_FILE: &str = "netns";
 const IDS_FILE: &str = "ids";
 const LOWER_DIR: &str = "lower";
 const IDMAPPED_DISK_DIR: &str = "idisk";
+/// Records the sandbox's [`Runtime`]: a sandbox is driven by the runtime it
+/// was made with, even after the setting changed.
+const RUNTIME_FILE: &str = "runtime";
 
 /// Where the local backend keeps things and the host tools it uses.
 #[derive(Clone, Debug)]
 pub struct LocalConfig {
-    /// Holds `sandboxes/`, `runc/` (runc's state) and `net/`.
+    /// Holds `sandboxes/`, `runc/` and `runsc/` (the runtimes' state) and
+    /// `net/`.
     pub root: PathBuf,
     /// Holds snapshots; may be shared between Garrison processes. With an
     /// object store, only spools archives on their way.
@@ -79,6 +85,10 @@ pub struct LocalConfig {
     /// A statically linked tini, the containers' init.
     pub tini: PathBuf,
     pub runc: PathBuf,
+    /// gVisor's runsc.
+    pub runsc: PathBuf,
+    /// The runtime new sandboxes run on (`SANDBOX_RUNTIME`).
+    pub runtime: Runtime,
     /// Runs a desktop in every sandbox: Xvfb on [`DESKTOP_DISPLAY`], so the
     /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The image must
     /// have Xvfb (`desktop = true` in its recipe). Off by default.
@@ -107,7 +117,9 @@ impl LocalConfig {
             default_image: super::images::DEFAULT_IMAGE.to_owned(),
             shim_exe,
             tini: PathBuf::from("/usr/bin/tini-static"),
-            runc: PathBuf::from("/usr/sbin/runc"),
+            runc: Runtime::Runc.default_binary(),
+            runsc: Runtime::Runsc.default_binary(),
+            runtime: Runtime::default(),
             desktop: false,
             userns: true,
         })
@@ -120,6 +132,8 @@ const SNAPSHOT_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30
 pub struct LocalBackend {
     config: LocalConfig,
     snapshots: SnapshotStore,
+    /// The configured runtime, for new sandboxes; existing ones use
+    /// [`LocalBackend::runtime_of`].
     runc: Runc,
     net: NetConfig,
     /// The id range slots in use, read from the sandboxes' directories at
@@ -134,25 +148,25 @@ fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> anyhow::Result<Self> {
         super::reaper::start()?;
-        for tool in [&config.runc, &config.tini, &config.shim_exe] {
+        let runc = Self::oci(&config, config.runtime);
+        for tool in [&runc.binary, &config.tini, &config.shim_exe] {
             anyhow::ensure!(
                 tool.exists(),
-                "{} not found (scripts/setup installs runc and tini and builds the static shim)",
-                tool.display()
+                "{} not found (scripts/setup installs runc, runsc and tini and builds the \
+                 static shim; SANDBOX_RUNTIME is {})",
+                tool.display(),
+                config.runtime
             );
         }
         for dir in [
             config.root.join("sandboxes"),
             config.root.join("runc"),
+            config.root.join("runsc"),
             config.snapshot_dir.clone(),
         ] {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
-        let runc = Runc {
-            binary: config.runc.clone(),
-            state_root: config.root.join("runc"),
-        };
         let net = NetConfig {
             run_dir: config.root.join("net"),
             dns_upstream: None,
@@ -171,10 +185,47 @@ impl LocalBackend {
         })
     }
 
+    /// The command line of `runtime`, with its own state root.
+    fn oci(config: &LocalConfig, runtime: Runtime) -> Runc {
+        Runc {
+            runtime,
+            binary: match runtime {
+                Runtime::Runc => config.runc.clone(),
+                Runtime::Runsc => config.runsc.clone(),
+            },
+            state_root: config.root.join(runtime.as_str()),
+        }
+    }
+
+    /// The runtime sandbox `name` was made with (see [`RUNTIME_FILE`]); the
+    /// configured one for a sandbox that has not recorded one yet.
+    pub(super) fn runtime_of(&self, name: &str) -> Runc {
+        let recorded = self
+            .sandbox_dir(name)
+            .ok()
+            .and_then(|dir| std::fs::read_to_string(dir.join(RUNTIME_FILE)).ok())
+            .and_then(|text| text.parse::<Runtime>().ok());
+        match recorded {
+            Some(runtime) => Self::oci(&self.config, runtime),
+            None => self.runc.clone(),
+        }
+    }
+
+    /// The configured runtime of new sandboxes.
+    pub fn runtime(&self) -> Runtime {
+        self.config.runtime
+    }
+
     /// The host's end of sandbox `name`'s network link (`gv…`), for
     /// diagnostics and leftover checks.
     pub fn host_link(&self, name: &str) -> Result<String> {
         net::host_link(&self.net, name)
+    }
+
+    /// The host directory of sandbox `name`'s writable layer (what
+    /// snapshots keep), for tests and diagnostics.
+    pub fn upper_dir(&self, name: &str) -> Result<PathBuf> {
+        Ok(self.sandbox_dir(name)?.join("disk").join("upper"))
     }
 
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
@@ -319,8 +370,9 @@ impl Sandbox for LocalBackend {
         // that will not freeze could rewrite it while it is read (a file
         // grown without end, swapped for a link): no snapshot then. A
         // stopped one changes nothing.
-        let paused = self.runc.pause(&handle.name).await.is_ok();
-        if !paused && self.runc.is_running(&handle.name).await {
+        let runc = self.runtime_of(&handle.name);
+        let paused = runc.pause(&handle.name).await.is_ok();
+        if !paused && runc.is_running(&handle.name).await {
             return Err(SandboxError::Transient(anyhow!(
                 "{} could not be paused; not snapshotting a filesystem that can change under it",
                 handle.name
@@ -340,7 +392,7 @@ impl Sandbox for LocalBackend {
             limits,
         )
         .await;
-        if paused && let Err(e) = self.runc.resume(&handle.name).await {
+        if paused && let Err(e) = runc.resume(&handle.name).await {
             tracing::warn!(sandbox = handle.name, error = %e, "resuming after a snapshot failed");
         }
         let size = packed.map_err(|e| SandboxError::Transient(e.context("snapshot")))?;
@@ -365,7 +417,13 @@ impl Sandbox for LocalBackend {
 
     async fn destroy(&self, handle: &Handle) -> Result<()> {
         let dir = self.sandbox_dir(&handle.name)?;
-        if !dir.exists() && self.runc.state(&handle.name).await.is_none() {
+        if !dir.exists()
+            && self
+                .runtime_of(&handle.name)
+                .state(&handle.name)
+                .await
+                .is_none()
+        {
             return Ok(());
         }
         self.teardown(&handle.name, &dir).await.map_err(fatal)

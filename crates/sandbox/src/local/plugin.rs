@@ -1,5 +1,5 @@
 //! The local backend as the registry lists it: its settings (the static
-//! shim, the desktop), and the check at start that there is an image to run
+//! shim, the desktop, the OCI runtime), and the check at start that there is an image to run
 //! sessions on.
 
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use common::settings::{SettingsError, SettingsSource};
 use crate::Sandbox;
 use crate::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
+use super::runc::Runtime;
 use super::{LocalBackend, LocalConfig};
 
 /// Where the statically linked `garrison-shim` is, if not next to the
@@ -25,6 +26,11 @@ pub const DESKTOP_KEY: &str = "desktop";
 pub const USERNS_ENV: &str = "SANDBOX_USERNS";
 /// The `garrison.toml` key of [`USERNS_ENV`].
 pub const USERNS_KEY: &str = "userns";
+/// The OCI runtime new sandboxes run on: `runc` or `runsc` (gVisor); see
+/// [`Runtime`].
+pub const RUNTIME_ENV: &str = "SANDBOX_RUNTIME";
+/// The `garrison.toml` key of [`RUNTIME_ENV`].
+pub const RUNTIME_KEY: &str = "runtime";
 
 /// Containers on this machine: the embedded default.
 pub struct LocalPlugin;
@@ -48,11 +54,16 @@ impl BackendPlugin for LocalPlugin {
   SANDBOX_USERNS (or userns = false in the file): run each container in a
   user namespace of its own, so its root is an unprivileged host uid (from
   1073741824, 65536 ids per sandbox); needs a file system with idmapped
-  mounts under the state directory (ext4, xfs, btrfs, tmpfs) [default: true]."
+  mounts under the state directory (ext4, xfs, btrfs, tmpfs). runc only:
+  under runsc, gVisor's kernel keeps its own ids [default: true].
+  SANDBOX_RUNTIME (or runtime = \"runsc\" in the file): the OCI runtime of new
+  sandboxes: runc (namespaces and seccomp on the host's kernel) or runsc
+  (gVisor: a kernel in user space, ptrace platform; slower system calls)
+  [default: runc]."
     }
 
     fn file_keys(&self) -> &'static [&'static str] {
-        &[DESKTOP_KEY, USERNS_KEY]
+        &[DESKTOP_KEY, USERNS_KEY, RUNTIME_KEY]
     }
 
     fn setup_hint(&self) -> &'static str {
@@ -63,12 +74,20 @@ impl BackendPlugin for LocalPlugin {
         &self,
         settings: &dyn SettingsSource,
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
+        let runtime = match settings.get(RUNTIME_ENV, RUNTIME_KEY) {
+            None => Runtime::default(),
+            Some(value) => value
+                .value
+                .parse::<Runtime>()
+                .map_err(|e| value.invalid(e))?,
+        };
         Ok(Arc::new(Local {
             static_shim: settings
                 .var(STATIC_SHIM_ENV)
                 .map(|v| PathBuf::from(v.value)),
             desktop: flag(settings, DESKTOP_ENV, DESKTOP_KEY, false)?,
             userns: flag(settings, USERNS_ENV, USERNS_KEY, true)?,
+            runtime,
         }))
     }
 }
@@ -90,12 +109,19 @@ fn flag(
     }
 }
 
+/// The runtime a configured local backend runs new sandboxes on (`None`
+/// for another backend), for `garrison doctor`.
+pub fn configured_runtime(backend: &dyn ConfiguredBackend) -> Option<Runtime> {
+    backend.downcast_ref::<Local>().map(|local| local.runtime)
+}
+
 #[derive(Debug)]
 struct Local {
     /// `None`: `garrison-shim` next to the running binary.
     static_shim: Option<PathBuf>,
     desktop: bool,
     userns: bool,
+    runtime: Runtime,
 }
 
 impl ConfiguredBackend for Local {
@@ -108,6 +134,7 @@ impl ConfiguredBackend for Local {
             LocalConfig::for_state_dir(&placement.state_dir, &placement.snapshot_dir, static_shim)?;
         config.desktop = self.desktop;
         config.userns = self.userns;
+        config.runtime = self.runtime;
         config.snapshot_store = placement.snapshot_store.clone();
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
@@ -160,5 +187,25 @@ mod tests {
         let err = desktop(&[(DESKTOP_ENV, "yes please")]).unwrap_err();
         assert!(err.to_string().contains(DESKTOP_ENV), "{err}");
         assert!(PLUGIN.file_keys().contains(&DESKTOP_KEY));
+    }
+
+    fn runtime(pairs: &[(&str, &str)]) -> Result<Runtime, SettingsError> {
+        let configured = PLUGIN.configure(&MapSource::vars(pairs))?;
+        Ok(configured
+            .downcast_ref::<Local>()
+            .expect("the local backend")
+            .runtime)
+    }
+
+    #[test]
+    fn the_runtime_is_runc_unless_runsc_is_chosen() {
+        assert_eq!(runtime(&[]).unwrap(), Runtime::Runc);
+        assert_eq!(runtime(&[(RUNTIME_ENV, "runsc")]).unwrap(), Runtime::Runsc);
+        assert_eq!(runtime(&[(RUNTIME_ENV, " runc ")]).unwrap(), Runtime::Runc);
+        let err = runtime(&[(RUNTIME_ENV, "kata")]).unwrap_err();
+        assert!(err.to_string().contains(RUNTIME_ENV), "{err}");
+        assert!(err.to_string().contains("kata"), "{err}");
+        assert!(PLUGIN.file_keys().contains(&RUNTIME_KEY));
+        assert!(PLUGIN.settings_help().contains(RUNTIME_ENV));
     }
 }

@@ -1,14 +1,15 @@
-//! The OCI runtime, driven through its command line.
+//! The OCI runtime, driven through its command line: runc, or gVisor's
+//! runsc (see [`Runtime`]).
 //!
-//! Garrison keeps its containers under a runc state root of its own, so
-//! `runc list` there is exactly Garrison's containers and nothing else on
-//! the machine can be mistaken for one.
+//! Garrison keeps its containers under a state root of its own per runtime,
+//! so `runc list` (`runsc list`) there is exactly Garrison's containers and
+//! nothing else on the machine can be mistaken for one.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::cmd::{output, run};
 use super::reaper;
@@ -37,8 +38,97 @@ fn adopt_recorded(pid_file: &Path) {
     }
 }
 
+/// Which OCI runtime runs a sandbox's container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// Namespaces, cgroups and a seccomp filter on the host's kernel.
+    #[default]
+    Runc,
+    /// gVisor: the sandbox's system calls are served by a kernel in user
+    /// space (the Sentry), on the `ptrace` platform.
+    Runsc,
+}
+
+impl Runtime {
+    /// Both, runc first (tests and the bench run each).
+    pub const ALL: [Runtime; 2] = [Runtime::Runc, Runtime::Runsc];
+
+    /// The setting's spelling, and the command's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Runc => "runc",
+            Runtime::Runsc => "runsc",
+        }
+    }
+
+    /// Where Debian's package installs it.
+    pub fn default_binary(self) -> PathBuf {
+        PathBuf::from(match self {
+            Runtime::Runc => "/usr/sbin/runc",
+            Runtime::Runsc => "/usr/bin/runsc",
+        })
+    }
+
+    /// Flags before the subcommand, besides `--root` and `--log`.
+    ///
+    /// For runsc (Debian's 2022-12 release):
+    /// - `--platform=ptrace`: works without KVM (nested virtualisation is
+    ///   rarely there); slower on system calls, see SECURITY.md.
+    /// - `--network=host`: the Sentry's sockets are host sockets *in the
+    ///   sandbox's own network namespace* (the OCI config names it), so the
+    ///   namespace's nftables ruleset and its resolver on 127.0.0.53 apply
+    ///   exactly as under runc. gVisor's own netstack (`--network=sandbox`)
+    ///   would bypass that ruleset, and this runsc refuses it anyway on
+    ///   kernels since 6.x, whose per-namespace `net.core.rmem_default`
+    ///   fools its "root network namespace" check.
+    /// - `--file-access=shared`: the host writes into the root filesystem
+    ///   while the sandbox runs (process requests, `put_file`) and reads
+    ///   what the sandbox writes (output, exit codes); the default,
+    ///   `exclusive`, lets the Sentry cache files as if nobody else did.
+    /// - `--overlay2=none`: writes go to the root filesystem on the host
+    ///   (the sandbox's disk), never to a layer in the Sentry's memory, so
+    ///   the host sees them and snapshots keep them.
+    /// - `--oci-seccomp`: the config's seccomp filter applies inside the
+    ///   Sentry too. This release applies it to the container's init only,
+    ///   not to processes started by `runsc exec`; what confines those is
+    ///   the Sentry itself, under gVisor's own seccomp filter on the host.
+    fn global_flags(self) -> &'static [&'static str] {
+        match self {
+            Runtime::Runc => &[],
+            Runtime::Runsc => &[
+                "--platform=ptrace",
+                "--network=host",
+                "--file-access=shared",
+                "--overlay2=none",
+                "--oci-seccomp",
+            ],
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Runtime {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "runc" => Ok(Runtime::Runc),
+            "runsc" => Ok(Runtime::Runsc),
+            other => Err(format!("{other:?} is not runc or runsc")),
+        }
+    }
+}
+
+/// An OCI runtime's command line, with Garrison's state root for it.
 #[derive(Clone, Debug)]
 pub struct Runc {
+    pub runtime: Runtime,
     pub binary: PathBuf,
     pub state_root: PathBuf,
 }
@@ -56,8 +146,9 @@ pub struct State {
 const DEATH_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Runc {
-    fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<String> {
+    fn args(&self, rest: &[&str]) -> Vec<String> {
         let mut v = vec!["--root".to_owned(), self.state_root.display().to_string()];
+        v.extend(self.runtime.global_flags().iter().map(|s| s.to_string()));
         v.extend(rest.iter().map(|s| s.to_string()));
         v
     }
@@ -72,13 +163,8 @@ impl Runc {
     /// runc's stdio, so pipes would never reach end-of-file: stdio is null
     /// and runc's own messages go to `log`, read back on failure.
     async fn call_detached(&self, log: &Path, rest: &[&str]) -> anyhow::Result<()> {
-        let mut args = vec![
-            "--root".to_owned(),
-            self.state_root.display().to_string(),
-            "--log".to_owned(),
-            log.display().to_string(),
-        ];
-        args.extend(rest.iter().map(|s| s.to_string()));
+        let log = log.display().to_string();
+        let args = self.args(&[&["--log", log.as_str()][..], rest].concat());
         let status = tokio::process::Command::new(&self.binary)
             .args(&args)
             .stdin(Stdio::null())
@@ -90,7 +176,7 @@ impl Runc {
         if status.success() {
             return Ok(());
         }
-        let log_text = std::fs::read_to_string(log).unwrap_or_default();
+        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
         let tail: String = log_text
             .lines()
             .rev()
@@ -98,7 +184,8 @@ impl Runc {
             .collect::<Vec<_>>()
             .join(" | ");
         anyhow::bail!(
-            "runc {} failed ({status}): {tail}",
+            "{} {} failed ({status}): {tail}",
+            self.runtime,
             rest.first().unwrap_or(&"")
         )
     }
@@ -128,7 +215,51 @@ impl Runc {
         .await
         .with_context(|| format!("starting container {id}"))?;
         adopt_recorded(Path::new(pid_file.as_ref()));
+        if let Some(gofer) = self.gofer_pid(id) {
+            reaper::adopt(gofer);
+        }
         Ok(())
+    }
+
+    /// runsc's gofer (the process that serves the sandbox's files) of
+    /// container `id`, from runsc's state file: like the init, it is left
+    /// to Garrison, the subreaper, and must be reaped when it ends.
+    fn gofer_pid(&self, id: &str) -> Option<u32> {
+        if self.runtime != Runtime::Runsc {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct RunscState {
+            #[serde(rename = "goferPid")]
+            gofer_pid: u32,
+        }
+        let path = self.state_root.join(format!("{id}_sandbox:{id}.state"));
+        let state: RunscState = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        (state.gofer_pid > 1).then_some(state.gofer_pid)
+    }
+
+    /// The host processes of container `id` that end with its init (`init`)
+    /// and are then Garrison's to reap, as the subreaper: none under runc;
+    /// under runsc the gofer and the ptrace platform's stub processes (one
+    /// per address space in the sandbox, in its cgroup).
+    fn companions(&self, id: &str, init: u32) -> Vec<u32> {
+        if self.runtime != Runtime::Runsc {
+            return Vec::new();
+        }
+        let cgroup = cgroups_path(id);
+        let mut pids: Vec<u32> = [
+            format!("/sys/fs/cgroup/pids{cgroup}/cgroup.procs"),
+            format!("/sys/fs/cgroup{cgroup}/cgroup.procs"),
+        ]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .filter(|pid| *pid != init)
+        .collect();
+        pids.extend(self.gofer_pid(id));
+        pids
     }
 
     /// Starts a process in the container, detached; returns when it runs.
@@ -157,6 +288,16 @@ impl Runc {
             .with_context(|| format!("starting a process in {id}"))?;
         adopt_recorded(Path::new(pid_file.as_ref()));
         Ok(())
+    }
+
+    /// Runs `argv` in the container and waits for it to end.
+    pub async fn exec_wait(&self, id: &str, argv: &[&str]) -> anyhow::Result<()> {
+        let mut rest = vec!["exec", id];
+        rest.extend_from_slice(argv);
+        self.call(&rest)
+            .await
+            .map(drop)
+            .with_context(|| format!("running {:?} in {id}", argv.first()))
     }
 
     pub async fn state(&self, id: &str) -> Option<State> {
@@ -191,13 +332,26 @@ impl Runc {
                 .is_ok_and(|text| in_cgroup(&text, &cgroup))
         });
         if let Some(init) = init {
-            // Through runc, which also thaws a paused container (a frozen
+            let companions: Vec<_> = self
+                .companions(id, init_pid.unwrap_or_default())
+                .into_iter()
+                .filter_map(reaper::pidfd)
+                .collect();
+            // Through the runtime, which also thaws a paused container (a frozen
             // process dies only once thawed).
             let _ = self.call(&["kill", id, "KILL"]).await;
             // Reaped here rather than by the reaper's thread a moment later,
-            // so nothing of the container is left once destroy returns.
+            // so nothing of the container is left once destroy returns. The
+            // init first: its death hands its children to Garrison.
             let _ = tokio::task::spawn_blocking(move || {
-                reaper::wait_exit(&init, DEATH_GUARD) && reaper::reap(&init)
+                if reaper::wait_exit(&init, DEATH_GUARD) {
+                    reaper::reap(&init);
+                }
+                for process in &companions {
+                    if reaper::wait_exit(process, DEATH_GUARD) {
+                        reaper::reap(process);
+                    }
+                }
             })
             .await;
         }
@@ -214,6 +368,35 @@ impl Runc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtimes_parse_print_and_get_their_flags() {
+        for runtime in Runtime::ALL {
+            assert_eq!(runtime.as_str().parse::<Runtime>(), Ok(runtime));
+            assert_eq!(runtime.to_string(), runtime.as_str());
+        }
+        assert!("gvisor".parse::<Runtime>().unwrap_err().contains("gvisor"));
+        let runsc = Runc {
+            runtime: Runtime::Runsc,
+            binary: "/usr/bin/runsc".into(),
+            state_root: "/state/runsc".into(),
+        };
+        let args = runsc.args(&["state", "sb"]);
+        assert_eq!(args[..2], ["--root", "/state/runsc"]);
+        // Writes reach the disk on the host, which reads and snapshots them.
+        for flag in ["--overlay2=none", "--file-access=shared", "--network=host"] {
+            assert!(args.iter().any(|a| a == flag), "{flag}: {args:?}");
+        }
+        assert_eq!(args[args.len() - 2..], ["state", "sb"]);
+        let runc = Runc {
+            runtime: Runtime::Runc,
+            ..runsc
+        };
+        assert_eq!(
+            runc.args(&["state", "sb"]),
+            ["--root", "/state/runsc", "state", "sb"]
+        );
+    }
 
     #[test]
     fn cgroup_membership_is_an_exact_path_in_any_hierarchy() {

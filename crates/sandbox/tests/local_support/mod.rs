@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use sandbox::local::Runtime;
 use sandbox::local::images::ImageStore;
 use sandbox::local::{LocalBackend, LocalConfig};
 use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
@@ -32,7 +33,15 @@ pub fn environment() -> Option<(PathBuf, PathBuf)> {
     Some((images, shim))
 }
 
+/// A configuration for runc sandboxes.
 pub fn config() -> Option<LocalConfig> {
+    config_for(Runtime::Runc)
+}
+
+/// A configuration for sandboxes on `runtime`. A missing runsc is not a
+/// reason to skip, like a missing runc: `LocalBackend::new` refuses it,
+/// naming scripts/setup.
+pub fn config_for(runtime: Runtime) -> Option<LocalConfig> {
     let (images, shim) = environment()?;
     let root: PathBuf = tempfile::tempdir().unwrap().keep();
     Some(LocalConfig {
@@ -43,7 +52,9 @@ pub fn config() -> Option<LocalConfig> {
         default_image: sandbox::local::images::DEFAULT_IMAGE.to_owned(),
         shim_exe: shim,
         tini: PathBuf::from("/usr/bin/tini-static"),
-        runc: PathBuf::from("/usr/sbin/runc"),
+        runc: Runtime::Runc.default_binary(),
+        runsc: Runtime::Runsc.default_binary(),
+        runtime,
         desktop: false,
         userns: true,
     })
@@ -81,7 +92,12 @@ pub fn spec(
 }
 
 pub async fn sandbox_with(resources: Resources) -> Option<Sized> {
-    let backend = std::sync::Arc::new(LocalBackend::new(config()?).unwrap());
+    sandbox_on(Runtime::Runc, resources).await
+}
+
+/// A sandbox on `runtime`.
+pub async fn sandbox_on(runtime: Runtime, resources: Resources) -> Option<Sized> {
+    let backend = std::sync::Arc::new(LocalBackend::new(config_for(runtime)?).unwrap());
     let spec = spec("local-limits", resources, None);
     let handle = backend.create(&spec).await.unwrap();
     Some(Sized { backend, handle })
@@ -117,4 +133,37 @@ pub async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
         out.extend(chunk.data);
     }
     (status, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// For each `name`, a module `name` with the tests `runc` and `runsc`, each
+/// calling `async fn name(runtime: Runtime)` of the file: one test body, run
+/// under both runtimes.
+#[allow(unused_macros)]
+macro_rules! under_both_runtimes {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn runc() {
+                    super::$name(super::Runtime::Runc).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn runsc() {
+                    super::$name(super::Runtime::Runsc).await
+                }
+            }
+        )*
+    };
+}
+
+/// The host pids in sandbox `name`'s cgroup (cgroup v1 or v2).
+pub fn sandbox_pids(name: &str) -> Vec<u32> {
+    ["/sys/fs/cgroup/pids/garrison", "/sys/fs/cgroup/garrison"]
+        .iter()
+        .find_map(|base| std::fs::read_to_string(format!("{base}/{name}/cgroup.procs")).ok())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
 }

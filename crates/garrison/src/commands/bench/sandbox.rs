@@ -26,6 +26,12 @@
 //! 6. **Peer** (`--peer podman`; see `peer`): the start and the removal of
 //!    step 1 and 3 done by Podman with the same image, limits and command,
 //!    so Garrison's figures are also given as ratios to Podman's.
+//! 7. **Workload** (`--workload-files`; see `workload`): `git status` on a
+//!    repository made inside a sandbox, a syscall-heavy task, `--rounds`
+//!    times.
+//!
+//! `--runtime runsc` runs every sandbox of the local backend on gVisor
+//! instead of runc; run the bench once per runtime to compare them.
 //!
 //! Everything lives in a scratch directory under the state directory, which
 //! is removed at the end (every sandbox in it is destroyed first, also after
@@ -36,6 +42,7 @@ mod phases;
 mod policy;
 mod procs;
 mod report;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,7 +51,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use sandbox::host::{HostBackend, HostConfig};
 use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
-use sandbox::local::{LocalBackend, LocalConfig};
+use sandbox::local::{LocalBackend, LocalConfig, Runtime};
 use sandbox::{Resources, Sandbox};
 
 use self::report::{Report, Setup};
@@ -108,6 +115,14 @@ pub struct SandboxArgs {
     /// Containers the peer starts and removes.
     #[arg(long, default_value_t = 20)]
     peer_runs: usize,
+    /// The OCI runtime of the local backend's sandboxes: runc, or runsc
+    /// (gVisor).
+    #[arg(long, value_parser = parse_runtime, default_value = "runc")]
+    runtime: Runtime,
+    /// Files in the repository of the syscall-heavy workload (`git status`,
+    /// `--rounds` times); 0 skips it.
+    #[arg(long, default_value_t = 10_000)]
+    workload_files: u64,
     /// Run the local backend's sandboxes in user namespaces, as `garrison
     /// serve` does unless SANDBOX_USERNS=false; false measures without.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
@@ -121,6 +136,10 @@ impl SandboxArgs {
     fn policy(&self) -> bool {
         self.policy.unwrap_or(self.backend == BackendChoice::Local)
     }
+}
+
+fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    s.parse()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -171,6 +190,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     let (backend, image) = open_backend(&args, &state_dir, scratch.path())?;
     let setup = Setup {
         backend: backend.kind().to_owned(),
+        runtime: (args.backend == BackendChoice::Local).then(|| args.runtime.to_string()),
         image,
         cpus: args.cpus,
         memory_mb: args.memory_mb,
@@ -210,7 +230,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let (lifecycle, memory, snapshots, policy, peer) = measured?;
+    let (lifecycle, memory, snapshots, policy, peer, workload) = measured?;
     let report = Report {
         setup,
         lifecycle,
@@ -218,6 +238,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         snapshots,
         policy,
         peer,
+        workload,
     };
     print!("{}", report.table());
     if args.json {
@@ -232,6 +253,7 @@ type Measured = (
     report::Snapshots,
     Option<policy::PolicyFigures>,
     Option<peer::PeerFigures>,
+    Option<workload::Workload>,
 );
 
 async fn measure(
@@ -272,7 +294,16 @@ async fn measure(
     } else {
         None
     };
-    Ok((lifecycle, memory, snapshots, policy, peer))
+    let workload = if args.workload_files > 0 {
+        progress(&format!(
+            "workload: git status on {} files, {} rounds",
+            args.workload_files, args.rounds
+        ));
+        Some(workload::measure(bench, args.workload_files, args.rounds).await?)
+    } else {
+        None
+    };
+    Ok((lifecycle, memory, snapshots, policy, peer, workload))
 }
 
 async fn measure_peer(
@@ -390,13 +421,17 @@ fn local_config(
         default_image: args.image.clone(),
         shim_exe,
         tini: PathBuf::from("/usr/bin/tini-static"),
-        runc: PathBuf::from("/usr/sbin/runc"),
+        runc: Runtime::Runc.default_binary(),
+        runsc: Runtime::Runsc.default_binary(),
+        runtime: args.runtime,
         desktop: false,
         userns: args.userns,
     };
-    let isolation = match args.userns {
-        true => "user namespaces",
-        false => "no user namespace",
+    // User namespaces are runc's (see LocalConfig::userns).
+    let isolation = match (args.runtime, args.userns) {
+        (Runtime::Runc, true) => "user namespaces",
+        (Runtime::Runc, false) => "no user namespace",
+        (Runtime::Runsc, _) => "gVisor's own ids",
     };
     Ok((
         config,

@@ -29,7 +29,7 @@ pub async fn choose(requested: Option<&'static dyn BackendPlugin>, state_dir: &P
             message: format!("using the {} backend (--backend)", backend.name()),
         };
     }
-    let checks = host::local_prerequisites(state_dir);
+    let checks = host::local_prerequisites(state_dir, Default::default());
     let failing: Vec<&Check> = checks.iter().filter(|c| !c.passed()).collect();
     let image_only = failing.len() == 1 && failing[0].name.starts_with("image");
     if image_only && host::find_program("mmdebstrap").is_some() {

@@ -6,6 +6,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use sandbox::local::Runtime;
 use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
 
 use super::check::Check;
@@ -21,13 +22,18 @@ const TINI: &str = "/usr/bin/tini-static";
 /// tools live in the sbin directories, which a plain user's `PATH` lacks.
 const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
 
-/// Everything the `local` backend needs, one check each, in the order a
-/// user would fix them.
-pub fn local_prerequisites(state_dir: &Path) -> Vec<Check> {
+/// Everything the `local` backend needs on `runtime`, one check each, in
+/// the order a user would fix them.
+pub fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
     let mut checks = vec![root()];
-    checks.push(file_check("runc", Path::new(RUNC), "apt-get install runc"));
-    checks.extend(isolation(Path::new(RUNC)));
-    checks.push(user_namespaces(state_dir));
+    match runtime {
+        Runtime::Runc => {
+            checks.push(file_check("runc", Path::new(RUNC), "apt-get install runc"));
+            checks.extend(isolation(Path::new(RUNC)));
+            checks.push(user_namespaces(state_dir));
+        }
+        Runtime::Runsc => checks.extend(runsc(&runtime.default_binary())),
+    }
     checks.push(file_check(
         "tini-static",
         Path::new(TINI),
@@ -130,6 +136,77 @@ fn user_namespaces(state_dir: &Path) -> Check {
              or set SANDBOX_USERNS=false (SECURITY.md says what that gives up)",
         ),
     }
+}
+
+/// gVisor as the runtime (`SANDBOX_RUNTIME=runsc`): installed, and able to
+/// start a sandbox here (a one-off `runsc do true` on the ptrace platform,
+/// as root; a kernel or container that refuses ptrace stops it).
+fn runsc(binary: &Path) -> Vec<Check> {
+    let runtime = Check::info(
+        "runtime",
+        "runsc (SANDBOX_RUNTIME): gVisor serves the sandbox's system calls in user space, \
+         ptrace platform; slower system calls (SECURITY.md)",
+    );
+    let version = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| v.lines().next().map(str::to_owned));
+    let Some(version) = version else {
+        return vec![
+            runtime,
+            Check::fail(
+                "runsc",
+                format!("{} not found or not working", binary.display()),
+                "apt-get install runsc (scripts/setup installs it), or SANDBOX_RUNTIME=runc",
+            ),
+        ];
+    };
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return vec![
+            runtime,
+            Check::warn(
+                "runsc",
+                format!("{version}; not tried (starting a sandbox needs root)"),
+                "run garrison doctor as root",
+            ),
+        ];
+    }
+    let tried = tempfile::tempdir().ok().and_then(|root| {
+        std::process::Command::new(binary)
+            .arg("--root")
+            .arg(root.path())
+            .args(["--platform=ptrace", "--network=none", "do", "/bin/true"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()
+    });
+    let usable = match tried {
+        Some(out) if out.status.success() => {
+            Check::pass("runsc", format!("{version}; started a sandbox here"))
+        }
+        Some(out) => Check::fail(
+            "runsc",
+            format!(
+                "{version} cannot start a sandbox here: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .trim()
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            ),
+            "gVisor needs ptrace and cgroups (in a container: privileged); or SANDBOX_RUNTIME=runc",
+        ),
+        None => Check::fail(
+            "runsc",
+            format!("{version}: could not be run"),
+            "check that root can run it",
+        ),
+    };
+    vec![runtime, usable]
 }
 
 /// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.
@@ -332,6 +409,27 @@ fn free_bytes(path: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::doctor::check::Outcome;
+
+    #[test]
+    fn with_runsc_chosen_it_is_checked_and_tried_instead_of_runc() {
+        let state = tempfile::tempdir().unwrap();
+        let checks = local_prerequisites(state.path(), Runtime::Runsc);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        assert!(
+            names.contains(&"runsc") && !names.contains(&"runc"),
+            "{names:?}"
+        );
+        let runtime = checks.iter().find(|c| c.name == "runtime").unwrap();
+        assert!(runtime.detail.contains("runsc"), "{}", runtime.detail);
+        // Where it can run (root, Debian's runsc installed), it must.
+        // SAFETY: geteuid(2) has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root && Runtime::Runsc.default_binary().exists() {
+            let runsc = checks.iter().find(|c| c.name == "runsc").unwrap();
+            assert_eq!(runsc.outcome, Outcome::Pass, "{}", runsc.detail);
+        }
+    }
 
     #[test]
     fn a_missing_image_is_reported_without_creating_the_store() {

@@ -70,6 +70,8 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
         shim_exe: PathBuf::from(shim),
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
+        runsc: PathBuf::from("/usr/bin/runsc"),
+        runtime: Default::default(),
         desktop: true,
         userns: true,
     })

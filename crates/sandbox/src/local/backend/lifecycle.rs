@@ -11,12 +11,13 @@ use anyhow::{Context, anyhow};
 
 use super::{
     DESKTOP_DISPLAY, HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE, NETNS_FILE,
-    USERNS_FILE, fatal,
+    RUNTIME_FILE, USERNS_FILE, fatal,
 };
 use crate::local::oci::{self, ContainerConfig};
 use crate::local::rootfs::Root;
+use crate::local::runc::Runtime;
 use crate::local::userns::IdRange;
-use crate::local::{archive, disk, idmap, net};
+use crate::local::{archive, compat, disk, idmap, net};
 use crate::shim;
 use crate::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec};
 
@@ -96,10 +97,9 @@ impl LocalBackend {
         let init_pid = std::fs::read_to_string(dir.join("init.pid"))
             .ok()
             .and_then(|p| p.trim().parse().ok());
-        let (container, network) = tokio::join!(
-            self.runc.delete(name, init_pid),
-            net::destroy(&self.net, name)
-        );
+        let runc = self.runtime_of(name);
+        let (container, network) =
+            tokio::join!(runc.delete(name, init_pid), net::destroy(&self.net, name));
         container?;
         network.map_err(|e| anyhow!(e))?;
         self.hide_root(name)?;
@@ -201,6 +201,7 @@ impl LocalBackend {
                 .with_context(|| format!("reading {}", src.display()))?;
             root.write(dst, &bytes, 0o755)?;
         }
+        compat::install(&root, self.runc.runtime == Runtime::Runsc)?;
         for dir_in in [oci::WORKDIR, oci::STATE_DIR, oci::HOME] {
             root.create_dir_all(dir_in, 0o700)?;
         }
@@ -235,7 +236,9 @@ impl LocalBackend {
 
         std::fs::create_dir_all(dir.join("proc"))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        let ids = match self.config.userns {
+        // runc only: gVisor's kernel keeps ids of its own, and its file
+        // server would see the shifted ids of idmapped layers as the files'.
+        let ids = match self.config.userns && self.runc.runtime == Runtime::Runc {
             true => Some(self.make_user_namespace(name, dir).await?),
             false => None,
         };
@@ -284,6 +287,9 @@ impl LocalBackend {
                 }),
         });
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
+        // Recorded before the container exists, so a teardown after a crash
+        // here still asks the right runtime.
+        std::fs::write(dir.join(RUNTIME_FILE), self.runc.runtime.as_str())?;
         self.runc
             .run_detached(name, dir, &dir.join("init.pid"))
             .await?;

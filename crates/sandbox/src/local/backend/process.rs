@@ -13,12 +13,15 @@ use nix::unistd::Pid;
 use super::{LocalBackend, fatal};
 use crate::local::oci;
 use crate::local::rootfs::Root;
+use crate::local::runc::Runtime;
 use crate::names::is_plain_id;
 use crate::shim::{self, CHILD_PID_FILE, ERROR_FILE, EXIT_FILE, REQUEST_FILE, ShimRequest};
 use crate::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
 
 const SHIM_PID_FILE: &str = "shim.pid";
-/// Where `runc exec --pid-file` leaves the shim's pid.
+/// Where `runc exec --pid-file` leaves the shim's pid (under runsc, the pid
+/// of the `runsc exec` process that waits for the shim inside gVisor: it
+/// lives exactly as long as the shim, which is all the record is used for).
 const EXEC_PID_FILE: &str = "exec.pid";
 /// How long a started shim may take to report its child.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -89,11 +92,37 @@ impl LocalBackend {
         children.split_whitespace().next()?.parse().ok()
     }
 
-    fn signal(&self, handle: &Handle, process: &ProcessRef, signal: Signal) -> Result<()> {
-        if let Some(record) = self.shim_record(handle, process)?
-            && shim::is_alive(&record)
-            && let Some(child) = Self::child_host_pid(&record)
-        {
+    async fn signal(&self, handle: &Handle, process: &ProcessRef, signal: Signal) -> Result<()> {
+        let Some(record) = self.shim_record(handle, process)? else {
+            return Ok(());
+        };
+        if !shim::is_alive(&record) {
+            return Ok(());
+        }
+        let runc = self.runtime_of(&handle.name);
+        if runc.runtime == Runtime::Runsc {
+            // The child's pid in gVisor's kernel, as the shim recorded it
+            // (the sandbox can rewrite it, but can only name its own
+            // processes to a killer that runs inside it).
+            let root = self.root(handle)?;
+            let child = root
+                .read_small(&Self::proc_path(process, CHILD_PID_FILE)?, 64)
+                .ok()
+                .and_then(|b| {
+                    String::from_utf8_lossy(&b)
+                        .split_whitespace()
+                        .next()?
+                        .parse::<i32>()
+                        .ok()
+                });
+            if let Some(child) = child {
+                let (signal, child) = ((signal as i32).to_string(), child.to_string());
+                let argv = [oci::SHIM, shim::KILL_GROUP_ARG, &signal, &child];
+                if let Err(e) = runc.exec_wait(&handle.name, &argv).await {
+                    tracing::debug!(sandbox = %handle.name, error = %e, "signalling in gVisor");
+                }
+            }
+        } else if let Some(child) = Self::child_host_pid(&record) {
             let _ = killpg(Pid::from_raw(child), signal);
         }
         Ok(())
@@ -131,7 +160,7 @@ impl LocalBackend {
             .map_err(fatal)?;
 
         let pid_file = host_dir.join(EXEC_PID_FILE);
-        self.runc
+        self.runtime_of(&handle.name)
             .exec_detached(
                 &handle.name,
                 &host_dir.join("runc.log"),
@@ -191,7 +220,7 @@ impl LocalBackend {
             Err(e) if e.is_gone() => return Ok(()),
             Err(e) => return Err(e),
         }
-        self.signal(handle, process, Signal::SIGTERM)?;
+        self.signal(handle, process, Signal::SIGTERM).await?;
         let deadline = tokio::time::Instant::now() + grace;
         while matches!(
             self.process_status(handle, process),
@@ -200,7 +229,7 @@ impl LocalBackend {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.signal(handle, process, Signal::SIGKILL)
+        self.signal(handle, process, Signal::SIGKILL).await
     }
 }
 

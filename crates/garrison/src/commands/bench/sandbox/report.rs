@@ -24,6 +24,8 @@ pub const TARGET_HELPER_RSS_MIB: f64 = 10.0;
 #[derive(Clone, Debug, Default)]
 pub struct Setup {
     pub backend: String,
+    /// The local backend's OCI runtime (`runc`, `runsc`).
+    pub runtime: Option<String>,
     pub image: Option<String>,
     pub cpus: f64,
     pub memory_mb: u64,
@@ -123,6 +125,7 @@ pub struct Report {
     pub policy: Option<super::policy::PolicyFigures>,
     /// `--peer`: the same start and removal by another container engine.
     pub peer: Option<super::peer::PeerFigures>,
+    pub workload: Option<super::workload::Workload>,
 }
 
 impl Report {
@@ -153,8 +156,12 @@ impl Report {
         let l = &self.lifecycle;
         let _ = writeln!(
             out,
-            "garrison bench sandbox: {} backend, image {}, {} cpu / {} MB memory / {} MB disk, {} sandboxes one after another",
+            "garrison bench sandbox: {} backend{}, image {}, {} cpu / {} MB memory / {} MB disk, {} sandboxes one after another",
             s.backend,
+            s.runtime
+                .as_deref()
+                .map(|r| format!(" on {r}"))
+                .unwrap_or_default(),
             s.image.as_deref().unwrap_or("-"),
             s.cpus,
             s.memory_mb,
@@ -282,6 +289,16 @@ impl Report {
             let _ = writeln!(out);
             peer.table(&mut out, l);
         }
+        if let Some(w) = &self.workload {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "syscall-heavy workload: a git repository of {} files (made and committed inside in {:.1} s)",
+                w.files, w.setup_secs
+            );
+            header(&mut out, "  git status, timed inside (ms)");
+            row(&mut out, "  git status", &w.status_ms);
+        }
         out
     }
 
@@ -299,6 +316,7 @@ impl Report {
         let mut value = json!({
             "bench": "sandbox",
             "backend": s.backend,
+            "runtime": s.runtime,
             "image": s.image,
             "resources": { "cpus": s.cpus, "memory_mb": s.memory_mb, "disk_mb": s.disk_mb },
             "sessions": l.total.n,
@@ -345,6 +363,13 @@ impl Report {
         }
         if let Some(peer) = &self.peer {
             value["peer"] = peer.json(l);
+        }
+        if let Some(w) = &self.workload {
+            value["workload"] = json!({
+                "files": w.files,
+                "setup_secs": round(w.setup_secs),
+                "git_status_ms": w.status_ms.json(),
+            });
         }
         value
     }

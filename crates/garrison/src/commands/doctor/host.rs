@@ -142,11 +142,28 @@ fn user_namespaces(state_dir: &Path) -> Check {
 /// start a sandbox here (a one-off `runsc do true` on the ptrace platform,
 /// as root; a kernel or container that refuses ptrace stops it).
 fn runsc(binary: &Path) -> Vec<Check> {
-    let runtime = Check::info(
-        "runtime",
-        "runsc (SANDBOX_RUNTIME): gVisor serves the sandbox's system calls in user space, \
-         ptrace platform; slower system calls (SECURITY.md)",
-    );
+    vec![
+        Check::info(
+            "runtime",
+            "runsc (SANDBOX_RUNTIME): gVisor serves the sandbox's system calls in user space, \
+             ptrace platform; slower system calls (SECURITY.md)",
+        ),
+        runsc_usable(binary),
+        Check::info(
+            "seccomp",
+            "gVisor's own filter confines the Sentry on the host; the sandboxes' profile \
+             applies to each container's init inside it (--oci-seccomp)",
+        ),
+        Check::info(
+            "user namespaces",
+            "not used under runsc: gVisor's kernel keeps ids of its own, and the Sentry runs \
+             in namespaces of its own (SANDBOX_USERNS applies to runc)",
+        ),
+    ]
+}
+
+/// Whether runsc is installed and, as root, starts a sandbox here.
+fn runsc_usable(binary: &Path) -> Check {
     let version = std::process::Command::new(binary)
         .arg("--version")
         .output()
@@ -155,25 +172,19 @@ fn runsc(binary: &Path) -> Vec<Check> {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|v| v.lines().next().map(str::to_owned));
     let Some(version) = version else {
-        return vec![
-            runtime,
-            Check::fail(
-                "runsc",
-                format!("{} not found or not working", binary.display()),
-                "apt-get install runsc (scripts/setup installs it), or SANDBOX_RUNTIME=runc",
-            ),
-        ];
+        return Check::fail(
+            "runsc",
+            format!("{} not found or not working", binary.display()),
+            "apt-get install runsc (scripts/setup installs it), or SANDBOX_RUNTIME=runc",
+        );
     };
     // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return vec![
-            runtime,
-            Check::warn(
-                "runsc",
-                format!("{version}; not tried (starting a sandbox needs root)"),
-                "run garrison doctor as root",
-            ),
-        ];
+        return Check::warn(
+            "runsc",
+            format!("{version}; not tried (starting a sandbox needs root)"),
+            "run garrison doctor as root",
+        );
     }
     let tried = tempfile::tempdir().ok().and_then(|root| {
         std::process::Command::new(binary)
@@ -184,7 +195,7 @@ fn runsc(binary: &Path) -> Vec<Check> {
             .output()
             .ok()
     });
-    let usable = match tried {
+    match tried {
         Some(out) if out.status.success() => {
             Check::pass("runsc", format!("{version}; started a sandbox here"))
         }
@@ -205,8 +216,7 @@ fn runsc(binary: &Path) -> Vec<Check> {
             format!("{version}: could not be run"),
             "check that root can run it",
         ),
-    };
-    vec![runtime, usable]
+    }
 }
 
 /// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.
@@ -422,6 +432,9 @@ mod tests {
         );
         let runtime = checks.iter().find(|c| c.name == "runtime").unwrap();
         assert!(runtime.detail.contains("runsc"), "{}", runtime.detail);
+        for isolation in ["seccomp", "user namespaces"] {
+            assert!(names.contains(&isolation), "{names:?}");
+        }
         // Where it can run (root, Debian's runsc installed), it must.
         // SAFETY: geteuid(2) has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;

@@ -295,9 +295,14 @@ async fn a_url_with_credentials_stops_garrison_at_start_without_echoing_them() {
 /// file): the clone is made on Garrison's side, so it is nowhere inside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_git_token_never_enters_a_local_sandbox() {
-    if !Backend::Local.available() {
-        return;
+    for backend in [Backend::Local, Backend::LocalRunsc] {
+        if backend.available() {
+            git_token_never_enters(backend).await;
+        }
     }
+}
+
+async fn git_token_never_enters(backend: Backend) {
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
@@ -319,7 +324,7 @@ async fn the_git_token_never_enters_a_local_sandbox() {
             state_dir: &state,
             extra_args: vec![],
         },
-        Backend::Local,
+        backend,
         env,
     );
     let id = session(

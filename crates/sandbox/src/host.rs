@@ -275,8 +275,20 @@ impl Sandbox for HostBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         let dir = self.sandbox_dir(spec.name.as_str())?;
-        if dir.exists() {
+        if dir.join(HANDLE_FILE).exists() {
             return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
+        }
+        if dir.exists() {
+            // A create that crashed before it recorded the handle, or a
+            // destroy that crashed after removing it: no process of it runs
+            // (they start after the handle exists, and destroy killed them
+            // first), and neither `find` nor `list` would ever report it.
+            tracing::warn!(sandbox = %spec.name, "removing the remains of an interrupted create or destroy");
+            let remains = dir.clone();
+            tokio::task::spawn_blocking(move || fs::remove_dir_all(&remains))
+                .await
+                .map_err(fatal)?
+                .map_err(io_fatal(format!("removing {}", dir.display())))?;
         }
         let fs_root = dir.join("fs");
         for sub in ["workspace", "state", "bin", "home"] {

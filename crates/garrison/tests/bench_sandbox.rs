@@ -13,15 +13,24 @@ fn garrison_bin() -> &'static str {
     env!("CARGO_BIN_EXE_garrison")
 }
 
-#[test]
-fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
+/// The test images, when running as root with them built; else says why
+/// the test is skipped (`why_root`: what needs root).
+fn test_images(why_root: &str) -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the local backend and podman need root");
-        return;
+        eprintln!("skipped: {why_root}");
+        return None;
     }
-    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
+    let images = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from);
+    if images.is_none() {
         eprintln!("skipped: GARRISON_TEST_IMAGES is not set (scripts/test sets it)");
+    }
+    images
+}
+
+#[test]
+fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
+    let Some(images) = test_images("the local backend and podman need root") else {
         return;
     };
     let state = tempfile::tempdir().unwrap();
@@ -82,13 +91,7 @@ fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
 /// time (no figure is judged: the point is that both are measured).
 #[test]
 fn bench_sandbox_reports_start_and_workload_under_each_runtime() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the local backend needs root");
-        return;
-    }
-    let Some(images) = std::env::var_os("GARRISON_TEST_IMAGES").map(PathBuf::from) else {
-        eprintln!("skipped: GARRISON_TEST_IMAGES is not set (scripts/test sets it)");
+    let Some(images) = test_images("the local backend needs root") else {
         return;
     };
     for runtime in ["runc", "runsc"] {

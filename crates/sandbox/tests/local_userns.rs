@@ -107,6 +107,17 @@ async fn the_containers_root_is_an_unprivileged_host_uid_of_its_own() {
     }
 }
 
+/// `uid:gid path` of the files the snapshot test made, as the sandbox sees
+/// them.
+async fn owners_of_the_files(s: &Sized) -> String {
+    let (_, owners) = sh(
+        s,
+        "stat -c '%u:%g %n' /workspace/d /workspace/d/user /workspace/rootfile",
+    )
+    .await;
+    owners
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
     let Some(config) = config() else {
@@ -152,11 +163,7 @@ async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
         map.split_whitespace().collect::<Vec<_>>(),
         ["0", "0", "4294967295"]
     );
-    let (_, owners) = sh(
-        &plain,
-        "stat -c '%u:%g %n' /workspace/d /workspace/d/user /workspace/rootfile",
-    )
-    .await;
+    let owners = owners_of_the_files(&plain).await;
     assert_eq!(
         owners.lines().collect::<Vec<_>>(),
         [
@@ -175,11 +182,7 @@ async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
             .unwrap(),
         backend: with.clone(),
     };
-    let (_, owners_again) = sh(
-        &again,
-        "stat -c '%u:%g %n' /workspace/d /workspace/d/user /workspace/rootfile",
-    )
-    .await;
+    let owners_again = owners_of_the_files(&again).await;
     assert_eq!(owners_again, owners);
     with.destroy(&again.handle).await.unwrap();
 }

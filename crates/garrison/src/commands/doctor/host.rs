@@ -67,18 +67,22 @@ pub fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
     checks
 }
 
-/// What isolates a local sandbox: the runtime, its seccomp support (the
-/// filter is part of every container's configuration, so a runc without it
-/// cannot start one), and whether user namespaces are in use.
-fn isolation(runc: &Path) -> Vec<Check> {
-    let version = std::process::Command::new(runc)
+/// The first line of `binary --version`, if it runs and succeeds.
+fn version_line(binary: &Path) -> Option<String> {
+    std::process::Command::new(binary)
         .arg("--version")
         .output()
         .ok()
         .filter(|o| o.status.success())
         .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|v| v.lines().next().map(str::to_owned));
-    let Some(version) = version else {
+        .and_then(|v| v.lines().next().map(str::to_owned))
+}
+
+/// What isolates a local sandbox: the runtime, its seccomp support (the
+/// filter is part of every container's configuration, so a runc without it
+/// cannot start one), and whether user namespaces are in use.
+fn isolation(runc: &Path) -> Vec<Check> {
+    let Some(version) = version_line(runc) else {
         return Vec::new();
     };
     let features = std::process::Command::new(runc)
@@ -164,14 +168,7 @@ fn runsc(binary: &Path) -> Vec<Check> {
 
 /// Whether runsc is installed and, as root, starts a sandbox here.
 fn runsc_usable(binary: &Path) -> Check {
-    let version = std::process::Command::new(binary)
-        .arg("--version")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|v| v.lines().next().map(str::to_owned));
-    let Some(version) = version else {
+    let Some(version) = version_line(binary) else {
         return Check::fail(
             "runsc",
             format!("{} not found or not working", binary.display()),

@@ -319,3 +319,43 @@ under_both_runtimes!(
     the_host_cgroup_tree_and_energy_counters_are_hidden,
     a_sparse_terabyte_in_the_workspace_is_snapshotted_as_sparse,
 );
+
+/// Under runsc the host signals a session's processes through a program in
+/// the sandbox (gVisor's processes have no host pid), and the sandbox can
+/// replace that program: one that never returns must not hang a kill, nor
+/// the destroy after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replaced_killer_cannot_hang_a_kill_under_runsc() {
+    let Some(s) = sandbox_on(Runtime::Runsc, sized(1.0, 256, 256)).await else {
+        return;
+    };
+    let spec = ProcessSpec {
+        name: format!("sleeper-{:08x}", rand::random::<u32>()),
+        argv: vec!["/bin/sleep".into(), "1000".into()],
+        env: Default::default(),
+        cwd: s.handle.workdir.clone(),
+    };
+    let sleeper = s.backend.spawn(&s.handle, &spec).await.unwrap();
+    // The last process the shim starts: after this, it is the attacker's.
+    let shim = sandbox::local::oci::SHIM;
+    let (status, out) = sh(
+        &s,
+        &format!(
+            "printf '#!/bin/sh\\nexec sleep 100000\\n' > {shim}.new && chmod 755 {shim}.new \
+             && mv {shim}.new {shim} && echo replaced"
+        ),
+    )
+    .await;
+    assert_eq!((status, out.trim()), (ProcessStatus::Exited(0), "replaced"));
+    let kill = s
+        .backend
+        .kill(&s.handle, &sleeper, Duration::from_millis(100));
+    tokio::time::timeout(HUNG, kill)
+        .await
+        .expect("the kill returns although the killer never does")
+        .unwrap();
+    tokio::time::timeout(HUNG, s.backend.destroy(&s.handle))
+        .await
+        .expect("the destroy returns")
+        .unwrap();
+}

@@ -145,6 +145,10 @@ pub struct State {
 /// rest to `runc delete --force`; a healthy one needs milliseconds.
 const DEATH_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Longest a program run in a sandbox on the host's behalf may take (see
+/// [`Runc::exec_wait`]); a healthy one needs well under a second.
+const EXEC_WAIT_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Runc {
     fn args(&self, rest: &[&str]) -> Vec<String> {
         let mut v = vec!["--root".to_owned(), self.state_root.display().to_string()];
@@ -291,13 +295,39 @@ impl Runc {
     }
 
     /// Runs `argv` in the container and waits for it to end.
+    ///
+    /// The program is the sandbox's own file, which the sandbox can replace:
+    /// its output is not read, and after [`EXEC_WAIT_GUARD`] it is given up
+    /// on (its `exec` killed), so it can neither flood nor hang the host.
     pub async fn exec_wait(&self, id: &str, argv: &[&str]) -> anyhow::Result<()> {
         let mut rest = vec!["exec", id];
         rest.extend_from_slice(argv);
-        self.call(&rest)
-            .await
-            .map(drop)
-            .with_context(|| format!("running {:?} in {id}", argv.first()))
+        let mut child = tokio::process::Command::new(&self.binary)
+            .args(self.args(&rest))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("running {}", self.binary.display()))?;
+        match tokio::time::timeout(EXEC_WAIT_GUARD, child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                anyhow::ensure!(
+                    status.success(),
+                    "{:?} in {id} failed ({status})",
+                    argv.first()
+                );
+                Ok(())
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                anyhow::bail!(
+                    "{:?} in {id} did not finish within {EXEC_WAIT_GUARD:?}",
+                    argv.first()
+                )
+            }
+        }
     }
 
     pub async fn state(&self, id: &str) -> Option<State> {

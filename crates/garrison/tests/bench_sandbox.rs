@@ -4,13 +4,34 @@
 //! the test image (`GARRISON_TEST_IMAGES`) and Podman (`scripts/setup`);
 //! skips without root or the image.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
 fn garrison_bin() -> &'static str {
     env!("CARGO_BIN_EXE_garrison")
+}
+
+/// Runs `garrison bench sandbox` on the test images with `sizes` and
+/// `options` and `--json`; returns the JSON report and the whole stdout.
+fn bench_json(images: &Path, state: &Path, sizes: &[&str], options: &[&str]) -> (Value, String) {
+    let out = Command::new(garrison_bin())
+        .args(["bench", "sandbox"])
+        .args(sizes)
+        .args(options)
+        .arg("--json")
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--images-dir")
+        .arg(images)
+        .output()
+        .expect("garrison runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{options:?}: {stdout}\n{stderr}");
+    let report = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (report, stdout)
 }
 
 /// The test images, when running as root with them built; else says why
@@ -34,20 +55,21 @@ fn bench_sandbox_with_podman_as_peer_reports_targets_and_ratios() {
         return;
     };
     let state = tempfile::tempdir().unwrap();
-    let out = Command::new(garrison_bin())
-        .args(["bench", "sandbox", "--sessions", "2", "--files", "20"])
-        .args(["--file-kb", "4", "--rounds", "1", "--policy", "false"])
-        .args(["--peer", "podman", "--peer-runs", "2", "--json"])
-        .arg("--state-dir")
-        .arg(state.path())
-        .arg("--images-dir")
-        .arg(&images)
-        .output()
-        .expect("garrison runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (report, stdout) = bench_json(
+        &images,
+        state.path(),
+        &[
+            "--sessions",
+            "2",
+            "--files",
+            "20",
+            "--file-kb",
+            "4",
+            "--rounds",
+            "1",
+        ],
+        &["--policy", "false", "--peer", "podman", "--peer-runs", "2"],
+    );
 
     for target in ["destroy_p50_ms", "restore_p50_s"] {
         let t = &report["targets"][target];
@@ -96,20 +118,28 @@ fn bench_sandbox_reports_start_and_workload_under_each_runtime() {
     };
     for runtime in ["runc", "runsc"] {
         let state = tempfile::tempdir().unwrap();
-        let out = Command::new(garrison_bin())
-            .args(["bench", "sandbox", "--sessions", "1", "--files", "2"])
-            .args(["--file-kb", "1", "--rounds", "1", "--policy", "false"])
-            .args(["--workload-files", "50", "--runtime", runtime, "--json"])
-            .arg("--state-dir")
-            .arg(state.path())
-            .arg("--images-dir")
-            .arg(&images)
-            .output()
-            .expect("garrison runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{runtime}: {stdout}\n{stderr}");
-        let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let (report, stdout) = bench_json(
+            &images,
+            state.path(),
+            &[
+                "--sessions",
+                "1",
+                "--files",
+                "2",
+                "--file-kb",
+                "1",
+                "--rounds",
+                "1",
+            ],
+            &[
+                "--policy",
+                "false",
+                "--workload-files",
+                "50",
+                "--runtime",
+                runtime,
+            ],
+        );
         assert_eq!(report["runtime"], runtime, "{report}");
         assert_eq!(report["create_to_started_ms"]["n"], 1, "{report}");
         assert!(report["create_to_started_ms"]["p50"].as_f64().unwrap() > 0.0);

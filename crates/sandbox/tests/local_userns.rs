@@ -43,14 +43,7 @@ async fn the_containers_root_is_an_unprivileged_host_uid_of_its_own() {
     let Some(a) = sandbox_with(sized(1.0, 256, 256)).await else {
         return;
     };
-    let b = Sized {
-        handle: a
-            .backend
-            .create(&spec("local-userns", sized(1.0, 256, 256), None))
-            .await
-            .unwrap(),
-        backend: a.backend.clone(),
-    };
+    let b = sandbox_in(&a.backend, "local-userns", sized(1.0, 256, 256), None).await;
     let (base_a, base_b) = (host_base(&a).await, host_base(&b).await);
     assert!(base_a >= FIRST_HOST_ID, "{base_a}");
     assert!(
@@ -132,13 +125,7 @@ async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
         })
         .unwrap(),
     );
-    let first = Sized {
-        handle: with
-            .create(&spec("local-userns", sized(1.0, 256, 256), None))
-            .await
-            .unwrap(),
-        backend: with.clone(),
-    };
+    let first = sandbox_in(&with, "local-userns", sized(1.0, 256, 256), None).await;
     let (status, out) = sh(
         &first,
         "mkdir -p /workspace/d && echo x > /workspace/d/user && chown -R 1000:1001 /workspace/d \
@@ -151,13 +138,13 @@ async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
 
     // Restored where the container's root is host root: what the user
     // namespace stored was never shifted.
-    let plain = Sized {
-        handle: without
-            .create(&spec("local-plain", sized(1.0, 256, 256), Some(snapshot)))
-            .await
-            .unwrap(),
-        backend: without.clone(),
-    };
+    let plain = sandbox_in(
+        &without,
+        "local-plain",
+        sized(1.0, 256, 256),
+        Some(snapshot),
+    )
+    .await;
     let (_, map) = sh(&plain, "cat /proc/self/uid_map").await;
     assert_eq!(
         map.split_whitespace().collect::<Vec<_>>(),
@@ -175,13 +162,7 @@ async fn a_snapshot_keeps_ownership_with_and_without_a_user_namespace() {
     // And back into a user namespace: the same ownership again.
     let snapshot = without.snapshot(&plain.handle).await.unwrap();
     without.destroy(&plain.handle).await.unwrap();
-    let again = Sized {
-        handle: with
-            .create(&spec("local-userns", sized(1.0, 256, 256), Some(snapshot)))
-            .await
-            .unwrap(),
-        backend: with.clone(),
-    };
+    let again = sandbox_in(&with, "local-userns", sized(1.0, 256, 256), Some(snapshot)).await;
     let owners_again = owners_of_the_files(&again).await;
     assert_eq!(owners_again, owners);
     with.destroy(&again.handle).await.unwrap();

@@ -98,9 +98,40 @@ pub async fn sandbox_with(resources: Resources) -> Option<Sized> {
 /// A sandbox on `runtime`.
 pub async fn sandbox_on(runtime: Runtime, resources: Resources) -> Option<Sized> {
     let backend = std::sync::Arc::new(LocalBackend::new(config_for(runtime)?).unwrap());
-    let spec = spec("local-limits", resources, None);
-    let handle = backend.create(&spec).await.unwrap();
-    Some(Sized { backend, handle })
+    Some(sandbox_in(&backend, "local-limits", resources, None).await)
+}
+
+/// A sandbox made by `backend` for a fresh session (see [`spec`]),
+/// restored from `restore_from` when given.
+pub async fn sandbox_in(
+    backend: &std::sync::Arc<LocalBackend>,
+    label: &str,
+    resources: Resources,
+    restore_from: Option<sandbox::SnapshotRef>,
+) -> Sized {
+    let handle = backend
+        .create(&spec(label, resources, restore_from))
+        .await
+        .unwrap();
+    Sized {
+        backend: backend.clone(),
+        handle,
+    }
+}
+
+/// The capabilities in the `CapEff:` line of a `/proc/<pid>/status` text
+/// that would reach past a sandbox: rewriting or bypassing its network
+/// rules (NET_ADMIN, NET_RAW) and mounting (SYS_ADMIN). 0 when none.
+pub fn dangerous_capabilities(status: &str) -> u64 {
+    const NET_ADMIN: u64 = 1 << 12;
+    const NET_RAW: u64 = 1 << 13;
+    const SYS_ADMIN: u64 = 1 << 21;
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+        .expect("a CapEff line");
+    effective & (NET_ADMIN | NET_RAW | SYS_ADMIN)
 }
 
 pub async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {

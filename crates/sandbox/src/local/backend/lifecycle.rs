@@ -242,7 +242,6 @@ impl LocalBackend {
             true => Some(self.make_user_namespace(name, dir).await?),
             false => None,
         };
-        let userns = ids.map(|_| dir.join(USERNS_FILE));
         let made_netns = ids.map(|_| dir.join(NETNS_FILE));
         // The root filesystem and the network namespace do not depend on each
         // other: building them together takes the longer of the two, not the
@@ -266,8 +265,9 @@ impl LocalBackend {
             root.write("/etc/resolv.conf", conf.as_bytes(), 0o644)?;
         }
 
-        let reachable_root = match ids {
-            Some(ids) => Some(self.expose_root(name, dir, ids)?),
+        let userns_pin = dir.join(USERNS_FILE);
+        let user_ns = match ids {
+            Some(ids) => Some((ids, self.expose_root(name, dir, ids)?)),
             None => None,
         };
         let cgroups_path = crate::local::runc::cgroups_path(name);
@@ -276,15 +276,11 @@ impl LocalBackend {
             resources: &spec.resources,
             cgroups_path: &cgroups_path,
             netns: Some(&sandbox_net.netns_path),
-            user_ns: userns
-                .as_deref()
-                .zip(ids)
-                .zip(reachable_root.as_deref())
-                .map(|((path, ids), rootfs)| oci::UserNs {
-                    path,
-                    host_base: ids.host_base,
-                    rootfs,
-                }),
+            user_ns: user_ns.as_ref().map(|(ids, rootfs)| oci::UserNs {
+                path: &userns_pin,
+                host_base: ids.host_base,
+                rootfs,
+            }),
         });
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
         // Recorded before the container exists, so a teardown after a crash

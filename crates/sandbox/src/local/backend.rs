@@ -243,9 +243,24 @@ impl LocalBackend {
         }
     }
 
+    /// The sandbox's root, to read from (status polls and output reads, the
+    /// hot path, need no owner).
     fn root(&self, handle: &Handle) -> Result<Root> {
+        self.open_root(handle, false)
+    }
+
+    /// The sandbox's root, to write into as its root's owner (see
+    /// `Root::open_as`).
+    fn writable_root(&self, handle: &Handle) -> Result<Root> {
+        self.open_root(handle, true)
+    }
+
+    fn open_root(&self, handle: &Handle, writes: bool) -> Result<Root> {
         let dir = self.existing_dir(handle)?;
-        let owner = Self::recorded_ids(&dir).map(|ids| ids.host_base);
+        let owner = writes
+            .then(|| Self::recorded_ids(&dir))
+            .flatten()
+            .map(|ids| ids.host_base);
         Root::open_as(&dir.join("rootfs"), owner)
             .map_err(|e| SandboxError::Gone(format!("sandbox {} root: {e}", handle.name)))
     }
@@ -298,7 +313,7 @@ impl Sandbox for LocalBackend {
     }
 
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
-        let root = self.root(handle)?;
+        let root = self.writable_root(handle)?;
         if let Some(parent) = Path::new(path)
             .parent()
             .and_then(Path::to_str)

@@ -139,7 +139,7 @@ impl LocalBackend {
             return Err(fatal(anyhow!("invalid process name {:?}", process.name)));
         }
         let dir = self.existing_dir(handle)?;
-        let root = self.root(handle)?;
+        let root = self.writable_root(handle)?;
         let inside = format!("{}/{}", oci::PROC_DIR, process.name);
         root.create_dir_new(&inside, 0o700)
             .map_err(|e| fatal(anyhow!("process {}: {e}", process.name)))?;

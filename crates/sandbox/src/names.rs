@@ -6,6 +6,7 @@
 //! letters, digits and one hyphen, short enough for DNS labels, Kubernetes
 //! names and Tensorlake's sandbox names.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,22 @@ pub fn is_plain_id(id: &str) -> bool {
 pub fn hashed_id(id: &str) -> String {
     let digest = Sha256::digest(id.as_bytes());
     hex::encode(digest)[..HASH_HEX_LEN].to_owned()
+}
+
+/// The first of `count` slots not in `used`, looking from the one `name`
+/// hashes to and wrapping: slots (addresses, id ranges) spread over sandboxes
+/// by name without coordination, and a collision takes the next free one.
+pub fn free_slot_for(name: &str, used: &BTreeSet<u32>, count: u32) -> Option<u32> {
+    let start = u32::from_str_radix(&hashed_id(name)[..8], 16).unwrap_or(0);
+    first_free(used, start, count)
+}
+
+/// The first of `count` slots not in `used`, from `start` (wrapping).
+pub fn first_free(used: &BTreeSet<u32>, start: u32, count: u32) -> Option<u32> {
+    let start = start % count.max(1);
+    (0..count)
+        .map(|step| (start + step) % count)
+        .find(|slot| !used.contains(slot))
 }
 
 impl fmt::Display for SandboxName {

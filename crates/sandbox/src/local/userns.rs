@@ -19,7 +19,6 @@
 //! without a user namespace, and a snapshot moves between hosts whose
 //! sandboxes got different ranges.
 
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -75,15 +74,6 @@ impl IdRange {
         };
         range.slot().map(|_| range)
     }
-}
-
-/// The slot for a new sandbox: `preferred` (derived from its name, so
-/// ranges spread without coordination) or the next one free.
-pub fn choose_slot(used: &BTreeSet<u32>, preferred: u32) -> Option<u32> {
-    let start = preferred % SLOTS;
-    (0..SLOTS)
-        .map(|step| (start + step) % SLOTS)
-        .find(|slot| !used.contains(slot))
 }
 
 /// A process that only waits for its standard input to close: something
@@ -233,6 +223,8 @@ pub fn probe(scratch: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
@@ -260,12 +252,13 @@ mod tests {
 
     #[test]
     fn a_slot_is_the_preferred_one_or_the_next_free() {
+        use crate::names::first_free;
         let used = BTreeSet::from([3, 4, SLOTS - 1]);
-        assert_eq!(choose_slot(&used, 2), Some(2));
-        assert_eq!(choose_slot(&used, 3), Some(5));
-        assert_eq!(choose_slot(&used, SLOTS - 1), Some(0));
-        assert_eq!(choose_slot(&used, SLOTS + 2), Some(2));
+        assert_eq!(first_free(&used, 2, SLOTS), Some(2));
+        assert_eq!(first_free(&used, 3, SLOTS), Some(5));
+        assert_eq!(first_free(&used, SLOTS - 1, SLOTS), Some(0));
+        assert_eq!(first_free(&used, SLOTS + 2, SLOTS), Some(2));
         let full: BTreeSet<u32> = (0..SLOTS).collect();
-        assert_eq!(choose_slot(&full, 0), None);
+        assert_eq!(first_free(&full, 0, SLOTS), None);
     }
 }

@@ -22,9 +22,7 @@ impl LocalBackend {
         let ids = {
             let mut slots = self.id_slots.lock().unwrap_or_else(|e| e.into_inner());
             let used = slots.get_or_insert_with(|| self.recorded_slots());
-            let preferred =
-                u32::from_str_radix(&crate::names::hashed_id(name)[..8], 16).unwrap_or(0);
-            let slot = userns::choose_slot(used, preferred)
+            let slot = crate::names::free_slot_for(name, used, userns::SLOTS)
                 .ok_or_else(|| anyhow!("every user namespace id range is in use"))?;
             used.insert(slot);
             IdRange::of_slot(slot)

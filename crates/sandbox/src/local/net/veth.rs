@@ -19,7 +19,7 @@ use std::path::Path;
 use anyhow::anyhow;
 
 use super::tools::{self, Tools};
-use crate::names::hashed_id;
+use crate::names::{free_slot_for, hashed_id};
 use crate::{Result, SandboxError};
 
 /// The network every sandbox's `/30` is carved from. Not a setting: a host
@@ -71,14 +71,6 @@ pub fn host_ifname(netns_name: &str) -> String {
     format!("{HOST_IF_PREFIX}{}", &hashed_id(netns_name)[..10])
 }
 
-/// The free slot nearest after `preferred` (wrapping), if any.
-fn choose(used: &BTreeSet<u32>, preferred: u32) -> Option<Slot> {
-    (0..SLOTS)
-        .map(|i| (preferred + i) % SLOTS)
-        .find(|s| !used.contains(s))
-        .map(Slot)
-}
-
 /// Slots taken by the host's `(link, address)` pairs, or an error naming a
 /// link that is not ours but uses the pool.
 fn used_slots(links: &[(String, IpAddr)]) -> std::result::Result<BTreeSet<u32>, String> {
@@ -113,14 +105,15 @@ pub(crate) async fn attach(
     let json = tools::run(&tools.ip, ["-j", "address", "show"], None, None).await?;
     let links = super::link_addresses(&json);
     let used = used_slots(&links).map_err(|e| SandboxError::Fatal(anyhow!(e)))?;
-    let preferred = u32::from_str_radix(&hashed_id(netns_name)[..8], 16).unwrap_or(0) % SLOTS;
-    let slot = choose(&used, preferred).ok_or_else(|| {
-        SandboxError::Transient(anyhow!(
-            "all {SLOTS} sandbox networks in {}/{} are in use",
-            POOL.0,
-            POOL.1
-        ))
-    })?;
+    let slot = free_slot_for(netns_name, &used, SLOTS)
+        .map(Slot)
+        .ok_or_else(|| {
+            SandboxError::Transient(anyhow!(
+                "all {SLOTS} sandbox networks in {}/{} are in use",
+                POOL.0,
+                POOL.1
+            ))
+        })?;
     let host_cidr = format!("{}/{SLOT_PREFIX}", slot.host_addr());
     let sandbox_cidr = format!("{}/{SLOT_PREFIX}", slot.sandbox_addr());
     let batch_host = format!(
@@ -206,12 +199,13 @@ mod tests {
 
     #[test]
     fn choose_skips_used_slots_and_wraps() {
+        use crate::names::first_free;
         let used = BTreeSet::from([5, 6, SLOTS - 1]);
-        assert_eq!(choose(&used, 5), Some(Slot(7)));
-        assert_eq!(choose(&used, SLOTS - 1), Some(Slot(0)));
-        assert_eq!(choose(&BTreeSet::new(), 9), Some(Slot(9)));
+        assert_eq!(first_free(&used, 5, SLOTS), Some(7));
+        assert_eq!(first_free(&used, SLOTS - 1, SLOTS), Some(0));
+        assert_eq!(first_free(&BTreeSet::new(), 9, SLOTS), Some(9));
         let full: BTreeSet<u32> = (0..SLOTS).collect();
-        assert_eq!(choose(&full, 0), None);
+        assert_eq!(first_free(&full, 0, SLOTS), None);
     }
 
     #[test]

@@ -17,7 +17,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+mod split;
+
+/// POSIX (pax) format, which `--xattrs` needs anyway: every member is a
+/// ustar header with its pax records, never an old GNU sparse or long-name
+/// header, which is what the parallel restore ([`split`]) deals out.
 const TAR_FLAGS: &[&str] = &[
+    "--format=posix",
     "--xattrs",
     "--xattrs-include=*",
     "--numeric-owner",
@@ -141,8 +147,39 @@ async fn pack_to(
     Ok(())
 }
 
-/// Restores an archive made by [`pack`] into an empty `upper`.
-pub async fn unpack(archive: &Path, upper: &Path) -> anyhow::Result<()> {
+/// Restores an archive made by [`pack`] into an empty `upper`: spread over
+/// several `tar` processes (see [`split`]), or, when that fails (an archive
+/// holding what snapshots never do, or a `tar` error), with one `tar` after
+/// `upper` is emptied again, so the fast path never fails a restore the plain
+/// one makes. `scratch`: a private directory on the host for spool files.
+pub async fn unpack(archive: &Path, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
+    let owned = (archive.to_owned(), upper.to_owned(), scratch.to_owned());
+    let parallel = tokio::task::spawn_blocking(move || {
+        let (archive, upper, scratch) = owned;
+        split::unpack(&archive, &upper, &scratch, split::workers())
+    })
+    .await?;
+    let Err(e) = parallel else { return Ok(()) };
+    tracing::warn!(error = %format!("{e:#}"), "a parallel restore failed; restoring with one tar");
+    empty(upper).context("emptying the layer for a second restore")?;
+    unpack_serial(archive, upper).await
+}
+
+/// Removes what `dir` holds, following no symbolic link.
+fn empty(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Restores with one `zstd | tar`.
+async fn unpack_serial(archive: &Path, upper: &Path) -> anyhow::Result<()> {
     let input =
         std::fs::File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
     let mut zstd = tokio::process::Command::new("zstd")
@@ -203,7 +240,7 @@ mod tests {
 
         let restored = dir.path().join("restored");
         std::fs::create_dir(&restored).unwrap();
-        unpack(&archive, &restored).await.unwrap();
+        unpack(&archive, &restored, dir.path()).await.unwrap();
         let meta = std::fs::metadata(restored.join("huge")).unwrap();
         assert_eq!(meta.len(), 1 << 40);
         assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
@@ -266,7 +303,7 @@ mod tests {
         pack(&upper, ".garrison", &archive, LIMITS).await.unwrap();
         let restored = dir.path().join("restored");
         std::fs::create_dir(&restored).unwrap();
-        unpack(&archive, &restored).await.unwrap();
+        unpack(&archive, &restored, dir.path()).await.unwrap();
         assert_eq!(acl_of(&restored.join("shared")).as_deref(), Some(&ACL[..]));
     }
 

@@ -155,7 +155,7 @@ impl LocalBackend {
                     snapshot.id
                 ))));
             }
-            let unpacked = archive::unpack(fetched.path(), &upper).await;
+            let unpacked = archive::unpack(fetched.path(), &upper, dir).await;
             fetched.release().await;
             unpacked.context("restoring the snapshot")?;
         }

@@ -1,0 +1,444 @@
+//! A restore spread over several `tar -x` processes.
+//!
+//! Extracting a workspace of many small files is almost all kernel work per
+//! file (create, write, chown, chmod, utimes, close), and one `tar` does it
+//! on one core. Here one reader decompresses the archive and deals its
+//! regular files out to several `tar -x` workers, each fed a valid archive
+//! of its own; everything else (directories, symbolic and hard links,
+//! devices, FIFOs, overlayfs whiteouts) goes to one last `tar -x` that runs
+//! after the workers have finished.
+//!
+//! Why that split is safe with an archive the sandbox shaped:
+//! - every worker is GNU tar, with its own checks of each member's name
+//!   (no absolute names, no `..`), exactly as a single `tar` would apply;
+//! - the workers only ever see regular files and the directories they make
+//!   on the way to them, so no symbolic link the archive holds exists while
+//!   they write: none can redirect a worker's write (the single `tar` gets
+//!   the same from delaying such links to its end);
+//! - the last pass applies every directory's owner, mode, mtime and extended
+//!   attributes after the workers' files are in it, as a single `tar` does
+//!   at its end, and makes the links, whose targets now exist.
+//!
+//! A member the splitter does not expect in a snapshot (old GNU sparse or
+//! multi-volume headers, a link or directory with data) stops it with an
+//! error: the caller then restores serially, so the fast path never fails a
+//! restore the plain one would make.
+//!
+//! Files of one directory go to the same worker: creating entries in one
+//! directory is serialised by the kernel's lock on it, so two workers in one
+//! directory mostly wait for each other.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use anyhow::{Context, bail, ensure};
+
+use super::UNTAR_FLAGS;
+
+const BLOCK: usize = 512;
+/// The end of an archive: two zero blocks.
+const END: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
+/// Largest pax or GNU long-name header taken (names and extended
+/// attributes; far above what ext4 lets one file hold).
+const MAX_META: u64 = 16 << 20;
+/// Bytes handed to a worker at once, and how many may wait for it: enough
+/// that a directory's files queue for one worker while the reader deals the
+/// next directory to another.
+const CHUNK: usize = 256 << 10;
+const QUEUED_CHUNKS: usize = 32;
+/// Tail of a failed tar's messages kept for the error.
+const STDERR_TAIL: u64 = 4096;
+
+/// How many workers a restore uses on this machine.
+pub fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 4)
+}
+
+/// Restores `archive` (zstd-compressed tar, as `pack` makes) into the empty
+/// `upper` with `workers` tar processes. `scratch` is a private directory
+/// for the last pass's spool and the workers' messages.
+pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> anyhow::Result<()> {
+    ensure!(workers > 0, "a restore needs at least one worker");
+    let input = File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
+    let decoder = zstd::stream::read::Decoder::new(input).context("reading the archive")?;
+    let mut input = BufReader::with_capacity(1 << 20, decoder);
+
+    let rest_path = scratch.join("restore-rest.tar");
+    let rest = private_file(&rest_path)?;
+    // The path goes at once: the spool lives as long as its handle.
+    let _ = std::fs::remove_file(&rest_path);
+    let mut pool = (0..workers)
+        .map(|i| Worker::start(upper, scratch, i))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut rest_out = BufWriter::with_capacity(1 << 20, rest.try_clone()?);
+
+    let dealt = deal(&mut input, &mut pool, &mut rest_out);
+    // Whatever happened, every worker gets the end of its archive and is
+    // waited for: no process outlives the restore.
+    let finished: Vec<anyhow::Result<()>> = pool.into_iter().map(Worker::finish).collect();
+    dealt?;
+    for result in finished {
+        result?;
+    }
+    // The rest of the stream (the end blocks' padding) is read so a short
+    // archive cannot pass for a whole one, and nothing after the end counts.
+    io::copy(&mut input, &mut io::sink()).context("reading the archive to its end")?;
+
+    rest_out.write_all(&END)?;
+    let rest = rest_out.into_inner().map_err(|e| e.into_error())?;
+    last_pass(rest, upper, scratch)
+}
+
+/// Reads every member and sends it where it belongs.
+fn deal(input: &mut impl Read, pool: &mut [Worker], rest: &mut impl Write) -> anyhow::Result<()> {
+    let mut meta: Vec<u8> = Vec::new();
+    let mut next = Pending::default();
+    let mut homes: HashMap<u64, usize> = HashMap::new();
+    let mut header = [0u8; BLOCK];
+    loop {
+        if !read_block(input, &mut header)? {
+            bail!("the archive ends without its end marker");
+        }
+        if header.iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let own_size = field_size(&header)?;
+        match header[156] {
+            kind @ (b'x' | b'L' | b'K') => {
+                ensure!(
+                    own_size <= MAX_META,
+                    "an extended header of {own_size} bytes is more than a snapshot holds"
+                );
+                meta.extend_from_slice(&header);
+                let start = meta.len();
+                copy_exact(input, &mut meta, padded(own_size))?;
+                let data = &meta[start..start + own_size as usize];
+                match kind {
+                    b'x' => next.pax(data)?,
+                    b'L' => next.name = Some(c_string(data).to_vec()),
+                    _ => {}
+                }
+            }
+            b'g' => {
+                ensure!(own_size <= MAX_META, "a global header of {own_size} bytes");
+                let mut global = header.to_vec();
+                copy_exact(input, &mut global, padded(own_size))?;
+                for worker in pool.iter_mut() {
+                    worker.send(&global)?;
+                }
+                rest.write_all(&global)?;
+            }
+            b'0' | 0 | b'7' => {
+                let size = next.size.unwrap_or(own_size);
+                let name = next.name.take().unwrap_or_else(|| ustar_name(&header));
+                let home = home_of(&name, pool, &mut homes);
+                let worker = &mut pool[home];
+                worker.send(&meta)?;
+                worker.send(&header)?;
+                worker.stream(input, padded(size))?;
+                worker.dealt += size;
+                meta.clear();
+                next = Pending::default();
+            }
+            b'1'..=b'6' => {
+                let size = next.size.unwrap_or(own_size);
+                ensure!(
+                    size == 0,
+                    "a member of type {:?} with {size} bytes of data",
+                    header[156] as char
+                );
+                rest.write_all(&meta)?;
+                rest.write_all(&header)?;
+                meta.clear();
+                next = Pending::default();
+            }
+            other => bail!(
+                "a member of type {:?}, which snapshots do not hold",
+                other as char
+            ),
+        }
+    }
+}
+
+/// What the extended headers before a member say about it.
+#[derive(Default)]
+struct Pending {
+    size: Option<u64>,
+    name: Option<Vec<u8>>,
+}
+
+impl Pending {
+    /// Takes `size` and `path` from pax records (`"<len> <key>=<value>\n"`).
+    fn pax(&mut self, mut data: &[u8]) -> anyhow::Result<()> {
+        while !data.is_empty() {
+            let space = data
+                .iter()
+                .position(|&b| b == b' ')
+                .context("a malformed pax record")?;
+            let len: usize = std::str::from_utf8(&data[..space])?
+                .parse()
+                .context("a malformed pax record length")?;
+            ensure!(
+                len > space + 1 && len <= data.len() && data[len - 1] == b'\n',
+                "a malformed pax record"
+            );
+            let record = &data[space + 1..len - 1];
+            if let Some(eq) = record.iter().position(|&b| b == b'=') {
+                let (key, value) = (&record[..eq], &record[eq + 1..]);
+                match key {
+                    b"size" => {
+                        self.size = Some(
+                            std::str::from_utf8(value)?
+                                .parse()
+                                .context("a malformed pax size")?,
+                        )
+                    }
+                    b"path" => self.name = Some(value.to_vec()),
+                    _ => {}
+                }
+            }
+            data = &data[len..];
+        }
+        Ok(())
+    }
+}
+
+/// The worker that writes into `name`'s directory: the one it was given to
+/// first, or else the one with the fewest bytes so far.
+fn home_of(name: &[u8], pool: &[Worker], homes: &mut HashMap<u64, usize>) -> usize {
+    let trimmed = name.strip_suffix(b"/").unwrap_or(name);
+    let parent = match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(slash) => &trimmed[..slash],
+        None => &b""[..],
+    };
+    let mut hasher = DefaultHasher::new();
+    parent.hash(&mut hasher);
+    *homes.entry(hasher.finish()).or_insert_with(|| {
+        pool.iter()
+            .enumerate()
+            .min_by_key(|(_, w)| w.dealt)
+            .map(|(i, _)| i)
+            .unwrap_or(0)
+    })
+}
+
+/// One `tar -x` and the thread that feeds it.
+struct Worker {
+    tar: Child,
+    messages: File,
+    queue: Option<SyncSender<Vec<u8>>>,
+    feeder: Option<JoinHandle<io::Result<()>>>,
+    buffer: Vec<u8>,
+    /// Bytes of file data dealt to it.
+    dealt: u64,
+}
+
+impl Worker {
+    fn start(upper: &Path, scratch: &Path, index: usize) -> anyhow::Result<Self> {
+        let messages_path = scratch.join(format!("restore-{index}.err"));
+        let messages = private_file(&messages_path)?;
+        let _ = std::fs::remove_file(&messages_path);
+        let mut tar = Command::new("tar")
+            .args(UNTAR_FLAGS)
+            .args(["-xpf", "-", "-C"])
+            .arg(upper)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(messages.try_clone()?)
+            .spawn()
+            .context("running tar")?;
+        let mut stdin = tar.stdin.take().context("tar's stdin")?;
+        let (queue, chunks) = sync_channel::<Vec<u8>>(QUEUED_CHUNKS);
+        let feeder = std::thread::Builder::new()
+            .name(format!("restore-{index}"))
+            .spawn(move || {
+                for chunk in chunks {
+                    stdin.write_all(&chunk)?;
+                }
+                stdin.write_all(&END)
+            })?;
+        Ok(Self {
+            tar,
+            messages,
+            queue: Some(queue),
+            feeder: Some(feeder),
+            buffer: Vec::with_capacity(CHUNK),
+            dealt: 0,
+        })
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes of `input` to the worker.
+    fn stream(&mut self, input: &mut impl Read, mut len: u64) -> anyhow::Result<()> {
+        while len > 0 {
+            let room = CHUNK.saturating_sub(self.buffer.len()).max(BLOCK);
+            let take = (room as u64).min(len);
+            copy_exact(input, &mut self.buffer, take)?;
+            len -= take;
+            if self.buffer.len() >= CHUNK {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK));
+        let queue = self.queue.as_ref().context("the worker was finished")?;
+        if queue.send(chunk).is_err() {
+            // The feeder stopped: its tar is gone; `finish` says why.
+            bail!("a restore worker stopped early");
+        }
+        Ok(())
+    }
+
+    /// Ends the worker's archive and waits for its tar.
+    fn finish(mut self) -> anyhow::Result<()> {
+        let flushed = if self.buffer.is_empty() {
+            Ok(())
+        } else {
+            self.flush()
+        };
+        drop(self.queue.take());
+        let fed = self.feeder.take().map(|f| {
+            f.join()
+                .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+        });
+        let status = self.tar.wait().context("waiting for tar")?;
+        if !status.success() {
+            bail!("tar failed: {}", tail(&mut self.messages));
+        }
+        flushed?;
+        if let Some(fed) = fed {
+            fed.context("feeding tar")?;
+        }
+        Ok(())
+    }
+}
+
+/// Makes the links, devices and directories' metadata once every file is in.
+fn last_pass(rest: File, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
+    let mut rest = rest;
+    rest.rewind()?;
+    let messages_path = scratch.join("restore-rest.err");
+    let mut messages = private_file(&messages_path)?;
+    let _ = std::fs::remove_file(&messages_path);
+    let status = Command::new("tar")
+        .args(UNTAR_FLAGS)
+        .args(["-xpf", "-", "-C"])
+        .arg(upper)
+        .stdin(rest)
+        .stdout(Stdio::null())
+        .stderr(messages.try_clone()?)
+        .status()
+        .context("running tar")?;
+    if !status.success() {
+        bail!("tar failed: {}", tail(&mut messages));
+    }
+    Ok(())
+}
+
+/// The last lines a tar wrote, bounded.
+fn tail(messages: &mut File) -> String {
+    let len = messages.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = messages.seek(io::SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
+    let mut text = Vec::new();
+    let _ = messages.take(STDERR_TAIL).read_to_end(&mut text);
+    String::from_utf8_lossy(&text).trim().to_owned()
+}
+
+fn private_file(path: &Path) -> anyhow::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))
+}
+
+/// Fills `block`; false at a clean end of input.
+fn read_block(input: &mut impl Read, block: &mut [u8; BLOCK]) -> anyhow::Result<bool> {
+    let mut filled = 0;
+    while filled < BLOCK {
+        match input.read(&mut block[filled..]) {
+            Ok(0) if filled == 0 => return Ok(false),
+            Ok(0) => bail!("the archive ends inside a header"),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("reading the archive"),
+        }
+    }
+    Ok(true)
+}
+
+/// Appends exactly `len` bytes of `input` to `out`.
+fn copy_exact(input: &mut impl Read, out: &mut Vec<u8>, len: u64) -> anyhow::Result<()> {
+    let copied = input.take(len).read_to_end(out)?;
+    ensure!(copied as u64 == len, "the archive ends inside a member");
+    Ok(())
+}
+
+/// `size` rounded up to whole blocks.
+fn padded(size: u64) -> u64 {
+    size.div_ceil(BLOCK as u64) * BLOCK as u64
+}
+
+/// The header's size field: octal, or base-256 when its top bit is set (as
+/// GNU tar writes sizes of 8 GiB and more).
+fn field_size(header: &[u8; BLOCK]) -> anyhow::Result<u64> {
+    let field = &header[124..136];
+    if field[0] & 0x80 != 0 {
+        ensure!(field[0] == 0x80, "a negative or oversized member size");
+        return field[1..].iter().try_fold(0u64, |acc, &b| {
+            acc.checked_mul(256)
+                .map(|v| v + u64::from(b))
+                .context("an oversized member size")
+        });
+    }
+    let text = std::str::from_utf8(field)
+        .context("a malformed member size")?
+        .trim_matches(|c| c == '\0' || c == ' ');
+    if text.is_empty() {
+        return Ok(0);
+    }
+    u64::from_str_radix(text, 8).context("a malformed member size")
+}
+
+/// The name a ustar header holds (prefix and name).
+fn ustar_name(header: &[u8; BLOCK]) -> Vec<u8> {
+    let name = c_string(&header[0..100]);
+    let prefix = c_string(&header[345..500]);
+    if &header[257..262] == b"ustar" && !prefix.is_empty() {
+        [prefix, b"/", name].concat()
+    } else {
+        name.to_vec()
+    }
+}
+
+fn c_string(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
+}
+
+#[cfg(test)]
+mod tests;

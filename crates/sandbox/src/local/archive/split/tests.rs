@@ -321,11 +321,11 @@ async fn an_archive_cut_short_is_refused() {
 fn sizes_are_read_in_octal_and_base_256() {
     let mut header = [0u8; BLOCK];
     header[124..136].copy_from_slice(b"00000001750\0");
-    assert_eq!(field_size(&header).unwrap(), 1000);
+    assert_eq!(number(&header[124..136]).unwrap(), 1000);
     header[124..136].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0]);
-    assert_eq!(field_size(&header).unwrap(), 2 << 16);
+    assert_eq!(number(&header[124..136]).unwrap(), 2 << 16);
     header[124..136].copy_from_slice(&[0xff; 12]);
-    assert!(field_size(&header).is_err());
+    assert!(number(&header[124..136]).is_err());
 }
 
 #[test]
@@ -341,12 +341,30 @@ fn pax_records_give_the_size_and_name() {
 }
 
 #[test]
-fn files_of_one_directory_share_a_worker() {
-    let pool: Vec<Worker> = Vec::new();
-    let mut homes = HashMap::new();
-    // With no worker yet every home is 0; the map is what is checked.
-    home_of(b"./a/one", &pool, &mut homes);
-    home_of(b"./a/two", &pool, &mut homes);
-    home_of(b"./b/one", &pool, &mut homes);
-    assert_eq!(homes.len(), 2);
+fn files_of_one_directory_and_owner_kind_share_a_worker() {
+    let scratch = tempfile::tempdir().unwrap();
+    let upper = fresh_dir(scratch.path(), "upper");
+    let mut pool = Pool {
+        workers: Vec::new(),
+        per_kind: 2,
+        upper: &upper,
+        scratch: scratch.path(),
+        homes: HashMap::new(),
+    };
+    let a = pool.home_of(b"./a/one", true).unwrap();
+    assert_eq!(pool.home_of(b"./a/two", true).unwrap(), a);
+    let b = pool.home_of(b"./b/one", true).unwrap();
+    assert_ne!(a, b, "a second directory starts a second worker");
+    pool.workers[a].dealt = 10;
+    assert_eq!(
+        pool.home_of(b"./c/one", true).unwrap(),
+        b,
+        "the least loaded"
+    );
+    let owned = pool.home_of(b"./a/three", false).unwrap();
+    assert!(!pool.workers[owned].root_owned && pool.workers[a].root_owned);
+    assert_eq!(pool.workers.len(), 3);
+    for worker in pool.workers {
+        worker.finish().unwrap();
+    }
 }

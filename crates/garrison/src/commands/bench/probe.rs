@@ -15,9 +15,11 @@ use super::report::{StartSteps, Summary};
 /// Rounds of each step; enough for a stable p50 in a second or two.
 const ROUNDS: usize = 20;
 
-/// Times reading and re-verifying the binary, writing it into a fresh
-/// sandbox, and spawning a process through the shim (`/bin/true`, so the
-/// figure is the shim's cost, not a remote's).
+/// Times reading and re-verifying the binary, putting it into a fresh
+/// sandbox as the session runner does (`put_executable`: the host backend
+/// writes its one stored copy in the first round and hard-links it in
+/// every round), and spawning a process through the shim (`/bin/true`, so
+/// the figure is the shim's cost, not a remote's).
 pub async fn start_steps(
     emu: &Emulator,
     root: &Path,
@@ -32,7 +34,7 @@ pub async fn start_steps(
         shim_exe: shim_exe.to_owned(),
     })?;
     let mut verify = Vec::with_capacity(ROUNDS);
-    let mut copy = Vec::with_capacity(ROUNDS);
+    let mut put = Vec::with_capacity(ROUNDS);
     let mut spawn = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         let handle = backend
@@ -51,8 +53,10 @@ pub async fn start_steps(
 
         let started = Instant::now();
         let path = format!("{}/devin-remote", handle.bin_dir);
-        backend.put_file(&handle, &path, &bytes, 0o755).await?;
-        copy.push(ms(started.elapsed()));
+        backend
+            .put_executable(&handle, &path, &bytes, &remote.sha256)
+            .await?;
+        put.push(ms(started.elapsed()));
 
         let started = Instant::now();
         backend
@@ -74,7 +78,7 @@ pub async fn start_steps(
     Ok(StartSteps {
         binary_bytes: remote_size(&remote.path),
         verify: Summary::of(&verify),
-        copy: Summary::of(&copy),
+        put: Summary::of(&put),
         spawn: Summary::of(&spawn),
     })
 }

@@ -13,6 +13,9 @@
 //!     fs/bin/            binaries put in by the orchestrator
 //!     fs/home/           HOME
 //!     proc/<id>/         one per process: shim.pid, child.pid, output.log, exit
+//! <root>/executables/<sha256>
+//!                        one copy of each executable, hard-linked into the
+//!                        sandboxes (see `executables`)
 //! ```
 //!
 //! A snapshot is a zstd-compressed tar of `fs/`, kept in the snapshot
@@ -23,6 +26,7 @@ use std::fs;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -42,7 +46,10 @@ use crate::{
 
 const HANDLE_FILE: &str = "handle.json";
 const SHIM_PID_FILE: &str = "shim.pid";
+mod executables;
 mod plugin;
+
+use executables::Executables;
 
 pub use plugin::{HostPlugin, PLUGIN};
 
@@ -53,7 +60,7 @@ const ZSTD_LEVEL: i32 = 3;
 /// Where the host backend keeps things and how it starts processes.
 #[derive(Clone, Debug)]
 pub struct HostConfig {
-    /// Holds `sandboxes/`.
+    /// Holds `sandboxes/` and `executables/`.
     pub root: PathBuf,
     /// Holds snapshots; may be shared between Garrison processes. With an
     /// object store, only spools archives on their way.
@@ -68,6 +75,7 @@ pub struct HostConfig {
 pub struct HostBackend {
     config: HostConfig,
     snapshots: SnapshotStore,
+    executables: Arc<Executables>,
 }
 
 impl HostBackend {
@@ -82,7 +90,12 @@ impl HostBackend {
             config.snapshot_store.as_ref(),
             "host",
         )?;
-        Ok(Self { config, snapshots })
+        let executables = Arc::new(Executables::open(config.root.join("executables"))?);
+        Ok(Self {
+            config,
+            snapshots,
+            executables,
+        })
     }
 
     /// Unpacks `snapshot` into `target`, fetched from the store first.
@@ -327,6 +340,44 @@ impl Sandbox for HostBackend {
         // stalls every other session.
         let bytes = bytes.to_vec();
         tokio::task::spawn_blocking(move || write_file(&target, &bytes, mode))
+            .await
+            .map_err(fatal)?
+    }
+
+    /// A hard link to one copy of the executable that every sandbox of this
+    /// backend shares (see `executables`), so a start writes no binary: a
+    /// burst of starts spent most of its time writing and syncing the same
+    /// megabytes once per session. The host backend isolates nothing (each
+    /// session can read and write all the Garrison user can, the stored copy
+    /// too), so sharing one inode loses no isolation it had; the copy is
+    /// read-only, and compared before each link with what was recorded when
+    /// it was written, so one changed by accident is written again before
+    /// the next session gets it. Where a link cannot be made, the bytes are
+    /// written as [`Sandbox::put_file`] does.
+    async fn put_executable(
+        &self,
+        handle: &Handle,
+        path: &str,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<()> {
+        let target = self.resolve_inside(handle, path)?;
+        let executables = self.executables.clone();
+        let sha256 = sha256.to_owned();
+        // Most starts link a copy already stored, and need no copy of the
+        // megabytes to take to the blocking pool.
+        let linked = {
+            let (executables, target, sha256) =
+                (executables.clone(), target.clone(), sha256.clone());
+            tokio::task::spawn_blocking(move || executables.link_stored(&target, &sha256))
+                .await
+                .map_err(fatal)??
+        };
+        if linked {
+            return Ok(());
+        }
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || executables.put(&target, &bytes, &sha256, write_file))
             .await
             .map_err(fatal)?
     }

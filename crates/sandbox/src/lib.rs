@@ -338,6 +338,32 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Writes a file inside the sandbox (parents created).
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()>;
 
+    /// Puts an executable at `path` inside the sandbox (parents created),
+    /// replacing whatever was there at once, as [`Sandbox::put_file`] does.
+    /// `sha256` is the lowercase hex SHA-256 of `bytes`, which the caller
+    /// has verified: the same binary put into many sandboxes (the
+    /// `devin-remote` of every session) is named by it.
+    ///
+    /// The file can be read and executed by its owner; whether it can be
+    /// written is the backend's choice (a shared copy is read-only). A
+    /// process in the sandbox that changes it changes its own sandbox's
+    /// copy only as far as the backend isolates sandboxes at all.
+    ///
+    /// The default writes the bytes with mode 0755 through
+    /// [`Sandbox::put_file`]. A backend that can share one stored copy among
+    /// its sandboxes overrides it, so a burst of starts does not write the
+    /// same megabytes once per session.
+    async fn put_executable(
+        &self,
+        handle: &Handle,
+        path: &str,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<()> {
+        let _ = sha256;
+        self.put_file(handle, path, bytes, 0o755).await
+    }
+
     /// Starts a detached process: it keeps running if the orchestrator
     /// exits, and [`Sandbox::status`] still reports its exit code afterwards.
     async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef>;

@@ -146,9 +146,12 @@ impl SessionRunner {
                 }
             })?;
         let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
+        // Named by its verified digest, so a backend that can share one
+        // stored copy among its sandboxes (the host backend links it) does
+        // not write the binary once per session.
         self.deps
             .backend
-            .put_file(&handle, &path, &bytes, 0o755)
+            .put_executable(&handle, &path, &bytes, &remote.sha256)
             .await
             .map_err(|e| StartError::Failed(e.into()))?;
         // A restored or resumed workspace has its repositories already.

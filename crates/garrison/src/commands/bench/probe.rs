@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use emulator::Emulator;
 use orchestrator::remote::RemoteResolver;
 use sandbox::host::{HostBackend, HostConfig};
@@ -15,9 +16,12 @@ use super::report::{StartSteps, Summary};
 /// Rounds of each step; enough for a stable p50 in a second or two.
 const ROUNDS: usize = 20;
 
-/// Times reading and re-verifying the binary, writing it into a fresh
-/// sandbox, and spawning a process through the shim (`/bin/true`, so the
-/// figure is the shim's cost, not a remote's).
+/// Times reading and re-verifying the binary, putting it into a fresh
+/// sandbox as the session runner does (`put_executable`: a hard link to
+/// the host backend's stored copy, which a warm-up round writes outside the
+/// figures, as the phases' warm-up session does for `serve`), and spawning
+/// a process through the shim (`/bin/true`, so the figure is the shim's
+/// cost, not a remote's).
 pub async fn start_steps(
     emu: &Emulator,
     root: &Path,
@@ -31,28 +35,47 @@ pub async fn start_steps(
         snapshot_store: None,
         shim_exe: shim_exe.to_owned(),
     })?;
-    let mut verify = Vec::with_capacity(ROUNDS);
-    let mut copy = Vec::with_capacity(ROUNDS);
-    let mut spawn = Vec::with_capacity(ROUNDS);
-    for round in 0..ROUNDS {
-        let handle = backend
+    let create = async |session: &str| {
+        backend
             .create(&SandboxSpec {
-                name: SandboxName::for_session(&format!("devin-probe{round}")),
+                name: SandboxName::for_session(session),
                 labels: Default::default(),
                 image: None,
                 restore_from: None,
                 resources: Default::default(),
                 network: Default::default(),
             })
-            .await?;
+            .await
+    };
+    let warm_up = create("devin-probe-warm-up").await?;
+    // Read past the resolver, whose first verification is a figure.
+    let bytes = std::fs::read(&remote.path)
+        .with_context(|| format!("reading {}", remote.path.display()))?;
+    backend
+        .put_executable(
+            &warm_up,
+            &format!("{}/devin-remote", warm_up.bin_dir),
+            &bytes,
+            &remote.sha256,
+        )
+        .await?;
+    backend.destroy(&warm_up).await?;
+
+    let mut verify = Vec::with_capacity(ROUNDS);
+    let mut put = Vec::with_capacity(ROUNDS);
+    let mut spawn = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let handle = create(&format!("devin-probe{round}")).await?;
         let started = Instant::now();
         let bytes = resolver.verified_bytes(&remote).await?;
         verify.push(ms(started.elapsed()));
 
         let started = Instant::now();
         let path = format!("{}/devin-remote", handle.bin_dir);
-        backend.put_file(&handle, &path, &bytes, 0o755).await?;
-        copy.push(ms(started.elapsed()));
+        backend
+            .put_executable(&handle, &path, &bytes, &remote.sha256)
+            .await?;
+        put.push(ms(started.elapsed()));
 
         let started = Instant::now();
         backend
@@ -74,7 +97,7 @@ pub async fn start_steps(
     Ok(StartSteps {
         binary_bytes: remote_size(&remote.path),
         verify: Summary::of(&verify),
-        copy: Summary::of(&copy),
+        put: Summary::of(&put),
         spawn: Summary::of(&spawn),
     })
 }

@@ -557,7 +557,14 @@ async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
     })
     .await;
     for id in ids.iter().chain([&late]) {
-        assert_eq!(view(&emu, id).connections, 1, "{id} served more than once");
+        let v = view(&emu, id);
+        assert_eq!(
+            v.connections,
+            1,
+            "{id} served more than once\n--- transcript ---\n{:#?}\n--- garrison log ---\n{}",
+            v.transcript,
+            g.log()
+        );
     }
 }
 

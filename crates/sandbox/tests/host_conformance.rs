@@ -1,20 +1,37 @@
 //! The conformance suite against the `host` backend.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandbox::conformance::Harness;
 use sandbox::host::{HostBackend, HostConfig};
 
-fn harness() -> Harness {
-    // Kept for the test process's lifetime: processes outlive the backend.
-    let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    let config = HostConfig {
+/// A host backend's settings under `root`.
+fn config_in(root: &Path) -> HostConfig {
+    HostConfig {
         root: root.join("host"),
         snapshot_dir: root.join("snapshots"),
         snapshot_store: None,
         shim_exe: PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")),
-    };
+    }
+}
+
+/// A sandbox of the host backend for `session`, as the orchestrator asks.
+fn spec_for(session: &str) -> sandbox::SandboxSpec {
+    sandbox::SandboxSpec {
+        name: sandbox::SandboxName::for_session(session),
+        labels: sandbox::session_labels(session, "outpost_test"),
+        image: None,
+        restore_from: None,
+        resources: Default::default(),
+        network: Default::default(),
+    }
+}
+
+fn harness() -> Harness {
+    // Kept for the test process's lifetime: processes outlive the backend.
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    let config = config_in(&root);
     let reopen_config = config.clone();
     Harness {
         backend: Arc::new(HostBackend::new(config).unwrap()),
@@ -31,29 +48,16 @@ sandbox::conformance_tests!(harness());
 /// instead of refusing the session on this host for good.
 #[tokio::test]
 async fn the_remains_of_an_interrupted_create_are_cleared_by_the_next_one() {
-    use sandbox::{Sandbox, SandboxName, SandboxSpec};
+    use sandbox::{Sandbox, SandboxName};
     let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    let backend = HostBackend::new(HostConfig {
-        root: root.join("host"),
-        snapshot_dir: root.join("snapshots"),
-        snapshot_store: None,
-        shim_exe: PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")),
-    })
-    .unwrap();
+    let backend = HostBackend::new(config_in(&root)).unwrap();
     let name = SandboxName::for_session("devin-interrupted");
     let remains = root.join("host/sandboxes").join(name.as_str());
     std::fs::create_dir_all(remains.join("fs/workspace")).unwrap();
     std::fs::write(remains.join("fs/workspace/half-written"), "x").unwrap();
     assert!(backend.find(&name).await.unwrap().is_none());
 
-    let spec = SandboxSpec {
-        name: name.clone(),
-        labels: sandbox::session_labels("devin-interrupted", "outpost_test"),
-        image: None,
-        restore_from: None,
-        resources: Default::default(),
-        network: Default::default(),
-    };
+    let spec = spec_for("devin-interrupted");
     let handle = backend.create(&spec).await.unwrap();
     assert!(!remains.join("fs/workspace/half-written").exists());
     assert_eq!(
@@ -71,30 +75,12 @@ async fn the_remains_of_an_interrupted_create_are_cleared_by_the_next_one() {
 async fn executables_are_links_to_one_stored_copy() {
     use std::os::unix::fs::MetadataExt;
 
-    use sandbox::{Sandbox, SandboxName, SandboxSpec};
+    use sandbox::Sandbox;
     use sha2::{Digest, Sha256};
 
     let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    let backend = HostBackend::new(HostConfig {
-        root: root.join("host"),
-        snapshot_dir: root.join("snapshots"),
-        snapshot_store: None,
-        shim_exe: PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")),
-    })
-    .unwrap();
-    let create = async |session: &str| {
-        backend
-            .create(&SandboxSpec {
-                name: SandboxName::for_session(session),
-                labels: sandbox::session_labels(session, "outpost_test"),
-                image: None,
-                restore_from: None,
-                resources: Default::default(),
-                network: Default::default(),
-            })
-            .await
-            .unwrap()
-    };
+    let backend = HostBackend::new(config_in(&root)).unwrap();
+    let create = async |session: &str| backend.create(&spec_for(session)).await.unwrap();
     let (a, b) = (create("devin-link-a").await, create("devin-link-b").await);
     let binary = b"#!/bin/sh\necho linked\n";
     let sha256 = hex::encode(Sha256::digest(binary));
@@ -127,13 +113,7 @@ async fn executables_are_links_to_one_stored_copy() {
 
     // A backend opened again on the same root trusts no copy it did not
     // write: the directory is emptied.
-    let _reopened = HostBackend::new(HostConfig {
-        root: root.join("host"),
-        snapshot_dir: root.join("snapshots"),
-        snapshot_store: None,
-        shim_exe: PathBuf::from(env!("CARGO_BIN_EXE_garrison-shim")),
-    })
-    .unwrap();
+    let _reopened = HostBackend::new(config_in(&root)).unwrap();
     assert_eq!(
         std::fs::read_dir(root.join("host/executables"))
             .unwrap()

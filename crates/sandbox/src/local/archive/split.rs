@@ -60,13 +60,14 @@ const MAX_META: u64 = 16 << 20;
 /// that a directory's files queue for one worker while the reader deals the
 /// next directory to another.
 const CHUNK: usize = 256 << 10;
-const QUEUED_CHUNKS: usize = 32;
+const QUEUED_CHUNKS: usize = 16;
 /// Tail of a failed tar's messages kept for the error.
 const STDERR_TAIL: u64 = 4096;
 /// Blocks per record a worker reads: most small files fit in one.
 const BLOCKING_FACTOR: &str = "256";
 
-/// How many workers a restore uses on this machine.
+/// How many workers of each kind (root's files, others') a restore uses on
+/// this machine.
 pub fn workers() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -75,8 +76,9 @@ pub fn workers() -> usize {
 }
 
 /// Restores `archive` (zstd-compressed tar, as `pack` makes) into the empty
-/// `upper` with `workers` tar processes. `scratch` is a private directory
-/// for the last pass's spool and the workers' messages.
+/// `upper` with up to `workers` tar processes for files owned by root and as
+/// many for the others, then one for the rest. `scratch` is a private
+/// directory for the last pass's spool and the workers' messages.
 pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> anyhow::Result<()> {
     ensure!(workers > 0, "a restore needs at least one worker");
     let input = File::open(archive).with_context(|| format!("opening {}", archive.display()))?;

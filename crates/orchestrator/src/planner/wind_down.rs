@@ -14,6 +14,11 @@ pub struct WindDownObs {
     pub suspend_keeps_memory: bool,
     /// Suspending the sandbox was tried and failed.
     pub suspend_failed: bool,
+    /// The backend has no sandbox left to snapshot: a destroy cut short
+    /// (Garrison killed after it removed the sandbox's handle) left only
+    /// remains. The snapshot a suspend takes comes before its destroy, so
+    /// it was kept already; another attempt can never succeed.
+    pub sandbox_gone: bool,
 }
 
 /// What the wind-down does, in this order.
@@ -50,12 +55,16 @@ pub fn plan_wind_down(obs: &WindDownObs) -> WindDown {
         } if obs.ran_remote => Some(SnapshotReason::Operator),
         Finish::Terminated | Finish::Released | Finish::Stopped { .. } => None,
     };
-    let sandbox =
-        if obs.finish == Finish::Suspended && obs.suspend_keeps_memory && !obs.suspend_failed {
-            SandboxEnd::Suspend
-        } else {
-            SandboxEnd::Destroy
-        };
+    let snapshot = snapshot.filter(|_| !obs.sandbox_gone);
+    let sandbox = if obs.finish == Finish::Suspended
+        && obs.suspend_keeps_memory
+        && !obs.suspend_failed
+        && !obs.sandbox_gone
+    {
+        SandboxEnd::Suspend
+    } else {
+        SandboxEnd::Destroy
+    };
     WindDown {
         snapshot,
         sandbox,

@@ -17,6 +17,14 @@ use crate::store::{SnapshotReason, StoredSnapshot};
 /// Attempts of a release or a snapshot before giving up on it.
 const FINISH_ATTEMPTS: u32 = 5;
 
+/// What became of a snapshot the wind-down asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Snapshotted {
+    Taken,
+    /// The backend has no such sandbox any more.
+    SandboxGone,
+}
+
 impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
         if self.rec.stage != Stage::Finishing(finish) {
@@ -54,6 +62,7 @@ impl SessionRunner {
             ran_remote: self.rec.process.is_some(),
             suspend_keeps_memory: backend.capabilities().suspend_keeps_memory,
             suspend_failed: false,
+            sandbox_gone: false,
         };
         if let Some(handle) = self.rec.handle.clone() {
             if let Some(process) = self.rec.process.clone() {
@@ -63,8 +72,17 @@ impl SessionRunner {
                     .map_err(|e| anyhow!(e))?;
                 self.copy_output(&handle, &process).await?;
             }
-            if let Some(reason) = plan_wind_down(&obs).snapshot {
-                self.snapshot(&handle, reason).await?;
+            if let Some(reason) = plan_wind_down(&obs).snapshot
+                && self.snapshot(&handle, reason).await? == Snapshotted::SandboxGone
+            {
+                warn!(
+                    session_id = self.id(),
+                    sandbox = handle.name,
+                    "the sandbox is gone (a destroy was cut short); nothing to snapshot, \
+                     a resume starts from the newest snapshot kept"
+                );
+                self.event("snapshot_skipped", json!({ "reason": "sandbox_gone" }));
+                obs.sandbox_gone = true;
             }
             if plan_wind_down(&obs).sandbox == SandboxEnd::Suspend {
                 match backend.suspend(&handle).await {
@@ -97,7 +115,7 @@ impl SessionRunner {
         &mut self,
         handle: &Handle,
         reason: SnapshotReason,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Snapshotted> {
         let mut last_error = None;
         for attempt in 1..=FINISH_ATTEMPTS {
             let started = std::time::Instant::now();
@@ -130,8 +148,11 @@ impl SessionRunner {
                         })
                         .map_err(RecordFailed)?;
                     self.event("snapshot", json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes, "reason": reason }));
-                    return Ok(());
+                    return Ok(Snapshotted::Taken);
                 }
+                // No attempt can succeed; what was there to keep was kept
+                // before the destroy that made it go.
+                Err(e) if e.is_gone() => return Ok(Snapshotted::SandboxGone),
                 Err(e) if e.is_transient() => {
                     warn!(session_id = self.id(), attempt, error = %e, "snapshot failed; retrying");
                     last_error = Some(anyhow!(e));

@@ -10,6 +10,7 @@ use sandbox::{Handle, ProcessRef, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::planner::Finish;
 use crate::redact::Redactor;
 use crate::settings::Repos;
 
@@ -332,7 +333,7 @@ async fn a_404_on_renewal_means_the_entry_is_gone() {
     assert_eq!(runner.entry_obs, EntryObs::Gone);
     assert_eq!(
         next_action(&runner),
-        SessionAction::Finish(crate::planner::Finish::Released)
+        SessionAction::Finish(Finish::Released)
     );
 }
 
@@ -407,4 +408,34 @@ async fn output_below_the_cap_is_copied_whole() {
     let copied = std::fs::read_to_string(log.join(crate::session_log::REMOTE_LOG)).unwrap();
     assert_eq!(copied, "hello\n");
     assert_eq!(runner.rec.output_offset, 6);
+}
+
+/// Garrison killed while it destroyed a suspended session's sandbox (the
+/// snapshot kept, the handle removed, the directory not yet): the restarted
+/// runner cannot snapshot what is gone and must not retry for ever; it
+/// clears the remains and gives the claim back.
+#[tokio::test]
+async fn a_suspend_cut_short_in_its_destroy_finishes_after_a_restart() {
+    let world = World::new().await;
+    let handle = world.sandbox().await;
+    let remains = world.dir.path().join("host/sandboxes").join(&handle.name);
+    std::fs::remove_file(remains.join("handle.json")).unwrap();
+    let rec = record(Stage::Finishing(Finish::Suspended), Some(handle));
+    world.store.put_session(&rec).unwrap();
+
+    assert_eq!(
+        run(world.runner(rec)).await,
+        RunnerEnd::Stage(Stage::Done(Finish::Suspended))
+    );
+
+    assert!(!remains.exists(), "the sandbox's remains are left");
+    assert_eq!(world.releases(), 1);
+    let events: Vec<String> = world
+        .store
+        .events(SESSION, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(events.iter().any(|k| k == "snapshot_skipped"), "{events:?}");
 }

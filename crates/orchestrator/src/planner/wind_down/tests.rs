@@ -6,6 +6,7 @@ fn obs(finish: Finish) -> WindDownObs {
         ran_remote: true,
         suspend_keeps_memory: false,
         suspend_failed: false,
+        sandbox_gone: false,
     }
 }
 
@@ -87,4 +88,21 @@ fn only_a_suspended_session_keeps_its_sandbox_where_memory_is_kept() {
     let plan = plan_wind_down(&failed);
     assert_eq!(plan.sandbox, SandboxEnd::Destroy);
     assert_eq!(plan.snapshot, Some(SnapshotReason::Suspend));
+}
+
+#[test]
+fn a_sandbox_gone_before_its_snapshot_is_cleared_and_the_claim_given_back() {
+    for finish in [Finish::Suspended, Finish::Vanished, Finish::Failed] {
+        let gone = WindDownObs {
+            sandbox_gone: true,
+            suspend_keeps_memory: true,
+            ..obs(finish)
+        };
+        let plan = plan_wind_down(&gone);
+        assert_eq!(plan.snapshot, None, "{finish:?}");
+        // Its remains go; what the finish gives back is given back.
+        assert_eq!(plan.sandbox, SandboxEnd::Destroy, "{finish:?}");
+        assert_eq!(plan.release, plan_wind_down(&obs(finish)).release);
+        assert!(!plan.delete_snapshots, "{finish:?}");
+    }
 }

@@ -418,9 +418,11 @@ async fn output_below_the_cap_is_copied_whole() {
 async fn a_suspend_cut_short_in_its_destroy_finishes_after_a_restart() {
     let world = World::new().await;
     let handle = world.sandbox().await;
+    let remote = fake_output(&world, &handle, "remote-1", b"its last words\n");
     let remains = world.dir.path().join("host/sandboxes").join(&handle.name);
     std::fs::remove_file(remains.join("handle.json")).unwrap();
-    let rec = record(Stage::Finishing(Finish::Suspended), Some(handle));
+    let mut rec = record(Stage::Finishing(Finish::Suspended), Some(handle));
+    rec.process = Some(remote);
     world.store.put_session(&rec).unwrap();
 
     assert_eq!(

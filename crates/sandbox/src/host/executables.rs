@@ -120,7 +120,7 @@ impl Executables {
             Ok(()) => Ok(()),
             Err(e) => {
                 tracing::warn!(
-                    target = %target.display(),
+                    path = %target.display(),
                     error = %format!("{e:#}"),
                     "could not link the stored executable; writing a copy of its own"
                 );

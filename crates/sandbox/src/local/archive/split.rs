@@ -19,10 +19,10 @@
 //!   attributes after the workers' files are in it, as a single `tar` does
 //!   at its end, and makes the links, whose targets now exist.
 //!
-//! A member the splitter does not expect in a snapshot (old GNU sparse or
-//! multi-volume headers, a link or directory with data) stops it with an
-//! error: the caller then restores serially, so the fast path never fails a
-//! restore the plain one would make.
+//! A member the splitter does not expect in a snapshot (a global pax
+//! header, old GNU sparse or multi-volume headers, a link or directory with
+//! data) stops it with an error: the caller then restores serially, so the
+//! fast path never fails a restore the plain one would make.
 //!
 //! Files of one directory go to the same worker: creating entries in one
 //! directory is serialised by the kernel's lock on it, so two workers in one
@@ -144,17 +144,6 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
                     _ => {}
                 }
             }
-            b'g' => {
-                ensure!(own_size <= MAX_META, "a global header of {own_size} bytes");
-                let mut global = header.to_vec();
-                copy_exact(input, &mut global, padded(own_size))?;
-                // Workers started later miss it: snapshots hold none, and a
-                // member a worker misreads fails it, so one tar does it all.
-                for worker in pool.workers.iter_mut() {
-                    worker.send(&global)?;
-                }
-                rest.write_all(&global)?;
-            }
             b'0' | 0 | b'7' => {
                 let size = next.size.unwrap_or(own_size);
                 let name = next.name.take().unwrap_or_else(|| ustar_name(&header));
@@ -181,6 +170,10 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
                 meta.clear();
                 next = Pending::default();
             }
+            // A global pax header ('g') would reach only the workers
+            // started before it, and could change owners the dealing
+            // depends on: like every type snapshots do not hold, it is
+            // left to one tar.
             other => bail!(
                 "a member of type {:?}, which snapshots do not hold",
                 other as char

@@ -85,10 +85,6 @@ pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> a
     let decoder = zstd::stream::read::Decoder::new(input).context("reading the archive")?;
     let mut input = BufReader::with_capacity(1 << 20, decoder);
 
-    let rest_path = scratch.join("restore-rest.tar");
-    let rest = private_file(&rest_path)?;
-    // The path goes at once: the spool lives as long as its handle.
-    let _ = std::fs::remove_file(&rest_path);
     let mut pool = Pool {
         workers: Vec::new(),
         per_kind: workers,
@@ -96,7 +92,7 @@ pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> a
         scratch,
         homes: HashMap::new(),
     };
-    let mut rest_out = BufWriter::with_capacity(1 << 20, rest.try_clone()?);
+    let mut rest_out = BufWriter::with_capacity(1 << 20, spool(scratch, "restore-rest.tar")?);
 
     let dealt = deal(&mut input, &mut pool, &mut rest_out);
     // Whatever happened, every worker gets the end of its archive and is
@@ -295,22 +291,13 @@ struct Worker {
 
 impl Worker {
     fn start(upper: &Path, scratch: &Path, index: usize, root_owned: bool) -> anyhow::Result<Self> {
-        let messages_path = scratch.join(format!("restore-{index}.err"));
-        let messages = private_file(&messages_path)?;
-        let _ = std::fs::remove_file(&messages_path);
-        let mut tar = Command::new("tar");
-        tar.args(UNTAR_FLAGS).args(["-b", BLOCKING_FACTOR]);
+        let messages = spool(scratch, &format!("restore-{index}.err"))?;
+        let mut tar = untar(upper, &messages)?;
+        tar.args(["-b", BLOCKING_FACTOR]);
         if root_owned {
             tar.arg("--no-same-owner");
         }
-        let mut tar = tar
-            .args(["-xpf", "-", "-C"])
-            .arg(upper)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(messages.try_clone()?)
-            .spawn()
-            .context("running tar")?;
+        let mut tar = tar.stdin(Stdio::piped()).spawn().context("running tar")?;
         let mut stdin = tar.stdin.take().context("tar's stdin")?;
         let (queue, chunks) = sync_channel::<Vec<u8>>(QUEUED_CHUNKS);
         let feeder = std::thread::Builder::new()
@@ -392,16 +379,9 @@ impl Worker {
 fn last_pass(rest: File, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
     let mut rest = rest;
     rest.rewind()?;
-    let messages_path = scratch.join("restore-rest.err");
-    let mut messages = private_file(&messages_path)?;
-    let _ = std::fs::remove_file(&messages_path);
-    let status = Command::new("tar")
-        .args(UNTAR_FLAGS)
-        .args(["-xpf", "-", "-C"])
-        .arg(upper)
+    let mut messages = spool(scratch, "restore-rest.err")?;
+    let status = untar(upper, &messages)?
         .stdin(rest)
-        .stdout(Stdio::null())
-        .stderr(messages.try_clone()?)
         .status()
         .context("running tar")?;
     if !status.success() {
@@ -419,15 +399,32 @@ fn tail(messages: &mut File) -> String {
     String::from_utf8_lossy(&text).trim().to_owned()
 }
 
-fn private_file(path: &Path) -> anyhow::Result<File> {
-    std::fs::OpenOptions::new()
+/// A `tar -x` into `upper` that reads the archive from its standard input
+/// and writes its messages to `messages`; more options may follow.
+fn untar(upper: &Path, messages: &File) -> anyhow::Result<Command> {
+    let mut tar = Command::new("tar");
+    tar.args(UNTAR_FLAGS)
+        .args(["-xpf", "-", "-C"])
+        .arg(upper)
+        .stdout(Stdio::null())
+        .stderr(messages.try_clone()?);
+    Ok(tar)
+}
+
+/// A private (0600) file in `scratch` whose name goes at once: it lives as
+/// long as its handle, and a crash leaves nothing behind.
+fn spool(scratch: &Path, name: &str) -> anyhow::Result<File> {
+    let path = scratch.join(name);
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
 }
 
 /// Fills `block`; false at a clean end of input.

@@ -1,6 +1,7 @@
 //! The subcommands of `garrison`, one module each: its flags and its `run`.
 
 pub mod bench;
+pub mod completions;
 pub mod connect;
 pub mod demo;
 pub mod deploy;
@@ -8,6 +9,7 @@ pub mod doctor;
 pub mod emulate;
 pub mod image;
 pub mod logs;
+pub mod man;
 pub mod mock;
 pub mod outposts;
 pub mod serve;
@@ -55,6 +57,34 @@ pub enum Command {
     /// backend and run its tests without an account.
     #[command(long_about = mock::LONG_ABOUT)]
     Mock(mock::MockArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) to stdout.
+    Completions(completions::CompletionsArgs),
+    /// Write a man page for garrison and each of its commands into a
+    /// directory.
+    Man(man::ManArgs),
+}
+
+impl Command {
+    /// Long-running services, which write to sockets and must outlive a
+    /// reader of their stdout (see `output`).
+    pub fn is_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Serve(_) | Command::Emulate(_) | Command::Demo(_) | Command::Mock(_)
+        )
+    }
+
+    /// The log level of a command that does not set up logging itself
+    /// (`None` for those that do, with their own default and format).
+    pub fn default_log_level(&self) -> Option<&'static str> {
+        match self {
+            Command::Serve(_) | Command::Demo(_) | Command::Bench(_) | Command::Doctor(_) => None,
+            // The emulator's own default: it logs each request it serves.
+            Command::Emulate(_) => Some("info"),
+            _ => Some("warn"),
+        }
+    }
 }
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
@@ -73,5 +103,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Deploy(args) => deploy::run(args).await,
         Command::Mock(args) => mock::run(args).await,
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

@@ -6,8 +6,12 @@ use std::io::IsTerminal;
 
 use orchestrator::planner::{Millis, StageLabel};
 
-/// A line of commentary on stderr, dim when stderr is a terminal.
+/// A line of commentary on stderr, dim when stderr is a terminal; none
+/// with `-q`.
 pub fn note(text: &str) {
+    if crate::verbosity::quiet() {
+        return;
+    }
     if std::io::stderr().is_terminal() {
         eprintln!("\x1b[2m{text}\x1b[0m");
     } else {

@@ -17,9 +17,10 @@ pub fn init(format: LogFormat) {
     init_with_default(format, "info");
 }
 
-/// Installs the subscriber: `RUST_LOG` when set, else `default`.
+/// Installs the subscriber: `-q`/`-v`, else `RUST_LOG` when set, else
+/// `default` (see [`crate::verbosity`]).
 pub fn init_with_default(format: LogFormat, default: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let filter: EnvFilter = crate::verbosity::filter(default);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -4,12 +4,15 @@ mod admin_client;
 mod backends;
 mod commands;
 mod format;
+mod help;
 mod limits;
 mod logging;
+mod output;
 mod signals;
 mod store_fallback;
+mod verbosity;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 #[derive(Parser)]
 #[command(
@@ -19,8 +22,37 @@ use clap::Parser;
     long_about = None,
 )]
 struct Cli {
+    /// Only errors on stderr: no notes, progress or log lines below error
+    /// level (results on stdout are unchanged)
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// More detail in the log on stderr: -v debug from Garrison's own
+    /// crates, -vv debug from all, -vvv trace (wins over RUST_LOG)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
     #[command(subcommand)]
     command: commands::Command,
+}
+
+/// The whole command line as clap sees it: what is parsed, and what
+/// `completions` and `man` describe.
+pub fn command() -> clap::Command {
+    help::decorate(negative_numbers_as_values(Cli::command()))
+}
+
+/// `--max-concurrent -1` is a value, refused by its setting's own check
+/// ("-1 is out of range 1..=10000"), not an unknown flag `-1`.
+fn negative_numbers_as_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        if arg.get_action().takes_values() {
+            arg.allow_negative_numbers(true)
+        } else {
+            arg
+        }
+    })
+    .mut_subcommands(negative_numbers_as_values)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,7 +63,19 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(code);
     }
     limits::raise_open_files();
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    verbosity::set(cli.quiet, cli.verbose);
+    if let Some(level) = cli.command.default_log_level() {
+        logging::init_with_default(logging::LogFormat::Text, level);
+    }
+    // A service keeps running when a reader of its stdout goes away; a
+    // command whose output is its work ends quietly (see `output`).
+    if !cli.command.is_service() {
+        output::quiet_exit_on_closed_stdout_panic();
+    }
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(commands::run(cli.command))
+    match runtime.block_on(commands::run(cli.command)) {
+        Err(e) if output::is_stdout_closed(&e) => std::process::exit(0),
+        result => result,
+    }
 }

@@ -12,6 +12,7 @@ mod api;
 pub mod check;
 mod cloud;
 pub mod host;
+mod report;
 mod store;
 
 use std::collections::BTreeSet;
@@ -54,6 +55,14 @@ pub struct DoctorArgs {
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Print the report as one JSON object
+    ///
+    /// Its fields: ok (true when no required check failed),
+    /// required_failed (how many did), and sections, each with a title and
+    /// its checks: name, outcome (pass, fail, warn or info), detail, remedy
+    /// (null on a pass) and required (false for advice only).
+    #[arg(long)]
+    json: bool,
 }
 
 impl DoctorArgs {
@@ -99,23 +108,15 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         .flat_map(|(_, c)| c)
         .filter(|c| c.is_blocking())
         .count();
-    for (section, list) in &checks {
-        println!("{section}");
-        for check in list {
-            println!("{check}");
-        }
-    }
-    println!();
-    if blocking == 0 {
-        println!("all required checks passed");
-        Ok(())
+    if args.json {
+        crate::output::json(&report::json(&checks, blocking))?;
     } else {
-        println!(
-            "{blocking} required check{} failed",
-            if blocking == 1 { "" } else { "s" }
-        );
+        crate::output::print(&report::text(&checks, blocking))?;
+    }
+    if blocking > 0 {
         std::process::exit(1);
     }
+    Ok(())
 }
 
 type Section = (String, Vec<Check>);

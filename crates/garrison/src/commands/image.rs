@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use sandbox::local::images::{Image, ImageStore, ImageUsers, Progress, Recipe, names};
+use sandbox::local::images::{Image, ImageStore, ImageUsers, NoProgress, Progress, Recipe, names};
 
 #[derive(Args)]
 pub struct ImageArgs {
@@ -94,6 +94,17 @@ enum ImageCommand {
         /// Whose images: `local` (this machine's) or `tensorlake`.
         #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "tensorlake"])]
         backend: String,
+        /// Print the images as a JSON array
+        ///
+        /// Locally, each image has: name (null for an unnamed one), id,
+        /// size_bytes, created_at_ms (Unix milliseconds), chrome_path and
+        /// xvfb_path (null when the image has none), source
+        /// (`recipe:<hash>` or `import:<file>`) and rootfs. With
+        /// `--backend tensorlake`: the catalog's own fields (id, name,
+        /// snapshot_id, global, physical_size_bytes, logical_size_bytes,
+        /// created_at, updated_at, ...).
+        #[arg(long)]
+        json: bool,
     },
     /// Remove an image (this machine's, or from Tensorlake's catalog).
     ///
@@ -143,8 +154,8 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
             _ if base.is_some() => bail!("--base is for --backend tensorlake"),
             _ => {}
         },
-        ImageCommand::Ls { backend } if backend == "tensorlake" => {
-            return tensorlake_catalog::list().await;
+        ImageCommand::Ls { backend, json } if backend == "tensorlake" => {
+            return tensorlake_catalog::list(*json).await;
         }
         ImageCommand::Rm { name, backend } if backend == "tensorlake" => {
             return tensorlake_catalog::remove(name).await;
@@ -172,7 +183,12 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
             progress.finish();
             report("imported", &image?, started);
         }
-        ImageCommand::Ls { .. } => print!("{}", table(&store.list()?)),
+        ImageCommand::Ls { json: true, .. } => {
+            let images = store.list()?;
+            let views: Vec<ImageView> = images.iter().map(ImageView::from).collect();
+            crate::output::json(&views)?;
+        }
+        ImageCommand::Ls { .. } => crate::output::print(&table(&store.list()?))?,
         ImageCommand::Rm { name, .. } => {
             let users = ImageUsers::scan(&state_dir, &snapshot_dir);
             let image = store.resolve(&name)?;
@@ -206,6 +222,35 @@ fn report(what: &str, image: &Image, started: Instant) {
         started.elapsed(),
         image.rootfs.display()
     );
+}
+
+/// One image of `image ls --json`: its own names for the fields, so that
+/// the store's internals can change under them.
+#[derive(serde::Serialize)]
+struct ImageView<'a> {
+    name: Option<&'a str>,
+    id: &'a str,
+    size_bytes: u64,
+    created_at_ms: i64,
+    chrome_path: Option<&'a str>,
+    xvfb_path: Option<&'a str>,
+    source: &'a str,
+    rootfs: &'a std::path::Path,
+}
+
+impl<'a> From<&'a Image> for ImageView<'a> {
+    fn from(image: &'a Image) -> Self {
+        Self {
+            name: Some(image.name.as_str()).filter(|n| !n.is_empty()),
+            id: &image.id,
+            size_bytes: image.size_bytes,
+            created_at_ms: image.created_at_ms,
+            chrome_path: image.chrome_path.as_deref(),
+            xvfb_path: image.xvfb_path.as_deref(),
+            source: &image.source,
+            rootfs: &image.rootfs,
+        }
+    }
 }
 
 /// `image ls`: NAME, ID (short), SIZE, CREATED, CHROME.
@@ -266,7 +311,9 @@ trait Reporter: Progress {
 }
 
 fn progress() -> Box<dyn Reporter> {
-    if std::io::stderr().is_terminal() {
+    if crate::verbosity::quiet() {
+        Box::new(NoProgress)
+    } else if std::io::stderr().is_terminal() {
         Box::new(Bar::new())
     } else {
         Box::new(Lines::default())
@@ -346,6 +393,14 @@ impl Reporter for Bar {
     fn finish(&self) {
         self.bar.finish_and_clear();
     }
+}
+
+/// `-q`: none.
+impl Reporter for NoProgress {
+    fn as_progress(&self) -> &dyn Progress {
+        self
+    }
+    fn finish(&self) {}
 }
 
 /// One line per stage, and a bytes line at most every 5 seconds.

@@ -57,6 +57,16 @@ pub struct LogsArgs {
     /// Only the last N lines of output and the last N events.
     #[arg(short = 'n', long = "lines", value_name = "N")]
     pub lines: Option<usize>,
+
+    /// Print JSON lines: one object per event and per line of output
+    ///
+    /// An event: {"type": "event", "id", "at_ms" (Unix milliseconds),
+    /// "kind", "detail" (an object)}. Output: {"type": "output", "text"},
+    /// one line with its newline; a line cut by an event or by the end of
+    /// what was written so far comes without it, so joining the texts gives
+    /// the output exactly. Notes about the session stay on stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What one look at the session shows.
@@ -149,25 +159,47 @@ impl Reader {
 
 /// Writes output and event lines, keeping event lines on lines of their own.
 struct Printer {
-    out: std::io::Stdout,
+    out: crate::output::Stdout,
     tty: bool,
     at_line_start: bool,
+    /// `--json`: JSON lines, with the output's unfinished line held here.
+    json: Option<String>,
 }
 
 impl Printer {
-    fn new() -> Self {
-        let out = std::io::stdout();
-        let tty = out.is_terminal();
+    fn new(json: bool) -> Self {
         Self {
-            out,
-            tty,
+            out: crate::output::Stdout::new(),
+            tty: !json && std::io::stdout().is_terminal(),
             at_line_start: true,
+            json: json.then(String::new),
         }
+    }
+
+    /// One JSON line.
+    fn json_line(&mut self, value: &serde_json::Value) -> std::io::Result<()> {
+        writeln!(self.out, "{value}")
+    }
+
+    /// `--json`: the output's complete lines, one object each; `all` also
+    /// the unfinished one.
+    fn json_output(&mut self, text: &str, all: bool) -> std::io::Result<()> {
+        let Some(pending) = self.json.as_mut() else {
+            return Ok(());
+        };
+        let ready = take_lines(pending, text, all);
+        for line in ready.split_inclusive('\n') {
+            self.json_line(&json_output(line))?;
+        }
+        self.out.flush()
     }
 
     fn output(&mut self, text: &str) -> std::io::Result<()> {
         if text.is_empty() {
             return Ok(());
+        }
+        if self.json.is_some() {
+            return self.json_output(text, false);
         }
         let text = if self.tty {
             terminal_safe(text)
@@ -180,6 +212,11 @@ impl Printer {
     }
 
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        if self.json.is_some() {
+            self.json_output("", true)?;
+            self.json_line(&json_event(event))?;
+            return self.out.flush();
+        }
         if !self.at_line_start {
             self.out.write_all(b"\n")?;
             self.at_line_start = true;
@@ -194,12 +231,44 @@ impl Printer {
     }
 
     fn end(&mut self) -> std::io::Result<()> {
+        if self.json.is_some() {
+            return self.json_output("", true);
+        }
         if !self.at_line_start {
             self.out.write_all(b"\n")?;
             self.at_line_start = true;
         }
         self.out.flush()
     }
+}
+
+/// Adds `text` to the unfinished line in `pending` and takes what is
+/// ready to print: the complete lines, or with `all` everything.
+fn take_lines(pending: &mut String, text: &str, all: bool) -> String {
+    pending.push_str(text);
+    let complete = if all {
+        pending.len()
+    } else {
+        pending.rfind('\n').map_or(0, |i| i + 1)
+    };
+    let rest = pending.split_off(complete);
+    std::mem::replace(pending, rest)
+}
+
+/// `--json`: a piece of output.
+fn json_output(text: &str) -> serde_json::Value {
+    serde_json::json!({ "type": "output", "text": text })
+}
+
+/// `--json`: an event, with the names its fields have in `--help`.
+fn json_event(event: &Event) -> serde_json::Value {
+    serde_json::json!({
+        "type": "event",
+        "id": event.id,
+        "at_ms": event.at,
+        "kind": event.kind,
+        "detail": event.detail,
+    })
 }
 
 /// Remote output on a terminal: no escape sequences or other controls but
@@ -279,7 +348,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
                 && let Some((backend, mut follower)) = existing_sandbox_follower(&id).await?
             {
                 note(&format!("not known here; following its {backend} sandbox"));
-                let mut printer = Printer::new();
+                let mut printer = Printer::new(args.json);
                 follow_sandbox(&mut follower, &mut printer, Start::Beginning).await?;
                 printer.end()?;
                 note(&format!(
@@ -294,7 +363,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     };
 
     // The history.
-    let mut printer = Printer::new();
+    let mut printer = Printer::new(args.json);
     let mut last_event = 0;
     let events = match args.lines {
         Some(n) => &first.events[first.events.len().saturating_sub(n)..],
@@ -502,6 +571,21 @@ mod tests {
         assert_eq!(last_lines("tial\nb\nc\n", 5, true), "b\nc\n");
         assert_eq!(last_lines("partial", 5, true), "");
         assert_eq!(last_lines("a\n", 0, false), "");
+    }
+
+    #[test]
+    fn json_output_holds_an_unfinished_line_until_it_ends_or_must_go() {
+        let mut pending = String::new();
+        assert_eq!(take_lines(&mut pending, "a\nb", false), "a\n");
+        assert_eq!(take_lines(&mut pending, "c\nd", false), "bc\n");
+        assert_eq!(take_lines(&mut pending, "", false), "");
+        assert_eq!(take_lines(&mut pending, "", true), "d");
+        assert_eq!(pending, "");
+        let line = json_output("bc\n");
+        assert_eq!(
+            (&line["type"], &line["text"]),
+            (&"output".into(), &"bc\n".into())
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use fleet::{ClientOptions, CreateOutpost, FleetClient, FleetError, Outpost, Plat
 use orchestrator::settings::{self, TOKEN_ENV};
 
 use crate::format::printable;
+use crate::output;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -31,6 +32,11 @@ pub struct OutpostsArgs {
     pub api_url: Option<String>,
 
     /// Print JSON instead of text
+    ///
+    /// `list`: an array of the fleet API's outpost objects (metadata.outpost_id,
+    /// spec.name, spec.platform, spec.description, status.queue_depth,
+    /// status.active_claims, ...); `create`: the created one; `delete`:
+    /// {"deleted": ID}.
     #[arg(long, global = true)]
     pub json: bool,
 }
@@ -66,11 +72,11 @@ pub async fn run(args: OutpostsArgs) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| explain(e, &api_url, "list outposts", None))?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&outposts)?);
+                output::json(&outposts)?;
             } else if outposts.is_empty() {
-                println!("No outposts. Create one with `garrison outposts create NAME`.");
+                output::println("No outposts. Create one with `garrison outposts create NAME`.")?;
             } else {
-                print!("{}", table(&outposts));
+                output::print(&table(&outposts))?;
             }
         }
         OutpostsCommand::Create {

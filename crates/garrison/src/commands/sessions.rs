@@ -4,6 +4,7 @@ use clap::Args;
 use orchestrator::api::SessionSummary;
 
 use crate::format::{age, bytes, is_done, now_ms, printable, table};
+use crate::output;
 use crate::store_fallback::{SourceArgs, should_fall_back};
 
 /// Done sessions shown without `--all`.
@@ -18,7 +19,12 @@ pub struct SessionsArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Print the rows as a JSON array (the admin API's `SessionSummary`).
+    /// Print the rows as a JSON array (the admin API's `SessionSummary`)
+    ///
+    /// Each row: session_id, outpost_id, kind, backend, stage,
+    /// claimed_at_ms, running_at_ms and updated_at_ms (Unix milliseconds,
+    /// running_at_ms null until it ran), restarts, cpus, memory_mb,
+    /// disk_mb, snapshot_bytes and error (each null when not known).
     #[arg(long)]
     pub json: bool,
 
@@ -40,11 +46,11 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     };
     let rows = select(rows, args.all);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        output::json(&rows)?;
     } else if rows.is_empty() {
-        println!("no sessions");
+        output::println("no sessions")?;
     } else {
-        print!("{}", render(&rows, now_ms()));
+        output::print(&render(&rows, now_ms()))?;
     }
     Ok(())
 }

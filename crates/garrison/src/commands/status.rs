@@ -7,6 +7,7 @@ use clap::Args;
 use orchestrator::api::{OutpostView, StatusView};
 
 use crate::format::{age, now_ms, printable, table};
+use crate::output;
 use crate::store_fallback::{Local, SourceArgs, should_fall_back};
 
 #[derive(Args, Debug)]
@@ -18,7 +19,13 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Print the status as one JSON object (the admin API's `/api/status`).
+    /// Print the status as one JSON object (the admin API's `/api/status`)
+    ///
+    /// Its fields: acceptor_id, version, started_at_ms (Unix
+    /// milliseconds), ready, counts (sessions by stage) and outposts, each
+    /// with outpost_id, backend, max_concurrent, queue_synced_at_ms,
+    /// watch_reconnects, pending and held. From the state store (daemon
+    /// not reachable): the same fields, with ready false and version empty.
     #[arg(long)]
     pub json: bool,
 }
@@ -28,9 +35,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     match admin.status().await {
         Ok(view) => {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&view)?);
+                output::json(&view)?;
             } else {
-                print!("{}", render_live(&view, now_ms()));
+                output::print(&render_live(&view, now_ms()))?;
             }
             Ok(())
         }
@@ -38,9 +45,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             let local = args.source.local_instead_of(&admin, &e)?;
             let view = from_store(&local)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&view)?);
+                output::json(&view)?;
             } else {
-                print!("{}", render_stored(&view));
+                output::print(&render_stored(&view))?;
             }
             Ok(())
         }

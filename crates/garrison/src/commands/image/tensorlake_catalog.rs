@@ -88,9 +88,13 @@ pub async fn build(
     Ok(())
 }
 
-pub async fn list() -> anyhow::Result<()> {
+pub async fn list(json: bool) -> anyhow::Result<()> {
     let images = catalog(&settings()?)?.list().await?;
-    print!("{}", table(&images));
+    if json {
+        crate::output::json(&images)?;
+    } else {
+        crate::output::print(&table(&images))?;
+    }
     Ok(())
 }
 

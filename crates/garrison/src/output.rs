@@ -1,0 +1,132 @@
+//! A command's results on stdout, written so that a reader that goes away
+//! (`garrison logs ID | head -1`) ends the command quietly instead of with
+//! "Broken pipe" or `println!`'s panic.
+//!
+//! Writes return errors; a broken pipe on stdout comes back marked as
+//! [`StdoutClosed`], and `main` ends the process with status 0 and no
+//! message on an error that carries the mark. Only stdout's broken pipe is
+//! quiet: one on a pipe to a child process (`image build`'s tar, say) is a
+//! real failure and is reported as one.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+/// The mark on a write error that means stdout's reader has gone.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// stdout, whose broken-pipe errors carry the [`StdoutClosed`] mark.
+pub struct Stdout(io::Stdout);
+
+impl Stdout {
+    pub fn new() -> Self {
+        Self(io::stdout())
+    }
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn mark(error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::BrokenPipe {
+        io::Error::new(io::ErrorKind::BrokenPipe, StdoutClosed)
+    } else {
+        error
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf).map_err(mark)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush().map_err(mark)
+    }
+}
+
+/// Writes `text` to stdout as it is, and flushes.
+pub fn print(text: &str) -> io::Result<()> {
+    let mut out = Stdout::new();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// Writes `text` and a newline to stdout.
+pub fn println(text: &str) -> io::Result<()> {
+    let mut line = String::with_capacity(text.len() + 1);
+    line.push_str(text);
+    line.push('\n');
+    print(&line)
+}
+
+/// `value` as indented JSON and a newline: the `--json` of commands that
+/// print one document.
+pub fn json(value: &impl Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    Ok(println(&text)?)
+}
+
+/// Whether `error` is, anywhere in its chain, a write to a stdout whose
+/// reader has gone.
+pub fn is_stdout_closed(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.is::<StdoutClosed>()
+            || cause
+                .downcast_ref::<io::Error>()
+                .and_then(|e| e.get_ref())
+                .is_some_and(|inner| inner.is::<StdoutClosed>())
+    })
+}
+
+/// For the output still written with `println!` (which panics when stdout
+/// is closed): ends the process quietly with status 0 on that panic instead
+/// of printing it. Only for commands that end when their output is done;
+/// long-running services must not die because a reader went away.
+pub fn quiet_exit_on_closed_stdout_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        // std's own wording (`print_to` in std::io::stdio).
+        if message.starts_with("failed printing to stdout")
+            && message.contains(&io::Error::from_raw_os_error(libc::EPIPE).to_string())
+        {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_marked_broken_pipe_counts_as_a_closed_stdout() {
+        let marked = anyhow::Error::from(mark(io::ErrorKind::BrokenPipe.into()));
+        assert!(is_stdout_closed(&marked));
+        assert!(is_stdout_closed(&marked.context("printing the rows")));
+        // A pipe to a child process that broke is a failure.
+        let child = anyhow::Error::from(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert!(!is_stdout_closed(&child));
+        let other = anyhow::Error::from(mark(io::ErrorKind::PermissionDenied.into()));
+        assert!(!is_stdout_closed(&other));
+    }
+}

@@ -114,6 +114,19 @@ async fn build_ls_and_rm_go_through_tensorlakes_catalog() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(listed.starts_with("NAME"), "{listed}");
     assert!(listed.contains("garrison-session  image_"), "{listed}");
+    let out = host
+        .garrison(&["ls", "--backend", "tensorlake", "--json"], None)
+        .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let images: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let built = images
+        .iter()
+        .find(|i| i["name"] == "garrison-session")
+        .unwrap_or_else(|| panic!("not listed: {images:?}"));
+    assert!(
+        built["id"].as_str().unwrap().starts_with("image_"),
+        "{built}"
+    );
 
     let out = host
         .garrison(&["rm", "garrison-session", "--backend", "tensorlake"], None)

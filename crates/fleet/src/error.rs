@@ -64,13 +64,15 @@ pub enum FleetError {
         after: Duration,
     },
 
-    /// Connection refused, reset, TLS failure, ... The reqwest error may name
-    /// the URL; URLs never carry the token.
-    #[error("{route}: transport error: {source}")]
+    /// Connection refused, reset, DNS or TLS failure, ... The message names
+    /// the reason first, then reqwest's whole chain of causes (see
+    /// [`crate::cause`]), which is why `error` is not also its `source()`:
+    /// a report walking sources would print the chain twice. The reqwest
+    /// error may name the URL; URLs never carry the token.
+    #[error("{route}: transport error: {}", crate::cause::describe(error))]
     Transport {
         route: &'static str,
-        #[source]
-        source: reqwest::Error,
+        error: reqwest::Error,
     },
 
     /// The server answered 2xx with a body this client cannot use.

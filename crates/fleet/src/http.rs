@@ -40,7 +40,7 @@ pub(crate) fn transport(route: &'static str, err: reqwest::Error, after: Duratio
             after,
         }
     } else {
-        FleetError::Transport { route, source: err }
+        FleetError::Transport { route, error: err }
     }
 }
 

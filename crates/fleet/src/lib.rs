@@ -21,6 +21,7 @@
 //! # let _ = entries; Ok(()) }
 //! ```
 
+pub mod cause;
 pub mod client;
 pub mod error;
 mod http;

@@ -270,6 +270,11 @@ async fn transport_errors_are_retried_then_reported() {
     let c = client(&format!("http://127.0.0.1:{port}"), fast());
     let err = c.get("devin-1").await.unwrap_err();
     assert!(matches!(err, FleetError::Transport { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("GET /devins/{session_id}: transport error: connection refused: "),
+        "{text}"
+    );
     let stats = &c.stats().routes[crate::stats::route::GET];
     assert_eq!(stats.requests, 4);
     assert_eq!(stats.errors["transport"], 4);

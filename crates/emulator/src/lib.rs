@@ -191,6 +191,12 @@ impl Emulator {
         self.shared.with_state(|s, _| s.mint_account_token(scopes))
     }
 
+    /// Revokes an account token (the start-up one included): every later
+    /// request with it is answered 401. Whether it existed.
+    pub fn revoke_token(&self, token: &str) -> bool {
+        self.shared.with_state(|s, _| s.revoke_account_token(token))
+    }
+
     /// Creates an outpost and returns its id.
     pub fn create_outpost(&self, name: &str, platform: fleet::Platform) -> String {
         self.shared

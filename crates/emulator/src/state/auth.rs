@@ -25,6 +25,12 @@ impl State {
         token
     }
 
+    /// Forgets an account token: from now on it is answered 401, as a
+    /// revoked or expired token is. Streams it opened stay open.
+    pub fn revoke_account_token(&mut self, token: &str) -> bool {
+        self.account_tokens.remove(token).is_some()
+    }
+
     /// Checks a bearer token for any one of `scopes`.
     pub fn check_account_token(&self, token: &str, scopes: &[&str]) -> Result<(), AuthError> {
         let granted = self

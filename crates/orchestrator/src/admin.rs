@@ -74,7 +74,9 @@ impl AdminState {
 
     /// `Ok` when ready; else why not. Every queue view is confirmed only by
     /// a successful fleet API answer (a list or a watch event), so a fresh
-    /// view also means the API was reachable that recently.
+    /// view also means the API was reachable that recently. A queue the API
+    /// refuses (401, 403, 404) is not ready however fresh its view: a watch
+    /// opened before the refusal may still be delivering events.
     pub fn readiness(&self, now_ms: i64) -> Result<(), String> {
         let limit = self.fresh_within.as_millis() as i64;
         let stale: Vec<String> = self
@@ -83,7 +85,9 @@ impl AdminState {
             .iter()
             .filter_map(|v| {
                 let at = v.synced_at();
-                if at == 0 {
+                if let Some(refused) = v.refusal.current() {
+                    Some(format!("outpost {}: {refused}", v.outpost_id()))
+                } else if at == 0 {
                     Some(format!(
                         "outpost {}: the queue has not been listed yet",
                         v.outpost_id()
@@ -131,7 +135,7 @@ pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminS
     }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("binding the admin listener to {addr}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{}", bind_failure(addr, &e)))?;
     let addr = listener.local_addr()?;
     info!("admin listening on http://{addr}");
     let app = router(Arc::new(state), loopback);
@@ -141,6 +145,28 @@ pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminS
         }
     });
     Ok(AdminServer { addr, task })
+}
+
+/// Why the admin listener could not bind, naming the flag that sets its
+/// address and what to do.
+fn bind_failure(addr: SocketAddr, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let why = match e.kind() {
+        ErrorKind::AddrInUse => format!(
+            "the address is in use: another process (another garrison serve?) listens on {addr}; \
+             stop it, or give this one another address with --listen (e.g. --listen 127.0.0.1:{})",
+            addr.port().wrapping_add(1)
+        ),
+        ErrorKind::PermissionDenied => "permission denied: ports below 1024 need root or \
+            CAP_NET_BIND_SERVICE; choose another port with --listen"
+            .to_owned(),
+        ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this machine; choose another with --listen",
+            addr.ip()
+        ),
+        _ => format!("{e}; choose another address with --listen"),
+    };
+    format!("cannot start the admin listener on {addr} (--listen): {why}")
 }
 
 pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
@@ -461,6 +487,64 @@ mod tests {
                 .unwrap()
                 .starts_with("stage \"asleep\"")
         );
+    }
+
+    #[test]
+    fn a_refused_queue_is_not_ready_however_fresh_its_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let view = crate::queue::QueueView::new("op");
+        let state = AdminState {
+            serving: Arc::new(Serving {
+                acceptor_id: "me".into(),
+                store: Arc::new(crate::store::Store::open(&dir.path().join("g.db")).unwrap()),
+                metrics: Default::default(),
+                client: fleet::FleetClient::new(
+                    "http://127.0.0.1:9",
+                    "t".into(),
+                    Default::default(),
+                )
+                .unwrap(),
+                views: vec![view.clone()],
+                operator_stops: Default::default(),
+            }),
+            outposts: vec![],
+            sessions_dir: dir.path().join("sessions"),
+            fresh_within: Duration::from_secs(3600),
+            started_at_ms: 0,
+            version: "test",
+            token: Secret::new("t"),
+        };
+        let now = || chrono::Utc::now().timestamp_millis();
+        assert!(
+            state
+                .readiness(now())
+                .unwrap_err()
+                .contains("not been listed")
+        );
+        view.mark_synced();
+        assert_eq!(state.readiness(now()), Ok(()));
+        let refused = fleet::FleetError::Unauthorized {
+            route: "GET /devins",
+        };
+        assert!(view.refusal.note("op", "http://127.0.0.1:9", &refused));
+        let why = state.readiness(now()).unwrap_err();
+        assert!(
+            why.starts_with("outpost op: ") && why.contains("(401)"),
+            "{why}"
+        );
+        view.refusal.clear("op");
+        assert_eq!(state.readiness(now()), Ok(()));
+    }
+
+    #[test]
+    fn a_port_in_use_names_the_flag_that_sets_it() {
+        let addr: SocketAddr = "127.0.0.1:9180".parse().unwrap();
+        let text = bind_failure(addr, &std::io::Error::from(std::io::ErrorKind::AddrInUse));
+        assert!(
+            text.starts_with("cannot start the admin listener on 127.0.0.1:9180 (--listen): the address is in use"),
+            "{text}"
+        );
+        assert!(text.contains("--listen 127.0.0.1:9181"), "{text}");
     }
 
     #[test]

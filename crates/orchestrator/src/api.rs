@@ -33,6 +33,10 @@ pub struct StatusView {
     pub started_at_ms: Millis,
     /// Fleet API reachable and every queue view fresh.
     pub ready: bool,
+    /// Why not ready (as `/readyz` says it); absent when ready, and from
+    /// daemons older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
     pub outposts: Vec<OutpostView>,
     /// Sessions by [`StageLabel`](crate::planner::StageLabel) (its text).
     pub counts: std::collections::BTreeMap<String, u64>,

@@ -9,6 +9,8 @@
 //! polling orchestrators discover work; it exists so `garrison bench queue`
 //! can measure the difference with the same executor behind it.
 
+pub mod refusal;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -23,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::settings::QueueMode;
 use crate::store::Store;
+use refusal::Refusal;
 
 /// The latest known entry per session of one outpost.
 pub struct QueueView {
@@ -37,6 +40,9 @@ pub struct QueueView {
     synced_at: AtomicI64,
     pub watch_reconnects: AtomicU64,
     pub relists: AtomicU64,
+    /// Whether the fleet API's last word on this queue was a refusal that
+    /// only an operator can fix (see [`refusal`]).
+    pub refusal: Refusal,
 }
 
 fn now_ms() -> i64 {
@@ -53,6 +59,7 @@ impl QueueView {
             synced_at: AtomicI64::new(0),
             watch_reconnects: AtomicU64::new(0),
             relists: AtomicU64::new(0),
+            refusal: Refusal::default(),
         })
     }
 
@@ -149,7 +156,7 @@ impl QueueView {
         }
     }
 
-    fn mark_synced(&self) {
+    pub(crate) fn mark_synced(&self) {
         self.synced_at.store(now_ms(), Ordering::Relaxed);
     }
 
@@ -265,7 +272,9 @@ pub async fn run(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = relist_timer.tick() => {
-                if let Err(e) = relist(&client, &view).await {
+                if let Err(e) = relist(&client, &view).await
+                    && !view.refusal.note(&outpost, client.api_url(), &e)
+                {
                     warn!(outpost, error = %e, "periodic re-list failed");
                 }
             }
@@ -279,6 +288,10 @@ pub async fn run(
                 }
                 Some(WatchItem::Reconnected { reconnects, .. }) => {
                     view.watch_reconnects.fetch_add(1, Ordering::Relaxed);
+                    // A new connection was accepted: token and outpost are
+                    // good again. (Events on a stream opened before a
+                    // refusal prove nothing, so they do not clear it.)
+                    view.refusal.clear(&outpost);
                     debug!(outpost, reconnects, "watch reconnected");
                 }
                 Some(WatchItem::Disconnected { error: Some(fleet::FleetError::CursorExpired { .. }), .. }) => {
@@ -293,7 +306,9 @@ pub async fn run(
                     stream = client.watch_forever(&outpost, listed);
                 }
                 Some(WatchItem::Disconnected { error: Some(e), retry_in }) => {
-                    warn!(outpost, error = %e, retry_in_ms = retry_in.as_millis() as u64, "watch failed");
+                    if !view.refusal.note(&outpost, client.api_url(), &e) {
+                        warn!(outpost, error = %e, retry_in_ms = retry_in.as_millis() as u64, "watch failed");
+                    }
                 }
                 Some(WatchItem::Disconnected { error: None, .. }) => {}
                 None => return,
@@ -312,7 +327,10 @@ async fn list_until_ok(
         match relist(client, view).await {
             Ok(cursor) => return Some(cursor),
             Err(e) => {
-                warn!(outpost = view.outpost_id(), error = %e, "listing the queue failed; retrying");
+                let outpost = view.outpost_id();
+                if !view.refusal.note(outpost, client.api_url(), &e) {
+                    warn!(outpost, error = %e, "listing the queue failed; retrying");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(2)) => {}
                     _ = stop.cancelled() => return None,
@@ -353,7 +371,9 @@ async fn poll(client: FleetClient, view: Arc<QueueView>, every: Duration, stop: 
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = timer.tick() => {
-                if let Err(e) = relist(&client, &view).await {
+                if let Err(e) = relist(&client, &view).await
+                    && !view.refusal.note(&outpost, client.api_url(), &e)
+                {
                     warn!(outpost, error = %e, "polling the queue failed");
                 }
             }
@@ -367,6 +387,7 @@ async fn relist(
 ) -> Result<Option<String>, fleet::FleetError> {
     let (entries, cursor) = client.list_all(view.outpost_id(), None, None).await?;
     view.relists.fetch_add(1, Ordering::Relaxed);
+    view.refusal.clear(view.outpost_id());
     view.replace(entries);
     Ok(cursor)
 }

@@ -2,7 +2,8 @@
 //! picks, one runner per held session, and the clean-up around them.
 //!
 //! The claim round lives in `serve/claims.rs`, the clean-up of orphaned
-//! sandboxes and expired snapshots in `serve/cleanup.rs`.
+//! sandboxes and expired snapshots in `serve/cleanup.rs`, the checks made
+//! once at start in `serve/start_check.rs`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,10 +28,12 @@ use crate::store::Store;
 
 mod claims;
 mod cleanup;
+mod start_check;
 
 use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
 pub use cleanup::{collect_shared_snapshots, expire_snapshots};
+pub use start_check::Misconfigured;
 
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
@@ -120,34 +123,50 @@ fn nix_hostname() -> Option<String> {
 /// Serves every configured outpost until `stop` is cancelled; then stops
 /// claiming, releases claims whose sandbox never started, leaves running
 /// sessions alone (or, with `drain`, waits for them to end) and returns.
+///
+/// Before anything is claimed, each outpost's queue is read once: a token
+/// the API refuses or an outpost it does not know ends `serve` with a
+/// [`Misconfigured`] error (see `serve/start_check.rs`).
 pub async fn serve(
     config: ServeConfig,
     shim_exe: PathBuf,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let serving = prepare(&config)?;
+    let outposts: Vec<&str> = config
+        .outposts
+        .iter()
+        .map(|o| o.outpost_id.as_str())
+        .collect();
+    tokio::select! {
+        checked = start_check::check_api(
+            &serving.client,
+            &outposts,
+            start_check::API_CHECK_LIMIT,
+        ) => checked?,
+        _ = stop.cancelled() => return Ok(()),
+    }
     run_prepared(config, serving, shim_exe, stop).await
 }
 
-/// Opens the state store and the client (fails fast on a bad setting).
+/// Opens the state store and the client (fails fast on a bad setting,
+/// and with a [`Misconfigured`] error on a state directory this user
+/// cannot write).
 pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
-    std::fs::create_dir_all(&config.state_dir).with_context(|| {
-        format!(
-            "creating the state directory {}",
-            config.state_dir.display()
-        )
-    })?;
+    start_check::writable_state_dir(&config.state_dir)?;
     let store = Arc::new(Store::open(&db_path(&config.state_dir))?);
     let acceptor_id = match &config.acceptor_id {
         Some(id) => id.clone(),
         None => store.acceptor_id(generate_acceptor_id)?,
     };
+    // The API URL and the token were checked as settings already: what is
+    // left to fail here is a setting too.
     let client = FleetClient::new(
         &config.api_url,
         config.token.clone(),
         ClientOptions::default(),
     )
-    .context("building the fleet API client")?;
+    .map_err(|e| Misconfigured(format!("building the fleet API client: {e}")))?;
     let views = config
         .outposts
         .iter()

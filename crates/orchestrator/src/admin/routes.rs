@@ -163,13 +163,13 @@ async fn status(State(state): State<Arc<AdminState>>) -> Response {
                 .count() as u64,
         })
         .collect();
+    let readiness = state.readiness(chrono::Utc::now().timestamp_millis());
     Json(StatusView {
         acceptor_id: state.serving.acceptor_id.clone(),
         version: state.version.to_owned(),
         started_at_ms: state.started_at_ms,
-        ready: state
-            .readiness(chrono::Utc::now().timestamp_millis())
-            .is_ok(),
+        ready: readiness.is_ok(),
+        not_ready: readiness.err(),
         outposts,
         counts,
     })

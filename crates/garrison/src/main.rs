@@ -3,6 +3,7 @@
 mod admin_client;
 mod backends;
 mod commands;
+mod exit;
 mod format;
 mod help;
 mod limits;
@@ -55,7 +56,7 @@ fn negative_numbers_as_values(cmd: clap::Command) -> clap::Command {
     .mut_subcommands(negative_numbers_as_values)
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     // The host backend starts each session process through this binary: the
     // shim must not parse arguments, start a runtime or log anything.
     let args: Vec<String> = std::env::args().collect();
@@ -73,9 +74,12 @@ fn main() -> anyhow::Result<()> {
     if !cli.command.is_service() {
         output::quiet_exit_on_closed_stdout_panic();
     }
-    let runtime = tokio::runtime::Runtime::new()?;
-    match runtime.block_on(commands::run(cli.command)) {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(commands::run(cli.command)));
+    match result {
         Err(e) if output::is_stdout_closed(&e) => std::process::exit(0),
-        result => result,
+        // The error's type picks the exit code (see `exit`).
+        result => exit::report(result),
     }
 }

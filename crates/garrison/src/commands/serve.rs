@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     crate::logging::init(args.log_format);
-    let mut config = resolve(&args)?;
+    // Whatever stops the settings from resolving is a configuration error.
+    let mut config = resolve(&args).map_err(crate::exit::config)?;
     config.admin_listen = Some(args.listen);
     // The host backend starts each session process through this binary.
     let shim_exe = std::env::current_exe()?;

@@ -6,14 +6,26 @@ use std::collections::BTreeMap;
 use clap::Args;
 use orchestrator::api::{OutpostView, StatusView};
 
+use crate::exit::Code;
 use crate::format::{age, now_ms, printable, table};
 use crate::output;
 use crate::store_fallback::{Local, SourceArgs, should_fall_back};
 
+/// The daemon answered and is not ready.
+pub const NOT_READY: u8 = 1;
+/// Nothing answered at `--admin` (the state store is read instead).
+pub const NOT_REACHABLE: u8 = 2;
+
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  garrison status\n  garrison status --json\n  \
-    garrison status --admin http://10.0.0.5:9180\n  garrison status --state-dir /srv/garrison   # read the state when the daemon is down"
+    garrison status --admin http://10.0.0.5:9180\n  garrison status --state-dir /srv/garrison   # read the state when the daemon is down\n  \
+    garrison status >/dev/null; echo $?   # 0 ready, 1 not ready, 2 not reachable\n\n\
+    Exit status:\n  \
+    0  the daemon answered and is ready\n  \
+    1  the daemon answered and is not ready (the reason is printed), or another error\n  \
+    2  no daemon answered at --admin; what the state store holds is printed instead\n     \
+    (and a line on stderr says so), or why it cannot be read"
 )]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -30,6 +42,8 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// Prints the status; the exit code says ready (0), not ready (1) or not
+/// reachable (2).
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let admin = args.source.admin_client()?;
     match admin.status().await {
@@ -39,17 +53,31 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             } else {
                 output::print(&render_live(&view, now_ms()))?;
             }
-            Ok(())
+            if view.ready {
+                Ok(())
+            } else {
+                Err(Code(NOT_READY).into())
+            }
         }
         Err(e) if should_fall_back(&e) => {
-            let local = args.source.local_instead_of(&admin, &e)?;
-            let view = from_store(&local)?;
+            let stored = args
+                .source
+                .local_instead_of(&admin, &e)
+                .and_then(|local| from_store(&local, admin.base()));
+            let view = match stored {
+                Ok(view) => view,
+                Err(error) => {
+                    // Not reachable still, and said so with the reason.
+                    eprintln!("Error: {error:#}");
+                    return Err(Code(NOT_REACHABLE).into());
+                }
+            };
             if args.json {
                 output::json(&view)?;
             } else {
                 output::print(&render_stored(&view))?;
             }
-            Ok(())
+            Err(Code(NOT_REACHABLE).into())
         }
         Err(e) => Err(anyhow::anyhow!("the daemon at {}: {e}", admin.base())),
     }
@@ -71,6 +99,9 @@ pub fn render_live(view: &StatusView, now: i64) -> String {
         printable(&view.acceptor_id),
         age(now - view.started_at_ms),
     );
+    if let Some(why) = view.not_ready.as_deref().filter(|_| !view.ready) {
+        out.push_str(&format!("not ready: {}\n", printable(why)));
+    }
     out.push('\n');
     out.push_str(&outposts_table(&view.outposts, Some(now)));
     out.push('\n');
@@ -119,7 +150,7 @@ fn outposts_table(outposts: &[OutpostView], now: Option<i64>) -> String {
 
 /// What the state store knows: no health, no queue; outposts are the ones
 /// sessions were recorded for.
-fn from_store(local: &Local) -> anyhow::Result<StatusView> {
+fn from_store(local: &Local, admin: &str) -> anyhow::Result<StatusView> {
     let records = local.store.sessions()?;
     let mut outposts: BTreeMap<String, OutpostView> = BTreeMap::new();
     // Newest claim first: the first backend seen is the latest.
@@ -144,6 +175,9 @@ fn from_store(local: &Local) -> anyhow::Result<StatusView> {
         version: String::new(),
         started_at_ms: 0,
         ready: false,
+        not_ready: Some(format!(
+            "no daemon answered at {admin}; this is what its state store holds"
+        )),
         outposts: outposts.into_values().collect(),
         counts: local.store.count_by_stage()?.into_iter().collect(),
     })
@@ -175,6 +209,7 @@ mod tests {
             version: "0.1.0".into(),
             started_at_ms: 1_000,
             ready: true,
+            not_ready: None,
             outposts: vec![OutpostView {
                 outpost_id: "outpost_env-a".into(),
                 backend: "host".into(),
@@ -195,6 +230,27 @@ mod tests {
              OUTPOST        BACKEND  PENDING  HELD  MAX  LAST SYNC\n\
              outpost_env-a  host     2        1     5    2s ago\n\n\
              sessions: running 1, terminated 3\n"
+        );
+    }
+
+    #[test]
+    fn a_daemon_that_is_not_ready_says_why() {
+        let view = StatusView {
+            acceptor_id: "a".into(),
+            version: "0.1.0".into(),
+            started_at_ms: 0,
+            ready: false,
+            not_ready: Some("outpost o: the fleet API refused the token (401)".into()),
+            outposts: vec![],
+            counts: Default::default(),
+        };
+        let text = render_live(&view, 1_000);
+        assert!(
+            text.starts_with(
+                "garrison 0.1.0 NOT READY, acceptor a, up 1s\n\
+                 not ready: outpost o: the fleet API refused the token (401)\n"
+            ),
+            "{text}"
         );
     }
 }

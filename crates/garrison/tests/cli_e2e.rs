@@ -172,17 +172,34 @@ async fn sessions_status_and_logs_read_the_daemon_and_fall_back_to_the_store() {
     let logs = stdout(&out);
     assert!(logs.contains("session end; exiting"), "{logs}");
     assert!(logs.contains("] done"), "{logs}");
-    let status = stdout(&ok(
-        cli(
-            home,
-            &["status", "--admin", DEAD_ADMIN, "--state-dir", &state_arg],
-        ),
-        "status from the store",
-    ));
+    // Not reachable: exit 2, with what the store holds, saying so.
+    let out = cli(
+        home,
+        &["status", "--admin", DEAD_ADMIN, "--state-dir", &state_arg],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let status = stdout(&out);
     assert!(
         status.contains(&outpost) && status.contains("terminated 1"),
         "{status}"
     );
+    assert!(
+        status.contains("daemon not reachable") && stderr(&out).contains("daemon not reachable"),
+        "{status}"
+    );
+    // Nothing to fall back on: still 2, and why.
+    let out = cli(
+        home,
+        &[
+            "status",
+            "--admin",
+            DEAD_ADMIN,
+            "--state-dir",
+            &dir.path().join("nowhere").display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no state store"), "{}", stderr(&out));
 
     // Unknown sessions, and a state directory that does not exist.
     let out = cli(home, &["logs", "devin-nope", "--admin", &admin]);

@@ -132,6 +132,8 @@ fn the_unit_runs_garrison_serve_and_leaves_sandboxes_running() {
     // Sessions' containers live in the unit's cgroup.
     assert_eq!(one("Service", "KillMode"), "process");
     assert_eq!(one("Service", "Restart"), "on-failure");
+    // A configuration error (exit 78) is not restarted into a loop.
+    assert_eq!(one("Service", "RestartPreventExitStatus"), "78");
     assert_eq!(one("Service", "StateDirectory"), "garrison");
     assert!(one("Service", "TimeoutStopSec").parse::<u32>().is_ok());
     assert_eq!(one("Install", "WantedBy"), "multi-user.target");

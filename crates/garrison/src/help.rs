@@ -75,11 +75,18 @@ Output:
     own_examples(
         "serve",
         "  0   stopped by SIGTERM or Ctrl-C (after the running sessions with --drain)
-  1   failed at start or while running
+  1   failed at start or while running (e.g. the --listen address is in use)
   2   usage error: an unknown flag or a value that is not accepted
-  78  configuration error that retrying cannot fix: a bad setting, a token
-      the API refuses (401/403) or an outpost it does not know (404); the
-      systemd unit does not restart on it (RestartPreventExitStatus=78)",
+  78  configuration error that retrying cannot fix: a bad setting or config
+      file, a state directory this user cannot write, or, checked once at
+      start by listing each outpost's queue, a token the API refuses
+      (401/403) or an outpost it does not know (404); the systemd unit does
+      not restart on it (RestartPreventExitStatus=78)
+  A fleet API that does not answer at start (connection refused, DNS, TLS,
+  timeout, 5xx) is no exit: serve starts, logs the cause and retries, and is
+  not ready until the API answers. A refusal after start makes the outpost
+  not ready (garrison status exits 1) and is logged at error level once a
+  minute; running sessions go on.",
     ),
     with_examples(
         "emulate",
@@ -134,9 +141,10 @@ Output:
     own_examples(
         "status",
         "  0  the daemon is ready
-  1  the daemon runs but is not ready (see its outposts' lines)
+  1  the daemon runs but is not ready (the line under the first says why),
+     or another failure
   2  the daemon is not reachable (the state store's view is printed when it
-     can be read); also a usage error",
+     can be read, and a line on stderr says so); also a usage error",
     ),
     own_examples("sessions", STANDARD),
     own_examples(

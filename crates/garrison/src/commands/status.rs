@@ -20,12 +20,7 @@ pub const NOT_REACHABLE: u8 = 2;
 #[command(
     after_help = "Examples:\n  garrison status\n  garrison status --json\n  \
     garrison status --admin http://10.0.0.5:9180\n  garrison status --state-dir /srv/garrison   # read the state when the daemon is down\n  \
-    garrison status >/dev/null; echo $?   # 0 ready, 1 not ready, 2 not reachable\n\n\
-    Exit status:\n  \
-    0  the daemon answered and is ready\n  \
-    1  the daemon answered and is not ready (the reason is printed), or another error\n  \
-    2  no daemon answered at --admin; what the state store holds is printed instead\n     \
-    (and a line on stderr says so), or why it cannot be read"
+    garrison status >/dev/null; echo $?   # 0 ready, 1 not ready, 2 not reachable"
 )]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -34,10 +29,11 @@ pub struct StatusArgs {
     /// Print the status as one JSON object (the admin API's `/api/status`)
     ///
     /// Its fields: acceptor_id, version, started_at_ms (Unix
-    /// milliseconds), ready, counts (sessions by stage) and outposts, each
-    /// with outpost_id, backend, max_concurrent, queue_synced_at_ms,
-    /// watch_reconnects, pending and held. From the state store (daemon
-    /// not reachable): the same fields, with ready false and version empty.
+    /// milliseconds), ready, not_ready (why not; absent when ready), counts
+    /// (sessions by stage) and outposts, each with outpost_id, backend,
+    /// max_concurrent, queue_synced_at_ms, watch_reconnects, pending and
+    /// held. From the state store (daemon not reachable): the same fields,
+    /// with ready false and version empty.
     #[arg(long)]
     pub json: bool,
 }

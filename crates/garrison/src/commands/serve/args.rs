@@ -69,22 +69,7 @@ Precedence:
   $GARRISON_CONFIG/garrison.toml if it exists), then the defaults. In the file,
   settings are snake_case keys (max_concurrent = 5, cpus = 4, ...), and
   [[outpost]] tables (id, backend, max_concurrent, cpus, memory_mb, disk_mb,
-  image, platform, repos) override them per outpost.
-
-Exit status:
-  0   stopped by SIGTERM or SIGINT (130 on a second one)
-  1   another failure (e.g. the --listen address is in use)
-  2   a usage error on the command line
-  78  a configuration error (EX_CONFIG): a bad setting or config file, a state
-      directory this user cannot write, or, checked once at start by listing
-      each outpost's queue, a token the fleet API refuses (401, 403) or an
-      outpost it does not know (404). Restarting will not help; the systemd
-      unit does not restart on it (RestartPreventExitStatus=78).
-  A fleet API that does not answer at start (connection refused, DNS, TLS,
-  timeout, 5xx) is not an exit: serve starts, logs the cause and retries,
-  and is not ready until the API answers. A refusal after start makes the
-  outpost not ready (garrison status exits 1) and is logged at error level
-  once a minute; running sessions go on.";
+  image, platform, repos) override them per outpost.";
 
 /// Serve Devin sessions of one or more outposts.
 #[derive(Args, Clone, Debug, PartialEq)]

@@ -1,4 +1,4 @@
-//! Reaping what runc leaves behind.
+//! Reaping what runc and runsc leave behind.
 //!
 //! `runc run --detach` and `runc exec --detach` exit once the container's
 //! init, or the process started in it, runs; the kernel hands that process
@@ -10,18 +10,31 @@
 //! processes started in the container, then its init): about 2 s on a
 //! machine whose init reaps on a timer.
 //!
-//! Garrison is therefore the subreaper of the processes its runc calls
-//! leave behind, and one thread reaps each of them, through a pidfd, the
-//! moment it ends. Only processes handed to [`adopt`] are reaped: the rest
-//! of Garrison's children belong to whoever spawned them (tokio waits for
-//! its own by pid). A process started by an earlier Garrison belongs to the
-//! machine's init, as before.
+//! Garrison is therefore the subreaper of the processes its runtime calls
+//! leave behind, and one thread reaps them. Two ways reach it:
 //!
-//! Being a subreaper applies to every descendant: a process that a tool
-//! Garrison runs leaves behind (a daemon forking away from it) becomes
-//! Garrison's child and stays a zombie until Garrison exits. Garrison runs
-//! no such tool on a session's path; Podman's `conmon`, in `garrison bench
-//! sandbox --peer podman`, is one.
+//! - processes handed to [`adopt`] (a container's init, runsc's gofer, the
+//!   processes `exec --detach` started), reaped through a pidfd the moment
+//!   they end;
+//! - every other child that has ended inside a sandbox's cgroup (below
+//!   [`SANDBOX_CGROUPS`]), found by [`sweep`] on each `SIGCHLD`. Under runsc
+//!   these are gVisor's own processes: the ptrace platform's stubs (one per
+//!   address space in the sandbox, named `exe`) fall to Garrison when the
+//!   Sentry dies, as it does when a fork bomb reaches the sandbox's task
+//!   limit, hundreds at a time. Nothing else waits for them.
+//!
+//! A child outside the sandboxes' cgroups is left alone: it is one that
+//! Garrison spawned (tokio and `std::process` wait for their own by pid,
+//! and reaping it here would steal its exit status), or one that a tool
+//! Garrison runs left behind (a daemon forking away from it), which stays
+//! a zombie until Garrison exits; Garrison runs no such tool on a
+//! session's path (Podman's `conmon`, in `garrison bench sandbox --peer
+//! podman`, is one). Garrison never spawns a child into a sandbox's
+//! cgroup: only the runtime puts processes there (runsc joins it for a
+//! moment while it starts the sandbox, and leaves before it exits), so a
+//! child that ended there is an orphan and nobody else's to wait for.
+//! A process started by an earlier Garrison belongs to the machine's init,
+//! as before.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Sender, channel};
@@ -30,9 +43,19 @@ use std::sync::{Mutex, OnceLock};
 use anyhow::Context;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+/// The cgroup (below each hierarchy's root) under which every sandbox's
+/// cgroup is made (see `runc::cgroups_path`).
+pub const SANDBOX_CGROUPS: &str = "/garrison";
+
+/// How often the thread sweeps even without a `SIGCHLD`: a backstop, should
+/// code elsewhere in the process replace the signal's handler.
+const SWEEP_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct Reaper {
     adopted: Mutex<Sender<OwnedFd>>,
-    /// Written to after each adoption, so the thread polls the new pidfd.
+    /// Written to after each adoption, so the thread polls the new pidfd,
+    /// and on each `SIGCHLD`, so it sweeps. Non-blocking: a full pipe
+    /// already wakes the thread.
     wake: OwnedFd,
 }
 
@@ -50,7 +73,19 @@ pub fn start() -> anyhow::Result<()> {
 
 fn start_reaper() -> anyhow::Result<Reaper> {
     nix::sys::prctl::set_child_subreaper(true).context("prctl(PR_SET_CHILD_SUBREAPER)")?;
-    let (wake_rx, wake_tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (wake_rx, wake_tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+    let raw_wake = wake_tx.as_raw_fd();
+    // SAFETY: the action only calls write(2), which is async-signal-safe, on
+    // a non-blocking pipe that is never closed (the Reaper lives in a static
+    // for the rest of the process). The registry chains to the handlers
+    // others registered (tokio's, for its own children).
+    unsafe {
+        signal_hook_registry::register(libc::SIGCHLD, move || {
+            let _ = libc::write(raw_wake, [1u8].as_ptr().cast(), 1);
+        })
+    }
+    .context("handling SIGCHLD")?;
     let (tx, rx) = channel::<OwnedFd>();
     std::thread::Builder::new()
         .name("garrison-reaper".into())
@@ -120,6 +155,17 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 /// Reaps the process behind `pidfd` if it has ended; true once it is no
 /// longer ours to wait for (reaped now, or by someone else).
 pub fn reap(pidfd: &OwnedFd) -> bool {
+    waitid_pidfd(pidfd).unwrap_or(true)
+}
+
+/// Reaps the process behind `pidfd` if it has ended; whether it did.
+fn reap_ended(pidfd: &OwnedFd) -> bool {
+    waitid_pidfd(pidfd).unwrap_or(false)
+}
+
+/// waitid(2) without blocking on the process behind `pidfd`: whether it
+/// reaped it; `None` when it is not (or no longer) this process's child.
+fn waitid_pidfd(pidfd: &OwnedFd) -> Option<bool> {
     // SAFETY: an all-zero siginfo_t is valid; waitid fills it.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid on a pidfd we own, WNOHANG: never blocks.
@@ -132,11 +178,12 @@ pub fn reap(pidfd: &OwnedFd) -> bool {
         )
     };
     // SAFETY: si_pid is set by a successful waitid (0 when nothing ended).
-    rc != 0 || unsafe { info.si_pid() } != 0
+    (rc == 0).then(|| unsafe { info.si_pid() } != 0)
 }
 
 fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
     let mut pidfds: Vec<OwnedFd> = Vec::new();
+    let backstop = PollTimeout::try_from(SWEEP_BACKSTOP).unwrap_or(PollTimeout::MAX);
     loop {
         let ready: Vec<bool> = {
             let mut fds = vec![PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
@@ -145,7 +192,7 @@ fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
                     .iter()
                     .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
             );
-            if poll(&mut fds, PollTimeout::NONE).is_err() {
+            if poll(&mut fds, backstop).is_err() {
                 continue;
             }
             fds.iter()
@@ -153,8 +200,8 @@ fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
                 .collect()
         };
         if ready[0] {
-            let mut buf = [0u8; 64];
-            let _ = nix::unistd::read(&wake, &mut buf);
+            let mut buf = [0u8; 256];
+            while matches!(nix::unistd::read(&wake, &mut buf), Ok(n) if n > 0) {}
             pidfds.extend(adopted.try_iter());
         }
         let mut index = 0;
@@ -162,7 +209,95 @@ fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
             index += 1;
             !(ready.get(index).copied().unwrap_or(false) && reap(fd))
         });
+        // On a wake (SIGCHLD, adoption) or the backstop's timeout alike.
+        sweep();
     }
+}
+
+/// Reaps every child of this process that has ended in a sandbox's cgroup
+/// (see the module's doc); how many it reaped.
+pub fn sweep() -> usize {
+    let me = std::process::id();
+    let mut reaped = 0;
+    for pid in children(me) {
+        let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}"));
+        // Most children run: one read tells.
+        if !read("stat").is_ok_and(|stat| is_ended_child(&stat, me)) {
+            continue;
+        }
+        // The pidfd before the checks that decide: it names this process
+        // even if the pid is reaped and reused while we look, so the checks
+        // can only let through a waitid that finds nothing.
+        let Some(pidfd) = pidfd_open(pid) else {
+            continue;
+        };
+        let (Ok(stat), Ok(cgroup)) = (read("stat"), read("cgroup")) else {
+            continue;
+        };
+        if is_sandbox_orphan(&stat, &cgroup, me) && reap_ended(&pidfd) {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// Whether the process described by `/proc/<pid>/stat` and
+/// `/proc/<pid>/cgroup` texts has ended, is a child of `me`, and ended in a
+/// sandbox's cgroup (in any hierarchy: cgroup v1 lists one line per
+/// hierarchy, v2 one line; a removed cgroup keeps its path, with
+/// ` (deleted)` after it on v2).
+fn is_sandbox_orphan(stat: &str, cgroup: &str, me: u32) -> bool {
+    let below = format!("{SANDBOX_CGROUPS}/");
+    is_ended_child(stat, me)
+        && cgroup
+            .lines()
+            .filter_map(|line| line.splitn(3, ':').nth(2))
+            .any(|path| path.starts_with(&below))
+}
+
+/// Whether `/proc/<pid>/stat` text is of a child of `me` that has ended
+/// (a zombie).
+fn is_ended_child(stat: &str, me: u32) -> bool {
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    state == Some("Z") && parent_of(stat) == Some(me)
+}
+
+/// The pids of `me`'s children: from each thread's `children` file (an
+/// orphan is handed to any thread of its subreaper), else, on a kernel
+/// without them, from every process's parent.
+fn children(me: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut listed = false;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            listed = true;
+            pids.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    if !listed {
+        pids = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| parent_of(&stat) == Some(me))
+            })
+            .collect();
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 #[cfg(test)]
@@ -175,5 +310,26 @@ mod tests {
         assert_eq!(parent_of("42 (a) S 1 (b) S 9) R 13 1 1"), Some(13));
         assert_eq!(parent_of("42 (sh"), None);
         assert_eq!(parent_of(""), None);
+    }
+
+    #[test]
+    fn only_ended_children_in_a_sandbox_cgroup_are_swept() {
+        let zombie = "42 (exe) Z 7 42 42 0 -1";
+        let v1 = "8:pids:/garrison/sb-1\n4:memory:/garrison/sb-1\n0::/\n";
+        assert!(is_sandbox_orphan(zombie, v1, 7));
+        assert!(is_sandbox_orphan(
+            zombie,
+            "0::/garrison/sb-1 (deleted)\n",
+            7
+        ));
+        // Another parent's, alive, or outside the sandboxes: left alone (a
+        // child Garrison spawned is waited for by whoever spawned it).
+        assert!(!is_sandbox_orphan(zombie, v1, 8));
+        assert!(!is_sandbox_orphan("42 (exe) S 7 42 42 0 -1", v1, 7));
+        assert!(!is_sandbox_orphan(zombie, "8:pids:/\n0::/user.slice\n", 7));
+        assert!(!is_sandbox_orphan(zombie, "0::/garrison\n", 7));
+        assert!(!is_sandbox_orphan(zombie, "0::/garrisonx/sb\n", 7));
+        // A name that looks like fields does not fool the state.
+        assert!(!is_sandbox_orphan("42 (a) Z 7) S 7 1 1", v1, 7));
     }
 }

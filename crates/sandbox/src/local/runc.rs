@@ -16,7 +16,7 @@ use super::reaper;
 
 /// The cgroup (below each hierarchy's root) of container `id`.
 pub fn cgroups_path(id: &str) -> String {
-    format!("/garrison/{id}")
+    format!("{}/{id}", reaper::SANDBOX_CGROUPS)
 }
 
 /// Whether `/proc/<pid>/cgroup` text puts the process in `path` (in any
@@ -387,11 +387,17 @@ impl Runc {
         }
         let args = self.args(&["delete", "--force", id]);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        match run(&self.binary.to_string_lossy(), &refs, &[]).await {
+        let deleted = match run(&self.binary.to_string_lossy(), &refs, &[]).await {
             Ok(()) => Ok(()),
             Err(_) if self.state(id).await.is_none() => Ok(()),
             Err(e) => Err(e.context(format!("deleting container {id}"))),
-        }
+        };
+        // What ended before the kill (runsc's stubs, when a fork bomb ended
+        // the Sentry) was never in `companions`: the reaper's thread sweeps
+        // it on SIGCHLD, and this sweep makes sure none is left once
+        // destroy returns.
+        let _ = tokio::task::spawn_blocking(reaper::sweep).await;
+        deleted
     }
 }
 

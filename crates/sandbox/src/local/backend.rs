@@ -185,6 +185,14 @@ impl LocalBackend {
         })
     }
 
+    /// Sends its sandboxes' allowed DNS queries to `upstream` instead of the
+    /// host's first `nameserver` (tests use a resolver of their own on the
+    /// host's loopback).
+    pub fn with_dns_upstream(mut self, upstream: std::net::SocketAddr) -> Self {
+        self.net.dns_upstream = Some(upstream);
+        self
+    }
+
     /// The command line of `runtime`, with its own state root.
     fn oci(config: &LocalConfig, runtime: Runtime) -> Runc {
         Runc {

@@ -43,6 +43,7 @@
 //! sandbox must not hold `CAP_NET_ADMIN` (it could rewrite the rules) or
 //! `CAP_NET_RAW` (a packet socket bypasses nftables).
 
+pub use dns_budget::{QUERIES_PER_SEC, QUERY_BURST};
 pub use rules::MAX_CONNECTIONS;
 
 mod dns;

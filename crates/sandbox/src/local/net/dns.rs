@@ -20,9 +20,21 @@
 //! with an address in a refused range (private, loopback, link-local,
 //! metadata; see `ranges`) that the policy does not name is refused whole,
 //! so a name cannot be rebound onto the host's networks; the gateway's own
-//! name is exempt. What lookups cost the host is bounded by `dns_budget`. Only UDP is served (a truncated answer makes a client
+//! name is exempt. Only UDP is served (a truncated answer makes a client
 //! retry over TCP, which is refused: rare for the A/AAAA answers that
 //! matter).
+//!
+//! What lookups cost the host is bounded by `dns_budget`: each sandbox's
+//! resolver reads at most [`QUERIES_PER_SEC`] queries a second, with bursts
+//! of [`QUERY_BURST`], so no more reach the upstream or come back from it.
+//! Over that budget the resolver stops reading its socket until a token
+//! returns, rather than answering REFUSED or SERVFAIL: an answer would
+//! still cost Garrison a receive, a parse and a send per query, and tell a
+//! client to give up at once; unread, the queries wait in the socket's
+//! receive buffer, and what overflows it is dropped by the kernel, at no
+//! cost to Garrison. A client that waits is slowed to the budget (its
+//! resolver retries after a timeout); a flood costs Garrison 100 queries a
+//! second, as a quiet sandbox would.
 //!
 //! Messages are parsed by the small bounded parser of `dns/message.rs` (a
 //! query is at most 512 bytes, an answer at most 4096; names are walked
@@ -48,7 +60,7 @@ use anyhow::anyhow;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
-use super::dns_budget::{self, Budget};
+use super::dns_budget::{self, Budget, QUERIES_PER_SEC, QUERY_BURST, TokenBucket};
 use message::{
     MAX_ANSWER, MAX_QUERY, RCODE_NXDOMAIN, RCODE_REFUSED, RCODE_SERVFAIL, TYPE_A, TYPE_AAAA,
     TYPE_CNAME, TYPE_HTTPS, TYPE_SVCB, answer_addresses, cap_ttls, error_reply, parse_query,
@@ -67,6 +79,9 @@ const PORT: u16 = 53;
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// Queries in flight per sandbox; more are dropped (the client retries).
 const MAX_IN_FLIGHT: usize = 32;
+/// Datagrams read from the upstream's socket per query before giving up on
+/// it: the answer, and a few that are not (a late answer to nothing, junk).
+const MAX_UPSTREAM_DATAGRAMS: usize = 8;
 
 /// What the resolver answers for: the policy as enforced, the networks
 /// inside internal ranges it names, and the gateway's name.
@@ -165,7 +180,10 @@ async fn serve(
     let socket = Arc::new(socket);
     let budget = Arc::new(Mutex::new(Budget::new(std::time::Instant::now())));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut queries = TokenBucket::new(QUERIES_PER_SEC, QUERY_BURST, std::time::Instant::now());
     let mut buf = vec![0u8; MAX_QUERY];
+    // When the last "over budget" warning was logged: one a minute at most.
+    let mut warned: Option<std::time::Instant> = None;
     loop {
         let (n, client) = match socket.recv_from(&mut buf).await {
             Ok(got) => got,
@@ -175,6 +193,21 @@ async fn serve(
                 continue;
             }
         };
+        // Over budget: nothing more is read until a token returns (see the
+        // module's doc); this query waits for it.
+        while let Err(wait) = queries.take(std::time::Instant::now()) {
+            let now = std::time::Instant::now();
+            if warned.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60)) {
+                warned = Some(now);
+                tracing::warn!(
+                    netns = %netns.display(),
+                    per_second = QUERIES_PER_SEC,
+                    burst = QUERY_BURST,
+                    "DNS: the sandbox asks more than its budget; its queries are slowed to it"
+                );
+            }
+            tokio::time::sleep(wait).await;
+        }
         let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
             continue;
         };
@@ -307,7 +340,7 @@ async fn forward(query: &[u8], upstream: Option<SocketAddr>) -> Option<Vec<u8>> 
     socket.send(query).await.ok()?;
     let mut buf = vec![0u8; MAX_ANSWER];
     let deadline = tokio::time::Instant::now() + UPSTREAM_TIMEOUT;
-    loop {
+    for _ in 0..MAX_UPSTREAM_DATAGRAMS {
         let n = tokio::time::timeout_at(deadline, socket.recv(&mut buf))
             .await
             .ok()?
@@ -318,6 +351,7 @@ async fn forward(query: &[u8], upstream: Option<SocketAddr>) -> Option<Vec<u8>> 
             return Some(buf);
         }
     }
+    None
 }
 
 /// The first `nameserver` of a resolv.conf, on port 53.

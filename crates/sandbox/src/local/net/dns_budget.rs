@@ -1,11 +1,23 @@
 //! What one sandbox's DNS lookups may cost the host.
 //!
-//! Each learned address is an nft call run by Garrison, outside the
-//! sandbox's CPU quota, and an element in a kernel set. A sandbox that
-//! resolves random names of a wildcard domain in a loop must not turn
-//! that into unbounded host work: nft updates are rate limited, the
-//! addresses a sandbox holds at once are capped, and an address already
-//! held for at least as long costs nothing.
+//! Each query is work for Garrison, outside the sandbox's CPU quota: a
+//! datagram to parse, an upstream socket, the answer to screen. Each
+//! learned address is an nft call run by Garrison and an element in a
+//! kernel set. A sandbox that resolves random names in a loop must not
+//! turn that into unbounded host work, so the resolver handles at most
+//! [`QUERIES_PER_SEC`] messages a second (bursts of [`QUERY_BURST`]), nft
+//! updates are rate limited, the addresses a sandbox holds at once are
+//! capped, and an address already held for at least as long costs nothing.
+//!
+//! The query budget is far above what builds and package installs ask: a
+//! lookup is two queries (A and AAAA, glibc asks both), an `apt-get
+//! install`, `pip install` or `npm install` resolves a handful of hosts
+//! (package managers keep their connections, npm caches lookups), and
+//! their bursts are tens of queries, at most a few hundred. A loop of
+//! lookups asks thousands a second and meets it within milliseconds; from
+//! then on it gets 100 answers a second, about as many as a legitimate
+//! session could use, and the rest of its queries are never read (see
+//! `dns.rs`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -21,6 +33,44 @@ pub(crate) const MAX_LEARNED: usize = 1024;
 /// nft updates per second, and the burst allowed above it.
 const UPDATES_PER_SEC: f64 = 10.0;
 const UPDATE_BURST: f64 = 40.0;
+/// Messages a sandbox's resolver handles per second (every query it reads,
+/// answered upstream or locally, so every upstream query and answer), and
+/// the burst allowed above it; see the module's doc for why these.
+pub const QUERIES_PER_SEC: f64 = 100.0;
+pub const QUERY_BURST: f64 = 400.0;
+
+/// A token bucket: `rate` tokens a second, holding at most `burst`; starts
+/// full. Time is passed in, so tests choose it.
+#[derive(Debug)]
+pub(crate) struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl TokenBucket {
+    pub(crate) fn new(rate: f64, burst: f64, now: Instant) -> Self {
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            refilled: now,
+        }
+    }
+
+    /// Takes a token; without one, how long until there is one.
+    pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.refilled = now.max(self.refilled);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+    }
+}
 
 /// Why an answer's addresses were not learned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +84,7 @@ pub(crate) enum Refusal {
 /// The budget of one sandbox's resolver.
 #[derive(Debug)]
 pub(crate) struct Budget {
-    tokens: f64,
-    refilled: Instant,
+    updates: TokenBucket,
     /// Learned addresses and when their set element times out.
     held: HashMap<IpAddr, Instant>,
 }
@@ -43,8 +92,7 @@ pub(crate) struct Budget {
 impl Budget {
     pub(crate) fn new(now: Instant) -> Self {
         Self {
-            tokens: UPDATE_BURST,
-            refilled: now,
+            updates: TokenBucket::new(UPDATES_PER_SEC, UPDATE_BURST, now),
             held: HashMap::new(),
         }
     }
@@ -75,13 +123,9 @@ impl Budget {
         if self.held.len() + fresh > MAX_LEARNED {
             return Err(Refusal::Full);
         }
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * UPDATES_PER_SEC).min(UPDATE_BURST);
-        self.refilled = now;
-        if self.tokens < 1.0 {
+        if self.updates.take(now).is_err() {
             return Err(Refusal::RateLimited);
         }
-        self.tokens -= 1.0;
         for (ip, ttl) in &needed {
             self.held
                 .insert(*ip, now + Duration::from_secs(u64::from(*ttl)));
@@ -149,6 +193,41 @@ mod tests {
             }
         }
         assert_eq!(n as usize, MAX_LEARNED);
+    }
+
+    #[test]
+    fn the_query_bucket_gives_its_burst_then_its_rate() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(QUERIES_PER_SEC, QUERY_BURST, t0);
+        let burst = (0..10_000).take_while(|_| b.take(t0).is_ok()).count();
+        assert_eq!(burst, QUERY_BURST as usize);
+        // Empty: the wait is one token's worth.
+        let wait = b.take(t0).unwrap_err();
+        assert_eq!(wait, Duration::from_secs_f64(1.0 / QUERIES_PER_SEC));
+        assert!(b.take(t0 + wait).is_ok());
+        // Over ten seconds of a flood that asks every millisecond, it lets
+        // through the rate, and nothing is saved up beyond the burst.
+        let mut now = t0 + wait;
+        let mut passed = 0;
+        for _ in 0..10_000 {
+            now += Duration::from_millis(1);
+            passed += usize::from(b.take(now).is_ok());
+        }
+        let expected = 10.0 * QUERIES_PER_SEC;
+        assert!((passed as f64 - expected).abs() <= 1.0, "{passed}");
+        let idle = now + Duration::from_secs(3600);
+        let burst = (0..10_000).take_while(|_| b.take(idle).is_ok()).count();
+        assert_eq!(burst, QUERY_BURST as usize);
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_takes_nothing_extra() {
+        let t0 = Instant::now() + Duration::from_secs(10);
+        let mut b = TokenBucket::new(10.0, 2.0, t0);
+        assert!(b.take(t0).is_ok() && b.take(t0).is_ok());
+        assert!(b.take(t0 - Duration::from_secs(5)).is_err());
+        assert!(b.take(t0).is_err());
+        assert!(b.take(t0 + Duration::from_millis(100)).is_ok());
     }
 
     #[test]

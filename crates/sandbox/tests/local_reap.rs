@@ -74,7 +74,14 @@ async fn a_fork_bomb_leaves_no_zombie(runtime: Runtime) {
     let names: Vec<String> = zombies
         .iter()
         .take(5)
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|pid| {
+            let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}"));
+            Some(format!(
+                "{} in {}",
+                read("stat").ok()?,
+                read("cgroup").ok()?
+            ))
+        })
         .collect();
     assert!(
         zombies.is_empty(),

@@ -16,25 +16,32 @@
 //! - processes handed to [`adopt`] (a container's init, runsc's gofer, the
 //!   processes `exec --detach` started), reaped through a pidfd the moment
 //!   they end;
-//! - every other child that has ended inside a sandbox's cgroup (below
-//!   [`SANDBOX_CGROUPS`]), found by [`sweep`] on each `SIGCHLD`. Under runsc
-//!   these are gVisor's own processes: the ptrace platform's stubs (one per
-//!   address space in the sandbox, named `exe`) fall to Garrison when the
-//!   Sentry dies, as it does when a fork bomb reaches the sandbox's task
-//!   limit, hundreds at a time. Nothing else waits for them.
+//! - every other child that has ended and is a sandbox's: in a sandbox's
+//!   cgroup (below [`SANDBOX_CGROUPS`]), or in the session of a process
+//!   handed to [`adopt`] or [`remember_sessions`] (the cgroup of a process
+//!   that dies after its sandbox's cgroup was removed reads as the root). [`sweep`] finds them
+//!   on each `SIGCHLD`. Under runsc these are gVisor's own processes: the
+//!   ptrace platform's stubs (one per address space in the sandbox, named
+//!   `exe`, in the session of the sandbox's process) fall to Garrison when
+//!   the Sentry dies, as it does when a fork bomb reaches the sandbox's
+//!   task limit, hundreds at a time. Nothing else waits for them.
 //!
-//! A child outside the sandboxes' cgroups is left alone: it is one that
-//! Garrison spawned (tokio and `std::process` wait for their own by pid,
-//! and reaping it here would steal its exit status), or one that a tool
-//! Garrison runs left behind (a daemon forking away from it), which stays
-//! a zombie until Garrison exits; Garrison runs no such tool on a
-//! session's path (Podman's `conmon`, in `garrison bench sandbox --peer
-//! podman`, is one). Garrison never spawns a child into a sandbox's
-//! cgroup: only the runtime puts processes there (runsc joins it for a
-//! moment while it starts the sandbox, and leaves before it exits), so a
-//! child that ended there is an orphan and nobody else's to wait for.
-//! A process started by an earlier Garrison belongs to the machine's init,
-//! as before.
+//! Any other child is left alone: it is one that Garrison spawned (tokio
+//! and `std::process` wait for their own by pid, and reaping it here would
+//! steal its exit status), or one that a tool Garrison runs left behind (a
+//! daemon forking away from it), which stays a zombie until Garrison
+//! exits; Garrison runs no such tool on a session's path (Podman's
+//! `conmon`, in `garrison bench sandbox --peer podman`, is one). Garrison
+//! never spawns a child into a sandbox's cgroup: only the runtime puts
+//! processes there (runsc joins it for a moment while it starts the
+//! sandbox, and leaves before it exits). Nor into a sandbox's session: the
+//! sessions recorded are those led by a sandbox's processes (the runtime
+//! or gVisor made them with `setsid`), never Garrison's. A session's id
+//! outlives its leader and may name a later session leader; the children
+//! of Garrison that could lead one are a sandbox's (the same rule) or the
+//! host backend's shim, whose exit status nobody waits for. A process
+//! started by an earlier Garrison belongs to the machine's init, as
+//! before.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Sender, channel};
@@ -47,6 +54,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 /// cgroup is made (see `runc::cgroups_path`).
 pub const SANDBOX_CGROUPS: &str = "/garrison";
 
+/// Sessions of adopted processes kept for [`sweep`]: the most recent, far
+/// more than the sandboxes a host runs at once.
+const SESSIONS_KEPT: usize = 4096;
+
 /// How often the thread sweeps even without a `SIGCHLD`: a backstop, should
 /// code elsewhere in the process replace the signal's handler.
 const SWEEP_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
@@ -57,6 +68,8 @@ struct Reaper {
     /// and on each `SIGCHLD`, so it sweeps. Non-blocking: a full pipe
     /// already wakes the thread.
     wake: OwnedFd,
+    /// Sessions led by adopted processes, oldest first.
+    sessions: Mutex<std::collections::VecDeque<u32>>,
 }
 
 static REAPER: OnceLock<Result<Reaper, String>> = OnceLock::new();
@@ -94,6 +107,7 @@ fn start_reaper() -> anyhow::Result<Reaper> {
     Ok(Reaper {
         adopted: Mutex::new(tx),
         wake: wake_tx,
+        sessions: Mutex::default(),
     })
 }
 
@@ -110,6 +124,7 @@ pub fn adopt(pid: u32) {
     if parent_of(&stat) != Some(std::process::id()) {
         return;
     }
+    remember_session(reaper, pid, &stat);
     // Our child cannot be reaped by anyone else, so the pid still names it.
     let Some(pidfd) = pidfd_open(pid) else {
         return;
@@ -121,11 +136,55 @@ pub fn adopt(pid: u32) {
     }
 }
 
+/// Records the sessions led by `pids`, processes in a sandbox's cgroup (any
+/// parent), so that [`sweep`] knows their members as the sandbox's after
+/// its cgroup is gone. Under runsc the ptrace stubs are in the session of
+/// the first stub, which is the Sentry's child, not Garrison's: a destroy
+/// records it before the runtime removes the cgroup.
+pub fn remember_sessions(pids: &[u32]) {
+    let Some(Ok(reaper)) = REAPER.get() else {
+        return;
+    };
+    for pid in pids {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            remember_session(reaper, *pid, &stat);
+        }
+    }
+}
+
+/// Records `pid`'s session if it leads one (`stat` is its
+/// `/proc/<pid>/stat`): never Garrison's own, which Garrison does not lead
+/// and whose members are Garrison's own children.
+fn remember_session(reaper: &Reaper, pid: u32, stat: &str) {
+    if session_of(stat) != Some(pid) {
+        return;
+    }
+    if let Ok(mut sessions) = reaper.sessions.lock()
+        && !sessions.contains(&pid)
+    {
+        if sessions.len() >= SESSIONS_KEPT {
+            sessions.pop_front();
+        }
+        sessions.push_back(pid);
+    }
+}
+
 /// The parent pid in the text of `/proc/<pid>/stat`: the second field after
 /// the command name, which is in parentheses and may hold anything.
 fn parent_of(stat: &str) -> Option<u32> {
+    stat_field(stat, 1)?.parse().ok()
+}
+
+/// The session id in the text of `/proc/<pid>/stat`.
+fn session_of(stat: &str) -> Option<u32> {
+    stat_field(stat, 3)?.parse().ok()
+}
+
+/// Field `n` after the command name of a `/proc/<pid>/stat` text (0: the
+/// state).
+fn stat_field(stat: &str, n: usize) -> Option<&str> {
     let (_, after_name) = stat.rsplit_once(')')?;
-    after_name.split_whitespace().nth(1)?.parse().ok()
+    after_name.split_whitespace().nth(n)
 }
 
 /// A pidfd of `pid`, which becomes readable when it dies, whoever its
@@ -218,6 +277,14 @@ fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
 /// (see the module's doc); how many it reaped.
 pub fn sweep() -> usize {
     let me = std::process::id();
+    let sessions: Vec<u32> = match REAPER.get() {
+        Some(Ok(reaper)) => reaper
+            .sessions
+            .lock()
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     let mut reaped = 0;
     for pid in children(me) {
         let read = |file: &str| std::fs::read_to_string(format!("/proc/{pid}/{file}"));
@@ -234,7 +301,7 @@ pub fn sweep() -> usize {
         let (Ok(stat), Ok(cgroup)) = (read("stat"), read("cgroup")) else {
             continue;
         };
-        if is_sandbox_orphan(&stat, &cgroup, me) && reap_ended(&pidfd) {
+        if is_sandbox_orphan(&stat, &cgroup, me, &sessions) && reap_ended(&pidfd) {
             reaped += 1;
         }
     }
@@ -242,26 +309,24 @@ pub fn sweep() -> usize {
 }
 
 /// Whether the process described by `/proc/<pid>/stat` and
-/// `/proc/<pid>/cgroup` texts has ended, is a child of `me`, and ended in a
-/// sandbox's cgroup (in any hierarchy: cgroup v1 lists one line per
-/// hierarchy, v2 one line; a removed cgroup keeps its path, with
-/// ` (deleted)` after it on v2).
-fn is_sandbox_orphan(stat: &str, cgroup: &str, me: u32) -> bool {
+/// `/proc/<pid>/cgroup` texts has ended, is a child of `me`, and is a
+/// sandbox's: it ended in a sandbox's cgroup (in any hierarchy: cgroup v1
+/// lists one line per hierarchy, v2 one line), or its session is one of
+/// `sessions`.
+fn is_sandbox_orphan(stat: &str, cgroup: &str, me: u32, sessions: &[u32]) -> bool {
     let below = format!("{SANDBOX_CGROUPS}/");
-    is_ended_child(stat, me)
-        && cgroup
-            .lines()
-            .filter_map(|line| line.splitn(3, ':').nth(2))
-            .any(|path| path.starts_with(&below))
+    let in_sandbox_cgroup = cgroup
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .any(|path| path.starts_with(&below));
+    let in_sandbox_session = session_of(stat).is_some_and(|s| sessions.contains(&s));
+    is_ended_child(stat, me) && (in_sandbox_cgroup || in_sandbox_session)
 }
 
 /// Whether `/proc/<pid>/stat` text is of a child of `me` that has ended
 /// (a zombie).
 fn is_ended_child(stat: &str, me: u32) -> bool {
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    state == Some("Z") && parent_of(stat) == Some(me)
+    stat_field(stat, 0) == Some("Z") && parent_of(stat) == Some(me)
 }
 
 /// The pids of `me`'s children: from each thread's `children` file (an
@@ -313,23 +378,37 @@ mod tests {
     }
 
     #[test]
-    fn only_ended_children_in_a_sandbox_cgroup_are_swept() {
+    fn only_ended_children_of_a_sandbox_are_swept() {
         let zombie = "42 (exe) Z 7 42 42 0 -1";
         let v1 = "8:pids:/garrison/sb-1\n4:memory:/garrison/sb-1\n0::/\n";
-        assert!(is_sandbox_orphan(zombie, v1, 7));
+        let root = "8:pids:/\n4:memory:/\n0::/\n";
+        assert!(is_sandbox_orphan(zombie, v1, 7, &[]));
         assert!(is_sandbox_orphan(
             zombie,
             "0::/garrison/sb-1 (deleted)\n",
-            7
+            7,
+            &[]
         ));
-        // Another parent's, alive, or outside the sandboxes: left alone (a
-        // child Garrison spawned is waited for by whoever spawned it).
-        assert!(!is_sandbox_orphan(zombie, v1, 8));
-        assert!(!is_sandbox_orphan("42 (exe) S 7 42 42 0 -1", v1, 7));
-        assert!(!is_sandbox_orphan(zombie, "8:pids:/\n0::/user.slice\n", 7));
-        assert!(!is_sandbox_orphan(zombie, "0::/garrison\n", 7));
-        assert!(!is_sandbox_orphan(zombie, "0::/garrisonx/sb\n", 7));
+        // Its cgroup gone, it is known by its session.
+        let stub = "43 (exe) Z 7 40 40 0 -1";
+        assert!(is_sandbox_orphan(stub, root, 7, &[40]));
+        assert!(!is_sandbox_orphan(stub, root, 7, &[41]));
+        // Another parent's, alive, or neither in a sandbox's cgroup nor its
+        // session: left alone (a child Garrison spawned is waited for by
+        // whoever spawned it).
+        assert!(!is_sandbox_orphan(zombie, v1, 8, &[]));
+        assert!(!is_sandbox_orphan("42 (exe) S 7 42 42 0 -1", v1, 7, &[42]));
+        assert!(!is_sandbox_orphan(
+            zombie,
+            "8:pids:/\n0::/user.slice\n",
+            7,
+            &[]
+        ));
+        assert!(!is_sandbox_orphan(zombie, "0::/garrison\n", 7, &[]));
+        assert!(!is_sandbox_orphan(zombie, "0::/garrisonx/sb\n", 7, &[]));
         // A name that looks like fields does not fool the state.
-        assert!(!is_sandbox_orphan("42 (a) Z 7) S 7 1 1", v1, 7));
+        assert!(!is_sandbox_orphan("42 (a) Z 7) S 7 1 1", v1, 7, &[1]));
+        assert_eq!(session_of("42 (a) Z 7) S 7 1 1"), Some(1));
+        assert_eq!(session_of(stub), Some(40));
     }
 }

@@ -362,11 +362,11 @@ impl Runc {
                 .is_ok_and(|text| in_cgroup(&text, &cgroup))
         });
         if let Some(init) = init {
-            let companions: Vec<_> = self
-                .companions(id, init_pid.unwrap_or_default())
-                .into_iter()
-                .filter_map(reaper::pidfd)
-                .collect();
+            let companions = self.companions(id, init_pid.unwrap_or_default());
+            // Those that die after the runtime removed the cgroup are known
+            // by their session (see `reaper::sweep`).
+            reaper::remember_sessions(&companions);
+            let companions: Vec<_> = companions.into_iter().filter_map(reaper::pidfd).collect();
             // Through the runtime, which also thaws a paused container (a frozen
             // process dies only once thawed).
             let _ = self.call(&["kill", id, "KILL"]).await;

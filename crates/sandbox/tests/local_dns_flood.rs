@@ -77,31 +77,39 @@ fn answer(query: &[u8]) -> Option<Vec<u8>> {
     Some(reply)
 }
 
-/// Until `/tmp/stop` exists (at most 60 s), A queries for ever new names to
-/// the sandbox's resolver, as fast as bash can write them; then prints why
-/// it stopped and how many it sent.
+/// A queries for ever new names to the sandbox's resolver, as fast as bash
+/// can write them: at least 20,000, and until `flood-stop` exists in its
+/// directory, the workdir (not `/tmp`, the Sentry's own tmpfs under runsc);
+/// at most 60 s. Then prints why it stopped and how many it sent.
 const FLOOD: &str = r"
 exec 3<>/dev/udp/127.0.0.53/53
 end=$((SECONDS + 60))
 i=0
-while [ ! -e /tmp/stop ] && [ $SECONDS -lt $end ]; do
+while { [ $i -lt 20000 ] || [ ! -e flood-stop ]; } && [ $SECONDS -lt $end ]; do
   printf '\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06q%05d\x05flood\x04test\x00\x00\x01\x00\x01' $((i % 100000)) >&3
   i=$((i + 1))
 done
-if [ -e /tmp/stop ]; then echo stopped $i; else echo timed-out $i; fi
+if [ -e flood-stop ]; then echo stopped $i; else echo timed-out $i; fi
 ";
 
 /// Ten lookups of `ok.test` in a row, each printing the reply's rcode and
-/// answer count (`0 1` for a good answer), or `none`.
-const LOOKUPS: &str = r"
+/// answer count (`0 1` for a good answer), or `none:` and dd's complaint.
+const LOOKUPS: &str = r#"
 for n in 0 1 2 3 4 5 6 7 8 9; do
   exec 3<>/dev/udp/127.0.0.53/53
   printf '\x43\x2'$n'\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x02ok\x04test\x00\x00\x01\x00\x01' >&3
-  set -- $(timeout 10 dd bs=512 count=1 <&3 2>/dev/null | od -An -tx1 -N8)
+  # Under runsc a read before the reply came fails at once (EAGAIN) instead
+  # of blocking: read again, for at most 10 s.
+  for try in $(seq 100); do
+    reply=$(timeout 10 dd bs=512 count=1 <&3 2>/tmp/lookup.err | od -An -tx1 -N8)
+    [ -n "$reply" ] && break
+    sleep 0.1
+  done
   exec 3>&-
-  if [ $# -eq 8 ]; then echo $(( 0x$4 & 15 )) $(( 0x$7 * 256 + 0x$8 )); else echo none; fi
+  set -- $reply
+  if [ $# -eq 8 ]; then echo $(( 0x$4 & 15 )) $(( 0x$7 * 256 + 0x$8 )); else echo none: $(cat /tmp/lookup.err); fi
 done
-";
+"#;
 
 async fn run_in(s: &Sized, script: &str) -> sandbox::ProcessRef {
     let spec = ProcessSpec {
@@ -173,7 +181,12 @@ async fn a_flood_is_held_to_the_budget(runtime: Runtime) {
 
     flooder
         .backend
-        .put_file(&flooder.handle, "/tmp/stop", b"", 0o644)
+        .put_file(
+            &flooder.handle,
+            &format!("{}/flood-stop", flooder.handle.workdir),
+            b"",
+            0o644,
+        )
         .await
         .unwrap();
     let status = tokio::time::timeout(

@@ -88,3 +88,35 @@ pub fn unrestorable(state_dir: &std::path::Path) -> Check {
          until snapshot retention deletes them; `garrison sessions` shows each one's error",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::doctor::check::Outcome;
+
+    #[test]
+    fn sessions_given_up_here_are_listed_with_their_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(unrestorable(dir.path()).outcome, Outcome::Info);
+        let store =
+            orchestrator::store::Store::open(&orchestrator::serve::db_path(dir.path())).unwrap();
+        assert_eq!(unrestorable(dir.path()).outcome, Outcome::Pass);
+        store
+            .mark_unrestorable(&orchestrator::store::Unrestorable {
+                session_id: "devin-deep".into(),
+                snapshot_id: "snap-1".into(),
+                reason: "a path of 7700 bytes, longer than PATH_MAX".into(),
+                at: 1,
+            })
+            .unwrap();
+        let check = unrestorable(dir.path());
+        assert_eq!(check.outcome, Outcome::Warn);
+        assert!(
+            check
+                .detail
+                .contains("devin-deep (snapshot snap-1): a path of 7700 bytes"),
+            "{}",
+            check.detail
+        );
+    }
+}

@@ -74,6 +74,7 @@ impl SessionLogs {
         kind: &str,
         detail: &serde_json::Value,
     ) -> std::io::Result<()> {
+        let detail = crate::store::bound::detail(detail);
         let line = serde_json::json!({ "at": at_ms, "kind": kind, "detail": detail }).to_string();
         let mut line = self.redactor.scrub(&line);
         line.push('\n');

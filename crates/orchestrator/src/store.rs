@@ -19,12 +19,15 @@ use anyhow::{Context, Result};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+pub mod bound;
 mod checkpoint;
 mod history;
 mod sessions;
+mod unrestorable;
 
 pub use history::{Event, SnapshotReason, StoredSnapshot};
 pub use sessions::{SessionRecord, stage_label};
+pub use unrestorable::Unrestorable;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (
@@ -69,6 +72,12 @@ CREATE TABLE IF NOT EXISTS events (
     detail      TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_session ON events(session_id, id);
+CREATE TABLE IF NOT EXISTS unrestorable (
+    session_id  TEXT PRIMARY KEY,
+    snapshot_id TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    at          INTEGER NOT NULL
+);
 "#;
 
 pub struct Store {

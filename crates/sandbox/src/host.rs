@@ -33,7 +33,7 @@ use anyhow::{Context, anyhow};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::names::is_plain_id;
 use crate::shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
@@ -443,7 +443,8 @@ impl Sandbox for HostBackend {
         let mut line = String::new();
         tokio::time::timeout(
             SHIM_START_TIMEOUT,
-            BufReader::new(stdout).read_line(&mut line),
+            // The shim answers with one short line; nothing longer is read.
+            BufReader::new(stdout.take(4096)).read_line(&mut line),
         )
         .await
         .map_err(|_| {

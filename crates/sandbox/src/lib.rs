@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub mod bounded_output;
 pub mod conformance;
 pub mod host;
 pub mod local;
@@ -305,6 +306,12 @@ pub enum SandboxError {
     /// decryption): it is kept untouched for inspection.
     #[error("{0}")]
     Corrupt(String),
+    /// A snapshot that is intact but cannot be restored, for a reason
+    /// retrying cannot mend (a path deeper than the host's `PATH_MAX`, an
+    /// unpack that outlasts its time bound): it is kept untouched for the
+    /// operator. The text is bounded.
+    #[error("{0}")]
+    Unrestorable(String),
 }
 
 impl SandboxError {
@@ -316,6 +323,9 @@ impl SandboxError {
     }
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Self::Corrupt(_))
+    }
+    pub fn is_unrestorable(&self) -> bool {
+        matches!(self, Self::Unrestorable(_))
     }
 }
 

@@ -171,7 +171,10 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
     }
     sections.push((
         format!("State directory {}", state_dir.display()),
-        vec![host::disk_space(&state_dir)],
+        vec![
+            host::disk_space(&state_dir),
+            store::unrestorable(&state_dir),
+        ],
     ));
     sections
 }

@@ -62,6 +62,10 @@ pub struct ClaimObs<'a> {
     /// Claims this loop released, with the entry's `updated_at` then: not
     /// released again until the entry changes.
     pub released: &'a BTreeMap<String, Option<Timestamp>>,
+    /// Sessions whose snapshot this host cannot restore (recorded in the
+    /// state store): never claimed here again while the mark stands, since
+    /// every claim would fail the same way.
+    pub unrestorable: &'a BTreeSet<String>,
 }
 
 /// What to do about one queue entry.
@@ -167,6 +171,9 @@ fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
 }
 
 fn claimable_unless_lost(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
+    if obs.unrestorable.contains(entry.session_id()) {
+        return false;
+    }
     if obs
         .cooldown
         .get(entry.session_id())

@@ -46,6 +46,10 @@ pub enum StartFailure {
     /// The snapshot to restore from failed its integrity check (its hash,
     /// its decryption).
     RestoreCorrupt,
+    /// The snapshot is intact but cannot be restored, for a reason no
+    /// other attempt mends (a path longer than `PATH_MAX`, a restore past
+    /// its time bound).
+    RestoreUnrestorable,
 }
 
 /// The next step of a start.
@@ -67,6 +71,11 @@ pub enum StartPlan {
     /// Fail the session: its snapshot failed its integrity check, and is
     /// kept for inspection rather than silently replaced.
     FailCorrupt,
+    /// Give the session up here: its snapshot cannot be restored. It is
+    /// kept for the operator (never replaced by a fresh start, which would
+    /// lose the work it holds), the claim is released with the reason, and
+    /// the session is marked so this Garrison does not claim it again.
+    GiveUpUnrestorable,
 }
 
 impl StartPlan {
@@ -106,6 +115,9 @@ pub fn plan_start(obs: &StartObs) -> StartPlan {
     }
     if obs.failed == Some(StartFailure::RestoreGone) {
         return StartPlan::Fresh(FreshReason::SnapshotGone);
+    }
+    if obs.failed == Some(StartFailure::RestoreUnrestorable) {
+        return StartPlan::GiveUpUnrestorable;
     }
     if obs.failed == Some(StartFailure::RestoreCorrupt) {
         return if obs.corrupt_snapshot_starts_fresh {

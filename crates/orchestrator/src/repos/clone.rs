@@ -121,16 +121,21 @@ async fn clone_on_host(
         .kill_on_drop(true)
         .spawn()
         .context("running git on this host (is git installed?)")?;
-    let out = tokio::time::timeout(CLONE_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "git clone of {} did not finish within {CLONE_TIMEOUT:?}",
-                clone.url
-            )
-        })??;
+    // git's messages are the repository host's words: only their tail is
+    // kept (`bounded_output`).
+    let out = tokio::time::timeout(
+        CLONE_TIMEOUT,
+        sandbox::bounded_output::wait_with_output(child),
+    )
+    .await
+    .map_err(|_| {
+        anyhow!(
+            "git clone of {} did not finish within {CLONE_TIMEOUT:?}",
+            clone.url
+        )
+    })??;
     let mut output = out.stdout;
-    output.extend_from_slice(&out.stderr);
+    output.extend_from_slice(out.stderr.bytes());
     Ok((out.status, output))
 }
 
@@ -176,12 +181,9 @@ async fn upload(
             .map_err(|e| anyhow!(e).context("copying the clone into the sandbox"))?;
         parts.push(path);
     }
-    let done = tar.wait_with_output().await?;
+    let done = sandbox::bounded_output::wait_with_output(tar).await?;
     if !done.status.success() {
-        bail!(
-            "packing the clone failed: {}",
-            String::from_utf8_lossy(&done.stderr).trim()
-        );
+        bail!("packing the clone failed: {}", done.stderr_text());
     }
     Ok(parts)
 }

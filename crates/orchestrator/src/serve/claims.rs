@@ -61,6 +61,9 @@ pub(super) async fn claim_round(
     let now = now_ms();
     cooldown.retain(|_, until| *until > now);
     let finished_here = finished_here(deps, &entries, held);
+    // A failed read leaves the set empty: such a session is then claimed,
+    // fails its restore once more, bounded, and is marked again.
+    let unrestorable = deps.store.unrestorable_ids().unwrap_or_default();
     let actions = plan_claims(&ClaimObs {
         now: now_ms(),
         acceptor_id: &deps.acceptor_id,
@@ -73,6 +76,7 @@ pub(super) async fn claim_round(
         cooldown,
         finished_here: &finished_here,
         released,
+        unrestorable: &unrestorable,
     });
     for action in actions {
         match action {

@@ -280,6 +280,71 @@ mod tests {
         assert_eq!(store.snapshots("new").unwrap().len(), 1);
     }
 
+    /// A session whose restarts kept failing leaves a recovery snapshot per
+    /// claim; once it has ended (given up here, then terminated by Devin
+    /// while no one held it, so no wind-down deleted them), they go by the
+    /// same retention as every other snapshot, and the unrestorable mark
+    /// with them.
+    #[tokio::test]
+    async fn recovery_snapshots_of_an_ended_session_expire_like_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+            root: dir.path().join("host"),
+            snapshot_dir: dir.path().join("snapshots"),
+            snapshot_store: None,
+            shim_exe: "/nonexistent".into(),
+        })
+        .unwrap();
+        let store = Store::in_memory().unwrap();
+        let mut rec =
+            crate::store::SessionRecord::new("ended", "o", fleet::SessionKind::Resume, "host", 1);
+        rec.stage = Stage::Done(Finish::Failed);
+        store.put_session(&rec).unwrap();
+        let spec = sandbox::SandboxSpec {
+            name: sandbox::SandboxName::for_session("ended"),
+            labels: sandbox::session_labels("ended", "o"),
+            image: None,
+            restore_from: None,
+            resources: Default::default(),
+            network: Default::default(),
+        };
+        let handle = backend.create(&spec).await.unwrap();
+        let mut recovery = Vec::new();
+        for _ in 0..3 {
+            let snapshot = backend.snapshot(&handle).await.unwrap();
+            store
+                .add_snapshot(&StoredSnapshot {
+                    session_id: "ended".into(),
+                    reason: SnapshotReason::Recovery,
+                    snapshot: snapshot.clone(),
+                })
+                .unwrap();
+            recovery.push(snapshot);
+        }
+        backend.destroy(&handle).await.unwrap();
+        store
+            .mark_unrestorable(&crate::store::Unrestorable {
+                session_id: "ended".into(),
+                snapshot_id: recovery[2].id.clone(),
+                reason: "deep".into(),
+                at: 1,
+            })
+            .unwrap();
+        let day = Duration::from_secs(86_400);
+        let newest = recovery.iter().map(|s| s.created_at_ms).max().unwrap();
+        assert_eq!(
+            expire_snapshots(&store, &backend, 30 * day, newest + day.as_millis() as i64).await,
+            0
+        );
+        let later = newest + 31 * 86_400_000;
+        assert_eq!(expire_snapshots(&store, &backend, 30 * day, later).await, 3);
+        for snapshot in &recovery {
+            assert!(!backend.snapshot_exists(snapshot).await.unwrap());
+        }
+        assert!(store.snapshots("ended").unwrap().is_empty());
+        assert!(store.unrestorable_ids().unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn a_shared_store_loses_old_snapshots_whichever_host_made_them() {
         let dir = tempfile::tempdir().unwrap();

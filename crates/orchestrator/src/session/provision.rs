@@ -99,6 +99,12 @@ impl SessionRunner {
                             return Ok((handle, plan.keeps_workspace()));
                         }
                         Err(e) if e.is_gone() => obs.failed = Some(StartFailure::RestoreGone),
+                        Err(e) if e.is_unrestorable() => {
+                            let reason = sandbox::bounded_output::clip_error(&e.to_string());
+                            warn!(session_id = self.id(), snapshot = from.id, error = %reason, "the snapshot cannot be restored here");
+                            refused = Some(reason);
+                            obs.failed = Some(StartFailure::RestoreUnrestorable);
+                        }
                         Err(e) if e.is_corrupt() => {
                             warn!(session_id = self.id(), error = %e, "the snapshot failed its integrity check");
                             self.event(
@@ -110,6 +116,14 @@ impl SessionRunner {
                         }
                         Err(e) => return Err(StartError::Failed(e.into())),
                     }
+                }
+                StartPlan::GiveUpUnrestorable => {
+                    let snapshot_id = snapshot.as_ref().map(|s| s.id.clone()).unwrap_or_default();
+                    return Err(StartError::Unrestorable {
+                        snapshot_id,
+                        reason: refused
+                            .unwrap_or_else(|| "the snapshot cannot be restored here".to_owned()),
+                    });
                 }
                 StartPlan::FailCorrupt => {
                     return Err(StartError::Corrupt(refused.unwrap_or_else(|| {

@@ -9,10 +9,11 @@ use fleet::QueueEntry;
 use serde_json::json;
 use tracing::{error, warn};
 
-use super::{RecordFailed, SessionRunner, record_failure};
+use super::{RecordFailed, SessionRunner, now_ms, record_failure};
 use crate::contract;
 use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
+use crate::store::Unrestorable;
 
 pub(super) enum StartError {
     /// The session must not be started at all (the binary failed
@@ -26,6 +27,13 @@ pub(super) enum StartError {
     /// The snapshot to restore failed its integrity check: the session
     /// fails (the snapshot is kept), since retrying cannot mend it.
     Corrupt(String),
+    /// The snapshot is intact but this host cannot restore it: the session
+    /// is given up here once (marked in the store, so it is not claimed
+    /// here again), the claim released, the snapshot kept.
+    Unrestorable {
+        snapshot_id: String,
+        reason: String,
+    },
 }
 
 impl SessionRunner {
@@ -69,6 +77,38 @@ impl SessionRunner {
                 self.rec.error = Some(reason);
                 self.set_stage(Stage::Finishing(Finish::Failed))?;
             }
+            Err(StartError::Unrestorable {
+                snapshot_id,
+                reason,
+            }) => {
+                let reason = self.deps.logs.redactor().scrub(&reason);
+                error!(
+                    session_id = self.id(),
+                    snapshot = snapshot_id,
+                    reason,
+                    "the session's snapshot cannot be restored here; giving the session up \
+                     (the snapshot is kept; this Garrison will not claim it again)"
+                );
+                // Marked before the release, so no later round claims it.
+                self.deps
+                    .store
+                    .mark_unrestorable(&Unrestorable {
+                        session_id: self.id().to_owned(),
+                        snapshot_id: snapshot_id.clone(),
+                        reason: reason.clone(),
+                        at: now_ms(),
+                    })
+                    .map_err(RecordFailed)?;
+                self.rec.error = Some(format!(
+                    "snapshot {snapshot_id} cannot be restored here (kept; this Garrison will \
+                     not claim the session again): {reason}"
+                ));
+                self.event(
+                    "start_given_up",
+                    json!({ "reason": reason, "snapshot": snapshot_id, "unrestorable": true }),
+                );
+                self.set_stage(Stage::Finishing(Finish::Released))?;
+            }
             Err(StartError::Deadline) => {
                 // The planner renews next; nothing failed.
             }
@@ -76,7 +116,9 @@ impl SessionRunner {
             Err(StartError::Failed(e)) => {
                 let e = record_failure(e)?;
                 self.rec.start_failures += 1;
-                let message = self.deps.logs.redactor().scrub(&format!("{e:#}"));
+                let message = sandbox::bounded_output::clip_error(
+                    &self.deps.logs.redactor().scrub(&format!("{e:#}")),
+                );
                 warn!(session_id = self.id(), attempt = self.rec.start_failures, error = %message, "starting the session failed");
                 self.rec.error = Some(message.clone());
                 self.event(

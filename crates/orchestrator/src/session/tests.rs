@@ -14,6 +14,8 @@ use crate::planner::Finish;
 use crate::redact::Redactor;
 use crate::settings::Repos;
 
+mod unrestorable;
+
 const SESSION: &str = "s1";
 const SHA: &str = "abcdef1";
 
@@ -108,11 +110,21 @@ impl World {
 
     /// A runner for a claim the server answered with `answer`, recorded as
     /// the claim round records it.
-    fn runner_claimed_with(&self, mut rec: SessionRecord, answer: QueueEntry) -> SessionRunner {
+    fn runner_claimed_with(&self, rec: SessionRecord, answer: QueueEntry) -> SessionRunner {
+        self.runner_on(rec, answer, self.backend.clone())
+    }
+
+    /// [`Self::runner_claimed_with`] on another backend.
+    fn runner_on(
+        &self,
+        mut rec: SessionRecord,
+        answer: QueueEntry,
+        backend: Arc<dyn sandbox::Sandbox>,
+    ) -> SessionRunner {
         rec.claim_deadline = answer.status.claim_deadline.map(|d| d.unix_millis());
         let deps = Deps {
             client: FleetClient::new(&self.api_url, "token".into(), Default::default()).unwrap(),
-            backend: self.backend.clone(),
+            backend,
             store: self.store.clone(),
             resolver: Arc::new(self.resolver()),
             view: QueueView::new("o"),

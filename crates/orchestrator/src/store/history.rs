@@ -112,10 +112,16 @@ impl Store {
         )
     }
 
+    /// Forgets a snapshot, and the mark of a session found unrestorable
+    /// from it: with the snapshot gone, a claim would start afresh.
     pub fn remove_snapshot(&self, snapshot_id: &str) -> Result<()> {
         self.write(|c| {
-            c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id])
-                .map(drop)
+            c.execute("DELETE FROM snapshots WHERE id = ?1", [snapshot_id])?;
+            c.execute(
+                "DELETE FROM unrestorable WHERE snapshot_id = ?1",
+                [snapshot_id],
+            )
+            .map(drop)
         })
     }
 
@@ -126,7 +132,7 @@ impl Store {
         kind: &str,
         detail: &serde_json::Value,
     ) -> Result<i64> {
-        let detail = json(detail)?;
+        let detail = json(&super::bound::detail(detail))?;
         self.write(|c| {
             c.prepare_cached(
                 "INSERT INTO events (session_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",

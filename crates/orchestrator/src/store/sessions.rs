@@ -94,6 +94,7 @@ impl Store {
         let stage = json(&record.stage)?;
         let handle = opt_json(&record.handle)?;
         let process = opt_json(&record.process)?;
+        let error = record.error.as_deref().map(super::bound::error_text);
         // Cached: a thousand sessions write their records many times a
         // minute, and parsing the statement each time was most of the cost.
         self.write(|c| {
@@ -114,7 +115,7 @@ impl Store {
                     record.restarts,
                     record.start_failures,
                     record.output_offset as i64,
-                    record.error,
+                    error,
                     record.claimed_at,
                     record.running_at,
                     record.updated_at,

@@ -9,15 +9,35 @@
 //! The layer is the sandbox's, so its shape is the attacker's: a sparse
 //! file claims any size for free. Sparse files are packed as sparse (tar
 //! reads only their data), and a pack is bounded in bytes written (the
-//! kernel stops zstd at the limit) and in time.
+//! kernel stops zstd at the limit) and in time. A restore is bounded in
+//! time too, in proportion to the archive's size ([`restore_bound`]); what
+//! the tools say is kept to its last few KiB (`bounded_output`).
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
+
+use crate::SandboxError;
+use crate::bounded_output::wait_with_output;
 
 mod split;
+mod watchdog;
+
+/// A restore's time bound: this much for any archive, plus
+/// [`RESTORE_PER_MIB`] per MiB of it. A snapshot's content restores at
+/// tens of MB a second; an archive of links and directories alone
+/// (hundreds of thousands of members in a few MB) is the slow kind, and
+/// 3 million hard links (about 10 MB) took 79 s, well inside it.
+pub const RESTORE_BASE: Duration = Duration::from_secs(300);
+pub const RESTORE_PER_MIB: Duration = Duration::from_secs(2);
+
+/// How long restoring an archive of `bytes` may take.
+pub fn restore_bound(bytes: u64) -> Duration {
+    RESTORE_BASE + RESTORE_PER_MIB * u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
 
 /// POSIX (pax) format, which `--xattrs` needs anyway: every member is a
 /// ustar header with its pax records, never an old GNU sparse or long-name
@@ -127,22 +147,16 @@ async fn pack_to(
         });
     }
     let zstd = zstd.spawn().context("running zstd")?;
-    let (tar_done, zstd_done) = tokio::join!(tar.wait_with_output(), zstd.wait_with_output());
+    let (tar_done, zstd_done) = tokio::join!(wait_with_output(tar), wait_with_output(zstd));
     let (tar_done, zstd_done) = (tar_done?, zstd_done?);
     if std::fs::metadata(partial).is_ok_and(|m| m.len() >= max_bytes) {
         bail!("the snapshot would exceed its limit of {max_bytes} bytes");
     }
     if !tar_done.status.success() {
-        bail!(
-            "tar failed: {}",
-            String::from_utf8_lossy(&tar_done.stderr).trim()
-        );
+        bail!("tar failed: {}", tar_done.stderr_text());
     }
     if !zstd_done.status.success() {
-        bail!(
-            "zstd failed: {}",
-            String::from_utf8_lossy(&zstd_done.stderr).trim()
-        );
+        bail!("zstd failed: {}", zstd_done.stderr_text());
     }
     Ok(())
 }
@@ -152,17 +166,60 @@ async fn pack_to(
 /// holding what snapshots never do, or a `tar` error), with one `tar` after
 /// `upper` is emptied again, so the fast path never fails a restore the plain
 /// one makes. `scratch`: a private directory on the host for spool files.
+///
+/// A snapshot that no attempt can restore fails with
+/// [`SandboxError::Unrestorable`]: one holding a path longer than
+/// `PATH_MAX`, or one whose restore outlasts [`restore_bound`] (its tars
+/// are killed then; a bound this generous is only passed by an archive
+/// shaped to cost, and another attempt would cost as much again).
 pub async fn unpack(archive: &Path, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::metadata(archive)
+        .with_context(|| format!("reading {}", archive.display()))?
+        .len();
+    unpack_within(archive, upper, scratch, restore_bound(bytes)).await
+}
+
+/// [`unpack`] with the time bound given.
+pub async fn unpack_within(
+    archive: &Path,
+    upper: &Path,
+    scratch: &Path,
+    bound: Duration,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let dog = Arc::new(watchdog::Watchdog::start(bound)?);
     let owned = (archive.to_owned(), upper.to_owned(), scratch.to_owned());
+    let watching = dog.clone();
     let parallel = tokio::task::spawn_blocking(move || {
         let (archive, upper, scratch) = owned;
-        split::unpack(&archive, &upper, &scratch, split::workers())
+        split::unpack(&archive, &upper, &scratch, split::workers(), &watching)
     })
     .await?;
+    if dog.expired() {
+        return Err(out_of_time(bound));
+    }
     let Err(e) = parallel else { return Ok(()) };
+    if e.downcast_ref::<SandboxError>()
+        .is_some_and(SandboxError::is_unrestorable)
+    {
+        return Err(e);
+    }
     tracing::warn!(error = %format!("{e:#}"), "a parallel restore failed; restoring with one tar");
     empty(upper).context("emptying the layer for a second restore")?;
-    unpack_serial(archive, upper).await
+    let left = bound.saturating_sub(started.elapsed());
+    match tokio::time::timeout(left, unpack_serial(archive, upper)).await {
+        Ok(result) => result,
+        // Dropped, the serial restore's children are killed.
+        Err(_) => Err(out_of_time(bound)),
+    }
+}
+
+fn out_of_time(bound: Duration) -> anyhow::Error {
+    anyhow!(SandboxError::Unrestorable(format!(
+        "restoring the snapshot took longer than its bound of {} s (5 minutes and 2 s per MiB \
+         of archive); its tars were stopped and the snapshot is kept",
+        bound.as_secs()
+    )))
 }
 
 /// Removes what `dir` holds, following no symbolic link.
@@ -187,6 +244,7 @@ async fn unpack_serial(archive: &Path, upper: &Path) -> anyhow::Result<()> {
         .stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .context("running zstd")?;
     let zstd_out: Stdio = zstd.stdout.take().context("zstd stdout")?.try_into()?;
@@ -196,21 +254,23 @@ async fn unpack_serial(archive: &Path, upper: &Path) -> anyhow::Result<()> {
         .arg(upper)
         .stdin(zstd_out)
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .context("running tar")?;
-    let (zstd_done, tar_done) = tokio::join!(zstd.wait_with_output(), tar.wait_with_output());
+    let (zstd_done, tar_done) = tokio::join!(wait_with_output(zstd), wait_with_output(tar));
     let (zstd_done, tar_done) = (zstd_done?, tar_done?);
     if !zstd_done.status.success() {
-        bail!(
-            "zstd failed: {}",
-            String::from_utf8_lossy(&zstd_done.stderr).trim()
-        );
+        bail!("zstd failed: {}", zstd_done.stderr_text());
     }
     if !tar_done.status.success() {
-        bail!(
-            "tar failed: {}",
-            String::from_utf8_lossy(&tar_done.stderr).trim()
-        );
+        let said = tar_done.stderr_text();
+        // The one failure of tar's that a member's name alone causes.
+        if said.contains("File name too long") {
+            return Err(anyhow!(SandboxError::Unrestorable(format!(
+                "tar cannot restore the snapshot: {said}"
+            ))));
+        }
+        bail!("tar failed: {said}");
     }
     Ok(())
 }
@@ -305,6 +365,90 @@ mod tests {
         std::fs::create_dir(&restored).unwrap();
         unpack(&archive, &restored, dir.path()).await.unwrap();
         assert_eq!(acl_of(&restored.join("shared")).as_deref(), Some(&ACL[..]));
+    }
+
+    #[tokio::test]
+    async fn a_restore_past_its_time_bound_is_unrestorable() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        std::fs::write(upper.join("f"), b"x").unwrap();
+        let archive = dir.path().join("snap.tar.zst");
+        pack(&upper, ".garrison", &archive, LIMITS).await.unwrap();
+        let restored = dir.path().join("restored");
+        std::fs::create_dir(&restored).unwrap();
+        let err = unpack_within(&archive, &restored, dir.path(), Duration::ZERO)
+            .await
+            .unwrap_err();
+        let e = err.downcast_ref::<SandboxError>().expect("a typed error");
+        assert!(e.is_unrestorable(), "{e}");
+        assert!(e.to_string().contains("longer than its bound"), "{e}");
+        // The bound grows with the archive.
+        assert_eq!(restore_bound(0), RESTORE_BASE);
+        assert_eq!(restore_bound(10 << 20), RESTORE_BASE + 10 * RESTORE_PER_MIB);
+    }
+
+    #[tokio::test]
+    async fn a_path_deeper_than_path_max_fails_fast_with_a_bounded_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        // Made relative to each directory in turn, as a session can.
+        let mut deep = std::fs::File::open(&upper).unwrap();
+        let name = std::ffi::CString::new("q".repeat(250)).unwrap();
+        for _ in 0..20 {
+            use std::os::fd::{AsRawFd, FromRawFd};
+            // SAFETY: valid descriptors and C strings.
+            let fd = unsafe {
+                libc::mkdirat(deep.as_raw_fd(), name.as_ptr(), 0o755);
+                libc::openat(
+                    deep.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )
+            };
+            assert!(fd >= 0);
+            // SAFETY: a descriptor just opened and owned here.
+            deep = unsafe { std::fs::File::from_raw_fd(fd) };
+        }
+        for n in 0..200 {
+            let link = std::ffi::CString::new(format!("{}{n:08}", "L".repeat(190))).unwrap();
+            let file = std::ffi::CString::new("f").unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: valid descriptors and C strings.
+            unsafe {
+                if n == 0 {
+                    let fd = libc::openat(
+                        deep.as_raw_fd(),
+                        file.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY,
+                        0o644,
+                    );
+                    assert!(fd >= 0);
+                    libc::close(fd);
+                }
+                assert_eq!(
+                    libc::linkat(
+                        deep.as_raw_fd(),
+                        file.as_ptr(),
+                        deep.as_raw_fd(),
+                        link.as_ptr(),
+                        0
+                    ),
+                    0
+                );
+            }
+        }
+        let archive = dir.path().join("snap.tar.zst");
+        pack(&upper, ".garrison", &archive, LIMITS).await.unwrap();
+        let restored = dir.path().join("restored");
+        std::fs::create_dir(&restored).unwrap();
+        let err = unpack(&archive, &restored, dir.path()).await.unwrap_err();
+        let e = err.downcast_ref::<SandboxError>().expect("a typed error");
+        assert!(e.is_unrestorable(), "{e}");
+        let text = format!("{err:#}");
+        assert!(text.contains("PATH_MAX"), "{text}");
+        assert!(text.len() < 1024, "{} bytes", text.len());
     }
 
     #[tokio::test]

@@ -190,7 +190,9 @@ pub fn mount_overlay_as(owner: Option<u32>, options: &str, target: &Path) -> io:
         Some("overlay"),
         target,
         Some("overlay"),
-        nix::mount::MsFlags::MS_NODEV,
+        // No device nodes and no set-user-id gain from whatever a session
+        // leaves in its layer.
+        nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOSUID,
         Some(options),
     )
     .map_err(io::Error::from)

@@ -56,6 +56,18 @@ pub struct ContainerConfig<'a> {
     /// The user namespace to join; `None` runs the container's root as
     /// host root.
     pub user_ns: Option<UserNs<'a>>,
+    /// The host's cgroups can bound memory and swap together
+    /// ([`swap_limit_supported`]).
+    pub limit_swap: bool,
+}
+
+/// Whether memory and swap together can be bounded here: always on cgroup
+/// v2 (`memory.swap.max`; runc skips it quietly where swap is off), and on
+/// v1 where the kernel accounts swap (`memory.memsw.limit_in_bytes`; runc
+/// fails to start a container that asks for it without).
+pub fn swap_limit_supported() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        || Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists()
 }
 
 /// A user namespace made (and pinned) by Garrison, with its maps.
@@ -96,6 +108,14 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
     let quota = (c.resources.cpus * CPU_PERIOD_US as f64)
         .round()
         .max(1000.0) as i64;
+    // Memory and swap together no more than memory alone: no swap beyond
+    // the memory limit (v1 `memory.memsw.limit_in_bytes` = the limit; v2
+    // `memory.swap.max` = 0).
+    let memory_limits = if c.limit_swap {
+        json!({"limit": memory, "swap": memory})
+    } else {
+        json!({"limit": memory})
+    };
     let mut config = json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -129,7 +149,7 @@ pub fn config(c: &ContainerConfig<'_>) -> Value {
             "cgroupsPath": c.cgroups_path,
             "resources": {
                 "devices": [{"allow": false, "access": "rwm"}],
-                "memory": {"limit": memory},
+                "memory": memory_limits,
                 "cpu": {"quota": quota, "period": CPU_PERIOD_US},
                 "pids": {"limit": PIDS_LIMIT}
             },
@@ -171,6 +191,7 @@ mod tests {
             cgroups_path: "/garrison/garrison-abc",
             netns,
             user_ns: None,
+            limit_swap: true,
         })
     }
 
@@ -179,6 +200,11 @@ mod tests {
         let c = sample(None);
         let r = &c["linux"]["resources"];
         assert_eq!(r["memory"]["limit"], 512 * 1024 * 1024);
+        assert_eq!(
+            r["memory"]["swap"],
+            512 * 1024 * 1024,
+            "no swap past the limit"
+        );
         assert_eq!(r["cpu"]["quota"], 150_000);
         assert_eq!(r["cpu"]["period"], 100_000);
         assert_eq!(r["pids"]["limit"], PIDS_LIMIT);
@@ -246,7 +272,9 @@ mod tests {
                 host_base: 1 << 30,
                 rootfs: Path::new("/run/garrison/r/x/rootfs"),
             }),
+            limit_swap: false,
         });
+        assert!(c["linux"]["resources"]["memory"].get("swap").is_none());
         assert_eq!(
             namespace_types(&c),
             ["pid", "ipc", "uts", "mount", "cgroup", "network", "user"]

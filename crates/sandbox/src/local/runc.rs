@@ -180,7 +180,10 @@ impl Runc {
         if status.success() {
             return Ok(());
         }
-        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+        let log_text =
+            crate::bounded_output::file_tail(Path::new(&log), crate::bounded_output::STDERR_TAIL)
+                .map(|t| String::from_utf8_lossy(t.bytes()).into_owned())
+                .unwrap_or_default();
         let tail: String = log_text
             .lines()
             .rev()

@@ -69,9 +69,7 @@ pub fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
 
 /// The first line of `binary --version`, if it runs and succeeds.
 fn version_line(binary: &Path) -> Option<String> {
-    std::process::Command::new(binary)
-        .arg("--version")
-        .output()
+    sandbox::bounded_output::output_blocking(std::process::Command::new(binary).arg("--version"))
         .ok()
         .filter(|o| o.status.success())
         .and_then(|o| String::from_utf8(o.stdout).ok())
@@ -85,12 +83,11 @@ fn isolation(runc: &Path) -> Vec<Check> {
     let Some(version) = version_line(runc) else {
         return Vec::new();
     };
-    let features = std::process::Command::new(runc)
-        .arg("features")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
+    let features =
+        sandbox::bounded_output::output_blocking(std::process::Command::new(runc).arg("features"))
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
     vec![
         Check::info(
             "runtime",
@@ -184,13 +181,13 @@ fn runsc_usable(binary: &Path) -> Check {
         );
     }
     let tried = tempfile::tempdir().ok().and_then(|root| {
-        std::process::Command::new(binary)
-            .arg("--root")
-            .arg(root.path())
-            .args(["--platform=ptrace", "--network=none", "do", "/bin/true"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()
+        sandbox::bounded_output::output_blocking(
+            std::process::Command::new(binary)
+                .arg("--root")
+                .arg(root.path())
+                .args(["--platform=ptrace", "--network=none", "do", "/bin/true"]),
+        )
+        .ok()
     });
     match tried {
         Some(out) if out.status.success() => {
@@ -200,7 +197,7 @@ fn runsc_usable(binary: &Path) -> Check {
             "runsc",
             format!(
                 "{version} cannot start a sandbox here: {}",
-                String::from_utf8_lossy(&out.stderr)
+                out.stderr_text()
                     .trim()
                     .chars()
                     .take(300)

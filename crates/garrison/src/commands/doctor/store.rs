@@ -1,5 +1,7 @@
 //! The snapshot store: an object store is probed (a small object written,
 //! read back and deleted, each step reported); a directory needs nothing.
+//! And the snapshots this host found it cannot restore, from the state
+//! store.
 
 use orchestrator::settings::ServeConfig;
 use sandbox::snapshot_store::ObjectSnapshots;
@@ -50,4 +52,71 @@ pub async fn checks(config: &ServeConfig) -> (String, Vec<Check>) {
         ),
     });
     (title, checks)
+}
+
+/// Sessions whose snapshot this host cannot restore (kept, and not
+/// claimed here again), as the state store in `state_dir` records them;
+/// read beside a running daemon, never created.
+pub fn unrestorable(state_dir: &std::path::Path) -> Check {
+    let name = "unrestorable snapshots";
+    let path = orchestrator::serve::db_path(state_dir);
+    let marks = match orchestrator::store::Store::open_existing(&path)
+        .and_then(|store| store.unrestorable())
+    {
+        Ok(marks) => marks,
+        Err(_) => return Check::info(name, "none recorded"),
+    };
+    if marks.is_empty() {
+        return Check::pass(name, "none");
+    }
+    let listed: Vec<String> = marks
+        .iter()
+        .take(5)
+        .map(|m| {
+            let reason: String = m.reason.chars().take(160).collect();
+            format!("{} (snapshot {}): {reason}", m.session_id, m.snapshot_id)
+        })
+        .collect();
+    Check::warn(
+        name,
+        format!(
+            "{} session(s) given up here: {}",
+            marks.len(),
+            listed.join("; ")
+        ),
+        "their snapshots are kept for you and this Garrison will not claim them again \
+         until snapshot retention deletes them; `garrison sessions` shows each one's error",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::doctor::check::Outcome;
+
+    #[test]
+    fn sessions_given_up_here_are_listed_with_their_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(unrestorable(dir.path()).outcome, Outcome::Info);
+        let store =
+            orchestrator::store::Store::open(&orchestrator::serve::db_path(dir.path())).unwrap();
+        assert_eq!(unrestorable(dir.path()).outcome, Outcome::Pass);
+        store
+            .mark_unrestorable(&orchestrator::store::Unrestorable {
+                session_id: "devin-deep".into(),
+                snapshot_id: "snap-1".into(),
+                reason: "a path of 7700 bytes, longer than PATH_MAX".into(),
+                at: 1,
+            })
+            .unwrap();
+        let check = unrestorable(dir.path());
+        assert_eq!(check.outcome, Outcome::Warn);
+        assert!(
+            check
+                .detail
+                .contains("devin-deep (snapshot snap-1): a path of 7700 bytes"),
+            "{}",
+            check.detail
+        );
+    }
 }

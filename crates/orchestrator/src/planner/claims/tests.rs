@@ -38,6 +38,7 @@ struct ClaimCase {
     cooldown: BTreeMap<String, Millis>,
     finished_here: BTreeSet<String>,
     released: BTreeMap<String, Option<Timestamp>>,
+    unrestorable: BTreeSet<String>,
     capacity: usize,
     stopping: bool,
 }
@@ -51,6 +52,7 @@ impl ClaimCase {
             cooldown: BTreeMap::new(),
             finished_here: BTreeSet::new(),
             released: BTreeMap::new(),
+            unrestorable: BTreeSet::new(),
             capacity: 10,
             stopping: false,
         }
@@ -69,6 +71,7 @@ impl ClaimCase {
             cooldown: &self.cooldown,
             finished_here: &self.finished_here,
             released: &self.released,
+            unrestorable: &self.unrestorable,
         })
     }
 }
@@ -161,6 +164,27 @@ fn a_lost_claim_is_retried_only_after_the_entry_changes() {
     assert!(case.plan().is_empty());
     case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
     assert_eq!(case.plan(), vec![claim("x")]);
+}
+
+#[test]
+fn a_session_marked_unrestorable_here_is_never_claimed_again() {
+    let pending = entry("x", 1, Phase::Pending, SessionStatus::Pending);
+    let mut expired = entry("y", 2, Phase::Claimed, SessionStatus::Pending);
+    expired.status.acceptor_id = Some("them".into());
+    expired.status.claim_deadline = Timestamp::from_unix_millis(NOW - 1);
+    let mut case = ClaimCase::new(vec![pending, expired]);
+    assert_eq!(case.plan(), vec![claim("x"), claim("y")]);
+    case.unrestorable = BTreeSet::from(["x".to_owned(), "y".to_owned()]);
+    // No cooldown runs out on it, and no change of the entry lifts it.
+    assert!(case.plan().is_empty());
+    case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
+    assert!(case.plan().is_empty());
+    // Our own claim on it (a crash between marking and releasing) is still
+    // released once the store has it done.
+    let mut held_here = ClaimCase::new(vec![ours("z", SessionStatus::Pending)]);
+    held_here.unrestorable = BTreeSet::from(["z".to_owned()]);
+    held_here.finished_here = BTreeSet::from(["z".to_owned()]);
+    assert_eq!(held_here.plan(), vec![ClaimAction::Release("z".into())]);
 }
 
 #[test]

@@ -134,3 +134,28 @@ fn a_corrupt_snapshot_fails_the_start_unless_the_operator_allows_fresh() {
     }
     assert!(!P::FailCorrupt.keeps_workspace());
 }
+
+#[test]
+fn a_snapshot_that_cannot_be_restored_gives_the_session_up_and_keeps_it() {
+    let failed = StartObs {
+        snapshot: SnapshotObs::Available,
+        failed: Some(StartFailure::RestoreUnrestorable),
+        ..resume()
+    };
+    assert_eq!(plan_start(&failed), P::GiveUpUnrestorable);
+    // Never a fresh start over the work the snapshot holds, whatever the
+    // operator allows for a corrupt one.
+    let lenient = StartObs {
+        corrupt_snapshot_starts_fresh: true,
+        ..failed.clone()
+    };
+    assert_eq!(plan_start(&lenient), P::GiveUpUnrestorable);
+    // What the failed create left behind goes first.
+    let left = StartObs {
+        sandbox_found: true,
+        suspend_keeps_memory: false,
+        ..failed
+    };
+    assert_eq!(plan_start(&left), P::Discard);
+    assert!(!P::GiveUpUnrestorable.keeps_workspace());
+}

@@ -19,6 +19,12 @@
 //!   attributes after the workers' files are in it, as a single `tar` does
 //!   at its end, and makes the links, whose targets now exist.
 //!
+//! A member whose name (or link target) is as long as the host's
+//! `PATH_MAX` or longer cannot be made by any `tar` (each names it whole to
+//! the kernel, which refuses it with ENAMETOOLONG, and says so for every
+//! member below it): the restore stops at the first one with
+//! [`SandboxError::Unrestorable`] instead of producing a message per member.
+//!
 //! A member the splitter does not expect in a snapshot (a global pax
 //! header, old GNU sparse or multi-volume headers, a link or directory with
 //! data) stops it with an error: the caller then restores serially, so the
@@ -49,8 +55,12 @@ use std::thread::JoinHandle;
 use anyhow::{Context, bail, ensure};
 
 use super::UNTAR_FLAGS;
+use super::watchdog::Watchdog;
+use crate::bounded_output::{Tail, tail_on_thread};
+use members::*;
 
-const BLOCK: usize = 512;
+mod members;
+
 /// The end of an archive: two zero blocks.
 const END: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
 /// Largest pax or GNU long-name header taken (names and extended
@@ -61,8 +71,6 @@ const MAX_META: u64 = 16 << 20;
 /// next directory to another.
 const CHUNK: usize = 256 << 10;
 const QUEUED_CHUNKS: usize = 16;
-/// Tail of a failed tar's messages kept for the error.
-const STDERR_TAIL: u64 = 4096;
 /// Blocks per record a worker reads: most small files fit in one.
 const BLOCKING_FACTOR: &str = "256";
 
@@ -78,8 +86,15 @@ pub fn workers() -> usize {
 /// Restores `archive` (zstd-compressed tar, as `pack` makes) into the empty
 /// `upper` with up to `workers` tar processes for files owned by root and as
 /// many for the others, then one for the rest. `scratch` is a private
-/// directory for the last pass's spool and the workers' messages.
-pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> anyhow::Result<()> {
+/// directory for the last pass's spool. `dog` kills the tars when the
+/// restore's time bound passes.
+pub fn unpack(
+    archive: &Path,
+    upper: &Path,
+    scratch: &Path,
+    workers: usize,
+    dog: &Watchdog,
+) -> anyhow::Result<()> {
     ensure!(workers > 0, "a restore needs at least one worker");
     let input = File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
     let decoder = zstd::stream::read::Decoder::new(input).context("reading the archive")?;
@@ -89,7 +104,7 @@ pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> a
         workers: Vec::new(),
         per_kind: workers,
         upper,
-        scratch,
+        dog,
         homes: HashMap::new(),
     };
     let mut rest_out = BufWriter::with_capacity(1 << 20, spool(scratch, "restore-rest.tar")?);
@@ -97,7 +112,8 @@ pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> a
     let dealt = deal(&mut input, &mut pool, &mut rest_out);
     // Whatever happened, every worker gets the end of its archive and is
     // waited for: no process outlives the restore.
-    let finished: Vec<anyhow::Result<()>> = pool.workers.into_iter().map(Worker::finish).collect();
+    let finished: Vec<anyhow::Result<()>> =
+        pool.workers.into_iter().map(|w| w.finish(dog)).collect();
     dealt?;
     for result in finished {
         result?;
@@ -108,7 +124,7 @@ pub fn unpack(archive: &Path, upper: &Path, scratch: &Path, workers: usize) -> a
 
     rest_out.write_all(&END)?;
     let rest = rest_out.into_inner().map_err(|e| e.into_error())?;
-    last_pass(rest, upper, scratch)
+    last_pass(rest, upper, dog)
 }
 
 /// Reads every member and sends it where it belongs.
@@ -117,6 +133,7 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
     let mut next = Pending::default();
     let mut header = [0u8; BLOCK];
     loop {
+        ensure!(!pool.dog.expired(), "the restore ran out of time");
         if !read_block(input, &mut header)? {
             bail!("the archive ends without its end marker");
         }
@@ -137,12 +154,13 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
                 match kind {
                     b'x' => next.pax(data)?,
                     b'L' => next.name = Some(c_string(data).to_vec()),
-                    _ => {}
+                    _ => next.link = Some(c_string(data).to_vec()),
                 }
             }
             b'0' | 0 | b'7' => {
                 let size = next.size.unwrap_or(own_size);
                 let name = next.name.take().unwrap_or_else(|| ustar_name(&header));
+                makeable(&name)?;
                 let uid = next.uid.map_or_else(|| number(&header[108..116]), Ok)?;
                 let gid = next.gid.map_or_else(|| number(&header[116..124]), Ok)?;
                 let home = pool.home_of(&name, uid == 0 && gid == 0)?;
@@ -161,6 +179,13 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
                     "a member of type {:?} with {size} bytes of data",
                     header[156] as char
                 );
+                makeable(&next.name.take().unwrap_or_else(|| ustar_name(&header)))?;
+                makeable(
+                    &next
+                        .link
+                        .take()
+                        .unwrap_or_else(|| c_string(&header[157..257]).to_vec()),
+                )?;
                 rest.write_all(&meta)?;
                 rest.write_all(&header)?;
                 meta.clear();
@@ -178,59 +203,13 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
     }
 }
 
-/// What the extended headers before a member say about it.
-#[derive(Default)]
-struct Pending {
-    size: Option<u64>,
-    name: Option<Vec<u8>>,
-    uid: Option<u64>,
-    gid: Option<u64>,
-}
-
-impl Pending {
-    /// Takes `size` and `path` from pax records (`"<len> <key>=<value>\n"`).
-    fn pax(&mut self, mut data: &[u8]) -> anyhow::Result<()> {
-        while !data.is_empty() {
-            let space = data
-                .iter()
-                .position(|&b| b == b' ')
-                .context("a malformed pax record")?;
-            let len: usize = std::str::from_utf8(&data[..space])?
-                .parse()
-                .context("a malformed pax record length")?;
-            ensure!(
-                len > space + 1 && len <= data.len() && data[len - 1] == b'\n',
-                "a malformed pax record"
-            );
-            let record = &data[space + 1..len - 1];
-            if let Some(eq) = record.iter().position(|&b| b == b'=') {
-                let (key, value) = (&record[..eq], &record[eq + 1..]);
-                let decimal = || -> anyhow::Result<u64> {
-                    std::str::from_utf8(value)?
-                        .parse()
-                        .context("a malformed pax number")
-                };
-                match key {
-                    b"size" => self.size = Some(decimal()?),
-                    b"uid" => self.uid = Some(decimal()?),
-                    b"gid" => self.gid = Some(decimal()?),
-                    b"path" => self.name = Some(value.to_vec()),
-                    _ => {}
-                }
-            }
-            data = &data[len..];
-        }
-        Ok(())
-    }
-}
-
 /// The workers, started as files need them: up to `per_kind` for files
 /// owned by root and as many for the others.
 struct Pool<'a> {
     workers: Vec<Worker>,
     per_kind: usize,
     upper: &'a Path,
-    scratch: &'a Path,
+    dog: &'a Watchdog,
     /// Worker of each directory (by a hash of its name and the kind).
     homes: HashMap<u64, usize>,
 }
@@ -260,7 +239,7 @@ impl Pool<'_> {
                 let index = if kind().count() < self.per_kind {
                     let index = self.workers.len();
                     self.workers
-                        .push(Worker::start(self.upper, self.scratch, index, root_owned)?);
+                        .push(Worker::start(self.upper, self.dog, index, root_owned)?);
                     index
                 } else {
                     kind()
@@ -281,7 +260,7 @@ struct Worker {
     /// Takes only files owned by root, and sets no owner.
     root_owned: bool,
     tar: Child,
-    messages: File,
+    messages: Option<JoinHandle<Tail>>,
     queue: Option<SyncSender<Vec<u8>>>,
     feeder: Option<JoinHandle<io::Result<()>>>,
     buffer: Vec<u8>,
@@ -290,14 +269,13 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(upper: &Path, scratch: &Path, index: usize, root_owned: bool) -> anyhow::Result<Self> {
-        let messages = spool(scratch, &format!("restore-{index}.err"))?;
-        let mut tar = untar(upper, &messages)?;
+    fn start(upper: &Path, dog: &Watchdog, index: usize, root_owned: bool) -> anyhow::Result<Self> {
+        let mut tar = untar(upper);
         tar.args(["-b", BLOCKING_FACTOR]);
         if root_owned {
             tar.arg("--no-same-owner");
         }
-        let mut tar = tar.stdin(Stdio::piped()).spawn().context("running tar")?;
+        let (mut tar, messages) = spawn(tar.stdin(Stdio::piped()), dog)?;
         let mut stdin = tar.stdin.take().context("tar's stdin")?;
         let (queue, chunks) = sync_channel::<Vec<u8>>(QUEUED_CHUNKS);
         let feeder = std::thread::Builder::new()
@@ -311,7 +289,7 @@ impl Worker {
         Ok(Self {
             root_owned,
             tar,
-            messages,
+            messages: Some(messages),
             queue: Some(queue),
             feeder: Some(feeder),
             buffer: Vec::with_capacity(CHUNK),
@@ -352,7 +330,7 @@ impl Worker {
     }
 
     /// Ends the worker's archive and waits for its tar.
-    fn finish(mut self) -> anyhow::Result<()> {
+    fn finish(mut self, dog: &Watchdog) -> anyhow::Result<()> {
         let flushed = if self.buffer.is_empty() {
             Ok(())
         } else {
@@ -363,9 +341,10 @@ impl Worker {
             f.join()
                 .unwrap_or_else(|_| Err(io::Error::other("panicked")))
         });
-        let status = self.tar.wait().context("waiting for tar")?;
+        let status = dog.wait(&mut self.tar).context("waiting for tar")?;
+        let messages = self.messages.take().map(|m| m.join());
         if !status.success() {
-            bail!("tar failed: {}", tail(&mut self.messages));
+            bail!("tar failed ({status}): {}", text(messages));
         }
         flushed?;
         if let Some(fed) = fed {
@@ -376,39 +355,45 @@ impl Worker {
 }
 
 /// Makes the links, devices and directories' metadata once every file is in.
-fn last_pass(rest: File, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
+fn last_pass(rest: File, upper: &Path, dog: &Watchdog) -> anyhow::Result<()> {
     let mut rest = rest;
     rest.rewind()?;
-    let mut messages = spool(scratch, "restore-rest.err")?;
-    let status = untar(upper, &messages)?
-        .stdin(rest)
-        .status()
-        .context("running tar")?;
+    let (mut tar, messages) = spawn(untar(upper).stdin(rest), dog)?;
+    let status = dog.wait(&mut tar).context("waiting for tar")?;
+    let messages = messages.join();
     if !status.success() {
-        bail!("tar failed: {}", tail(&mut messages));
+        bail!("tar failed ({status}): {}", text(Some(messages)));
     }
     Ok(())
 }
 
-/// The last lines a tar wrote, bounded.
-fn tail(messages: &mut File) -> String {
-    let len = messages.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = messages.seek(io::SeekFrom::Start(len.saturating_sub(STDERR_TAIL)));
-    let mut text = Vec::new();
-    let _ = messages.take(STDERR_TAIL).read_to_end(&mut text);
-    String::from_utf8_lossy(&text).trim().to_owned()
-}
-
-/// A `tar -x` into `upper` that reads the archive from its standard input
-/// and writes its messages to `messages`; more options may follow.
-fn untar(upper: &Path, messages: &File) -> anyhow::Result<Command> {
+/// A `tar -x` into `upper` that reads the archive from its standard input;
+/// more options may follow.
+fn untar(upper: &Path) -> Command {
     let mut tar = Command::new("tar");
     tar.args(UNTAR_FLAGS)
         .args(["-xpf", "-", "-C"])
         .arg(upper)
         .stdout(Stdio::null())
-        .stderr(messages.try_clone()?);
-    Ok(tar)
+        .stderr(Stdio::piped());
+    tar
+}
+
+/// Starts `tar` under `dog`, with a thread keeping the tail of its
+/// messages (read to their end, so it never blocks on them).
+fn spawn(tar: &mut Command, dog: &Watchdog) -> anyhow::Result<(Child, JoinHandle<Tail>)> {
+    let mut child = tar.spawn().context("running tar")?;
+    dog.watch(&mut child);
+    let stderr = child.stderr.take().context("tar's stderr")?;
+    Ok((child, tail_on_thread(stderr)?))
+}
+
+/// What a tar said, bounded.
+fn text(messages: Option<std::thread::Result<Tail>>) -> String {
+    match messages {
+        Some(Ok(tail)) => tail.text(),
+        _ => String::new(),
+    }
 }
 
 /// A private (0600) file in `scratch` whose name goes at once: it lives as
@@ -425,69 +410,6 @@ fn spool(scratch: &Path, name: &str) -> anyhow::Result<File> {
         .with_context(|| format!("creating {}", path.display()))?;
     let _ = std::fs::remove_file(&path);
     Ok(file)
-}
-
-/// Fills `block`; false at a clean end of input.
-fn read_block(input: &mut impl Read, block: &mut [u8; BLOCK]) -> anyhow::Result<bool> {
-    let mut filled = 0;
-    while filled < BLOCK {
-        match input.read(&mut block[filled..]) {
-            Ok(0) if filled == 0 => return Ok(false),
-            Ok(0) => bail!("the archive ends inside a header"),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("reading the archive"),
-        }
-    }
-    Ok(true)
-}
-
-/// Appends exactly `len` bytes of `input` to `out`.
-fn copy_exact(input: &mut impl Read, out: &mut Vec<u8>, len: u64) -> anyhow::Result<()> {
-    let copied = input.take(len).read_to_end(out)?;
-    ensure!(copied as u64 == len, "the archive ends inside a member");
-    Ok(())
-}
-
-/// `size` rounded up to whole blocks.
-fn padded(size: u64) -> u64 {
-    size.div_ceil(BLOCK as u64) * BLOCK as u64
-}
-
-/// A numeric header field (size, uid, gid): octal, or base-256 when its
-/// top bit is set (as GNU tar writes what octal cannot hold).
-fn number(field: &[u8]) -> anyhow::Result<u64> {
-    if field[0] & 0x80 != 0 {
-        ensure!(field[0] == 0x80, "a negative or oversized number");
-        return field[1..].iter().try_fold(0u64, |acc, &b| {
-            acc.checked_mul(256)
-                .map(|v| v + u64::from(b))
-                .context("an oversized number")
-        });
-    }
-    let text = std::str::from_utf8(field)
-        .context("a malformed number")?
-        .trim_matches(|c| c == '\0' || c == ' ');
-    if text.is_empty() {
-        return Ok(0);
-    }
-    u64::from_str_radix(text, 8).context("a malformed number")
-}
-
-/// The name a ustar header holds (prefix and name).
-fn ustar_name(header: &[u8; BLOCK]) -> Vec<u8> {
-    let name = c_string(&header[0..100]);
-    let prefix = c_string(&header[345..500]);
-    if &header[257..262] == b"ustar" && !prefix.is_empty() {
-        [prefix, b"/", name].concat()
-    } else {
-        name.to_vec()
-    }
-}
-
-fn c_string(bytes: &[u8]) -> &[u8] {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    &bytes[..end]
 }
 
 #[cfg(test)]

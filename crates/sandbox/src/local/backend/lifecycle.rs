@@ -281,6 +281,7 @@ impl LocalBackend {
                 host_base: ids.host_base,
                 rootfs,
             }),
+            limit_swap: oci::swap_limit_supported(),
         });
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
         // Recorded before the container exists, so a teardown after a crash

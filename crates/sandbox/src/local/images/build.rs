@@ -146,6 +146,8 @@ async fn follow_output(
     let (mut out_open, mut err_open) = (true, true);
     let mut in_steps = false;
     let mut handle = |line: String| {
+        // The kept tail goes into an error: bounded whatever a step prints.
+        let line = crate::bounded_output::clip(&line, 2048).into_owned();
         if !in_steps && line.contains("customize-hook") {
             in_steps = true;
             progress.stage("steps");

@@ -122,17 +122,21 @@ where
             .map_err(|e| SandboxError::Transient(anyhow!("writing to {described}: {e}")))?;
         drop(pipe);
     }
-    let out = child
-        .wait_with_output()
+    let out = crate::bounded_output::wait_with_output(child)
         .await
         .map_err(|e| SandboxError::Transient(anyhow!("waiting for {described}: {e}")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(SandboxError::Transient(anyhow!(
+    if !out.status.success() {
+        return Err(SandboxError::Transient(anyhow!(
             "{described} failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+            out.stderr_text()
+        )));
     }
+    if out.stdout_cut > 0 {
+        return Err(SandboxError::Transient(anyhow!(
+            "{described} wrote more than {} bytes of output",
+            crate::bounded_output::STDOUT_MAX
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -13,6 +13,11 @@ const LIMITS: PackLimits = PackLimits {
     max_time: Duration::from_secs(300),
 };
 
+/// A time bound no test comes near.
+fn dog() -> Watchdog {
+    Watchdog::start(Duration::from_secs(3600)).unwrap()
+}
+
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -178,7 +183,7 @@ async fn a_layer_of_every_kind_comes_back_exactly_from_several_workers() {
     let archive = packed(&upper, scratch.path()).await;
     for workers in [1, 3] {
         let restored = fresh_dir(scratch.path(), &format!("restored-{workers}"));
-        unpack(&archive, &restored, scratch.path(), workers).unwrap();
+        unpack(&archive, &restored, scratch.path(), workers, &dog()).unwrap();
         let (want, got) = (manifest(&upper), manifest(&restored));
         for (path, line) in &want {
             assert_eq!(
@@ -236,7 +241,7 @@ async fn a_link_in_the_archive_never_leads_a_write_outside() {
     let archive = compressed(&escaping_archive(&outside), scratch.path());
 
     let upper = fresh_dir(scratch.path(), "upper");
-    let _ = unpack(&archive, &upper, scratch.path(), 2);
+    let _ = unpack(&archive, &upper, scratch.path(), 2, &dog());
     let upper = fresh_dir(scratch.path(), "upper-again");
     let _ = unpack_or_fall_back(&archive, &upper, scratch.path()).await;
     let planted: Vec<_> = std::fs::read_dir(&outside).unwrap().collect();
@@ -271,6 +276,7 @@ async fn an_archive_in_another_format_is_restored_by_one_tar() {
         &fresh_dir(scratch.path(), "split"),
         scratch.path(),
         2,
+        &dog(),
     );
     let err = format!("{:#}", split.unwrap_err());
     assert!(err.contains("'S'"), "{err}");
@@ -303,6 +309,7 @@ async fn an_archive_cut_short_is_refused() {
         &fresh_dir(scratch.path(), "split"),
         scratch.path(),
         2,
+        &dog(),
     );
     assert!(split.is_err());
 
@@ -344,11 +351,12 @@ fn pax_records_give_the_size_and_name() {
 fn files_of_one_directory_and_owner_kind_share_a_worker() {
     let scratch = tempfile::tempdir().unwrap();
     let upper = fresh_dir(scratch.path(), "upper");
+    let dog = dog();
     let mut pool = Pool {
         workers: Vec::new(),
         per_kind: 2,
         upper: &upper,
-        scratch: scratch.path(),
+        dog: &dog,
         homes: HashMap::new(),
     };
     let a = pool.home_of(b"./a/one", true).unwrap();
@@ -365,6 +373,6 @@ fn files_of_one_directory_and_owner_kind_share_a_worker() {
     assert!(!pool.workers[owned].root_owned && pool.workers[a].root_owned);
     assert_eq!(pool.workers.len(), 3);
     for worker in pool.workers {
-        worker.finish().unwrap();
+        worker.finish(&dog).unwrap();
     }
 }

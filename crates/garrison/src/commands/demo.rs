@@ -102,12 +102,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // From here on, Ctrl-C ends the demo with its sandboxes removed.
     let stops = stop::on_signals().context("listening for Ctrl-C and SIGTERM")?;
 
-    // Dropping the choice mid-build stops the build (its mmdebstrap is
-    // killed, its work directory removed).
-    let (choice, configured) = tokio::select! {
-        chosen = choose_backend(args.backend, &state_dir) => chosen?,
-        () = stops.interrupt.cancelled() => bail!("interrupted before the demo started"),
-    };
+    // A stop signal does not cut an image build short: mmdebstrap killed
+    // mid-build leaves its mounts in the work directory. Ctrl-C at a
+    // terminal reaches mmdebstrap too, which stops and cleans up by itself;
+    // a SIGTERM to the demo alone lets the build finish first.
+    let chosen = choose_backend(args.backend, &state_dir).await;
+    if stops.interrupt.is_cancelled() {
+        println!("interrupted before the demo started");
+        std::process::exit(130);
+    }
+    let (choice, configured) = chosen?;
     println!("{}", choice.message);
     let shim_exe = std::env::current_exe().context("locating this binary for the shim")?;
     stop::remove_sandboxes(

@@ -406,7 +406,8 @@ async fn scripted(
             "interrupted: ending the demo's sessions (Ctrl-C again to stop waiting; \
              their sandboxes are removed either way)"
         );
-        for t in sessions.iter().filter(|t| t.finished.is_none()) {
+        for t in sessions.iter_mut().filter(|t| t.finished.is_none()) {
+            t.abandoned = true;
             let _ = emu.terminate(&t.id);
         }
         follow::follow(

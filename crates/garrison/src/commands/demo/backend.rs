@@ -60,7 +60,12 @@ pub fn plan(requested: Option<&str>, checks: &[Check], mmdebstrap: bool, rerun: 
         .collect();
     // The demo builds the image itself, so the image is never the missing
     // piece to name; what it is built with is.
-    if image_missing && !mmdebstrap {
+    // Without root, other probes fail for that reason alone (user
+    // namespaces): root is the one piece to name, and as root the demo
+    // checks the rest again.
+    if let Some(root) = missing.iter().position(|c| c.name == ROOT_CHECK) {
+        missing = vec![missing.swap_remove(root)];
+    } else if image_missing && !mmdebstrap {
         missing.push(Check::fail(
             "mmdebstrap",
             "not found (it builds the demo's container image)",
@@ -84,17 +89,16 @@ fn describe(missing: &[Check], rerun: &str) -> Missing {
         let others: Vec<&str> = missing[1..].iter().map(|c| c.name.as_str()).collect();
         what.push_str(&format!(" (also missing: {})", others.join(", ")));
     }
-    let as_root = missing.iter().any(|c| c.name == "root");
     let fix = match missing {
-        [only] if as_root => format!("sudo {rerun}"),
+        [only] if only.name == ROOT_CHECK => format!("sudo {rerun}"),
         [only] => only.remedy.clone().unwrap_or_default(),
-        _ if as_root => {
-            "sudo scripts/demo (it installs what is missing, then runs the demo)".to_owned()
-        }
         _ => "scripts/setup (it installs all of them), then the demo again".to_owned(),
     };
     Missing { what, fix }
 }
+
+/// The name of doctor's check that this process runs as root.
+const ROOT_CHECK: &str = "root";
 
 /// Whether `check` is doctor's check of the `default` image.
 fn is_image_check(check: &Check) -> bool {
@@ -313,14 +317,15 @@ mod tests {
         };
         assert_eq!(missing.what, "runc: not found (also missing: seccomp)");
         assert!(missing.fix.starts_with("scripts/setup"), "{}", missing.fix);
+        // Not root: that is the piece to name (as root the demo checks
+        // the rest again).
         failing(&mut checks, "root", "running as uid 1000", "run as root");
-        let Plan::Host(Some(missing)) = plan(None, &checks, true, RERUN) else {
-            panic!("expected the host backend");
-        };
-        assert!(
-            missing.fix.starts_with("sudo scripts/demo"),
-            "{}",
-            missing.fix
+        assert_eq!(
+            plan(None, &checks, false, RERUN),
+            Plan::Host(Some(Missing {
+                what: "root: running as uid 1000".into(),
+                fix: "sudo garrison demo --keep-running".into(),
+            }))
         );
     }
 

@@ -109,7 +109,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let chosen = choose_backend(args.backend, &state_dir).await;
     if stops.interrupt.is_cancelled() {
         println!("interrupted before the demo started");
-        std::process::exit(130);
+        std::process::exit(1);
     }
     let (choice, configured) = chosen?;
     println!("{}", choice.message);

@@ -46,7 +46,7 @@ pub fn on_signals() -> std::io::Result<Stops> {
                         "exiting at once: sandboxes may be left; the next `garrison demo` \
                          with this state directory removes them"
                     );
-                    std::process::exit(130);
+                    std::process::exit(1);
                 }
             }
         }

@@ -5,11 +5,14 @@
 //! with a summary and PASS/FAIL per expectation (exit 1 if one failed).
 //!
 //! Its state lives in its own directory (`demo` under the default state
-//! directory), so a real deployment's database is never touched.
+//! directory), so a real deployment's database is never touched. However
+//! it ends (the summary, Ctrl-C, SIGTERM, an error of Garrison's), it
+//! stops Garrison and then removes every sandbox left in that directory.
 
 mod backend;
 mod follow;
 mod scenario;
+mod stop;
 mod summary;
 
 use std::collections::BTreeMap;
@@ -74,7 +77,8 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Bounds the scripted part; a healthy run needs a small fraction of it
 /// (the first container start on a new machine is the slow part).
 const HANG_GUARD: Duration = Duration::from_secs(300);
-/// After Ctrl-C, how long the demo waits for its sessions to wind down.
+/// After Ctrl-C, how long the demo waits for its sessions to wind down
+/// before it removes their sandboxes itself.
 const WIND_DOWN: Duration = Duration::from_secs(30);
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -95,12 +99,28 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "garrison demo: Devin's side is emulated on this machine, so no Devin account is needed"
     );
     println!("state: {}", state_dir.display());
+    // From here on, Ctrl-C ends the demo with its sandboxes removed.
+    let stops = stop::on_signals().context("listening for Ctrl-C and SIGTERM")?;
 
-    let choice = backend::choose(args.backend, &state_dir).await;
+    // A stop signal does not cut an image build short: mmdebstrap killed
+    // mid-build leaves its mounts in the work directory. Ctrl-C at a
+    // terminal reaches mmdebstrap too, which stops and cleans up by itself;
+    // a SIGTERM to the demo alone lets the build finish first.
+    let chosen = choose_backend(args.backend, &state_dir).await;
+    if stops.interrupt.is_cancelled() {
+        println!("interrupted before the demo started");
+        std::process::exit(1);
+    }
+    let (choice, configured) = chosen?;
     println!("{}", choice.message);
     let shim_exe = std::env::current_exe().context("locating this binary for the shim")?;
-    let configured = configure(choice.backend)?;
-    clean_leftovers(configured.as_ref(), &state_dir, &shim_exe).await;
+    stop::remove_sandboxes(
+        configured.as_ref(),
+        &state_dir,
+        &shim_exe,
+        "left by an earlier, interrupted demo",
+    )
+    .await;
 
     let sim = emulator::locate_remote_sim().context(
         "devin-remote-sim not found next to this binary (or in $GARRISON_REMOTE_SIM); \
@@ -120,59 +140,154 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         &emu,
         &state_dir,
         &outpost,
-        (choice.backend.name(), configured),
+        (choice.backend.name(), configured.clone()),
         listen,
     );
     let serving = serve::prepare(&config)?;
     let serve_stop = CancellationToken::new();
-    let mut serve_task = tokio::spawn(serve::run_prepared(
-        config.clone(),
-        serving.clone(),
-        shim_exe.clone(),
-        serve_stop.clone(),
-    ));
+    let serve_done = CancellationToken::new();
+    let serve_task = tokio::spawn({
+        let run = serve::run_prepared(
+            config.clone(),
+            serving.clone(),
+            shim_exe.clone(),
+            serve_stop.clone(),
+        );
+        let done = serve_done.clone();
+        async move {
+            let ended = run.await;
+            done.cancel();
+            ended
+        }
+    });
     println!("open http://{listen}/ to watch (the dashboard updates itself)");
 
-    let interrupt = CancellationToken::new();
-    crate::signals::on_stop_signal(interrupt.clone())?;
-
-    let result = tokio::select! {
-        result = scripted(&emu, &serving, &outpost, &interrupt) => result,
-        ended = &mut serve_task => {
-            match ended {
-                Ok(Ok(())) => bail!("garrison serve stopped early"),
-                Ok(Err(e)) => return Err(e.context("garrison serve failed")),
-                Err(e) => bail!("garrison serve panicked: {e}"),
-            }
-        }
+    let demo = Demo {
+        emu: &emu,
+        serving: &serving,
+        config: &config,
+        outpost: &outpost,
+        shim_exe: &shim_exe,
+        stops: &stops,
+        serve_done: &serve_done,
     };
-    let (sessions, ended) = result?;
+    let outcome = demo.play(args.keep_running, listen).await;
 
-    let mut expectations = report(&emu, &serving, &sessions);
-    expectations.push(no_sandbox_left(&config, &shim_exe).await);
-    print!("{}", summary::expectation_lines(&expectations));
-    let failed = expectations.iter().any(|e| !e.passed) || ended != Ended::AllFinished;
-
-    if args.keep_running && ended != Ended::Interrupted {
-        println!();
-        println!(
-            "still serving: open http://{listen}/ ; the emulator is at {} (outpost {outpost}); Ctrl-C stops",
-            emu.base_url()
-        );
-        interrupt.cancelled().await;
-    }
+    // Whatever happened: Garrison stops, then nothing of the demo is left.
     println!("stopping");
     serve_stop.cancel();
-    match serve_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("garrison serve ended with an error: {e:#}"),
-        Err(e) => eprintln!("garrison serve panicked: {e}"),
-    }
+    let serve_failed = match serve_task.await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.context("garrison serve failed")),
+        Err(e) => Some(anyhow::anyhow!("garrison serve panicked: {e}")),
+    };
+    let not_removed =
+        stop::remove_sandboxes(configured.as_ref(), &state_dir, &shim_exe, "still there").await;
     emu.shutdown().await;
-    if failed {
+    if let Some(e) = serve_failed {
+        return Err(e);
+    }
+    if outcome? || not_removed > 0 {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The backend the demo runs on (building its image first when that is all
+/// the local backend lacks), configured from this process's environment.
+async fn choose_backend(
+    requested: Option<&'static dyn BackendPlugin>,
+    state_dir: &Path,
+) -> anyhow::Result<(backend::Choice, Arc<dyn ConfiguredBackend>)> {
+    let local_plugin: &'static dyn BackendPlugin = &sandbox::local::PLUGIN;
+    // Its settings (SANDBOX_RUNTIME) decide what is checked.
+    let local = configure(local_plugin);
+    let host_asked = requested.is_some_and(|b| b.name() == sandbox::host::PLUGIN.name());
+    let (checks, mmdebstrap) = if host_asked {
+        (Vec::new(), false)
+    } else {
+        let runtime = local
+            .as_ref()
+            .ok()
+            .and_then(|b| sandbox::local::configured_runtime(b.as_ref()))
+            .unwrap_or_default();
+        backend::checks_here(state_dir, runtime)
+    };
+    let choice = backend::choose(
+        requested,
+        state_dir,
+        &checks,
+        mmdebstrap,
+        &this_command_line(),
+        backend::build_default_image,
+    )
+    .await?;
+    let configured = if choice.backend.name() == local_plugin.name() {
+        local?
+    } else {
+        configure(choice.backend)?
+    };
+    Ok((choice, configured))
+}
+
+/// How this demo was started, quoted for a shell (to be run again as root).
+fn this_command_line() -> String {
+    let words: Vec<String> = std::env::args()
+        .map(|word| {
+            let plain = !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+".contains(c));
+            if plain {
+                word
+            } else {
+                format!("'{}'", word.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
+/// What one run of the demo plays on.
+struct Demo<'a> {
+    emu: &'a Emulator,
+    serving: &'a Arc<Serving>,
+    config: &'a ServeConfig,
+    outpost: &'a str,
+    shim_exe: &'a Path,
+    stops: &'a stop::Stops,
+    /// Cancelled when `garrison serve` ended, whatever the reason.
+    serve_done: &'a CancellationToken,
+}
+
+impl Demo<'_> {
+    /// The scripted sessions, their summary, then (with `--keep-running`)
+    /// serving until a stop signal. Whether an expectation failed.
+    async fn play(&self, keep_running: bool, listen: SocketAddr) -> anyhow::Result<bool> {
+        let (sessions, ended) = tokio::select! {
+            result = scripted(self.emu, self.serving, self.outpost, self.stops) => result?,
+            () = self.serve_done.cancelled() => bail!("garrison serve stopped early"),
+        };
+        let mut expectations = report(self.emu, self.serving, &sessions);
+        expectations.push(no_sandbox_left(self.config, self.shim_exe).await);
+        print!("{}", summary::expectation_lines(&expectations));
+        let failed = expectations.iter().any(|e| !e.passed) || ended != Ended::AllFinished;
+
+        if keep_running && ended != Ended::Interrupted {
+            println!();
+            println!(
+                "still serving: open http://{listen}/ ; the emulator is at {} (outpost {}); \
+                 Ctrl-C stops",
+                self.emu.base_url(),
+                self.outpost
+            );
+            tokio::select! {
+                () = self.stops.interrupt.cancelled() => {}
+                () = self.serve_done.cancelled() => bail!("garrison serve stopped early"),
+            }
+        }
+        Ok(failed)
+    }
 }
 
 /// `$GARRISON_HOME/demo`, else `demo` under the default state directory.
@@ -191,8 +306,10 @@ fn default_state_dir() -> anyhow::Result<PathBuf> {
 /// (Checked by binding and letting go: another process could still take
 /// it in between, and then serve reports the bind error.)
 fn free_listen(wanted: SocketAddr) -> SocketAddr {
-    if TcpListener::bind(wanted).is_ok() {
-        return wanted;
+    if let Ok(listener) = TcpListener::bind(wanted) {
+        // Port 0 becomes the port the system picked, so the address
+        // printed is one a browser can open.
+        return listener.local_addr().unwrap_or(wanted);
     }
     let free = TcpListener::bind(SocketAddr::new(wanted.ip(), 0))
         .and_then(|l| l.local_addr())
@@ -254,7 +371,7 @@ async fn scripted(
     emu: &Emulator,
     serving: &Arc<Serving>,
     outpost: &str,
-    interrupt: &CancellationToken,
+    stops: &stop::Stops,
 ) -> anyhow::Result<(Vec<Tracked>, Ended)> {
     let view = serving.views[0].clone();
     let deadline = Instant::now() + HANG_GUARD;
@@ -262,7 +379,10 @@ async fn scripted(
         if Instant::now() > deadline {
             bail!("garrison serve did not list the emulator's queue");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            () = stops.interrupt.cancelled() => return Ok((Vec::new(), Ended::Interrupted)),
+        }
     }
     let started = Instant::now();
     let mut sessions = Vec::new();
@@ -272,17 +392,33 @@ async fn scripted(
         sessions.push(t);
     }
     follow::header();
-    let mut ended =
-        follow::follow(emu, serving, &mut sessions, started, HANG_GUARD, interrupt).await;
+    let mut ended = follow::follow(
+        emu,
+        serving,
+        &mut sessions,
+        started,
+        HANG_GUARD,
+        &stops.interrupt,
+    )
+    .await;
     if ended == Ended::Interrupted {
         println!(
-            "interrupted: ending the demo's sessions before stopping (Ctrl-C again to quit now)"
+            "interrupted: ending the demo's sessions (Ctrl-C again to stop waiting; \
+             their sandboxes are removed either way)"
         );
-        for t in sessions.iter().filter(|t| t.finished.is_none()) {
+        for t in sessions.iter_mut().filter(|t| t.finished.is_none()) {
+            t.abandoned = true;
             let _ = emu.terminate(&t.id);
         }
-        let never = CancellationToken::new();
-        follow::follow(emu, serving, &mut sessions, started, WIND_DOWN, &never).await;
+        follow::follow(
+            emu,
+            serving,
+            &mut sessions,
+            started,
+            WIND_DOWN,
+            &stops.hurry,
+        )
+        .await;
         ended = Ended::Interrupted;
     } else if ended == Ended::TimedOut {
         println!("gave up waiting after {} s", HANG_GUARD.as_secs());
@@ -308,30 +444,6 @@ fn report(emu: &Emulator, serving: &Serving, sessions: &[Tracked]) -> Vec<Expect
         all.extend(scenario::expectations(t, view, snapshotted));
     }
     all
-}
-
-/// Destroys sandboxes an interrupted earlier demo left in this state
-/// directory: each run has a new emulator, so nothing there can be resumed.
-async fn clean_leftovers(configured: &dyn ConfiguredBackend, state_dir: &Path, shim_exe: &Path) {
-    let placement = Placement::new(state_dir, &state_dir.join("snapshots"), shim_exe);
-    let Ok(backend) = configured.build(&placement) else {
-        return;
-    };
-    let Ok(handles) = backend.list().await else {
-        return;
-    };
-    if !handles.is_empty() {
-        println!(
-            "removing {} sandbox{} left by an earlier, interrupted demo",
-            handles.len(),
-            if handles.len() == 1 { "" } else { "es" }
-        );
-    }
-    for handle in handles {
-        if let Err(e) = backend.destroy(&handle).await {
-            println!("  could not remove {}: {e}", handle.name);
-        }
-    }
 }
 
 /// Every sandbox of the demo's outpost is gone at the end.

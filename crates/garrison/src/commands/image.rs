@@ -170,11 +170,7 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
                 Some(path) => Recipe::load(&path)?,
                 None => Recipe::default_recipe(),
             };
-            let started = Instant::now();
-            let progress = progress();
-            let image = store.build(&name, &recipe, progress.as_progress()).await;
-            progress.finish();
-            report("built", &image?, started);
+            build_with_progress(&store, &name, &recipe).await?;
         }
         ImageCommand::Import { name, file } => {
             let started = Instant::now();
@@ -211,6 +207,23 @@ pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Builds `name` from `recipe` into `store` with `garrison image build`'s
+/// progress display and closing line (`garrison demo` builds its image
+/// this way too).
+pub(crate) async fn build_with_progress(
+    store: &ImageStore,
+    name: &str,
+    recipe: &Recipe,
+) -> anyhow::Result<Image> {
+    let started = Instant::now();
+    let progress = progress();
+    let image = store.build(name, recipe, progress.as_progress()).await;
+    progress.finish();
+    let image = image?;
+    report("built", &image, started);
+    Ok(image)
 }
 
 fn report(what: &str, image: &Image, started: Instant) {

@@ -139,13 +139,22 @@ impl ConfiguredBackend for Local {
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
         config.images.resolve(&config.default_image).map_err(|e| {
-            anyhow::anyhow!(
-                "the local backend has no image {:?} in {}: {e:#}; build it with \
-                 `garrison image build {}` (as root), or serve with --backend host",
-                config.default_image,
-                config.images.root().display(),
-                config.default_image
-            )
+            let name = &config.default_image;
+            let fix = format!(
+                "build it with `garrison image build {name} --state-dir {}` (as root), \
+                 or serve with --backend host",
+                placement.state_dir.display()
+            );
+            // The store's own error repeats the advice, without --state-dir:
+            // only a name that is there but broken needs it.
+            if config.images.root().join("names").join(name).exists() {
+                anyhow::anyhow!("the local backend's image {name:?} is unusable: {e:#}; {fix}")
+            } else {
+                anyhow::anyhow!(
+                    "the local backend has no image {name:?} in {}; {fix}",
+                    config.images.root().display()
+                )
+            }
         })?;
         Ok(Arc::new(LocalBackend::new(config)?))
     }

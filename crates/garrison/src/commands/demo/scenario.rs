@@ -133,6 +133,8 @@ pub struct Tracked {
     pub stages: Vec<String>,
     pub resumed: bool,
     pub terminate_sent: bool,
+    /// Ended by the demo on a stop signal, whatever its script says.
+    pub abandoned: bool,
     /// The last Garrison event printed (the store's event id).
     pub events_after: i64,
     /// Transcript entries of the emulator already looked at.
@@ -154,6 +156,7 @@ impl Tracked {
             stages: Vec::new(),
             resumed: false,
             terminate_sent: false,
+            abandoned: false,
             events_after: 0,
             transcript_seen: 0,
         })
@@ -199,14 +202,17 @@ pub fn next_action(t: &Tracked, view: &SessionView) -> Option<Action> {
 }
 
 /// Over on both sides: Devin says terminated, every claim was released,
-/// and Garrison recorded the end.
+/// and Garrison recorded the end. An abandoned session is over without
+/// having played its part (a `Notes` never resumed), or without Garrison
+/// having claimed it at all.
 pub fn is_finished(t: &Tracked, view: &SessionView) -> bool {
     let claims = view.events("claimed").count();
-    view.session_status == SessionStatus::Terminated
-        && claims > 0
-        && view.events("released").count() >= claims
-        && t.stage() == "terminated"
-        && (t.role != Role::Notes || t.resumed)
+    let let_go = view.session_status == SessionStatus::Terminated
+        && view.events("released").count() >= claims;
+    if t.abandoned {
+        return let_go && (claims == 0 || t.stage() == "terminated");
+    }
+    let_go && claims > 0 && t.stage() == "terminated" && (t.role != Role::Notes || t.resumed)
 }
 
 /// The step results of a session's transcript: (exit code, output).
@@ -270,4 +276,61 @@ pub fn expectations(t: &Tracked, view: &SessionView, snapshotted: bool) -> Vec<E
         passed: t.finished.is_some(),
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracked(role: Role, stages: &[&str]) -> Tracked {
+        Tracked {
+            role,
+            id: "devin-1".to_owned(),
+            enqueued: Instant::now(),
+            finished: None,
+            stages: stages.iter().map(|s| (*s).to_owned()).collect(),
+            resumed: false,
+            terminate_sent: false,
+            abandoned: false,
+            events_after: 0,
+            transcript_seen: 0,
+        }
+    }
+
+    fn view(status: SessionStatus, events: &[&str]) -> SessionView {
+        SessionView {
+            session_id: "devin-1".to_owned(),
+            outpost_id: "demo".to_owned(),
+            entry: None,
+            session_status: status,
+            connections: 1,
+            connected: false,
+            steps_done: 0,
+            transcript: events
+                .iter()
+                .map(|kind| emulator::TranscriptEvent {
+                    at_ms: 0,
+                    kind: (*kind).to_owned(),
+                    detail: serde_json::Value::Null,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn an_abandoned_session_is_over_once_devin_ended_it_and_garrison_let_go() {
+        let done = view(SessionStatus::Terminated, &["claimed", "released"]);
+        // Interrupted before its resume: over only because it was abandoned.
+        let mut notes = tracked(Role::Notes, &["running", "terminated"]);
+        assert!(!is_finished(&notes, &done));
+        notes.abandoned = true;
+        assert!(is_finished(&notes, &done));
+        // Never claimed: nothing of Garrison's to wait for.
+        let mut queued = tracked(Role::Build, &[]);
+        queued.abandoned = true;
+        assert!(is_finished(&queued, &view(SessionStatus::Terminated, &[])));
+        // Still held by Garrison: not over.
+        let held = view(SessionStatus::Terminated, &["claimed"]);
+        assert!(!is_finished(&queued, &held));
+    }
 }

@@ -16,6 +16,18 @@ pub enum Outcome {
     Info,
 }
 
+/// Whether a check's failure means the thing checked cannot work. Doctor
+/// fails on the required ones only, and `garrison demo` falls back from
+/// the local backend for them only: the two agree on what "missing" is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Decides whether it can run (runc installed, running as root).
+    Required,
+    /// Worth knowing, never a failure: a fact (the runtime's version), or
+    /// advice about something not configured.
+    Informational,
+}
+
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
@@ -25,8 +37,8 @@ pub struct Check {
     pub detail: String,
     /// What to do when it is not a pass.
     pub remedy: Option<String>,
-    /// A failure makes `garrison doctor` exit 1.
-    pub required: bool,
+    /// Whether a failure makes `garrison doctor` exit 1 (see [`Kind`]).
+    pub kind: Kind,
 }
 
 impl Check {
@@ -50,8 +62,9 @@ impl Check {
         Self::new(name, Outcome::Warn, detail, Some(remedy.into()))
     }
 
+    /// A fact, not a verdict: informational whatever it says.
     pub fn info(name: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self::new(name, Outcome::Info, detail, None)
+        Self::new(name, Outcome::Info, detail, None).optional()
     }
 
     fn new(
@@ -65,24 +78,28 @@ impl Check {
             outcome,
             detail: detail.into(),
             remedy,
-            required: true,
+            kind: Kind::Required,
         }
     }
 
-    /// Marks the check as advice only: its failure does not fail the run.
+    /// Marks the check as advice only ([`Kind::Informational`]): its
+    /// failure does not fail the run.
     #[must_use]
     pub fn optional(mut self) -> Self {
-        self.required = false;
+        self.kind = Kind::Informational;
         self
     }
 
+    /// Tests only: what counts everywhere else is [`Check::is_blocking`].
+    #[cfg(test)]
     pub fn passed(&self) -> bool {
         self.outcome == Outcome::Pass
     }
 
-    /// A required check that failed.
+    /// A required check that failed: what doctor counts as a failure and
+    /// the demo as a missing prerequisite.
     pub fn is_blocking(&self) -> bool {
-        self.required && self.outcome == Outcome::Fail
+        self.kind == Kind::Required && self.outcome == Outcome::Fail
     }
 }
 
@@ -121,5 +138,16 @@ mod tests {
         assert!(bad.is_blocking());
         assert!(!bad.clone().optional().is_blocking());
         assert!(!Check::warn("disk", "1 GiB free", "free space").is_blocking());
+    }
+
+    #[test]
+    fn facts_and_advice_are_informational_and_never_block() {
+        let fact = Check::info("runtime", "runc version 1.1.5: namespaces, cgroups");
+        assert_eq!(fact.kind, Kind::Informational);
+        assert!(!fact.is_blocking());
+        let advice = Check::fail("runc", "not found", "apt-get install runc").optional();
+        assert_eq!(advice.kind, Kind::Informational);
+        assert!(!advice.is_blocking());
+        assert_eq!(Check::pass("root", "running as root").kind, Kind::Required);
     }
 }

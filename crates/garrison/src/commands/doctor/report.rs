@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::Section;
-use super::check::{Check, Outcome};
+use super::check::{Check, Kind, Outcome};
 
 /// The sections, a blank line and the verdict.
 pub fn text(sections: &[Section], blocking: usize) -> String {
@@ -58,10 +58,9 @@ fn check(check: &Check) -> Value {
     })
 }
 
-/// Whether a failure of the check fails the run: through the public
-/// `optional()`, which leaves a check that is advice only unchanged.
+/// Whether a failure of the check fails the run.
 fn required(check: &Check) -> bool {
-    check.clone().optional() != *check
+    check.kind == Kind::Required
 }
 
 fn outcome(outcome: Outcome) -> &'static str {

@@ -405,7 +405,11 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
     // a file.
     for (id, word) in [(&drop, "stopped"), (&keep, "stopped_keeping_snapshot")] {
         let events = g.store().events(id, 0).unwrap();
-        let done = events.iter().rev().find(|e| e.kind == "done").expect("done");
+        let done = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "done")
+            .expect("done");
         assert_eq!(done.detail["finish"], word, "{events:?}");
         for e in &events {
             for value in e.detail.as_object().into_iter().flat_map(|m| m.values()) {

@@ -64,8 +64,8 @@ fn a_malformed_configuration_file_stops_serve_naming_the_file_and_the_setting() 
         std::fs::write(&file, text).unwrap();
         let out = serve(dir.path(), &["--config", &shown]);
         let err = stderr(&out);
-        // A configuration error (exit 78 once `main` maps SettingsError).
-        assert!(!out.status.success(), "{text:?}: {err}");
+        // A configuration error: EX_CONFIG, so systemd does not restart.
+        assert_eq!(out.status.code(), Some(78), "{text:?}: {err}");
         assert!(err.contains(&says), "{text:?}: expected {says:?} in {err}");
     }
     // The valid keys are listed, the backends' among them.
@@ -87,7 +87,7 @@ fn negative_numbers_are_values_refused_by_range() {
     let dir = tempfile::tempdir().unwrap();
     let out = serve(dir.path(), &["--max-concurrent", "-1"]);
     let err = stderr(&out);
-    assert!(!out.status.success(), "{err}");
+    assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
         err.contains("invalid --max-concurrent: -1 is out of range 1..=10000"),
         "{err}"

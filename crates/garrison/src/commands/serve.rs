@@ -9,8 +9,7 @@ use tokio_util::sync::CancellationToken;
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     // Resolved before the log is set up, as the log's format is a setting.
     // Whatever stops the settings from resolving is a configuration error.
-    let (mut config, process) =
-        resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;
+    let (mut config, process) = resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;
     crate::logging::init(process.log_format);
     config.admin_listen = Some(process.listen);
     // The host backend starts each session process through this binary.

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 use crate::Secret;
 
+pub mod spec;
+pub use spec::{DefaultValue, Kind, Setting};
+
 /// Where a value came from; its `Display` is the name a user would look
 /// for, e.g. `SANDBOX_CPUS (environment)` or `cpus in /etc/garrison/garrison.toml`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,9 +142,17 @@ pub trait SettingsSource {
     /// configuration there.
     fn home(&self) -> Option<PathBuf>;
 
-    /// `env`, else the file's `key`.
+    /// The flag of the setting whose file key is `key`, if one was given
+    /// (backends' settings declared with a flag: see [`Setting`]).
+    fn flag(&self, _key: &'static str) -> Option<Sourced<String>> {
+        None
+    }
+
+    /// The flag, else `env`, else the file's `key`.
     fn get(&self, env: &'static str, key: &'static str) -> Option<Sourced<String>> {
-        self.var(env).or_else(|| self.file_key(key))
+        self.flag(key)
+            .or_else(|| self.var(env))
+            .or_else(|| self.file_key(key))
     }
 }
 

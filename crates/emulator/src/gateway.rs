@@ -60,7 +60,11 @@ async fn upgrade(
             GatewayRefusal::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             GatewayRefusal::Duplicate => (StatusCode::CONFLICT, "duplicate_connection"),
         };
-        tracing::info!(session_id = ?session_id, code, "gateway refused a remote");
+        tracing::info!(
+            session_id = session_id.as_deref(),
+            code,
+            "gateway refused a remote"
+        );
         return ApiError::new(status, code, "connection refused").into_response();
     }
     let session_id = session_id.expect("admitted sessions have an id");

@@ -397,8 +397,13 @@ impl Forever {
         self.failures = self.failures.saturating_add(1);
         self.sleep = Some(retry_in);
         match &error {
-            Some(e) => debug!(error = %e, ?retry_in, "watch disconnected"),
-            None => debug!(?retry_in, "watch stream ended"),
+            Some(e) => {
+                debug!(error = %e, retry_in_ms = retry_in.as_millis() as u64, "watch disconnected")
+            }
+            None => debug!(
+                retry_in_ms = retry_in.as_millis() as u64,
+                "watch stream ended"
+            ),
         }
         WatchItem::Disconnected { error, retry_in }
     }

@@ -99,6 +99,79 @@ mod tests {
         }
     }
 
+    #[test]
+    fn each_backends_file_keys_are_its_declared_settings() {
+        for backend in &ALL {
+            let declared: Vec<&str> = backend
+                .settings()
+                .iter()
+                .filter(|s| s.in_file)
+                .map(|s| s.name)
+                .collect();
+            assert_eq!(backend.file_keys(), declared, "{}", backend.name());
+            for setting in backend.settings() {
+                assert!(setting.env.is_some(), "{} has no variable", setting.name);
+                assert!(
+                    !(setting.secret && (setting.in_file || setting.flag.is_some())),
+                    "{} is a secret in the file or argv",
+                    setting.name
+                );
+            }
+        }
+    }
+
+    /// `packaging/garrison.toml.example` is the text the tables generate.
+    /// `GARRISON_UPDATE_EXAMPLE=1 cargo test -p garrison example_file`
+    /// rewrites it.
+    #[test]
+    fn the_packaged_example_file_is_generated_from_the_settings_tables() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/garrison.toml.example");
+        let generated = settings::example_file(&ALL);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed != generated && std::env::var_os("GARRISON_UPDATE_EXAMPLE").is_some() {
+            std::fs::write(&path, &generated).expect("rewrite the example");
+            return;
+        }
+        assert!(
+            committed == generated,
+            "{} is not what the settings tables generate; run \
+             GARRISON_UPDATE_EXAMPLE=1 cargo test -p garrison example_file",
+            path.display()
+        );
+
+        // Every setting of every table is in it, with its values.
+        let words = generated
+            .lines()
+            .map(|l| l.trim_start_matches('#').trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let all = settings::names::ALL
+            .iter()
+            .chain(ALL.iter().flat_map(|b| b.settings()));
+        for setting in all {
+            if setting.in_file {
+                assert!(
+                    generated.contains(&format!("\n{} = ", setting.name))
+                        || generated.contains(&format!("\n# {} = ", setting.name)),
+                    "no line for {}",
+                    setting.name
+                );
+            }
+            if let Some(values) = setting.kind.describe() {
+                assert!(words.contains(&values), "{}: no {values:?}", setting.name);
+            }
+            if setting.in_file || setting.secret {
+                let var = setting.env.expect("a variable");
+                assert!(words.contains(var), "{}: no {var}", setting.name);
+            }
+        }
+
+        // And it is a valid file: its values resolve.
+        let h = host(&[("DEVIN_OUTPOSTS_TOKEN", "cog_x")]);
+        resolve(&h, &generated).expect("the example resolves");
+    }
+
     fn host(vars: &[(&str, &str)]) -> HostEnv {
         HostEnv::new(
             1000,

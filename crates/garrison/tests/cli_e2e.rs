@@ -399,6 +399,35 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
             "{events:?}"
         );
     }
+    // What the log and the session events say is plain words and values:
+    // no Rust `Debug` output (`Present(Running)`, `Stopped { .. }`), no
+    // JSON objects for a finish, and no colour escapes in a log that is
+    // a file.
+    for (id, word) in [(&drop, "stopped"), (&keep, "stopped_keeping_snapshot")] {
+        let events = g.store().events(id, 0).unwrap();
+        let done = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "done")
+            .expect("done");
+        assert_eq!(done.detail["finish"], word, "{events:?}");
+        for e in &events {
+            for value in e.detail.as_object().into_iter().flat_map(|m| m.values()) {
+                let text = value.to_string();
+                let debug = ["Present(", "Exited(", "Some(", "Stopped {", "NotStarted"];
+                assert!(
+                    !value.is_object() && !debug.iter().any(|d| text.contains(d)),
+                    "{}: {text}",
+                    e.kind
+                );
+            }
+        }
+    }
+    let log = g.log();
+    for debug in ["Present(", "Stopped {", "finish={", "\x1b["] {
+        assert!(!log.contains(debug), "{debug:?} in the log:\n{log}");
+    }
+    assert!(log.contains("finish=stopped_keeping_snapshot"), "{log}");
     assert!(g.store().snapshots(&drop).unwrap().is_empty());
     let kept = g.store().snapshots(&keep).unwrap();
     assert_eq!(kept.len(), 1, "{kept:?}");

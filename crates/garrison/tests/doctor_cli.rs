@@ -15,11 +15,22 @@ use emulator::{Emulator, SCOPE_ORCHESTRATOR};
 
 /// Runs `garrison doctor` for `outpost` with only this environment.
 async fn doctor(emu: &Emulator, outpost: &str, dir: &Path, token: Option<&str>) -> Output {
+    doctor_on("host", emu, outpost, dir, token).await
+}
+
+/// [`doctor`] with `--backend backend`.
+async fn doctor_on(
+    backend: &str,
+    emu: &Emulator,
+    outpost: &str,
+    dir: &Path,
+    token: Option<&str>,
+) -> Output {
     let mut cmd = Command::new(garrison_bin());
     cmd.args(["doctor", "--api-url", &emu.base_url(), "--outpost", outpost])
         .arg("--state-dir")
         .arg(dir.join("state"))
-        .args(["--backend", "host"])
+        .args(["--backend", backend])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", dir)
@@ -56,15 +67,8 @@ async fn a_good_token_passes_every_required_check() {
     ] {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
-    // The local backend's advice: as root, its sandboxes run in user
-    // namespaces (the probe made one and an idmapped mount).
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        assert!(
-            text.contains("user namespaces: active: a sandbox's root is an unprivileged host uid"),
-            "{text}"
-        );
-    }
+    // Only the backend asked for is reported.
+    assert!(!text.contains("Backend local"), "{text}");
     // It only reads: the state directory it was pointed at is not created,
     // and the probe left nothing behind.
     assert!(!dir.path().join("state").exists());
@@ -145,8 +149,118 @@ async fn no_token_and_a_readable_credentials_file_are_reported() {
     assert!(text.contains("(mode 0600)"), "{text}");
 }
 
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[tokio::test]
+async fn the_local_backend_is_checked_when_asked_for() {
+    if !is_root() {
+        eprintln!("skipped: the user-namespace probe needs root");
+        return;
+    }
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let out = doctor_on("local", &emu, &op, dir.path(), Some(&emu.account_token())).await;
+    let text = stdout(&out);
+    assert!(text.contains("Backend local (configured)"), "{text}");
+    // As root, its sandboxes run in user namespaces (the probe made one
+    // and an idmapped mount).
+    assert!(
+        text.contains("user namespaces: active: a sandbox's root is an unprivileged host uid"),
+        "{text}"
+    );
+    assert!(!text.contains("Backend host"), "{text}");
+}
+
+#[tokio::test]
+async fn as_root_the_token_is_found_in_the_units_environment_file() {
+    if !is_root() {
+        eprintln!("skipped: only root reads the environment file");
+        return;
+    }
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let env_file = config.join("env");
+    let token = emu.account_token();
+    std::fs::write(
+        &env_file,
+        format!("# the service's environment\nDEVIN_OUTPOSTS_TOKEN={token}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = doctor(&emu, &op, dir.path(), None).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "✓ environment file: {}: 1 variable read (DEVIN_OUTPOSTS_TOKEN)",
+            env_file.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "✓ token present: DEVIN_OUTPOSTS_TOKEN ({})",
+            env_file.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("✓ token valid"), "{text}");
+    assert!(!text.contains(&token), "the token is printed: {text}");
+
+    // Others may read it: ignored, and says why.
+    std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = doctor(&emu, &op, dir.path(), None).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("! environment file"), "{text}");
+    assert!(text.contains("mode 0644"), "{text}");
+    assert!(text.contains("✗ token present"), "{text}");
+    assert!(!text.contains(&token), "the token is printed: {text}");
+}
+
+#[tokio::test]
+async fn a_malformed_configuration_file_is_named_with_its_setting() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let file = config.join("garrison.toml");
+    for (text, says) in [
+        ("max_concurent = 3\n", "unknown key `max_concurent`"),
+        ("max_concurrent = -1\n", "invalid max_concurrent in"),
+        ("cpus = \n", "line 1"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let out = doctor(&emu, &op, dir.path(), Some(&emu.account_token())).await;
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains("✗ settings: invalid"), "{text}");
+        assert!(text.contains(&file.display().to_string()), "{text}");
+        assert!(text.contains(says), "{text}");
+    }
+}
+
 /// `garrison doctor --backend tensorlake` against the mock Tensorlake.
 async fn doctor_tensorlake(emu: &Emulator, outpost: &str, dir: &Path, key: &str) -> Output {
+    doctor_tensorlake_with(emu, outpost, dir, key, &[]).await
+}
+
+/// [`doctor_tensorlake`] with `extra` variables set last.
+async fn doctor_tensorlake_with(
+    emu: &Emulator,
+    outpost: &str,
+    dir: &Path,
+    key: &str,
+    extra: &[(&str, &str)],
+) -> Output {
     let world = common::TensorlakeWorld::for_state_dir(&dir.join("state"));
     let mut cmd = Command::new(garrison_bin());
     cmd.args(["doctor", "--api-url", &emu.base_url(), "--outpost", outpost])
@@ -159,7 +273,8 @@ async fn doctor_tensorlake(emu: &Emulator, outpost: &str, dir: &Path, key: &str)
         .env("GARRISON_CONFIG", dir.join("config"))
         .env("DEVIN_OUTPOSTS_TOKEN", emu.account_token())
         .envs(world.env())
-        .env("TENSORLAKE_API_KEY", key);
+        .env("TENSORLAKE_API_KEY", key)
+        .envs(extra.iter().copied());
     cmd.output().await.expect("garrison doctor runs")
 }
 
@@ -187,4 +302,38 @@ async fn the_tensorlake_backend_is_checked_against_its_api() {
         "the remedy names the setting: {text}"
     );
     assert!(!text.contains(wrong), "the key is printed: {text}");
+}
+
+#[tokio::test]
+async fn an_unreachable_tensorlake_is_not_a_missing_key() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: connection refused.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let out = doctor_tensorlake_with(
+        &emu,
+        &op,
+        dir.path(),
+        common::TENSORLAKE_KEY,
+        &[
+            ("TENSORLAKE_API_URL", &closed),
+            ("TENSORLAKE_SANDBOX_API_URL", &closed),
+        ],
+    )
+    .await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("✗ tensorlake API"), "{text}");
+    assert!(text.contains("the endpoint did not answer"), "{text}");
+    assert!(
+        !text.contains("set TENSORLAKE_API_KEY"),
+        "the key is set; the remedy must not ask for it: {text}"
+    );
+    // Only the backend asked for.
+    assert!(!text.contains("Backend local"), "{text}");
+    assert!(text.contains("Backend tensorlake (configured)"), "{text}");
 }

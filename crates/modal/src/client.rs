@@ -268,7 +268,7 @@ impl Client {
                     if wire::is_retryable(status.code()) && attempt + 1 < self.retry.attempts =>
                 {
                     let wait = self.retry.backoff(attempt);
-                    tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "command router call failed; retrying");
+                    tracing::debug!(rpc = what, code = %status.code(), attempt, wait_ms = wait.as_millis() as u64, "command router call failed; retrying");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
@@ -300,7 +300,7 @@ impl Client {
                 }
                 Err(status) if retryable(status.code()) && attempt + 1 < self.retry.attempts => {
                     let wait = self.retry.backoff(attempt);
-                    tracing::debug!(rpc = what, code = ?status.code(), attempt, ?wait, "Modal call failed; retrying");
+                    tracing::debug!(rpc = what, code = %status.code(), attempt, wait_ms = wait.as_millis() as u64, "Modal call failed; retrying");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }

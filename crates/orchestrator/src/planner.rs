@@ -76,6 +76,30 @@ pub enum EntryObs {
     Present(SessionStatus),
 }
 
+/// Plain words for logs: `running`, `exited_1`, `lost`.
+impl std::fmt::Display for RemoteObs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotStarted => f.write_str("not_started"),
+            Self::Running => f.write_str("running"),
+            Self::Exited(code) => write!(f, "exited_{code}"),
+            Self::Lost => f.write_str("lost"),
+        }
+    }
+}
+
+/// Plain words for logs: `unknown`, `gone`, or the session's status as
+/// the API spells it (`running`, `suspended`, ...).
+impl std::fmt::Display for EntryObs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown => f.write_str("unknown"),
+            Self::Gone => f.write_str("gone"),
+            Self::Present(status) => write!(f, "{status}"),
+        }
+    }
+}
+
 /// Timing and limits of the session lifecycle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {

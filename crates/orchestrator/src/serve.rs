@@ -293,7 +293,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     match deps.store.active_sessions(&outpost_id) {
         Ok(records) => {
             for rec in records {
-                info!(session_id = rec.session_id, stage = ?rec.stage, "re-adopting session");
+                info!(session_id = rec.session_id, stage = %rec.stage, "re-adopting session");
                 state.held.insert(rec.session_id.clone());
                 let runner = SessionRunner::adopted(deps.clone(), rec.clone());
                 runners.spawn(async move { (rec.session_id, runner.run().await) });

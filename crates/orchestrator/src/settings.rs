@@ -23,7 +23,9 @@
 //! and [`credentials_path`]: the logic takes a [`HostEnv`], so tests pass a
 //! map instead of mutating global state.
 //!
-//! One file per concern: [`names`] (every setting's spellings), [`host`]
+//! One file per concern: [`names`] (the table of every setting: its
+//! spellings, values, default and help), [`example`] (the example file,
+//! written from the tables), [`host`]
 //! (the user, the environment and the default directories), [`layer`] (one
 //! layer and how layers merge), [`file`] (`garrison.toml`), [`credentials`]
 //! (what `garrison connect` saves), [`resolve`] (layers to a
@@ -31,6 +33,7 @@
 //! (the validated types).
 
 mod credentials;
+mod example;
 mod file;
 mod host;
 mod layer;
@@ -41,11 +44,12 @@ mod validate;
 
 pub use common::settings::{Origin, SettingsError, Sourced};
 pub use credentials::{Credentials, load_credentials, save_credentials};
+pub use example::example_file;
 pub use file::{load_file, parse_file};
 pub use host::{HostEnv, credentials_path};
 pub use layer::{OutpostTable, RawSettings};
-pub use names::Names;
-pub use resolve::{BackendSource, Backends, resolve};
+pub use names::Setting;
+pub use resolve::{BackendSource, Backends, resolve, resolve_process};
 pub use resolved::*;
 
 /// The backend used when none is configured: a container per session on

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::Secret;
-use common::settings::{SettingsError, SettingsSource};
+use common::settings::{Setting, SettingsError, SettingsSource};
 
 use crate::Sandbox;
 
@@ -37,8 +37,16 @@ pub trait BackendPlugin: Sync {
     }
 
     /// The top-level keys of `garrison.toml` this backend reads (any other
-    /// unknown key is an error).
+    /// unknown key is an error): those of [`Self::settings`] that are in the
+    /// file (the registry's tests check that the two agree).
     fn file_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Its settings, declared as Garrison's own are: spellings, values,
+    /// default and help, for `garrison.toml.example`, `serve --help` and
+    /// the file's list of keys.
+    fn settings(&self) -> &'static [Setting] {
         &[]
     }
 

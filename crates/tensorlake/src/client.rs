@@ -91,7 +91,7 @@ impl Http {
                 }
             };
             let wait = retry::backoff(&self.retry, attempt, rand::random::<f64>(), retry_after);
-            tracing::debug!(attempt, ?wait, error = %error, "retrying a Tensorlake request");
+            tracing::debug!(attempt, wait_ms = wait.as_millis() as u64, error = %error, "retrying a Tensorlake request");
             tokio::time::sleep(wait).await;
         }
     }

@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 use common::Secret;
 use common::settings::{
-    SettingsError, SettingsSource, Sourced, http_url, image, read_secret_file, unsigned,
+    Kind, Setting, SettingsError, SettingsSource, Sourced, http_url, image, read_secret_file,
+    unsigned,
 };
 use sandbox::Sandbox;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, LogFollower, Placement};
@@ -41,6 +42,77 @@ pub const TIMEOUT_SECS_ENV: &str = "SANDBOX_TIMEOUT_SECS";
 pub const TIMEOUT_SECS_KEY: &str = "sandbox_timeout_secs";
 pub const SANDBOX_ROOT_ENV: &str = "TENSORLAKE_SANDBOX_ROOT";
 pub const SANDBOX_ROOT_KEY: &str = "tensorlake_sandbox_root";
+
+/// The Tensorlake backend's settings (no flags: set once per host).
+pub const SETTINGS: &[Setting] = &[
+    Setting::secret(
+        "tensorlake_api_key",
+        API_KEY_ENV,
+        "The Tensorlake API key (or a 0600 file named by tensorlake_api_key_file)",
+    ),
+    Setting::new(
+        API_KEY_FILE_KEY,
+        "",
+        API_KEY_FILE_ENV,
+        Kind::Path,
+        "A file of mode 0600 holding the Tensorlake API key, if TENSORLAKE_API_KEY is unset",
+    )
+    .no_flag()
+    .example("\"/etc/garrison/tensorlake.key\""),
+    Setting::new(
+        API_URL_KEY,
+        "",
+        API_URL_ENV,
+        Kind::Text,
+        "The Tensorlake API",
+    )
+    .no_flag()
+    .default("\"https://api.tensorlake.ai\""),
+    Setting::new(
+        SANDBOX_API_URL_KEY,
+        "",
+        SANDBOX_API_URL_ENV,
+        Kind::Text,
+        "Where lifecycle calls go, as the official SDK reads it",
+    )
+    .no_flag()
+    .described_default("the API URL's host with api. made sandbox.")
+    .example("\"https://sandbox.tensorlake.ai\""),
+    Setting::new(
+        IMAGE_KEY,
+        "",
+        IMAGE_ENV,
+        Kind::Text,
+        "The Tensorlake image when the outpost names none",
+    )
+    .no_flag()
+    .described_default("Tensorlake's")
+    .example("\"garrison-default\""),
+    Setting::new(
+        TIMEOUT_SECS_KEY,
+        "",
+        TIMEOUT_SECS_ENV,
+        Kind::Int {
+            min: 0,
+            max: MAX_SANDBOX_TIMEOUT_SECS,
+        },
+        "Idle seconds before Tensorlake suspends a sandbox (0: Tensorlake's plan decides)",
+    )
+    .no_flag()
+    .default("1800"),
+    Setting::new(
+        SANDBOX_ROOT_KEY,
+        "",
+        SANDBOX_ROOT_ENV,
+        Kind::Text,
+        "Garrison's directory inside each sandbox ({id}: the sandbox id)",
+    )
+    .no_flag()
+    .default("\"/garrison\""),
+];
+
+/// Thirty days: the longest idle time Garrison asks for.
+const MAX_SANDBOX_TIMEOUT_SECS: i64 = 30 * 24 * 3600;
 
 /// Idle seconds before Tensorlake suspends a session's sandbox (the seed's
 /// `SANDBOX_TIMEOUT_SECS` default).
@@ -107,7 +179,7 @@ pub fn resolve(source: &dyn SettingsSource) -> Result<TensorlakeSettings, Settin
         .transpose()?;
     let timeout_secs = match source.get(TIMEOUT_SECS_ENV, TIMEOUT_SECS_KEY) {
         // Up to 30 days; 0 would leave the choice to Tensorlake's plan.
-        Some(value) => unsigned(&value, 0..=30 * 24 * 3600)?,
+        Some(value) => unsigned(&value, 0..=MAX_SANDBOX_TIMEOUT_SECS)?,
         None => DEFAULT_SANDBOX_TIMEOUT_SECS,
     };
     let sandbox_root = match source.get(SANDBOX_ROOT_ENV, SANDBOX_ROOT_KEY) {
@@ -179,6 +251,10 @@ impl BackendPlugin for TensorlakePlugin {
             TIMEOUT_SECS_KEY,
             SANDBOX_ROOT_KEY,
         ]
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        SETTINGS
     }
 
     fn refused_file_keys(&self) -> &'static [(&'static str, &'static str)] {

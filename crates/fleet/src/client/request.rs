@@ -82,10 +82,12 @@ impl FleetClient {
                     route = call.route,
                     status = raw.status,
                     attempt,
-                    ?delay,
+                    delay_ms = delay.as_millis() as u64,
                     "retrying"
                 ),
-                Err(e) => debug!(route = call.route, error = %e, attempt, ?delay, "retrying"),
+                Err(e) => {
+                    debug!(route = call.route, error = %e, attempt, delay_ms = delay.as_millis() as u64, "retrying")
+                }
             }
             tokio::time::sleep(delay).await;
             attempt += 1;

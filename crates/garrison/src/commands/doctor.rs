@@ -11,6 +11,7 @@
 mod api;
 pub mod check;
 mod cloud;
+mod env_file;
 pub mod host;
 mod report;
 mod store;
@@ -122,12 +123,12 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
 type Section = (String, Vec<Check>);
 
 async fn collect(args: &DoctorArgs) -> Vec<Section> {
-    let host = HostEnv::current();
+    let (host, env_file_check, from_file) = with_env_file(HostEnv::current());
     let mut sections = Vec::new();
 
     let (settings_check, resolved) = resolve(args, &host);
-    let (token_check, token) = token_present(&host);
-    sections.push(("Settings".to_owned(), vec![settings_check]));
+    let (token_check, token) = token_present(&host, &from_file);
+    sections.push(("Settings".to_owned(), vec![env_file_check, settings_check]));
 
     let mut credentials = vec![token_check];
     if let (Some(r), Some(token)) = (&resolved, &token) {
@@ -161,7 +162,12 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
     };
     let backends: BTreeSet<&'static str> = match &resolved {
         Some(r) => r.config.outposts.iter().map(|o| o.backend).collect(),
-        None => BTreeSet::from([settings::DEFAULT_BACKEND]),
+        // Settings that do not resolve: the backend asked for, if any.
+        None => BTreeSet::from([args
+            .backend
+            .as_deref()
+            .and_then(crate::backends::find)
+            .map_or(settings::DEFAULT_BACKEND, |b| b.name())]),
     };
     sections.extend(
         backend_sections(&backends, &state_dir, resolved.as_ref().map(|r| &r.config)).await,
@@ -262,14 +268,96 @@ fn resolve(args: &DoctorArgs, host: &HostEnv) -> (Check, Option<Resolved>) {
     (check, Some(Resolved { config, outposts }))
 }
 
-/// Where the token comes from: `DEVIN_OUTPOSTS_TOKEN`, else the credentials
-/// file, which must be private to its owner (mode 0600).
-fn token_present(host: &HostEnv) -> (Check, Option<Secret>) {
+/// The environment the service runs with: this process's, and under it
+/// (as root) the variables of the environment file the systemd unit names,
+/// `$GARRISON_CONFIG/env` (`/etc/garrison/env`). Returns the environment,
+/// the line that reports the file (names only, never values), and where
+/// the variables taken from it came from.
+fn with_env_file(mut host: HostEnv) -> (HostEnv, Check, Option<(PathBuf, BTreeSet<String>)>) {
+    use env_file::EnvFile;
+    let name = "environment file";
+    let Ok(dir) = host.config_dir() else {
+        return (host, Check::info(name, "no configuration directory"), None);
+    };
+    match env_file::load_env_file(&dir.join(env_file::ENV_FILE_NAME), host.euid) {
+        EnvFile::Absent { path } => (
+            host,
+            Check::info(
+                name,
+                format!("{} does not exist (optional)", path.display()),
+            ),
+            None,
+        ),
+        EnvFile::Ignored { path, reason } => {
+            let check = if host.euid == 0 {
+                Check::warn(
+                    name,
+                    format!("{} is ignored: {reason}", path.display()),
+                    "the service's systemd unit reads it; fix its owner and mode",
+                )
+            } else {
+                Check::info(name, format!("{} not read: {reason}", path.display()))
+            };
+            (host, check, None)
+        }
+        EnvFile::Read {
+            path,
+            vars,
+            bad_lines,
+        } => {
+            // This process's own variables win: they are what the operator
+            // is trying out.
+            let mut taken = BTreeSet::new();
+            for (key, value) in vars {
+                if host.var(&key).is_none() {
+                    taken.insert(key.clone());
+                    host.vars.insert(key, value);
+                }
+            }
+            let names: Vec<&str> = taken.iter().map(String::as_str).collect();
+            let mut detail = format!(
+                "{}: {} variable{} read{}",
+                path.display(),
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", names.join(", "))
+                }
+            );
+            let check = if bad_lines.is_empty() {
+                Check::pass(name, detail)
+            } else {
+                let lines: Vec<String> = bad_lines.iter().map(usize::to_string).collect();
+                detail.push_str(&format!("; line {} is not KEY=VALUE", lines.join(", ")));
+                Check::warn(
+                    name,
+                    detail,
+                    "systemd skips such lines too; fix or remove them",
+                )
+            };
+            (host, check, Some((path, taken)))
+        }
+    }
+}
+
+/// Where the token comes from: `DEVIN_OUTPOSTS_TOKEN` (from the process or
+/// the environment file), else the credentials file, which must be private
+/// to its owner (mode 0600).
+fn token_present(
+    host: &HostEnv,
+    env_file: &Option<(PathBuf, BTreeSet<String>)>,
+) -> (Check, Option<Secret>) {
     let name = "token present";
     let path = host.credentials_path().ok();
     if let Some(token) = host.var(TOKEN_ENV) {
+        let origin = match env_file {
+            Some((file, names)) if names.contains(TOKEN_ENV) => file.display().to_string(),
+            _ => "environment".to_owned(),
+        };
         return (
-            Check::pass(name, format!("{TOKEN_ENV} (environment)")),
+            Check::pass(name, format!("{TOKEN_ENV} ({origin})")),
             Some(Secret::new(token)),
         );
     }
@@ -325,8 +413,8 @@ fn client(api_url: &str, token: &Secret) -> anyhow::Result<FleetClient> {
     Ok(FleetClient::new(api_url, token.clone(), options)?)
 }
 
-/// The configured backends' prerequisites (required), and the local
-/// backend's as advice when it is not configured.
+/// The configured backends' prerequisites, each required; only those (a
+/// `doctor --backend modal` says nothing about the local backend).
 async fn backend_sections(
     backends: &BTreeSet<&'static str>,
     state_dir: &Path,
@@ -355,16 +443,6 @@ async fn backend_sections(
             )],
         };
         sections.push((format!("Backend {kind} (configured)"), checks));
-    }
-    if !backends.contains(local) {
-        let checks = host::local_prerequisites(state_dir, Default::default())
-            .into_iter()
-            .map(Check::optional)
-            .collect();
-        sections.push((
-            "Backend local (not configured: advice for --backend local)".to_owned(),
-            checks,
-        ));
     }
     sections
 }

@@ -3,14 +3,15 @@
 
 mod args;
 
-pub use args::{ServeArgs, file_layer, resolve, with_environment_variable};
+pub use args::{ServeArgs, file_layer, resolve, resolve_all, with_environment_variable};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
-    crate::logging::init(args.log_format);
+    // Resolved before the log is set up, as the log's format is a setting.
     // Whatever stops the settings from resolving is a configuration error.
-    let mut config = resolve(&args).map_err(crate::exit::config)?;
-    config.admin_listen = Some(args.listen);
+    let (mut config, process) = resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;
+    crate::logging::init(process.log_format);
+    config.admin_listen = Some(process.listen);
     // The host backend starts each session process through this binary.
     let shim_exe = std::env::current_exe()?;
     let stop = CancellationToken::new();

@@ -142,6 +142,36 @@ impl StageLabel {
     }
 }
 
+/// Plain words for logs and event lines: the label of a finished stage,
+/// and for an operator's stop whether the snapshot is kept.
+impl std::fmt::Display for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Suspended => "suspended",
+            Self::Terminated => "terminated",
+            Self::Vanished => "vanished",
+            Self::Failed => "failed",
+            Self::Released => "released",
+            Self::Stopped {
+                keep_snapshot: true,
+            } => "stopped_keeping_snapshot",
+            Self::Stopped {
+                keep_snapshot: false,
+            } => "stopped",
+        })
+    }
+}
+
+/// The stage's label, e.g. `running` or `suspended`.
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Finishing(finish) => write!(f, "finishing_{finish}"),
+            other => f.write_str(other.label().as_str()),
+        }
+    }
+}
+
 impl std::fmt::Display for StageLabel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -125,11 +125,19 @@ pub(super) async fn claim_round(
                 };
                 info!(
                     session_id,
-                    session_status = ?entry.status.session_status,
+                    session_status = %entry.status.session_status,
                     "releasing a claim of ours that nothing here serves"
                 );
                 match deps.client.release(&session_id, &deps.acceptor_id).await {
-                    Ok(outcome) => info!(session_id, ?outcome, "stale claim released"),
+                    Ok(outcome) => info!(
+                        session_id,
+                        outcome = match outcome {
+                            fleet::ReleaseOutcome::Released => "released",
+                            fleet::ReleaseOutcome::NotHolder => "not_holder",
+                            fleet::ReleaseOutcome::Gone => "gone",
+                        },
+                        "stale claim released"
+                    ),
                     // Not retried until the entry changes: a claim left
                     // alone expires by itself, as before.
                     Err(e) => warn!(session_id, error = %e, "releasing a stale claim failed"),

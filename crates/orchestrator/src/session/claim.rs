@@ -69,9 +69,12 @@ impl Claim {
             LifetimeSource::Previous | LifetimeSource::Assumed => debug!(
                 session_id = entry.session_id(),
                 lifetime_ms = lifetime,
-                ?source,
-                deadline = ?answer.deadline,
-                server_now = ?answer.server_now,
+                source = match source {
+                    LifetimeSource::Previous => "previous",
+                    _ => "assumed",
+                },
+                deadline_ms = answer.deadline,
+                server_now_ms = answer.server_now,
                 "the claim answer has no usable deadline"
             ),
         }

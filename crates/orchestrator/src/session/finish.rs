@@ -29,19 +29,23 @@ impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
         if self.rec.stage != Stage::Finishing(finish) {
             self.set_stage(Stage::Finishing(finish))?;
-            self.event("finishing", json!({ "finish": finish }));
+            self.event("finishing", json!({ "finish": finish.to_string() }));
         }
         if let Err(e) = self.wind_down(finish).await {
             let e = record_failure(e)?;
             let message = format!("{e:#}");
-            error!(session_id = self.id(), finish = ?finish, error = %message, "finishing the session failed; retrying");
+            error!(session_id = self.id(), finish = %finish, error = %message, "finishing the session failed; retrying");
             self.event("finish_failed", json!({ "error": message }));
             self.pause(Duration::from_secs(2)).await;
             return Ok(());
         }
         let done = match finish {
             Finish::Failed => {
-                error!(session_id = self.id(), error = ?self.rec.error, "session failed; a recovery snapshot was kept where possible");
+                error!(
+                    session_id = self.id(),
+                    error = self.rec.error.as_deref().unwrap_or("unknown"),
+                    "session failed; a recovery snapshot was kept where possible"
+                );
                 Finish::Failed
             }
             other => other,
@@ -49,9 +53,9 @@ impl SessionRunner {
         Metrics::inc(&self.deps.metrics.sessions_finished);
         // The event before the stage: whoever sees the stage final (status
         // commands, `logs -f`, the dashboard) finds the whole history.
-        self.event("done", json!({ "finish": done }));
+        self.event("done", json!({ "finish": done.to_string() }));
         self.set_stage(Stage::Done(done))?;
-        info!(session_id = self.id(), finish = ?done, "session done");
+        info!(session_id = self.id(), finish = %done, "session done");
         Ok(())
     }
 

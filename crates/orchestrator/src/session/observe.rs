@@ -73,7 +73,7 @@ impl SessionRunner {
             let is_live = matches!(status, RemoteObs::Running | RemoteObs::NotStarted);
             if was_live && !is_live {
                 self.remote_stopped_at = Some(now);
-                self.event("remote_exited", json!({ "status": format!("{status:?}") }));
+                self.event("remote_exited", json!({ "status": status.to_string() }));
             }
             self.remote = status;
             self.copy_output(&handle, &process).await?;

@@ -96,7 +96,7 @@ impl SessionRunner {
             Metrics::inc(&self.deps.metrics.remote_restarts);
             self.event(
                 "remote_restart",
-                json!({ "restart": self.rec.restarts, "previous": format!("{:?}", self.remote) }),
+                json!({ "restart": self.rec.restarts, "previous": self.remote.to_string() }),
             );
         }
         if let Err(e) = self.spawn_remote().await {
@@ -113,7 +113,7 @@ impl SessionRunner {
         if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
             self.event(
                 "remote_kill",
-                json!({ "entry": format!("{:?}", self.entry_obs) }),
+                json!({ "entry": self.entry_obs.to_string() }),
             );
             if let Err(e) = self.deps.backend.kill(&handle, &process, KILL_GRACE).await {
                 warn!(session_id = self.id(), error = %e, "stopping the remote failed");

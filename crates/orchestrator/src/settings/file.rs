@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
-use super::{Backends, Origin, OutpostTable, RawSettings, SettingsError, Sourced};
+use super::{Backends, Origin, OutpostTable, RawSettings, SettingsError, Sourced, names};
 
 /// Garrison's own keys of `garrison.toml`. Unknown keys are errors: a typo
 /// such as `max_concurent` must not be silently ignored.
@@ -28,6 +28,7 @@ struct FileSettings {
     snapshot_integrity_fallback: Option<String>,
     snapshot_retention: Option<String>,
     relist_interval_secs: Option<i64>,
+    drain: Option<bool>,
     cpus: Option<f64>,
     memory_mb: Option<i64>,
     disk_mb: Option<i64>,
@@ -36,6 +37,8 @@ struct FileSettings {
     session_log_max_mb: Option<i64>,
     repos: Option<Vec<String>>,
     git_username: Option<String>,
+    log_format: Option<String>,
+    listen: Option<String>,
     #[serde(default)]
     outpost: Vec<FileOutpost>,
 }
@@ -77,10 +80,14 @@ pub fn parse_file(
 ) -> Result<RawSettings, SettingsError> {
     let parse_error = |e: toml::de::Error| SettingsError::Parse {
         path: path.to_owned(),
-        reason: describe_toml_error(text, &e, backends),
+        reason: describe_toml_error(text, &e),
     };
     let mut table = DeTable::parse(text).map_err(parse_error)?;
     let backend_keys = take_backend_keys(path, text, table.get_mut(), backends)?;
+    check_keys(table.get_ref(), text, backends).map_err(|reason| SettingsError::Parse {
+        path: path.to_owned(),
+        reason,
+    })?;
     // Deserialized from the parsed table, whose values keep their spans, so
     // errors still point at a line and column.
     let file =
@@ -138,7 +145,9 @@ pub fn parse_file(
         ),
         snapshot_retention: text_of(file.snapshot_retention, "snapshot_retention", None),
         relist_interval_secs: num(file.relist_interval_secs, "relist_interval_secs", None),
-        drain: None,
+        drain: file
+            .drain
+            .map(|d| Sourced::new(d.to_string(), at("drain", None))),
         cpus: float(file.cpus, "cpus", None),
         memory_mb: num(file.memory_mb, "memory_mb", None),
         disk_mb: num(file.disk_mb, "disk_mb", None),
@@ -149,8 +158,11 @@ pub fn parse_file(
         repos: file.repos.map(|r| Sourced::new(r, at("repos", None))),
         git_username: text_of(file.git_username, "git_username", None),
         git_token: None,
+        log_format: text_of(file.log_format, "log_format", None),
+        listen: text_of(file.listen, "listen", None),
         backend_keys,
         outpost_tables,
+        backend_flags: BTreeMap::new(),
     })
 }
 
@@ -188,6 +200,79 @@ fn take_backend_keys(
     Ok(taken)
 }
 
+/// Refuses any key that is neither Garrison's ([`names::ALL`]) nor a
+/// backend's, at the top level and in `[[outpost]]` tables, with the list
+/// of the keys that are accepted there. (Checked here rather than by
+/// serde, whose list would leave out the backends' keys.)
+fn check_keys(table: &DeTable<'_>, text: &str, backends: &Backends) -> Result<(), String> {
+    let backend_keys = || backends.iter().flat_map(|b| b.file_keys()).copied();
+    let unknown =
+        |key: &toml::Spanned<std::borrow::Cow<'_, str>>, valid: Vec<&str>, place: &str| {
+            let (line, column) = line_and_column(text, key.span().start);
+            let mut reason = format!(
+                "line {line}, column {column}: unknown key `{}`{place}",
+                &**key.get_ref()
+            );
+            if let Some(hint) = refused_key_hint(key.get_ref(), backends) {
+                reason.push_str(&format!(" ({hint})"));
+            }
+            reason.push_str(&format!("; valid keys are {}", valid.join(", ")));
+            reason
+        };
+    for (key, value) in table {
+        let name: &str = key.get_ref();
+        if name == "outpost" {
+            let DeValue::Array(tables) = value.get_ref() else {
+                continue; // serde reports the type
+            };
+            for outpost in tables {
+                let DeValue::Table(outpost) = outpost.get_ref() else {
+                    continue;
+                };
+                for (key, _) in outpost {
+                    let name: &str = key.get_ref();
+                    if !names::outpost_keys().any(|k| k == name) {
+                        return Err(unknown(
+                            key,
+                            names::outpost_keys().collect(),
+                            " in an [[outpost]] table",
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        let known = names::file_keys().chain(backend_keys()).any(|k| k == name);
+        if !known {
+            let mut valid: Vec<&str> = names::file_keys().chain(backend_keys()).collect();
+            valid.push("[[outpost]]");
+            return Err(unknown(key, valid, ""));
+        }
+    }
+    Ok(())
+}
+
+/// Why a key that holds a secret is never read from the file.
+fn refused_key_hint(key: &str, backends: &Backends) -> Option<String> {
+    if let Some(secret) = names::ALL.iter().find(|s| s.secret && s.name == key) {
+        let also = if secret.name == names::TOKEN.name {
+            " or the credentials file"
+        } else {
+            ""
+        };
+        return Some(format!(
+            "{} is read from {} in the environment{also}, never from this file",
+            secret.name,
+            secret.env.unwrap_or("the environment")
+        ));
+    }
+    backends
+        .iter()
+        .flat_map(|b| b.refused_file_keys())
+        .find(|(k, _)| *k == key)
+        .map(|(_, instead)| (*instead).to_owned())
+}
+
 /// 1-based line and column of byte `offset` in `text`.
 fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -199,24 +284,8 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 /// "line L, column C: message". Built from the parts rather than the
 /// error's `Display`, which quotes the offending source line: if someone
 /// pasted a token into the file, that line would carry it into a log.
-fn describe_toml_error(text: &str, error: &toml::de::Error, backends: &Backends) -> String {
-    let mut reason = error.message().trim().to_owned();
-    if reason.contains("unknown field `token`") {
-        reason.push_str(
-            " (the token is read from DEVIN_OUTPOSTS_TOKEN or the credentials file, \
-             never from this file)",
-        );
-    }
-    for (key, instead) in backends.iter().flat_map(|b| b.refused_file_keys()) {
-        if reason.contains(&format!("unknown field `{key}`")) {
-            reason.push_str(&format!(" ({instead})"));
-        }
-    }
-    if reason.contains("unknown field `git_token`") {
-        reason.push_str(
-            " (the git token is read from GIT_TOKEN in the environment, never from this file)",
-        );
-    }
+fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let reason = error.message().trim().to_owned();
     match error.span() {
         Some(span) => {
             let (line, column) = line_and_column(text, span.start);

@@ -6,9 +6,8 @@ use std::path::PathBuf;
 
 use fleet::Secret;
 
-use super::names::{self, Names};
-use super::{HostEnv, Origin, SNAPSHOT_KEY_ENV, Sourced, TOKEN_ENV};
-use crate::repos::GIT_TOKEN_ENV;
+use super::names::{self, Setting};
+use super::{HostEnv, Origin, Sourced};
 
 /// One layer of settings (flags, environment or file), every field optional.
 ///
@@ -35,7 +34,8 @@ pub struct RawSettings {
     pub snapshot_integrity_fallback: Option<Sourced<String>>,
     pub snapshot_retention: Option<Sourced<String>>,
     pub relist_interval_secs: Option<Sourced<String>>,
-    pub drain: Option<Sourced<bool>>,
+    /// `true` or `false` (a flag given is `true`).
+    pub drain: Option<Sourced<String>>,
     pub cpus: Option<Sourced<String>>,
     pub memory_mb: Option<Sourced<String>>,
     pub disk_mb: Option<Sourced<String>>,
@@ -49,11 +49,17 @@ pub struct RawSettings {
     pub git_username: Option<Sourced<String>>,
     /// `GIT_TOKEN`: only from the environment, like `token`.
     pub git_token: Option<Sourced<Secret>>,
+    pub log_format: Option<Sourced<String>>,
+    /// The admin listener's address, as text until resolved.
+    pub listen: Option<Sourced<String>>,
     /// Top-level keys of the file that belong to a backend (its plug-in
     /// declared them), numbers as text; the backend reads and checks them.
     pub backend_keys: BTreeMap<&'static str, Sourced<String>>,
     /// The file's `[[outpost]]` tables, in file order.
     pub outpost_tables: Vec<OutpostTable>,
+    /// Flags of backends' settings, by the setting's file key (only the
+    /// flag layer sets them); the backend reads and checks them.
+    pub backend_flags: BTreeMap<&'static str, Sourced<String>>,
 }
 
 /// One `[[outpost]]` table: per-outpost overrides of the top-level settings.
@@ -102,12 +108,19 @@ impl RawSettings {
             token: self.token.or(lower.token),
             repos: self.repos.or(lower.repos),
             git_username: self.git_username.or(lower.git_username),
+            log_format: self.log_format.or(lower.log_format),
+            listen: self.listen.or(lower.listen),
             backend_keys: {
                 let mut keys = lower.backend_keys;
                 keys.extend(self.backend_keys);
                 keys
             },
             git_token: self.git_token.or(lower.git_token),
+            backend_flags: {
+                let mut flags = lower.backend_flags;
+                flags.extend(self.backend_flags);
+                flags
+            },
             outpost_tables: if self.outpost_tables.is_empty() {
                 lower.outpost_tables
             } else {
@@ -118,12 +131,15 @@ impl RawSettings {
 
     /// The environment layer. Empty variables count as unset.
     pub fn from_env(host: &HostEnv) -> RawSettings {
-        let text = |names: Names| {
-            let var = names.env?;
+        let text = |setting: Setting| {
+            let var = setting.env?;
             Some(Sourced::new(host.var(var)?.to_owned(), Origin::Env(var)))
         };
-        let path =
-            |names: Names| text(names).map(|s| Sourced::new(PathBuf::from(s.value), s.origin));
+        let path = |setting: Setting| {
+            text(setting).map(|s| Sourced::new(PathBuf::from(s.value), s.origin))
+        };
+        let secret =
+            |setting: Setting| text(setting).map(|s| Sourced::new(Secret::new(s.value), s.origin));
         RawSettings {
             outposts: text(names::OUTPOST).map(|s| Sourced::new(vec![s.value], s.origin)),
             api_url: text(names::API_URL),
@@ -135,29 +151,26 @@ impl RawSettings {
             snapshot_dir: path(names::SNAPSHOT_DIR),
             snapshot_store: text(names::SNAPSHOT_STORE),
             snapshot_key_file: path(names::SNAPSHOT_KEY_FILE),
-            snapshot_key: host
-                .var(SNAPSHOT_KEY_ENV)
-                .map(|k| Sourced::new(Secret::new(k), Origin::Env(SNAPSHOT_KEY_ENV))),
+            snapshot_key: secret(names::SNAPSHOT_KEY),
             snapshot_integrity_fallback: text(names::SNAPSHOT_INTEGRITY_FALLBACK),
             snapshot_retention: text(names::SNAPSHOT_RETENTION),
             relist_interval_secs: text(names::RELIST_INTERVAL_SECS),
-            drain: None,
+            drain: text(names::DRAIN),
             cpus: text(names::CPUS),
             memory_mb: text(names::MEMORY_MB),
             disk_mb: text(names::DISK_MB),
             image: text(names::IMAGE),
             max_restarts: text(names::MAX_RESTARTS),
             session_log_max_mb: text(names::SESSION_LOG_MAX_MB),
-            token: host
-                .var(TOKEN_ENV)
-                .map(|t| Sourced::new(Secret::new(t), Origin::Env(TOKEN_ENV))),
+            token: secret(names::TOKEN),
             repos: text(names::REPOS).map(|s| Sourced::new(vec![s.value], s.origin)),
             git_username: text(names::GIT_USERNAME),
-            git_token: host
-                .var(GIT_TOKEN_ENV)
-                .map(|t| Sourced::new(Secret::new(t), Origin::Env(GIT_TOKEN_ENV))),
+            git_token: secret(names::GIT_TOKEN),
+            log_format: text(names::LOG_FORMAT),
+            listen: text(names::LISTEN),
             backend_keys: BTreeMap::new(),
             outpost_tables: Vec::new(),
+            backend_flags: BTreeMap::new(),
         }
     }
 }

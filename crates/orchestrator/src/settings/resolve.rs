@@ -12,12 +12,14 @@ use sandbox::Resources;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 use sandbox::snapshot_store::ObjectStoreSettings;
 
+use super::names;
 use super::validate::*;
 use super::{
-    Credentials, DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_RESTARTS,
-    DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB, DEFAULT_SNAPSHOT_RETENTION,
-    DEFAULT_STATIC_BASE_URL, HostEnv, Origin, OutpostConfig, OutpostTable, QueueMode, RawSettings,
-    Repos, ServeConfig, SettingsError, Sourced,
+    Credentials, DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_RESTARTS, DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB,
+    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, HostEnv, LogFormat, Origin, OutpostConfig,
+    OutpostTable, ProcessSettings, QueueMode, RawSettings, Repos, ServeConfig, SettingsError,
+    Sourced,
 };
 use crate::planner::Policy;
 
@@ -111,21 +113,25 @@ pub fn resolve(
         None => Some(DEFAULT_SNAPSHOT_RETENTION),
     };
     let relist_interval = match &raw.relist_interval_secs {
-        Some(value) => Duration::from_secs(to_u64(integer(value, 1..=3600)?)),
+        Some(value) => Duration::from_secs(ranged(value, names::RELIST_INTERVAL_SECS)?),
         None => DEFAULT_RELIST_INTERVAL,
     };
     let max_restarts = match &raw.max_restarts {
         // Bounded so that a typo cannot make a crashing remote loop forever.
-        Some(value) => to_u64(integer(value, 0..=100)?) as u32,
+        Some(value) => ranged(value, names::MAX_RESTARTS)? as u32,
         None => DEFAULT_MAX_RESTARTS,
     };
     let session_log_max_bytes = match &raw.session_log_max_mb {
-        Some(value) => to_u64(integer(value, 1..=1 << 20)?) << 20,
+        Some(value) => ranged(value, names::SESSION_LOG_MAX_MB)? << 20,
         None => DEFAULT_SESSION_LOG_MAX_MB << 20,
     };
+    // Read by the caller before anything else (the log is set up first);
+    // checked here too, so that a bad value fails `doctor` as well.
+    resolve_process(&raw)?;
     let defaults = OutpostDefaults::resolve(&raw, backends)?;
     let outposts = outposts(&raw, &defaults, credentials)?;
-    let backends = configure_backends(&outposts, backends, host, &raw.backend_keys)?;
+    let source = BackendSource::new(host, &raw.backend_keys).with_flags(&raw.backend_flags);
+    let backends = configure_backends(&outposts, backends, &source)?;
 
     Ok(ServeConfig {
         api_url,
@@ -139,7 +145,12 @@ pub fn resolve(
         relist_interval,
         // Polling exists only for benchmarks; no setting selects it.
         queue_mode: QueueMode::Watch,
-        drain: raw.drain.is_some_and(|d| d.value),
+        drain: raw
+            .drain
+            .as_ref()
+            .map(boolean)
+            .transpose()?
+            .unwrap_or(false),
         policy: Policy {
             max_restarts,
             session_log_max_bytes,
@@ -153,15 +164,32 @@ pub fn resolve(
     })
 }
 
+/// The log format and the admin listener's address, from the merged
+/// layers or [`names::ALL`]'s defaults.
+pub fn resolve_process(raw: &RawSettings) -> Result<ProcessSettings, SettingsError> {
+    let log_format = match raw
+        .log_format
+        .as_ref()
+        .map(|v| choice(v, names::LOG_FORMAT))
+    {
+        Some(Err(e)) => return Err(e),
+        Some(Ok("json")) => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    let listen = match &raw.listen {
+        Some(value) => socket_addr(value)?,
+        None => DEFAULT_LISTEN,
+    };
+    Ok(ProcessSettings { log_format, listen })
+}
+
 /// Each backend an outpost uses, configured once: only a backend in use is
 /// checked, and only its settings are required.
 fn configure_backends(
     outposts: &[OutpostConfig],
     backends: &Backends,
-    host: &HostEnv,
-    file: &BTreeMap<&'static str, Sourced<String>>,
+    source: &BackendSource<'_>,
 ) -> Result<BTreeMap<&'static str, Arc<dyn ConfiguredBackend>>, SettingsError> {
-    let source = BackendSource::new(host, file);
     let mut configured = BTreeMap::new();
     for outpost in outposts {
         if configured.contains_key(outpost.backend) {
@@ -174,7 +202,7 @@ fn configure_backends(
                 outpost.backend
             )));
         };
-        configured.insert(plugin.name(), plugin.configure(&source)?);
+        configured.insert(plugin.name(), plugin.configure(source)?);
     }
     Ok(configured)
 }
@@ -184,17 +212,30 @@ pub(super) fn find(backends: &Backends, name: &str) -> Option<&'static dyn Backe
     backends.iter().copied().find(|b| b.name() == name)
 }
 
-/// What a backend reads its settings from: the environment gathered once
-/// in [`HostEnv`], and the file keys it declared (from
+/// What a backend reads its settings from: the flags of its settings
+/// ([`RawSettings::backend_flags`]), the environment gathered once in
+/// [`HostEnv`], and the file keys it declared (from
 /// [`RawSettings::backend_keys`]).
 pub struct BackendSource<'a> {
     host: &'a HostEnv,
     file: &'a BTreeMap<&'static str, Sourced<String>>,
+    flags: Option<&'a BTreeMap<&'static str, Sourced<String>>>,
 }
 
 impl<'a> BackendSource<'a> {
     pub fn new(host: &'a HostEnv, file: &'a BTreeMap<&'static str, Sourced<String>>) -> Self {
-        Self { host, file }
+        Self {
+            host,
+            file,
+            flags: None,
+        }
+    }
+
+    /// The same, with these flags above the environment.
+    #[must_use]
+    pub fn with_flags(mut self, flags: &'a BTreeMap<&'static str, Sourced<String>>) -> Self {
+        self.flags = Some(flags);
+        self
     }
 }
 
@@ -207,6 +248,10 @@ impl SettingsSource for BackendSource<'_> {
 
     fn file_key(&self, key: &'static str) -> Option<Sourced<String>> {
         self.file.get(key).cloned()
+    }
+
+    fn flag(&self, key: &'static str) -> Option<Sourced<String>> {
+        self.flags?.get(key).cloned()
     }
 
     fn home(&self) -> Option<PathBuf> {

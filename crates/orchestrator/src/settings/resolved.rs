@@ -19,6 +19,10 @@ use crate::planner::Policy;
 pub const DEFAULT_STATIC_BASE_URL: &str = "https://static.devin.ai/devin-rs/remote/";
 pub const DEFAULT_API_URL: &str = "https://api.devin.ai";
 pub const DEFAULT_MAX_CONCURRENT: usize = 5;
+/// Where the admin listener binds: loopback only, unless asked.
+pub const DEFAULT_LISTEN: std::net::SocketAddr = std::net::SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9180),
+);
 pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_SNAPSHOT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -94,4 +98,22 @@ pub struct ServeConfig {
     /// The settings of each backend an outpost uses, by name, resolved at
     /// start so that a bad value stops `serve` before it claims anything.
     pub backends: BTreeMap<&'static str, Arc<dyn ConfiguredBackend>>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The settings of the `garrison serve` process itself rather than of
+/// what it serves: how it logs and where its admin listener binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessSettings {
+    pub log_format: LogFormat,
+    pub listen: std::net::SocketAddr,
 }

@@ -10,7 +10,7 @@ use fleet::{Platform, Secret};
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 use sandbox::{Resources, Sandbox};
 
-use super::names;
+use super::names::{self, Kind};
 use super::validate::parse_retention;
 use super::*;
 use crate::planner::Policy;
@@ -162,15 +162,16 @@ fn file_err(text: &str) -> String {
 }
 
 /// The flag layer as `garrison serve` builds it: one flag set.
-fn flag(names: Names, value: &str) -> RawSettings {
-    let text = Some(Sourced::new(value.to_owned(), Origin::Flag(names.flag)));
-    let path = Some(Sourced::new(PathBuf::from(value), Origin::Flag(names.flag)));
+fn flag(names: Setting, value: &str) -> RawSettings {
+    let flag_name = names.flag.expect("a flag");
+    let text = Some(Sourced::new(value.to_owned(), Origin::Flag(flag_name)));
+    let path = Some(Sourced::new(PathBuf::from(value), Origin::Flag(flag_name)));
     let mut raw = RawSettings::default();
-    match names.key {
+    match names.name {
         "outpost" => {
             raw.outposts = Some(Sourced::new(
                 vec![value.to_owned()],
-                Origin::Flag(names.flag),
+                Origin::Flag(flag_name),
             ))
         }
         "api_url" => raw.api_url = text,
@@ -192,10 +193,13 @@ fn flag(names: Names, value: &str) -> RawSettings {
         "max_restarts" => raw.max_restarts = text,
         "session_log_max_mb" => raw.session_log_max_mb = text,
         "git_username" => raw.git_username = text,
+        "drain" => raw.drain = text,
+        "log_format" => raw.log_format = text,
+        "listen" => raw.listen = text,
         "repos" => {
             raw.repos = Some(Sourced::new(
                 vec![value.to_owned()],
-                Origin::Flag(names.flag),
+                Origin::Flag(flag_name),
             ))
         }
         other => panic!("no flag layer field for {other}"),
@@ -284,7 +288,7 @@ fn defaults_fill_everything_not_given() {
 
 /// One setting's values in each layer, and how to read it back.
 struct Case {
-    names: Names,
+    names: Setting,
     /// Flag, environment, file (as a TOML literal) values.
     flag: &'static str,
     env: &'static str,
@@ -438,18 +442,26 @@ fn cases() -> Vec<Case> {
         Case {
             names: names::RELIST_INTERVAL_SECS,
             flag: "7",
-            env: "",
+            env: "5",
             file: "4",
-            expect: ["7s", "", "4s", "30s"],
+            expect: ["7s", "5s", "4s", "30s"],
             get: |c| format!("{:?}", c.relist_interval),
         },
         Case {
             names: names::MAX_RESTARTS,
             flag: "7",
-            env: "",
+            env: "5",
             file: "0",
-            expect: ["7", "", "0", "3"],
+            expect: ["7", "5", "0", "3"],
             get: |c| c.policy.max_restarts.to_string(),
+        },
+        Case {
+            names: names::DRAIN,
+            flag: "true",
+            env: "true",
+            file: "true",
+            expect: ["true", "true", "true", "false"],
+            get: |c| c.drain.to_string(),
         },
         Case {
             names: names::SESSION_LOG_MAX_MB,
@@ -465,7 +477,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn flags_beat_environment_beat_file_beat_defaults() {
     for case in cases() {
-        let key = case.names.key;
+        let key = case.names.name;
         let flags = flag(case.names, case.flag);
         let environment = match case.names.env {
             Some(var) => env(&[(var, case.env)]),
@@ -498,7 +510,7 @@ fn flags_beat_environment_beat_file_beat_defaults() {
 fn every_environment_variable_is_read() {
     for names in names::ALL {
         let Some(var) = names.env else { continue };
-        if names.key == "config" {
+        if names.name == "config" {
             // The file's path is read by the caller, before any layer exists.
             continue;
         }
@@ -517,10 +529,16 @@ fn empty_environment_variables_count_as_unset() {
 fn drain_is_off_unless_the_flag_is_given() {
     assert!(!ok(env(&[])).drain);
     let flags = RawSettings {
-        drain: Some(Sourced::new(true, Origin::Flag("--drain"))),
+        drain: Some(Sourced::new("true".to_owned(), Origin::Flag("--drain"))),
         ..RawSettings::default()
     };
     assert!(ok(flags.or(env(&[]))).drain);
+    assert!(ok(env(&[("GARRISON_DRAIN", "true")])).drain);
+    assert!(ok(env(&[]).or(file("drain = true\n"))).drain);
+    assert_eq!(
+        err(env(&[("GARRISON_DRAIN", "yes")])),
+        "invalid GARRISON_DRAIN (environment): \"yes\" is not true or false"
+    );
 }
 
 #[test]
@@ -806,7 +824,7 @@ fn unknown_keys_are_errors_naming_the_key() {
     let message = file_err("max_concurent = 3");
     assert!(
         message.starts_with(&format!(
-            "invalid {FILE}: line 1, column 1: unknown field `max_concurent`"
+            "invalid {FILE}: line 1, column 1: unknown key `max_concurent`"
         )),
         "{message}"
     );
@@ -814,20 +832,109 @@ fn unknown_keys_are_errors_naming_the_key() {
     let message = file_err("[[outpost]]\nid = \"a\"\ncpu = 3\n");
     assert!(
         message.starts_with(&format!(
-            "invalid {FILE}: line 3, column 1: unknown field `cpu`"
+            "invalid {FILE}: line 3, column 1: unknown key `cpu`"
         )),
         "{message}"
     );
 
     let message = file_err("[outposts]\n");
-    assert!(message.contains("unknown field `outposts`"), "{message}");
+    assert!(message.contains("unknown key `outposts`"), "{message}");
+}
+
+#[test]
+fn the_list_of_valid_keys_is_the_settings_tables() {
+    let message = file_err("max_concurent = 3");
+    let (_, listed) = message.split_once("; valid keys are ").expect("a list");
+    let listed: Vec<&str> = listed.split(", ").collect();
+    let mut expected: Vec<&str> = names::file_keys().collect();
+    // The backends' keys are accepted too, so they are listed.
+    expected.extend(BACKENDS.iter().flat_map(|b| b.file_keys()).copied());
+    expected.push("[[outpost]]");
+    assert_eq!(listed, expected);
+    for key in [
+        "log_format",
+        "drain",
+        "listen",
+        "session_log_max_mb",
+        "fake_image",
+    ] {
+        assert!(listed.contains(&key), "{key} missing from {message}");
+        // And each one listed is accepted.
+    }
+    let message = file_err("[[outpost]]\nid = \"a\"\ncpu = 3\n");
+    let (_, listed) = message.split_once("; valid keys are ").expect("a list");
+    assert_eq!(
+        listed.split(", ").collect::<Vec<_>>(),
+        names::outpost_keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn every_key_of_the_table_is_accepted_by_the_file() {
+    // A value of the right type for each key: the file's serde types and
+    // the table must agree.
+    let mut text = String::new();
+    for setting in names::ALL.iter().filter(|s| s.in_file) {
+        let value = match setting.kind {
+            Kind::Int { min, .. } => min.to_string(),
+            Kind::Float { max, .. } => max.to_string(),
+            Kind::Bool => "true".to_owned(),
+            Kind::List => "[]".to_owned(),
+            Kind::Choice(words) => format!("{:?}", words[0]),
+            _ => "\"x\"".to_owned(),
+        };
+        text.push_str(&format!("{} = {value}\n", setting.name));
+    }
+    text.push_str("[[outpost]]\nid = \"a\"\nplatform = \"linux\"\n");
+    for setting in names::ALL.iter().filter(|s| s.per_outpost) {
+        let value = match setting.kind {
+            Kind::Int { min, .. } => min.to_string(),
+            Kind::Float { max, .. } => max.to_string(),
+            Kind::List => "[]".to_owned(),
+            _ => "\"x\"".to_owned(),
+        };
+        text.push_str(&format!("{} = {value}\n", setting.name));
+    }
+    file(&text);
+}
+
+#[test]
+fn ranges_are_the_tables() {
+    // Each number's bounds are accepted, one past them refused, naming
+    // the setting; negative numbers too.
+    for setting in names::ALL {
+        let Kind::Int { min, max } = setting.kind else {
+            continue;
+        };
+        let at = |n: i64| {
+            let raw = flag(*setting, &n.to_string()).or(env(&[]));
+            resolve(raw, None, &host(), &BACKENDS)
+        };
+        assert!(at(min).is_ok(), "{} refuses {min}", setting.name);
+        assert!(at(max).is_ok(), "{} refuses {max}", setting.name);
+        let below = at(min - 1).expect_err("below the range");
+        assert!(
+            below
+                .to_string()
+                .starts_with(&format!("invalid {}: ", setting.flag.unwrap())),
+            "{below}"
+        );
+        if max < i64::MAX {
+            assert!(at(max + 1).is_err(), "{} takes {}", setting.name, max + 1);
+        }
+    }
+    let negative = err(env(&[]).or(file("max_concurrent = -1\n")));
+    assert_eq!(
+        negative,
+        format!("invalid max_concurrent in {FILE}: -1 is out of range 1..=10000")
+    );
 }
 
 #[test]
 fn a_token_in_the_file_is_refused_without_being_shown() {
     let message = file_err(&format!("token = \"{TOKEN}\"\n"));
     assert!(!message.contains(TOKEN), "{message}");
-    assert!(message.contains("unknown field `token`"), "{message}");
+    assert!(message.contains("unknown key `token`"), "{message}");
     assert!(message.contains("never from this file"), "{message}");
 }
 
@@ -1513,7 +1620,7 @@ fn a_backend_reads_the_file_keys_it_declared() {
     );
     // Not a declared key: an error, with its position; a refused one says why.
     assert!(file_err("fake_imag = 1").starts_with(&format!(
-        "invalid {FILE}: line 1, column 1: unknown field `fake_imag`"
+        "invalid {FILE}: line 1, column 1: unknown key `fake_imag`"
     )));
     let message = file_err("fake_api_key = \"x\"");
     assert!(message.contains("never from this file"), "{message}");

@@ -7,6 +7,7 @@ use std::time::Duration;
 pub(super) use common::settings::{http_url, image, integer};
 use fleet::{Platform, Secret};
 
+use super::names::{self, Kind, Setting};
 use super::{Backends, Credentials, DEFAULT_API_URL, Origin, SettingsError, Sourced};
 
 const RETENTION_EXAMPLES: &str = "e.g. \"30d\", \"12h\", \"90m\", \"3600s\" or \"unlimited\"";
@@ -172,11 +173,7 @@ pub(super) fn snapshot_key(
 /// `fail` (the default: a snapshot that fails its integrity check fails
 /// the session, and is kept) or `fresh` (the session starts from scratch).
 pub(super) fn integrity_fallback(value: &Sourced<String>) -> Result<bool, SettingsError> {
-    match value.value.trim() {
-        "fail" => Ok(false),
-        "fresh" => Ok(true),
-        other => Err(value.invalid(format!("{other:?} is neither \"fail\" nor \"fresh\""))),
-    }
+    choice(value, names::SNAPSHOT_INTEGRITY_FALLBACK).map(|word| word == "fresh")
 }
 
 pub(super) fn directory(value: &Sourced<PathBuf>) -> Result<PathBuf, SettingsError> {
@@ -204,34 +201,74 @@ pub(super) fn backend(
     Err(value.invalid(format!("unknown backend {name:?} (expected {expected})")))
 }
 
-/// The most sessions one outpost may hold at once: `bench scale` shows a
-/// thousand held with room to spare; ten times that is a typo.
-const MAX_CONCURRENT_LIMIT: i64 = 10_000;
+/// A whole number in the range [`names::ALL`] gives `setting`.
+pub(super) fn ranged(value: &Sourced<String>, setting: Setting) -> Result<u64, SettingsError> {
+    integer(value, setting.kind.int_range()).map(to_u64)
+}
 
 pub(super) fn max_concurrent(value: &Sourced<String>) -> Result<usize, SettingsError> {
-    integer(value, 1..=MAX_CONCURRENT_LIMIT).map(|n| to_u64(n) as usize)
+    ranged(value, names::MAX_CONCURRENT).map(|n| n as usize)
 }
 
 pub(super) fn cpus(value: &Sourced<String>) -> Result<f64, SettingsError> {
+    let Kind::Float { above, max } = names::CPUS.kind else {
+        unreachable!("cpus is declared a number with a fraction")
+    };
     let text = value.value.trim();
     let cpus: f64 = text
         .parse()
         .map_err(|_| value.invalid(format!("{text:?} is not a number")))?;
     // Written so that NaN fails too.
-    if !(cpus > 0.0 && cpus <= 256.0) {
+    if !(cpus > above && cpus <= max) {
         return Err(value.invalid(format!(
-            "{text} is out of range: more than 0 and at most 256"
+            "{text} is out of range: more than {above} and at most {max}"
         )));
     }
     Ok(cpus)
 }
 
 pub(super) fn memory_mb(value: &Sourced<String>) -> Result<u64, SettingsError> {
-    integer(value, 128..=i64::MAX).map(to_u64)
+    ranged(value, names::MEMORY_MB)
 }
 
 pub(super) fn disk_mb(value: &Sourced<String>) -> Result<u64, SettingsError> {
-    integer(value, 256..=i64::MAX).map(to_u64)
+    ranged(value, names::DISK_MB)
+}
+
+/// `true` or `false` (also `1` and `0`, as the backends' switches take).
+pub(super) fn boolean(value: &Sourced<String>) -> Result<bool, SettingsError> {
+    match value.value.trim() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        other => Err(value.invalid(format!("{other:?} is not true or false"))),
+    }
+}
+
+/// One of the words `setting` is declared with.
+pub(super) fn choice(
+    value: &Sourced<String>,
+    setting: Setting,
+) -> Result<&'static str, SettingsError> {
+    let Kind::Choice(words) = setting.kind else {
+        unreachable!("{} is not declared a choice", setting.name)
+    };
+    let text = value.value.trim();
+    words.iter().copied().find(|w| *w == text).ok_or_else(|| {
+        value.invalid(format!(
+            "{text:?} is not {}",
+            common::settings::or_list(words)
+        ))
+    })
+}
+
+/// A socket address such as `127.0.0.1:9180` or `[::1]:9180`.
+pub(super) fn socket_addr(value: &Sourced<String>) -> Result<std::net::SocketAddr, SettingsError> {
+    let text = value.value.trim();
+    text.parse().map_err(|_| {
+        value.invalid(format!(
+            "{text:?} is not an address and port, e.g. 127.0.0.1:9180"
+        ))
+    })
 }
 
 pub(super) fn platform(value: &Sourced<String>) -> Result<Platform, SettingsError> {

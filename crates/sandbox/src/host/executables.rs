@@ -151,8 +151,10 @@ impl Executables {
                 Ok(meta) if Stamp::of(&meta) == *recorded => return Ok(Ok(path)),
                 Ok(meta) => tracing::warn!(
                     path = %path.display(),
-                    recorded = ?recorded,
-                    found = ?Stamp::of(&meta),
+                    recorded_ino = recorded.ino,
+                    recorded_len = recorded.len,
+                    found_ino = meta.ino(),
+                    found_len = meta.len(),
                     "the stored executable changed; writing it again"
                 ),
                 // Removed (another backend opened on the same root empties

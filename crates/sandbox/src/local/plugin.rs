@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::settings::{SettingsError, SettingsSource};
+use common::settings::{Kind, Setting, SettingsError, SettingsSource};
 
 use crate::Sandbox;
 use crate::plugin::{BackendPlugin, ConfiguredBackend, Placement};
@@ -31,6 +31,38 @@ pub const USERNS_KEY: &str = "userns";
 pub const RUNTIME_ENV: &str = "SANDBOX_RUNTIME";
 /// The `garrison.toml` key of [`RUNTIME_ENV`].
 pub const RUNTIME_KEY: &str = "runtime";
+
+/// The local backend's settings.
+pub const SETTINGS: &[Setting] = &[
+    Setting::new(
+        RUNTIME_KEY,
+        "--runtime",
+        RUNTIME_ENV,
+        Kind::Choice(&["runc", "runsc"]),
+        "The OCI runtime of new sandboxes: runc (namespaces and seccomp on the host's kernel) \
+         or runsc (gVisor: a kernel in user space, ptrace platform; slower system calls)",
+    )
+    .default("\"runc\""),
+    Setting::new(
+        DESKTOP_KEY,
+        "--desktop",
+        DESKTOP_ENV,
+        Kind::Bool,
+        "Run Xvfb in each sandbox and give the remote DISPLAY and \
+         DEVIN_OUTPOST_DESKTOP=true; the image must have Xvfb (a recipe with desktop = true)",
+    )
+    .default("false"),
+    Setting::new(
+        USERNS_KEY,
+        "--userns",
+        USERNS_ENV,
+        Kind::Bool,
+        "Run each container in a user namespace of its own, so its root is an unprivileged \
+         host uid; needs a file system with idmapped mounts under the state directory (ext4, \
+         xfs, btrfs, tmpfs). runc only: under runsc, gVisor's kernel keeps its own ids",
+    )
+    .default("true"),
+];
 
 /// Containers on this machine: the embedded default.
 pub struct LocalPlugin;
@@ -63,7 +95,11 @@ impl BackendPlugin for LocalPlugin {
     }
 
     fn file_keys(&self) -> &'static [&'static str] {
-        &[DESKTOP_KEY, USERNS_KEY, RUNTIME_KEY]
+        &[RUNTIME_KEY, DESKTOP_KEY, USERNS_KEY]
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        SETTINGS
     }
 
     fn setup_hint(&self) -> &'static str {

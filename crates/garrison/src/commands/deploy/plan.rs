@@ -221,9 +221,13 @@ pub(super) fn passed_through() -> impl Iterator<Item = &'static str> {
         "GARRISON_HOME",
         "GARRISON_SNAPSHOT_DIR",
         "GARRISON_CONFIG_FILE",
+        // This host's own admin listener, not the deployed one's.
+        "GARRISON_LISTEN",
     ];
     names::ALL
         .iter()
+        // Secrets are set one by one, from what this host resolved.
+        .filter(|n| !n.secret)
         .filter_map(|n| n.env)
         .filter(|env| !SET_BY_DEPLOY.contains(env))
         .chain(["RUST_LOG"])

@@ -49,11 +49,103 @@ pub async fn checks(backend: &dyn BackendPlugin, config: Option<&ServeConfig>) -
                 if sandboxes.len() == 1 { "" } else { "es" }
             ),
         )],
-        Ok(Err(e)) => vec![Check::fail(name, e.to_string(), remedy)],
+        Ok(Err(e)) => vec![Check::fail(name, e.to_string(), remedy_for(&e, remedy))],
         Err(_) => vec![Check::fail(
             name,
-            format!("no answer within {LIST_GUARD:?}"),
-            "check the API URL and this machine's route to it",
+            format!("no answer within {} s", LIST_GUARD.as_secs()),
+            UNREACHABLE,
         )],
+    }
+}
+
+/// What to do when the provider's API could not be reached: its
+/// credentials were never looked at, so they are not what to change.
+const UNREACHABLE: &str = "the endpoint did not answer: check the backend's API URL setting \
+     and this machine's route to it (network, proxy, firewall); the credentials were not checked";
+
+/// The remedy that fits how listing failed: the credentials' setup hint
+/// only when the provider refused them; the route when nothing answered.
+fn remedy_for(error: &sandbox::SandboxError, setup_hint: &str) -> String {
+    match classify(error) {
+        Failure::Unreachable => UNREACHABLE.to_owned(),
+        Failure::Refused => setup_hint.to_owned(),
+        Failure::Other => format!(
+            "the API answered with an error (above); check the backend's API URL, \
+             and its credentials: {setup_hint}"
+        ),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// No answer: connection refused, DNS, timeout, a proxy's 5xx.
+    Unreachable,
+    /// The provider answered that the credentials are not accepted.
+    Refused,
+    Other,
+}
+
+fn classify(error: &sandbox::SandboxError) -> Failure {
+    use sandbox::SandboxError;
+    let inner = match error {
+        // Transient failures are those with no answer from the API, or an
+        // answer that says "later": none is about the credentials.
+        SandboxError::Transient(_) => return Failure::Unreachable,
+        SandboxError::Fatal(e) => e,
+        _ => return Failure::Other,
+    };
+    if let Some(e) = inner.downcast_ref::<tensorlake::Error>() {
+        return match e {
+            tensorlake::Error::Transport(_) => Failure::Unreachable,
+            tensorlake::Error::Api {
+                status: 401 | 403, ..
+            } => Failure::Refused,
+            _ => Failure::Other,
+        };
+    }
+    // Modal's gRPC status, as the backend words it ("Modal said
+    // Unauthenticated: ...").
+    let text = format!("{inner:#}");
+    if text.contains("Unauthenticated") || text.contains("PermissionDenied") {
+        return Failure::Refused;
+    }
+    if text.contains("Unavailable") || text.contains("DeadlineExceeded") {
+        return Failure::Unreachable;
+    }
+    Failure::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::anyhow;
+    use sandbox::SandboxError;
+
+    use super::*;
+
+    #[test]
+    fn an_unreachable_endpoint_is_not_a_missing_key() {
+        let hint = "set TENSORLAKE_API_KEY";
+        let down = SandboxError::Transient(
+            tensorlake::Error::Transport("connection refused".into()).into(),
+        );
+        assert_eq!(classify(&down), Failure::Unreachable);
+        assert!(!remedy_for(&down, hint).contains("TENSORLAKE_API_KEY"));
+        let down = SandboxError::Fatal(tensorlake::Error::Transport("dns".into()).into());
+        assert_eq!(classify(&down), Failure::Unreachable);
+
+        let refused = SandboxError::Fatal(
+            tensorlake::Error::Api {
+                status: 401,
+                code: None,
+                message: "bad key".into(),
+            }
+            .into(),
+        );
+        assert_eq!(remedy_for(&refused, hint), hint);
+        let modal = SandboxError::Fatal(anyhow!("listing: Modal said Unauthenticated: no"));
+        assert_eq!(classify(&modal), Failure::Refused);
+        let other = SandboxError::Fatal(anyhow!("unexpected answer"));
+        assert_eq!(classify(&other), Failure::Other);
+        assert!(remedy_for(&other, hint).contains(hint));
     }
 }

@@ -9,15 +9,15 @@
 //! where an error can say which flag, variable or file key held the bad
 //! value.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::Args;
 use orchestrator::settings::ServeConfig;
-use orchestrator::settings::{self, HostEnv, Names, Origin, RawSettings, Sourced, names};
-
-use crate::logging::LogFormat;
+use orchestrator::settings::names::Kind;
+use orchestrator::settings::{
+    self, HostEnv, Origin, ProcessSettings, RawSettings, Setting, SettingsError, Sourced, names,
+};
 
 /// `--help`'s closing sections: examples and the rules, with each backend's
 /// own settings from its plug-in.
@@ -72,126 +72,131 @@ Precedence:
   image, platform, repos) override them per outpost.";
 
 /// Serve Devin sessions of one or more outposts.
+///
+/// Each flag's help, accepted values and default come from the settings
+/// table ([`names::ALL`]), added by [`setting_help`]: the doc comments of
+/// the fields below would only be overwritten.
 #[derive(Args, Clone, Debug, PartialEq)]
-#[command(after_help = after_help(), mut_args = with_environment_variable)]
+#[command(after_help = after_help(), mut_args = setting_help)]
 pub struct ServeArgs {
-    /// Outpost to serve; repeat or separate with commas for several
-    /// [default: the file's [[outpost]] tables, else the one `garrison connect` saved]
     #[arg(long = "outpost", value_name = "ID")]
     pub outposts: Vec<String>,
-
-    /// Devin API base, without /opbeta [default: https://api.devin.ai]
     #[arg(long, value_name = "URL")]
     pub api_url: Option<String>,
-
-    /// This worker's identity when claiming sessions, 1-128 of [A-Za-z0-9._-]
-    /// [default: generated once and kept in the state directory]
     #[arg(long, value_name = "ID")]
     pub acceptor_id: Option<String>,
-
-    /// Where devin-remote is downloaded from
-    /// [default: https://static.devin.ai/devin-rs/remote/]
     #[arg(long, value_name = "URL")]
     pub static_base_url: Option<String>,
-
-    #[arg(
-        long,
-        value_name = "KIND",
-        help = format!(
-            "Sandbox backend: {} [default: {}]",
-            crate::backends::help(),
-            orchestrator::settings::DEFAULT_BACKEND
-        )
-    )]
+    #[arg(long, value_name = "KIND")]
     pub backend: Option<String>,
-
-    /// Sessions run at once, per outpost, 1-10000 [default: 5]
     #[arg(long, value_name = "N")]
     pub max_concurrent: Option<String>,
-
-    /// Database, session logs and caches
-    /// [default: /var/lib/garrison as root, else ~/.local/share/garrison]
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-
-    /// Where snapshots are kept; may be shared by several Garrisons
-    /// [default: <state-dir>/snapshots]
-    #[arg(long, value_name = "DIR")]
-    pub snapshot_dir: Option<PathBuf>,
-
-    /// Where snapshots are kept instead: a directory, or an object store
-    /// every host reaches (s3://BUCKET/PREFIX, gs://…, az://…; credentials
-    /// and endpoint from AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, … only)
-    /// [default: the snapshot directory]
-    #[arg(long, value_name = "DIR|URL")]
-    pub snapshot_store: Option<String>,
-
-    /// A file (mode 0600) holding the key that encrypts snapshots in the
-    /// object store: 64 hex digits; or set GARRISON_SNAPSHOT_KEY
-    #[arg(long, value_name = "FILE")]
-    pub snapshot_key_file: Option<PathBuf>,
-
-    /// When a snapshot fails its integrity check: fail the session and keep
-    /// the snapshot, or start it fresh [default: fail]
-    #[arg(long, value_name = "fail|fresh")]
-    pub snapshot_integrity_fallback: Option<String>,
-
-    /// How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited [default: 30d]
-    #[arg(long, value_name = "DURATION")]
-    pub snapshot_retention: Option<String>,
-
-    /// Seconds between full re-lists of the queue, 1-3600 [default: 30]
-    #[arg(long, value_name = "SECS")]
-    pub relist_interval_secs: Option<String>,
-
-    /// On SIGTERM, wait for running sessions to end instead of leaving them
-    #[arg(long)]
-    pub drain: bool,
-
-    /// vCPUs per session sandbox, more than 0 and at most 256 [default: 2]
     #[arg(long, value_name = "N")]
     pub cpus: Option<String>,
-
-    /// Memory per session sandbox in MiB, at least 128 [default: 8192]
     #[arg(long, value_name = "MIB")]
     pub memory_mb: Option<String>,
-
-    /// Disk per session sandbox in MiB, at least 256 [default: 10240]
     #[arg(long, value_name = "MIB")]
     pub disk_mb: Option<String>,
-
-    /// Sandbox image [default: the backend's]
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-
-    /// Restarts of a crashing remote before the session is given up, 0-100 [default: 3]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    #[arg(long, value_name = "DIR|URL")]
+    pub snapshot_store: Option<String>,
+    #[arg(long, value_name = "FILE")]
+    pub snapshot_key_file: Option<PathBuf>,
+    #[arg(long, value_name = "fail|fresh")]
+    pub snapshot_integrity_fallback: Option<String>,
+    #[arg(long, value_name = "DURATION")]
+    pub snapshot_retention: Option<String>,
+    #[arg(long, value_name = "SECS")]
+    pub relist_interval_secs: Option<String>,
+    #[arg(long)]
+    pub drain: bool,
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<String>,
-
-    /// Output of a session's remote copied into its log, in MiB; past it the
-    /// log says so and stops growing, 1-1048576 [default: 256]
     #[arg(long, value_name = "MIB")]
     pub session_log_max_mb: Option<String>,
-
-    /// Repositories cloned into each new sandbox; repeat or separate with commas
     #[arg(long = "repos", value_name = "URLS")]
     pub repos: Vec<String>,
-
-    /// User name for cloning private repositories with GIT_TOKEN [default: x-access-token]
     #[arg(long, value_name = "NAME")]
     pub git_username: Option<String>,
-
-    /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
+    #[arg(long, value_name = "text|json")]
+    pub log_format: Option<String>,
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The flags backends declared for their settings (`--runtime`, ...).
+    #[command(flatten)]
+    pub backend_flags: BackendFlags,
+}
 
-    /// Log line format
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
-    pub log_format: LogFormat,
+/// The flags of backends' settings, from each plug-in's table (those
+/// declared with a flag; never a secret), by the setting's file key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendFlags(pub BTreeMap<&'static str, String>);
 
-    /// Address of the admin listener (health, metrics)
-    #[arg(long, default_value = "127.0.0.1:9180", value_name = "ADDR")]
-    pub listen: SocketAddr,
+/// Backends' settings that have a flag.
+fn backend_flag_settings() -> impl Iterator<Item = &'static Setting> {
+    crate::backends::ALL
+        .iter()
+        .flat_map(|b| b.settings())
+        .filter(|s| s.flag.is_some() && !s.secret)
+}
+
+impl clap::FromArgMatches for BackendFlags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = BTreeMap::new();
+        for setting in backend_flag_settings() {
+            if let Some(value) = matches.get_one::<String>(setting.name) {
+                flags.insert(setting.name, value.clone());
+            }
+        }
+        Ok(Self(flags))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for BackendFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        backend_flag_settings().fold(cmd, |cmd, setting| {
+            let backend = crate::backends::ALL
+                .iter()
+                .find(|b| b.settings().iter().any(|s| s.name == setting.name))
+                .map(|b| b.name())
+                .unwrap_or_default();
+            let mut help = format!("{} (--backend {backend})", setting.help());
+            if let Some(var) = setting.env {
+                help.push_str(&format!(" [env: {var}]"));
+            }
+            let mut arg = clap::Arg::new(setting.name)
+                .long(setting.long().unwrap_or(setting.name))
+                .help(help)
+                .allow_negative_numbers(setting.kind.is_number());
+            arg = match setting.kind {
+                // `--desktop` alone turns it on; `--userns=false` off.
+                Kind::Bool => arg
+                    .value_name("true|false")
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true"),
+                // The accepted words are in the help.
+                _ => arg.value_name("VALUE"),
+            };
+            cmd.arg(arg)
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 impl ServeArgs {
@@ -202,9 +207,9 @@ impl ServeArgs {
 
     /// The values given as flags, and only those.
     pub fn flag_layer(&self) -> RawSettings {
-        let text = |value: &Option<String>, names: Names| Some(flag(value.clone()?, names));
-        let list = |values: &[String], names: Names| {
-            (!values.is_empty()).then(|| flag(values.to_vec(), names))
+        let text = |value: &Option<String>, setting: Setting| Some(flag(value.clone()?, setting));
+        let list = |values: &[String], setting: Setting| {
+            (!values.is_empty()).then(|| flag(values.to_vec(), setting))
         };
         RawSettings {
             outposts: list(&self.outposts, names::OUTPOST),
@@ -233,7 +238,7 @@ impl ServeArgs {
             ),
             snapshot_retention: text(&self.snapshot_retention, names::SNAPSHOT_RETENTION),
             relist_interval_secs: text(&self.relist_interval_secs, names::RELIST_INTERVAL_SECS),
-            drain: self.drain.then(|| flag(true, names::DRAIN)),
+            drain: self.drain.then(|| flag("true".to_owned(), names::DRAIN)),
             cpus: text(&self.cpus, names::CPUS),
             memory_mb: text(&self.memory_mb, names::MEMORY_MB),
             disk_mb: text(&self.disk_mb, names::DISK_MB),
@@ -245,26 +250,63 @@ impl ServeArgs {
             repos: list(&self.repos, names::REPOS),
             git_username: text(&self.git_username, names::GIT_USERNAME),
             git_token: None,
+            log_format: text(&self.log_format, names::LOG_FORMAT),
+            listen: text(&self.listen, names::LISTEN),
+            backend_flags: self
+                .backend_flags
+                .0
+                .iter()
+                .filter_map(|(key, value)| {
+                    let setting = backend_flag_settings().find(|s| s.name == *key)?;
+                    Some((*key, flag(value.clone(), *setting)))
+                })
+                .collect(),
             // Tensorlake's settings have no flags (the key never in argv).
             ..RawSettings::default()
         }
     }
 }
 
-fn flag<T>(value: T, names: Names) -> Sourced<T> {
-    Sourced::new(value, Origin::Flag(names.flag))
+fn flag<T>(value: T, setting: Setting) -> Sourced<T> {
+    // Every setting read from a flag has one (secrets are never flags).
+    Sourced::new(value, Origin::Flag(setting.flag.unwrap_or("--")))
+}
+
+/// The setting whose flag `arg` is, if any.
+fn setting_of(arg: &clap::Arg) -> Option<&'static Setting> {
+    let long = arg.get_long()?;
+    names::ALL.iter().find(|s| s.long() == Some(long))
+}
+
+/// A setting's flag as the table declares it: its help, accepted values,
+/// default and environment variable; numbers may be negative so that
+/// validation, not the parser, says what is wrong with `-1`.
+pub fn setting_help(arg: clap::Arg) -> clap::Arg {
+    let Some(setting) = setting_of(&arg) else {
+        return arg;
+    };
+    let mut help = setting.help();
+    if setting.kind == names::Kind::Backend {
+        // The registry is the garrison crate's: the table cannot list it.
+        help = help.replacen(
+            setting.doc,
+            &format!("{}: {}", setting.doc, crate::backends::help()),
+            1,
+        );
+    }
+    if let Some(var) = setting.env {
+        help.push_str(&format!(" [env: {var}]"));
+    }
+    arg.help(help)
+        .allow_negative_numbers(setting.kind.is_number())
 }
 
 /// Ends the help of a setting's flag with its environment variable, as
 /// clap's own `env` would show it, from [`names::ALL`] (so the two cannot
-/// drift). Flags that are not settings, or have no variable, are left as
-/// they are.
+/// drift), for commands that take a few of serve's settings with help of
+/// their own. Flags that are not settings are left as they are.
 pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
-    let Some(var) = names::ALL
-        .iter()
-        .find(|names| arg.get_long() == Some(names.flag.trim_start_matches("--")))
-        .and_then(|names| names.env)
-    else {
+    let Some(var) = setting_of(&arg).and_then(|s| s.env) else {
         return arg;
     };
     let suffix = |help: &clap::builder::StyledStr| format!("{help} [env: {var}]");
@@ -284,7 +326,10 @@ pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
 /// `GARRISON_CONFIG_FILE` (which must exist), else the default file if
 /// there is one. (The file's name is not a setting of [`RawSettings`], so
 /// its variable is read here, next to its flag.)
-pub fn file_layer(config_flag: Option<&Path>, host: &HostEnv) -> anyhow::Result<RawSettings> {
+pub fn file_layer(
+    config_flag: Option<&Path>,
+    host: &HostEnv,
+) -> Result<RawSettings, SettingsError> {
     let named = match config_flag {
         Some(path) => Some(flag(path.to_owned(), names::CONFIG)),
         None => names::CONFIG.env.and_then(|var| {
@@ -296,7 +341,7 @@ pub fn file_layer(config_flag: Option<&Path>, host: &HostEnv) -> anyhow::Result<
     };
     if let Some(path) = named {
         return settings::load_file(&path.value, &crate::backends::ALL)?
-            .with_context(|| format!("{}: {} does not exist", path.origin, path.value.display()));
+            .ok_or_else(|| path.invalid(format!("{} does not exist", path.value.display())));
     }
     // Without a configuration directory (no HOME) there is simply no
     // default file; what is then missing is reported by `settings::resolve`.
@@ -308,7 +353,14 @@ pub fn file_layer(config_flag: Option<&Path>, host: &HostEnv) -> anyhow::Result<
 
 /// Everything `garrison serve` runs with: the command line and environment,
 /// the TOML file and the credentials file, validated.
-pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, SettingsError> {
+    resolve_all(args).map(|(config, _)| config)
+}
+
+/// [`resolve`], and the settings of the process itself (its log format and
+/// admin listener). Every error is a [`SettingsError`] naming the setting:
+/// a configuration error, which `main` reports with its own exit code.
+pub fn resolve_all(args: &ServeArgs) -> Result<(ServeConfig, ProcessSettings), SettingsError> {
     let host = HostEnv::current();
     let file = file_layer(args.config.as_deref(), &host)?;
 
@@ -323,12 +375,10 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     };
     let stored = credentials_path.as_deref().zip(credentials.as_ref());
 
-    Ok(settings::resolve(
-        args.to_raw(&host).or(file),
-        stored,
-        &host,
-        &crate::backends::ALL,
-    )?)
+    let raw = args.to_raw(&host).or(file);
+    let process = settings::resolve_process(&raw)?;
+    let config = settings::resolve(raw, stored, &host, &crate::backends::ALL)?;
+    Ok((config, process))
 }
 
 #[cfg(test)]
@@ -393,18 +443,51 @@ mod tests {
     #[test]
     fn every_setting_has_its_flag_and_environment_variable() {
         let entries = help_entries();
-        for names in names::ALL {
+        for setting in names::ALL {
+            let Some(flag) = setting.flag else {
+                assert!(setting.secret, "{} has no flag", setting.name);
+                continue;
+            };
             let entry = entries
                 .iter()
-                .find(|e| e.split_whitespace().next() == Some(names.flag))
-                .unwrap_or_else(|| panic!("--help has no flag {}", names.flag));
-            match names.env {
-                Some(var) => assert!(
-                    entry.contains(&format!("[env: {var}]")),
-                    "--help of {} lacks [env: {var}]: {entry}",
-                    names.flag
-                ),
-                None => assert!(!entry.contains("[env:"), "{entry}"),
+                .find(|e| e.split_whitespace().next() == Some(flag))
+                .unwrap_or_else(|| panic!("--help has no flag {flag}"));
+            // The table's help, values and default, whitespace collapsed
+            // as in `entries`.
+            let help = setting
+                .help()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let help = help.replacen(setting.doc, "", 1);
+            assert!(
+                entry.contains(help.trim()),
+                "--help of {flag} lacks {help:?}: {entry}"
+            );
+            let doc = setting.doc.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(
+                entry.contains(&doc),
+                "--help of {flag} lacks {doc:?}: {entry}"
+            );
+            let var = setting.env.expect("every flag has a variable");
+            assert!(
+                entry.contains(&format!("[env: {var}]")),
+                "--help of {flag} lacks [env: {var}]: {entry}"
+            );
+        }
+        // Every flag of serve is a setting of the table.
+        for entry in &entries {
+            let flag = entry.split_whitespace().next().unwrap_or_default();
+            let flag = flag.split(['[', '=', ',']).next().unwrap_or_default();
+            if flag.starts_with("--") && flag != "--help" {
+                let backends = crate::backends::ALL.iter().flat_map(|b| b.settings());
+                assert!(
+                    names::ALL
+                        .iter()
+                        .chain(backends)
+                        .any(|s| s.flag == Some(flag)),
+                    "{flag} is not in a settings table"
+                );
             }
         }
         // clap reads no variable: the environment is one layer, read by
@@ -460,16 +543,83 @@ mod tests {
         assert_eq!(args.outposts, ["a,b", "c"]);
         assert_eq!(args.cpus.as_deref(), Some("4"));
         assert!(args.drain);
-        assert_eq!(args.log_format, LogFormat::Json);
-        assert_eq!(args.listen, "0.0.0.0:9999".parse().expect("addr"));
+        assert_eq!(args.log_format.as_deref(), Some("json"));
+        assert_eq!(args.listen.as_deref(), Some("0.0.0.0:9999"));
     }
 
     #[test]
-    fn log_format_and_listen_have_defaults() {
-        let args = parse(&[]);
-        assert_eq!(args.log_format, LogFormat::Text);
-        assert_eq!(args.listen, "127.0.0.1:9180".parse().expect("addr"));
-        assert!(Cli::try_parse_from(["garrison", "serve", "--listen", "nowhere"]).is_err());
+    fn log_format_and_listen_come_from_any_layer_and_have_defaults() {
+        use orchestrator::settings::{LogFormat, resolve_process};
+        let none = resolve_process(&parse(&[]).to_raw(&host(&[]))).expect("defaults");
+        assert_eq!(none.log_format, LogFormat::Text);
+        assert_eq!(none.listen, "127.0.0.1:9180".parse().expect("addr"));
+
+        let h = host(&[
+            ("GARRISON_LOG_FORMAT", "json"),
+            ("GARRISON_LISTEN", "127.0.0.1:1"),
+        ]);
+        let env = resolve_process(&parse(&[]).to_raw(&h)).expect("env");
+        assert_eq!(env.log_format, LogFormat::Json);
+        assert_eq!(env.listen, "127.0.0.1:1".parse().expect("addr"));
+
+        let flags = parse(&["--log-format", "text", "--listen", "[::1]:2"]);
+        let both = resolve_process(&flags.to_raw(&h)).expect("flags");
+        assert_eq!(both.log_format, LogFormat::Text);
+        assert_eq!(both.listen, "[::1]:2".parse().expect("addr"));
+
+        let bad = resolve_process(&parse(&["--listen", "nowhere"]).to_raw(&h)).unwrap_err();
+        assert!(
+            bad.to_string().starts_with("invalid --listen: \"nowhere\""),
+            "{bad}"
+        );
+        let bad = resolve_process(&parse(&[]).to_raw(&host(&[("GARRISON_LOG_FORMAT", "xml")])))
+            .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "invalid GARRISON_LOG_FORMAT (environment): \"xml\" is not text or json"
+        );
+    }
+
+    #[test]
+    fn backends_settings_have_flags_that_beat_their_variables() {
+        let args = parse(&["--runtime", "runsc", "--desktop", "--userns=false"]);
+        assert_eq!(args.backend_flags.0["runtime"], "runsc");
+        assert_eq!(args.backend_flags.0["desktop"], "true");
+        assert_eq!(args.backend_flags.0["userns"], "false");
+        let with_var = host(&[("SANDBOX_RUNTIME", "runc")]);
+        let raw = args.to_raw(&with_var);
+        let source = settings::BackendSource::new(&with_var, &raw.backend_keys)
+            .with_flags(&raw.backend_flags);
+        use common::settings::SettingsSource;
+        let runtime = source.get("SANDBOX_RUNTIME", "runtime").expect("set");
+        assert_eq!(runtime.value, "runsc");
+        assert_eq!(runtime.origin, Origin::Flag("--runtime"));
+        // A bad value is the backend's to refuse, naming the flag.
+        let raw = parse(&["--runtime", "docker"]).to_raw(&host(&[
+            ("DEVIN_OUTPOSTS_TOKEN", "cog_x"),
+            ("OUTPOST_ID", "op"),
+            ("HOME", "/nonexistent"),
+        ]));
+        let error = settings::resolve(
+            raw,
+            None,
+            &host(&[("HOME", "/nonexistent")]),
+            &crate::backends::ALL,
+        )
+        .expect_err("refused");
+        assert!(
+            error.to_string().starts_with("invalid --runtime: "),
+            "{error}"
+        );
+        // Secrets never get one.
+        assert!(Cli::try_parse_from(["garrison", "serve", "--tensorlake-api-key", "x"]).is_err());
+    }
+
+    #[test]
+    fn negative_numbers_reach_validation() {
+        let args = parse(&["--max-concurrent", "-1", "--cpus", "-2"]);
+        assert_eq!(args.max_concurrent.as_deref(), Some("-1"));
+        assert_eq!(args.cpus.as_deref(), Some("-2"));
     }
 
     #[test]
@@ -535,16 +685,14 @@ mod tests {
             ("GARRISON_CONFIG", dir.path().to_str().expect("utf-8")),
         ]);
         let from_env = file_layer(None, &h).expect_err("missing");
-        assert!(
-            from_env
-                .to_string()
-                .starts_with("GARRISON_CONFIG_FILE (environment): "),
-            "{from_env}"
+        assert_eq!(
+            from_env.to_string(),
+            format!("invalid GARRISON_CONFIG_FILE (environment): {missing} does not exist")
         );
         let from_flag = file_layer(Some(Path::new(missing)), &h).expect_err("missing");
-        assert!(
-            from_flag.to_string().starts_with("--config: "),
-            "{from_flag}"
+        assert_eq!(
+            from_flag.to_string(),
+            format!("invalid --config: {missing} does not exist")
         );
         // Neither: the default file, absent here, is no error.
         let h = host(&[("GARRISON_CONFIG", dir.path().to_str().expect("utf-8"))]);

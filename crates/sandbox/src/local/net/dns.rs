@@ -268,7 +268,15 @@ async fn answer(
         match admitted {
             Ok(needed) => script.extend(rules::dns_elements_script(&needed)),
             Err(refusal) => {
-                tracing::warn!(netns = %netns.display(), name = %q.name, ?refusal, "DNS: not learning more addresses");
+                tracing::warn!(
+                    netns = %netns.display(),
+                    name = %q.name,
+                    refusal = match refusal {
+                        super::dns_budget::Refusal::RateLimited => "rate_limited",
+                        super::dns_budget::Refusal::Full => "full",
+                    },
+                    "DNS: not learning more addresses"
+                );
                 return Some(error_reply(query, &q, RCODE_SERVFAIL));
             }
         }

@@ -69,6 +69,14 @@ pub const MEMORY_MB: Names = n("--memory-mb", Some("SANDBOX_MEMORY_MB"), "memory
 pub const DISK_MB: Names = n("--disk-mb", Some("SANDBOX_DISK_MB"), "disk_mb");
 pub const IMAGE: Names = n("--image", Some("SANDBOX_IMAGE"), "image");
 pub const MAX_RESTARTS: Names = n("--max-restarts", None, "max_restarts");
+pub const SUSPEND_EXIT_GRACE_SECS: Names =
+    n("--suspend-exit-grace-secs", None, "suspend_exit_grace_secs");
+/// The spelling of `devin worker --gateway-url` in Devin's docs.
+pub const GATEWAY_URL: Names = n(
+    "--gateway-url",
+    Some("DEVIN_OUTPOST_GATEWAY_URL"),
+    "gateway_url",
+);
 pub const SESSION_LOG_MAX_MB: Names = n(
     "--session-log-max-mb",
     Some("SESSION_LOG_MAX_MB"),
@@ -99,6 +107,8 @@ pub const ALL: &[Names] = &[
     DISK_MB,
     IMAGE,
     MAX_RESTARTS,
+    SUSPEND_EXIT_GRACE_SECS,
+    GATEWAY_URL,
     SESSION_LOG_MAX_MB,
     CONFIG,
     REPOS,

@@ -168,6 +168,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<String>,
 
+    /// Seconds a remote of a suspended session may take to exit by itself
+    /// before it is killed, 10-86400 [default: 120]
+    #[arg(long, value_name = "SECS")]
+    pub suspend_exit_grace_secs: Option<String>,
+
+    /// Gateway URL for a claim that carries none (Devin's `--gateway-url`) [env: DEVIN_OUTPOST_GATEWAY_URL]
+    #[arg(long, value_name = "URL")]
+    pub gateway_url: Option<String>,
+
     /// Output of a session's remote copied into its log, in MiB; past it the
     /// log says so and stops growing, 1-1048576 [default: 256]
     #[arg(long, value_name = "MIB")]
@@ -239,6 +248,11 @@ impl ServeArgs {
             disk_mb: text(&self.disk_mb, names::DISK_MB),
             image: text(&self.image, names::IMAGE),
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
+            suspend_exit_grace_secs: text(
+                &self.suspend_exit_grace_secs,
+                names::SUSPEND_EXIT_GRACE_SECS,
+            ),
+            gateway_url: text(&self.gateway_url, names::GATEWAY_URL),
             session_log_max_mb: text(&self.session_log_max_mb, names::SESSION_LOG_MAX_MB),
             // Never from the command line: see after_help().
             token: None,

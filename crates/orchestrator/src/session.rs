@@ -84,6 +84,8 @@ pub struct SessionRunner {
     /// Where the remote starts, once known: the workdir for a workspace
     /// cloned here, else what [`crate::repos::LEGACY_PROBE`] found.
     remote_cwd: Option<String>,
+    /// This runner killed the remote (see `kill_remote`).
+    killed_remote: bool,
     suspended_since: Option<Millis>,
     confirm_attempts: u32,
     last_confirm_at: Option<Millis>,
@@ -143,6 +145,7 @@ impl SessionRunner {
             remote: RemoteObs::NotStarted,
             remote_stopped_at: None,
             remote_cwd: None,
+            killed_remote: false,
             suspended_since: None,
             confirm_attempts: 0,
             last_confirm_at: None,

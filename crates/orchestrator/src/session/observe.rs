@@ -74,11 +74,6 @@ impl SessionRunner {
             if was_live && !is_live {
                 self.remote_stopped_at = Some(now);
                 self.event("remote_exited", json!({ "status": format!("{status:?}") }));
-                // Devin told a sleeping session's remote, and it went by
-                // itself, as the docs expect (no kill was needed).
-                if self.suspended_since.is_some() {
-                    self.event("remote_exited_by_itself", json!({ "while": "suspended" }));
-                }
             }
             self.remote = status;
             self.copy_output(&handle, &process).await?;

@@ -174,6 +174,7 @@ impl SessionRunner {
                 "remote_kill"
             };
             self.event(kind, json!({ "entry": format!("{:?}", self.entry_obs) }));
+            self.killed_remote = true;
             if let Err(e) = self.deps.backend.kill(&handle, &process, KILL_GRACE).await {
                 warn!(session_id = self.id(), error = %e, "stopping the remote failed");
                 self.pause(Duration::from_secs(1)).await;

@@ -49,6 +49,9 @@ pub enum FleetError {
         route: &'static str,
         code: u16,
         body: String,
+        /// How long the server asked to be left alone (`Retry-After` on a
+        /// 429 or 503), capped; callers that try again wait at least this.
+        retry_after: Option<std::time::Duration>,
     },
 
     /// The response (or one SSE line/event) exceeded the configured cap.
@@ -96,6 +99,14 @@ pub enum FleetError {
 }
 
 impl FleetError {
+    /// The server's `Retry-After` carried by a 429 or 503, if it sent one.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// A short, stable name for the variant, meant as a metrics label.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -204,6 +215,7 @@ mod tests {
             route: "r",
             code,
             body: String::new(),
+            retry_after: None,
         };
         assert!(e(503).is_transient());
         assert!(e(429).is_transient());

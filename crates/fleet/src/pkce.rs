@@ -220,6 +220,7 @@ pub async fn exchange_code(
         route: r,
         code: status.as_u16(),
         body: snippet(&body, &scrub),
+        retry_after: None,
     }
     .into())
 }

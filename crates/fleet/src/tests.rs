@@ -207,6 +207,108 @@ async fn get_is_retried_on_503_and_429_then_succeeds() {
     assert_eq!(stats.responses[&200], 1);
 }
 
+/// When the server saw each request, in order.
+#[derive(Clone, Default)]
+struct Arrivals(Arc<Mutex<Vec<std::time::Instant>>>);
+
+impl Arrivals {
+    fn note(&self) -> usize {
+        let mut seen = self.0.lock().unwrap();
+        seen.push(std::time::Instant::now());
+        seen.len()
+    }
+
+    fn gaps(&self) -> Vec<Duration> {
+        let seen = self.0.lock().unwrap();
+        seen.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+/// A 503 or 429 with `Retry-After: 3` is waited out, measured where the
+/// server saw the two requests (not a deadline on the client), for a GET and
+/// for a claim (a POST, otherwise never retried: a refusal that says when to
+/// come back was not acted on).
+#[tokio::test]
+async fn a_429_with_retry_after_is_waited_out_for_gets_and_claims() {
+    // The first request of each route is refused, the next answered.
+    async fn first_refused(seen: &Arrivals, status: StatusCode, ok: Value) -> Response {
+        if seen.note() == 1 {
+            return (status, [(header::RETRY_AFTER, "3")], "slow down").into_response();
+        }
+        axum::Json(ok).into_response()
+    }
+    let list = Arrivals::default();
+    let claim = Arrivals::default();
+    let base = serve(
+        Router::new()
+            .route(
+                "/opbeta/outposts/devins",
+                get(|State(seen): State<Arrivals>| async move {
+                    let ok = page(vec![entry("devin-1")], None, false);
+                    first_refused(&seen, StatusCode::SERVICE_UNAVAILABLE, ok).await
+                }),
+            )
+            .with_state(list.clone())
+            .merge(
+                Router::new()
+                    .route(
+                        "/opbeta/outposts/devins/{id}/claim",
+                        post(|State(seen): State<Arrivals>| async move {
+                            first_refused(&seen, StatusCode::TOO_MANY_REQUESTS, entry("devin-1"))
+                                .await
+                        }),
+                    )
+                    .with_state(claim.clone()),
+            ),
+    )
+    .await;
+    let c = client(&base, fast());
+    let page = tokio::time::timeout(HANG, c.list_page(&ListQuery::new("o")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    let gaps = list.gaps();
+    assert_eq!(gaps.len(), 1, "one retry");
+    assert!(
+        gaps[0] >= Duration::from_secs(3),
+        "retried after {:?}",
+        gaps[0]
+    );
+
+    tokio::time::timeout(HANG, c.claim("devin-1", "acc"))
+        .await
+        .unwrap()
+        .unwrap();
+    let gaps = claim.gaps();
+    assert_eq!(gaps.len(), 1, "the claim was tried again once");
+    assert!(
+        gaps[0] >= Duration::from_secs(3),
+        "retried after {:?}",
+        gaps[0]
+    );
+}
+
+/// A 429 that outlasts the attempts reports the server's wait, for the
+/// caller's own backoff.
+#[tokio::test]
+async fn a_refused_claim_carries_the_retry_after() {
+    let base = serve(Router::new().route(
+        "/opbeta/outposts/devins/{id}/claim",
+        post(|| async { (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "0")]) }),
+    ))
+    .await;
+    let err = client(&base, fast())
+        .claim("devin-1", "acc")
+        .await
+        .unwrap_err();
+    let ClaimError::Fleet(e) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(e.status_code(), Some(429));
+    assert_eq!(e.retry_after(), Some(Duration::ZERO));
+}
+
 #[tokio::test]
 async fn get_gives_up_after_the_configured_attempts() {
     let hits = Counter::default();

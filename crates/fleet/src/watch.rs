@@ -167,13 +167,26 @@ impl FleetClient {
         if resp.status().is_success() {
             return Ok(resp);
         }
+        let retry_after = match status {
+            429 | 503 => resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| crate::retry::parse_retry_after(v, std::time::SystemTime::now())),
+            _ => None,
+        };
         let body = tokio::time::timeout(
             opts.request_timeout,
             http::read_prefix(resp, 4 * MAX_SNIPPET_CHARS),
         )
         .await
         .unwrap_or_default();
-        Err(self.status_error(route::WATCH, SCOPE_MACHINE, &Raw { status, body }))
+        let raw = Raw {
+            status,
+            body,
+            retry_after,
+        };
+        Err(self.status_error(route::WATCH, SCOPE_MACHINE, &raw))
     }
 }
 
@@ -393,7 +406,19 @@ impl Forever {
         if healthy {
             self.failures = 0;
         }
-        let retry_in = self.client.inner.options.watch_backoff.delay(self.failures);
+        // A server that said when to come back is not asked sooner.
+        let retry_in = self
+            .client
+            .inner
+            .options
+            .watch_backoff
+            .delay(self.failures)
+            .max(
+                error
+                    .as_ref()
+                    .and_then(FleetError::retry_after)
+                    .unwrap_or_default(),
+            );
         self.failures = self.failures.saturating_add(1);
         self.sleep = Some(retry_in);
         match &error {

@@ -59,7 +59,10 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
         if let Some(Code(code)) = cause.downcast_ref::<Code>() {
             return *code;
         }
-        if cause.is::<Config>() || cause.is::<orchestrator::serve::Misconfigured>() {
+        if cause.is::<Config>()
+            || cause.is::<orchestrator::serve::Misconfigured>()
+            || cause.is::<orchestrator::serve::PlatformRefused>()
+        {
             return CONFIG;
         }
     }

@@ -123,9 +123,11 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
         &emu,
         &outpost,
         vec![
-            run("ls; echo --; ls repos"),
-            run("git -C repos/repo log --oneline"),
-            run("cat repos/repo/.git/config"),
+            run(
+                "pwd; ls; echo --; case \"$DEVIN_REMOTE_STATE_DIR/\" in \"$PWD\"/*) echo state-inside;; *) echo state-outside;; esac",
+            ),
+            run("git -C repo log --oneline"),
+            run("cat repo/.git/config"),
             run("env; cat /proc/self/environ | tr '\\0' '\\n'"),
         ],
         Then::Wait,
@@ -135,12 +137,19 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     })
     .await;
     let outputs = step_outputs(&emu, &id);
-    // Where devin-remote looks for a worker's repositories: `repos/<name>`
-    // under its working directory, and nothing else cloned beside them.
+    // Devin's reference: "launch the remote from the directory containing
+    // the session's repositories". Each is a direct child of the remote's
+    // working directory (the sandbox's workdir), nothing else beside them,
+    // and the remote's state directory is not in there.
+    let words: Vec<&str> = outputs[0].split_whitespace().collect();
+    assert!(
+        words[0].ends_with("/workspace"),
+        "the remote runs in the workdir: {outputs:?}"
+    );
     assert_eq!(
-        outputs[0].split_whitespace().collect::<Vec<_>>(),
-        ["repos", "--", "repo"],
-        "the remote's working directory, then repos/: {outputs:?}"
+        words[1..],
+        ["repo", "--", "state-outside"],
+        "the repositories, then where the state directory is: {outputs:?}"
     );
     assert!(outputs[1].contains(COMMIT_MESSAGE), "{outputs:?}");
     assert!(outputs[2].contains(&url), "origin is the URL: {outputs:?}");
@@ -172,7 +181,7 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
         .unwrap()
         .detail;
     assert_eq!(detail["url"], url.as_str());
-    assert_eq!(detail["dir"], "repos/repo");
+    assert_eq!(detail["dir"], "repo");
 
     // While the session runs: not in any file of the sandbox (its workspace,
     // home, state, the clone process's directory), the state directory or
@@ -196,12 +205,22 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     .await;
     let hits = grep_tree(&state, token.as_bytes());
     assert!(hits.is_empty(), "the git token was written to {hits:?}");
+    // Devin told the remote to sleep and it exited by itself: no kill.
+    let kinds = event_kinds(&g, &id);
+    assert!(
+        kinds.iter().any(|k| k == "remote_exited_by_itself"),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("remote_kill")),
+        "{kinds:?}"
+    );
 
     // Resumed from the snapshot: the repository is there, not cloned again.
     emu.resume(
         &id,
         Script {
-            steps: vec![run("git -C repos/repo log --oneline && ls repos")],
+            steps: vec![run("git -C repo log --oneline && ls")],
             then: Then::End,
         },
     )
@@ -226,6 +245,67 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     assert!(kinds.iter().any(|k| k == "restored"), "{kinds:?}");
     assert!(grep_tree(&state, token.as_bytes()).is_empty());
     assert!(!g.log().contains(&token));
+}
+
+/// A snapshot made when Garrison cloned into `repos/<name>` below the
+/// workdir (and started the remote in the workdir) still restores, and the
+/// remote resumes in `repos/`, whose direct children are the repositories.
+/// The old layout is made by the session itself before it is suspended, so
+/// the snapshot is exactly what an older Garrison left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_layout_snapshot_resumes_with_the_remote_in_repos() {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let repo = bare_repo(dir.path());
+    let state = dir.path().join("state");
+    let url = format!("file://{}", repo.display());
+    let g = start(&emu, &outpost, &state, &url, &random_token());
+
+    let id = session(
+        &emu,
+        &outpost,
+        vec![run("mkdir repos && mv repo repos/ && ls repos")],
+        Then::Wait,
+    );
+    wait_until("the old layout made", Some(&g), || {
+        step_outputs(&emu, &id).len() == 1
+    })
+    .await;
+    assert_eq!(step_outputs(&emu, &id)[0].trim(), "repo");
+    emu.suspend(&id).unwrap();
+    wait_until("suspended and released", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Suspended) && released(&emu, &id)
+    })
+    .await;
+    wait_until("sandbox destroyed after snapshot", Some(&g), || {
+        sandbox_dirs(&state) == 0
+    })
+    .await;
+
+    emu.resume(
+        &id,
+        Script {
+            steps: vec![run("pwd; ls; git -C repo log --oneline")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    wait_until("resumed session terminated", Some(&g), || {
+        status_is(&emu, &id, SessionStatus::Terminated) && released(&emu, &id)
+    })
+    .await;
+    let outputs = step_outputs(&emu, &id);
+    let mut last = outputs.last().unwrap().lines();
+    assert!(
+        last.next().unwrap().ends_with("/workspace/repos"),
+        "the remote resumed in repos/: {outputs:?}"
+    );
+    assert_eq!(last.next(), Some("repo"), "{outputs:?}");
+    assert!(last.next().unwrap().contains(COMMIT_MESSAGE), "{outputs:?}");
+    let kinds = event_kinds(&g, &id);
+    assert!(kinds.iter().any(|k| k == "restored"), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "legacy_layout"), "{kinds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,7 +336,7 @@ async fn a_failing_clone_fails_the_start_and_releases_the_claim() {
     assert!(rec.start_failures >= 1);
     let error = rec.error.unwrap_or_default();
     assert!(
-        error.contains("cloning file:///nonexistent/garrison-test/repo.git into repos/repo failed"),
+        error.contains("cloning file:///nonexistent/garrison-test/repo.git into repo failed"),
         "{error}"
     );
     assert!(!error.contains(&token));
@@ -331,7 +411,7 @@ async fn git_token_never_enters(backend: Backend) {
         &emu,
         &outpost,
         vec![
-            run("git -C repos/repo log --oneline"),
+            run("git -C repo log --oneline && pwd"),
             run(
                 "ls /.garrison/proc; cat /.garrison/proc/*/* 2>/dev/null; cat /proc/[0-9]*/environ | tr '\\0' '\\n'",
             ),
@@ -347,6 +427,7 @@ async fn git_token_never_enters(backend: Backend) {
     .await;
     let outputs = step_outputs(&emu, &id);
     assert!(outputs[0].contains(COMMIT_MESSAGE), "{outputs:?}");
+    assert_eq!(outputs[0].lines().last(), Some("/workspace"), "{outputs:?}");
     assert!(outputs[1].contains("clone-0-unpack"), "{outputs:?}");
     assert!(outputs[2].trim_end().ends_with("searched"), "{outputs:?}");
     for output in &outputs {
@@ -391,7 +472,7 @@ async fn a_clone_reaches_tensorlake_and_modal_sandboxes() {
         let id = session(
             &emu,
             &outpost,
-            vec![run("git -C repos/repo log --oneline; ls -a")],
+            vec![run("git -C repo log --oneline; ls -a")],
             Then::End,
         );
         wait_until("the step ran", Some(&g), || {

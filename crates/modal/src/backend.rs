@@ -156,6 +156,7 @@ impl Sandbox for ModalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            os: sandbox::Os::Linux,
             // Modal Sandboxes run on x86_64 (no setting chooses otherwise).
             arch: sandbox::Arch::X86_64,
             // Memory snapshots, where they are recorded (`backend::memory`).

@@ -35,7 +35,10 @@ mod start;
 mod wind_down;
 
 pub use cadence::{LOOK_MS, LookObs, SETTLED_LOOK_MAX_MS, look_again_in};
-pub use claims::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+pub use claims::{
+    CLAIM_RETRY_BASE_MS, CLAIM_RETRY_MAX_MS, ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay,
+    cooldown_until, plan_claims,
+};
 pub use output::{
     DEFAULT_SESSION_LOG_MAX_BYTES, OutputAllowance, output_allowance, output_exhausted,
 };
@@ -100,14 +103,22 @@ impl std::fmt::Display for EntryObs {
     }
 }
 
+/// [`Policy::suspend_exit_grace_ms`] unless set.
+pub const DEFAULT_SUSPEND_EXIT_GRACE_MS: Millis = 120_000;
+
 /// Timing and limits of the session lifecycle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Renew the claim when its deadline is this close (observed margin: 60 s).
     pub renew_margin_ms: Millis,
-    /// A `suspended` status read while the remote runs is acted on only
-    /// after it persisted this long (it is seen briefly on live sessions).
-    pub suspended_persist_ms: Millis,
+    /// How long a remote may keep running once its session reads
+    /// `suspended` before it is killed. Devin tells a sleeping session's
+    /// remote, which then exits 0 by itself; the docs ask an orchestrator
+    /// to kill it only when the session is `terminated` or its entry gone.
+    /// The kill is the fallback for a remote that never heard (a
+    /// `suspended` is also seen briefly on live sessions, which this
+    /// outlasts). `suspend_exit_grace_secs`.
+    pub suspend_exit_grace_ms: Millis,
     /// Restarts of a remote that exited non-zero before giving up.
     pub max_restarts: u32,
     /// First restart delay; doubles per restart.
@@ -131,7 +142,7 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             renew_margin_ms: 60_000,
-            suspended_persist_ms: 10_000,
+            suspend_exit_grace_ms: DEFAULT_SUSPEND_EXIT_GRACE_MS,
             max_restarts: 3,
             restart_backoff_ms: 1_000,
             restart_backoff_max_ms: 30_000,
@@ -285,7 +296,7 @@ fn plan_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
         RemoteObs::Running => {
             let persisted = obs
                 .suspended_since
-                .is_some_and(|since| obs.now - since >= policy.suspended_persist_ms);
+                .is_some_and(|since| obs.now - since >= policy.suspend_exit_grace_ms);
             if suspended && persisted {
                 A::KillRemote
             } else {

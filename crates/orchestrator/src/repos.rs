@@ -14,10 +14,13 @@ use std::collections::HashSet;
 
 mod clone;
 mod credentials;
+mod layout;
 mod urls;
 
 pub use clone::clone_one;
+pub(crate) use clone::run_to_end;
 pub use credentials::{check_config, clone_argv, clone_env};
+pub use layout::{LEGACY_PROBE, LEGACY_REPOS_DIR, remote_cwd};
 pub use urls::{dir_name, validate_url};
 
 pub const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
@@ -27,23 +30,21 @@ pub const GIT_TOKEN_ENV: &str = "GIT_TOKEN";
 /// GitHub expects; GitLab and others accept any name with a token).
 pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
 
-/// The directory, under the remote's working directory, that holds the
-/// session's repositories: where `devin-remote` looks for a worker's
-/// repositories (`<worker dir>/repos/<name>`, using those it finds and
-/// cloning missing ones on demand), so the ones cloned here are the ones the
-/// agent works in.
-pub const REPOS_DIR: &str = "repos";
-
 /// One repository and the directory it is cloned into.
+///
+/// Devin's reference says to "launch the remote from the directory
+/// containing the session's repositories", and its quickstart clones
+/// straight into the worker's `WORKDIR`: each repository is a direct child
+/// of the remote's working directory (the sandbox's workdir), `<name>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedClone {
     pub url: String,
-    /// Relative to the remote's working directory: `repos/<name>`.
+    /// Relative to the remote's working directory: `<name>`.
     pub dir: String,
 }
 
-/// Validates the URLs and gives each its directory, `repos/<name>`; two
-/// URLs with the same name get `name`, `name-2`, ...
+/// Validates the URLs and gives each its directory, `<name>`; two URLs
+/// with the same name get `name`, `name-2`, ...
 pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
     let mut taken = HashSet::new();
     let mut planned = Vec::new();
@@ -56,10 +57,7 @@ pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
             dir = format!("{base}-{n}");
             n += 1;
         }
-        planned.push(PlannedClone {
-            url,
-            dir: format!("{REPOS_DIR}/{dir}"),
-        });
+        planned.push(PlannedClone { url, dir });
     }
     Ok(planned)
 }
@@ -78,10 +76,7 @@ mod tests {
         ]
         .map(String::from);
         let dirs: Vec<String> = plan(&urls).unwrap().into_iter().map(|c| c.dir).collect();
-        assert_eq!(
-            dirs,
-            ["repos/repo", "repos/repo-2", "repos/repo-3", "repos/other"]
-        );
+        assert_eq!(dirs, ["repo", "repo-2", "repo-3", "other"]);
         assert!(plan(&["ftp://x/y".to_owned()]).is_err());
     }
 }

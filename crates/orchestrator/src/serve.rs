@@ -28,7 +28,10 @@ use crate::store::Store;
 
 mod claims;
 mod cleanup;
+mod platform;
 mod start_check;
+
+pub use platform::PlatformRefused;
 
 use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
@@ -118,6 +121,45 @@ fn nix_hostname() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_owned())
+}
+
+/// Refuses an outpost whose platform (its setting, and the fleet API's word
+/// where the token may read the outpost) the backend does not run.
+async fn check_platform(
+    client: &FleetClient,
+    outpost: &crate::settings::OutpostConfig,
+    capabilities: sandbox::Capabilities,
+) -> Result<(), PlatformRefused> {
+    use platform::{PlatformSource, check};
+    let id = &outpost.outpost_id;
+    check(
+        id,
+        &outpost.platform,
+        PlatformSource::Setting,
+        outpost.backend,
+        &capabilities,
+    )?;
+    match client.get_outpost(id).await {
+        Ok(Some(found)) => check(
+            id,
+            &found.spec.platform,
+            PlatformSource::Outpost,
+            outpost.backend,
+            &capabilities,
+        )?,
+        // Reading an outpost takes the orchestrator scope, which a machine
+        // token lacks: the setting is all there is to go by.
+        Err(e) if e.status_code() == Some(403) => {
+            info!(outpost = %id, "the token may not read the outpost; its platform is taken from the settings")
+        }
+        Ok(None) => {
+            warn!(outpost = %id, "the fleet API does not know the outpost; its platform is taken from the settings")
+        }
+        Err(e) => {
+            warn!(outpost = %id, error = %e, "reading the outpost failed; its platform is taken from the settings")
+        }
+    }
+    Ok(())
 }
 
 /// Serves every configured outpost until `stop` is cancelled; then stops
@@ -227,9 +269,10 @@ pub async fn run_prepared(
         None => None,
     };
 
-    let mut outposts = JoinSet::new();
-    let queue_stop = CancellationToken::new();
-    for (outpost, view) in config.outposts.iter().zip(&serving.views) {
+    // Every backend is built, and every outpost's platform checked against
+    // it, before anything is claimed.
+    let mut built = Vec::new();
+    for outpost in &config.outposts {
         let backend = config
             .backends
             .get(outpost.backend)
@@ -238,6 +281,13 @@ pub async fn run_prepared(
                 &Placement::new(&config.state_dir, &config.snapshot_dir, &shim_exe)
                     .with_snapshot_store(config.snapshot_store.clone()),
             )?;
+        check_platform(&serving.client, outpost, backend.capabilities()).await?;
+        built.push(backend);
+    }
+
+    let mut outposts = JoinSet::new();
+    let queue_stop = CancellationToken::new();
+    for ((outpost, view), backend) in config.outposts.iter().zip(&serving.views).zip(built) {
         let deps = Arc::new(Deps {
             client: serving.client.clone(),
             backend,
@@ -249,6 +299,7 @@ pub async fn run_prepared(
             acceptor_id: serving.acceptor_id.clone(),
             outpost: outpost.clone(),
             policy: config.policy.clone(),
+            gateway_url: config.gateway_url.clone(),
             stopping: stop.clone(),
             drain: config.drain,
             operator_stops: serving.operator_stops.clone(),

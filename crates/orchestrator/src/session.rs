@@ -57,6 +57,8 @@ pub struct Deps {
     pub acceptor_id: String,
     pub outpost: OutpostConfig,
     pub policy: Policy,
+    /// The gateway for a claim that carries none (`gateway_url`).
+    pub gateway_url: Option<String>,
     /// Set when Garrison is shutting down.
     pub stopping: CancellationToken,
     /// With `stopping`: keep serving running sessions until they end.
@@ -79,6 +81,11 @@ pub struct SessionRunner {
     entry_obs: EntryObs,
     remote: RemoteObs,
     remote_stopped_at: Option<Millis>,
+    /// Where the remote starts, once known: the workdir for a workspace
+    /// cloned here, else what [`crate::repos::LEGACY_PROBE`] found.
+    remote_cwd: Option<String>,
+    /// This runner killed the remote (see `kill_remote`).
+    killed_remote: bool,
     suspended_since: Option<Millis>,
     confirm_attempts: u32,
     last_confirm_at: Option<Millis>,
@@ -137,6 +144,8 @@ impl SessionRunner {
             entry_obs: EntryObs::Unknown,
             remote: RemoteObs::NotStarted,
             remote_stopped_at: None,
+            remote_cwd: None,
+            killed_remote: false,
             suspended_since: None,
             confirm_attempts: 0,
             last_confirm_at: None,
@@ -147,6 +156,15 @@ impl SessionRunner {
 
     fn id(&self) -> &str {
         &self.rec.session_id
+    }
+
+    /// The claim's gateway, else the configured one (Devin's orchestration
+    /// docs: `--gateway-url` is for a claim that carries none).
+    fn gateway_url(&self) -> Option<String> {
+        self.claim
+            .gateway_url
+            .clone()
+            .or_else(|| self.deps.gateway_url.clone())
     }
 
     /// Drives the session until it is done, or until Garrison stops and the

@@ -165,6 +165,38 @@ pub async fn runs_in_the_workdir(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The remote is started in the directory whose direct children are the
+/// repositories, which for a workspace from before that layout is a
+/// directory below the workdir; its state directory must not be among them.
+pub async fn runs_below_the_workdir_and_keeps_state_outside(h: &Harness) -> anyhow::Result<()> {
+    let sandbox = h.create("subdir").await?;
+    ensure!(
+        !format!("{}/", sandbox.state_dir).starts_with(&format!("{}/", sandbox.workdir)),
+        "state dir {} is inside the workdir {}",
+        sandbox.state_dir,
+        sandbox.workdir
+    );
+    let (status, _) = h.run(&sandbox, "mkdir -p repos/a").await?;
+    ensure!(status == ProcessStatus::Exited(0), "mkdir: {status:?}");
+    let below = format!("{}/repos", sandbox.workdir);
+    let spec = ProcessSpec {
+        name: "pwd-below".into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), "pwd; ls".into()],
+        env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+        cwd: below.clone(),
+    };
+    let process = h.backend.spawn(&sandbox, &spec).await?;
+    h.wait(h.backend.as_ref(), &sandbox, &process).await?;
+    let output = h.output(&sandbox, &process).await?;
+    let lines: Vec<&str> = output.lines().collect();
+    ensure!(
+        lines == [below.as_str(), "a"],
+        "output {output:?}, cwd {below}"
+    );
+    h.backend.destroy(&sandbox).await?;
+    Ok(())
+}
+
 pub async fn put_file_writes_an_executable(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("files").await?;
     let path = format!("{}/tool", sandbox.bin_dir);
@@ -496,6 +528,7 @@ macro_rules! conformance_tests {
             runs_a_process_and_reports_its_exit_code,
             process_sees_exactly_the_given_environment,
             runs_in_the_workdir,
+            runs_below_the_workdir_and_keeps_state_outside,
             put_file_writes_an_executable,
             put_executable_places_a_runnable_copy,
             put_file_refuses_paths_outside,

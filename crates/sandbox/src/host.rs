@@ -266,6 +266,7 @@ impl Sandbox for HostBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            os: crate::Os::Linux,
             // Sandboxes are directories on this machine.
             arch: crate::Arch::current(),
             suspend_keeps_memory: false,

@@ -222,6 +222,30 @@ impl Arch {
     }
 }
 
+/// The operating system of a backend's sandboxes, spelled as Devin spells
+/// an outpost's `platform` (`linux`, `macos`, `windows`). The remote a
+/// session gets is built for it, and Devin's worker "refuses an OS mismatch
+/// with a clear message": so does Garrison, before it claims anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Os {
+    #[default]
+    Linux,
+    Macos,
+    Windows,
+}
+
+impl Os {
+    /// The spelling of Devin's `platform`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Linux => "linux",
+            Self::Macos => "macos",
+            Self::Windows => "windows",
+        }
+    }
+}
+
 impl Default for Arch {
     /// This machine's architecture.
     fn default() -> Self {
@@ -277,6 +301,9 @@ impl Default for MachineInfo {
 /// What a backend can do beyond the common ground.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
+    /// The operating system of the sandboxes: the outposts' `platform` the
+    /// backend can serve.
+    pub os: Os,
     /// The architecture of the sandboxes (the `devin-remote` build they get).
     pub arch: Arch,
     /// `suspend`/`resume` keep memory as well as disk.

@@ -162,6 +162,7 @@ impl Sandbox for TensorlakeBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            os: sandbox::Os::Linux,
             // Tensorlake's microVMs are x86_64 (no setting chooses otherwise).
             arch: sandbox::Arch::X86_64,
             suspend_keeps_memory: true,

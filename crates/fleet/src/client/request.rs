@@ -4,6 +4,8 @@
 //! an unexpected status or a bad body into a typed error with the token
 //! scrubbed out.
 
+use std::time::{Duration, SystemTime};
+
 use bytes::Bytes;
 use reqwest::Method;
 use reqwest::header;
@@ -14,6 +16,7 @@ use url::Url;
 use super::{API_PREFIX, FleetClient};
 use crate::error::{FleetError, MAX_SNIPPET_CHARS, snippet};
 use crate::http;
+use crate::retry::parse_retry_after;
 use crate::stats::route;
 
 /// A response as the request machinery returns it: the status and either the
@@ -22,6 +25,8 @@ use crate::stats::route;
 pub(crate) struct Raw {
     pub(crate) status: u16,
     pub(crate) body: Bytes,
+    /// The server's `Retry-After` on a 429 or 503, capped.
+    pub(crate) retry_after: Option<Duration>,
 }
 
 impl Raw {
@@ -53,8 +58,11 @@ impl FleetClient {
     }
 
     /// Sends a call, retrying idempotent ones on transport errors, timeouts,
-    /// 5xx and 429. Returns the final response whatever its status; callers
-    /// map statuses because 404 and 409 mean different things per route.
+    /// 5xx and 429. A 429 or 503 that says when to come back
+    /// (`Retry-After`) is waited out, at least that long, and is retried for
+    /// any call: the server refused it without doing it. Returns the final
+    /// response whatever its status; callers map statuses because 404 and
+    /// 409 mean different things per route.
     pub(crate) async fn execute(&self, call: Call) -> Result<Raw, FleetError> {
         let policy = self.inner.options.retry;
         let attempts = if call.idempotent {
@@ -66,17 +74,24 @@ impl FleetClient {
         loop {
             self.inner.stats.request(call.route, attempt > 0);
             let outcome = self.attempt(&call).await;
-            let transient = match &outcome {
-                Ok(raw) => raw.status >= 500 || raw.status == 429,
+            let (transient, retry_after) = match &outcome {
+                Ok(raw) => (raw.status >= 500 || raw.status == 429, raw.retry_after),
                 Err(e) => {
                     self.inner.stats.error(call.route, e.kind());
-                    e.is_transient()
+                    (e.is_transient(), None)
                 }
+            };
+            let attempts = match retry_after {
+                Some(_) => policy.attempts.max(1),
+                None => attempts,
             };
             if !transient || attempt + 1 >= attempts {
                 return outcome;
             }
-            let delay = policy.backoff.delay(attempt);
+            let delay = policy
+                .backoff
+                .delay(attempt)
+                .max(retry_after.unwrap_or_default());
             match &outcome {
                 Ok(raw) => debug!(
                     route = call.route,
@@ -111,6 +126,14 @@ impl FleetClient {
             .map_err(|e| http::transport(call.route, e, timeout))?;
         let status = resp.status().as_u16();
         self.inner.stats.response(call.route, status);
+        let retry_after = match status {
+            429 | 503 => resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now())),
+            _ => None,
+        };
         let body = if resp.status().is_success() {
             http::read_capped(call.route, resp, self.inner.options.max_body_bytes, timeout).await?
         } else {
@@ -118,7 +141,11 @@ impl FleetClient {
             // for the token to be scrubbed before truncation.
             http::read_prefix(resp, 4 * MAX_SNIPPET_CHARS).await
         };
-        Ok(Raw { status, body })
+        Ok(Raw {
+            status,
+            body,
+            retry_after,
+        })
     }
 
     /// The typed error for a status the route has no special meaning for.
@@ -148,6 +175,7 @@ impl FleetClient {
                 route,
                 code,
                 body: body(),
+                retry_after: raw.retry_after,
             },
         }
     }

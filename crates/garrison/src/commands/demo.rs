@@ -326,6 +326,7 @@ fn serve_config(
     listen: SocketAddr,
 ) -> ServeConfig {
     ServeConfig {
+        gateway_url: None,
         api_url: emu.base_url(),
         token: Secret::new(emu.account_token()),
         acceptor_id: None,

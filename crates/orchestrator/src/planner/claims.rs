@@ -14,6 +14,26 @@ pub const RELEASE_COOLDOWN_MS: Millis = 30_000;
 /// this process (its entry returns to the queue, still running for Devin).
 pub const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
 
+/// The first wait after a claim call failed (a 5xx, a timeout); it doubles
+/// per failure in a row, up to [`CLAIM_RETRY_MAX_MS`].
+pub const CLAIM_RETRY_BASE_MS: Millis = 1_000;
+pub const CLAIM_RETRY_MAX_MS: Millis = 60_000;
+
+/// How long a session whose claim call failed `failures` times in a row is
+/// not claimed again: jittered (`jitter` in `0.0..=1.0` takes up to half
+/// off, so many sessions failing together do not come back together),
+/// bounded exponential, and never sooner than the server's `Retry-After`.
+pub fn claim_retry_delay(failures: u32, retry_after_ms: Option<Millis>, jitter: f64) -> Millis {
+    let factor = 1i64
+        .checked_shl(failures.saturating_sub(1).min(20))
+        .unwrap_or(i64::MAX);
+    let ceiling = CLAIM_RETRY_BASE_MS
+        .saturating_mul(factor)
+        .min(CLAIM_RETRY_MAX_MS);
+    let jittered = ceiling - (ceiling as f64 * jitter.clamp(0.0, 1.0) / 2.0) as Millis;
+    jittered.max(retry_after_ms.unwrap_or(0))
+}
+
 /// How this process stopped serving a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunnerEnd {

@@ -158,6 +158,37 @@ fn a_healthy_running_session_waits_and_renews_before_the_deadline() {
     assert_eq!(plan_session(&just_outside, &policy()), A::Wait);
 }
 
+/// The docs: the remote of a sleeping session is told by Devin and exits 0
+/// by itself; only `terminated` or a gone entry kill it at once.
+#[test]
+fn a_suspended_remote_is_left_to_exit_by_itself_until_the_grace_ends() {
+    let p = Policy::default();
+    assert!(p.suspend_exit_grace_ms >= 120_000);
+    let suspended = |for_ms: Millis| SessionObs {
+        entry: status(SessionStatus::Suspended),
+        suspended_since: Some(NOW - for_ms),
+        ..running()
+    };
+    for waited in [0, 10_000, 60_000, p.suspend_exit_grace_ms - 1] {
+        assert_eq!(plan_session(&suspended(waited), &p), A::Wait, "{waited}");
+    }
+    assert_eq!(
+        plan_session(&suspended(p.suspend_exit_grace_ms), &p),
+        A::KillRemote
+    );
+    // The remote exited by itself: wound down as suspended, no kill.
+    let exited = SessionObs {
+        remote: RemoteObs::Exited(0),
+        ..suspended(5_000)
+    };
+    assert_eq!(plan_session(&exited, &p), A::Finish(Finish::Suspended));
+    // Terminated or gone: killed at once.
+    for entry in [status(SessionStatus::Terminated), EntryObs::Gone] {
+        let obs = SessionObs { entry, ..running() };
+        assert_eq!(plan_session(&obs, &p), A::KillRemote);
+    }
+}
+
 #[test]
 fn transient_suspended_is_ignored_until_it_persists() {
     let p = policy();
@@ -168,12 +199,12 @@ fn transient_suspended_is_ignored_until_it_persists() {
     };
     assert_eq!(plan_session(&first, &p), A::Wait);
     let short = SessionObs {
-        suspended_since: Some(NOW - p.suspended_persist_ms + 1),
+        suspended_since: Some(NOW - p.suspend_exit_grace_ms + 1),
         ..first.clone()
     };
     assert_eq!(plan_session(&short, &p), A::Wait);
     let persisted = SessionObs {
-        suspended_since: Some(NOW - p.suspended_persist_ms),
+        suspended_since: Some(NOW - p.suspend_exit_grace_ms),
         ..first
     };
     assert_eq!(plan_session(&persisted, &p), A::KillRemote);

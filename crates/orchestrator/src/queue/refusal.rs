@@ -158,6 +158,7 @@ mod tests {
             route: "GET /devins",
             code: 503,
             body: String::new(),
+            retry_after: None,
         };
         assert_eq!(advice("o", url, &transient), None);
     }
@@ -174,6 +175,7 @@ mod tests {
             route: "GET /devins",
             code: 502,
             body: String::new(),
+            retry_after: None,
         };
         assert!(!refusal.note("o", "http://api", &transient));
         assert!(refusal.current().is_some(), "a 5xx says nothing new");

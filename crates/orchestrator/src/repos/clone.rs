@@ -35,7 +35,7 @@ const PART_BYTES: usize = 16 << 20;
 /// A clone's configuration is small; more is refused.
 const MAX_CONFIG: u64 = 1 << 20;
 
-/// Clones one repository into `clone.dir` (`repos/<name>`) under the
+/// Clones one repository into `clone.dir` (`<name>`) under the
 /// sandbox's workdir, the directory the remote is started in.
 pub async fn clone_one(
     backend: &dyn Sandbox,
@@ -83,7 +83,7 @@ pub async fn clone_one(
         env: BTreeMap::from([("PATH".to_owned(), crate::contract::PATH.to_owned())]),
         cwd: handle.workdir.clone(),
     };
-    let (status, output) = run(backend, handle, &unpack).await?;
+    let (status, output) = run_to_end(backend, handle, &unpack).await?;
     if status != ProcessStatus::Exited(0) {
         let text = String::from_utf8_lossy(&output);
         bail!(
@@ -231,7 +231,7 @@ impl Drop for Scratch {
 
 /// Spawns `spec`, waits for it (at most [`CLONE_TIMEOUT`]) and returns its
 /// status and whole output.
-async fn run(
+pub(crate) async fn run_to_end(
     backend: &dyn Sandbox,
     handle: &Handle,
     spec: &ProcessSpec,

@@ -12,7 +12,9 @@ use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
 use crate::metrics::Metrics;
-use crate::planner::{ClaimAction, ClaimObs, RunnerEnd, cooldown_until, plan_claims};
+use crate::planner::{
+    ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay, cooldown_until, plan_claims,
+};
 use crate::session::{Deps, SessionRunner, now_ms};
 use crate::store::SessionRecord;
 
@@ -24,6 +26,9 @@ pub(super) struct ClaimState {
     pub lost: BTreeMap<String, Option<Timestamp>>,
     pub cooldown: BTreeMap<String, i64>,
     pub released: BTreeMap<String, Option<Timestamp>>,
+    /// Claim calls that failed in a row, per session: each failure puts the
+    /// session in `cooldown` for longer (see [`claim_retry_delay`]).
+    pub claim_failures: BTreeMap<String, u32>,
 }
 
 /// A claim call's answer, with the entry's `updated_at` when it was sent.
@@ -52,12 +57,14 @@ pub(super) async fn claim_round(
         lost,
         cooldown,
         released,
+        claim_failures,
     } = state;
     // Held sessions are the planner's to skip: with a thousand held, the
     // round copies only the few entries it may act on.
     let entries = deps.view.snapshot_where(|e| !held.contains(e.session_id()));
     lost.retain(|id, _| entries.contains_key(id) || held.contains(id));
     released.retain(|id, _| entries.contains_key(id) || held.contains(id));
+    claim_failures.retain(|id, _| entries.contains_key(id) || held.contains(id));
     let now = now_ms();
     cooldown.retain(|_, until| *until > now);
     let finished_here = finished_here(deps, &entries, held);
@@ -170,6 +177,7 @@ pub(super) async fn claim_answered(
     } = reply;
     match answer {
         Ok(entry) => {
+            state.claim_failures.remove(&session_id);
             start_claimed(
                 deps,
                 runners,
@@ -187,7 +195,12 @@ pub(super) async fn claim_answered(
         }
         Err(ClaimError::Fleet(e)) => {
             state.held.remove(&session_id);
-            warn!(session_id, error = %e, "claim failed");
+            let failures = state.claim_failures.entry(session_id.clone()).or_default();
+            *failures = failures.saturating_add(1);
+            let retry_after = e.retry_after().map(|d| d.as_millis() as i64);
+            let wait = claim_retry_delay(*failures, retry_after, rand::random::<f64>());
+            state.cooldown.insert(session_id.clone(), now_ms() + wait);
+            warn!(session_id, error = %e, retry_in_ms = wait, "claim failed");
         }
     }
 }

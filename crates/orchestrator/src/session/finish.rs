@@ -29,6 +29,11 @@ impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
         if self.rec.stage != Stage::Finishing(finish) {
             self.set_stage(Stage::Finishing(finish))?;
+            // Devin told a sleeping session's remote and it went by itself,
+            // as the docs expect; else the kill after the grace said so.
+            if finish == Finish::Suspended && !self.killed_remote {
+                self.event("remote_exited_by_itself", json!({ "while": "suspended" }));
+            }
             self.event("finishing", json!({ "finish": finish.to_string() }));
         }
         if let Err(e) = self.wind_down(finish).await {

@@ -179,7 +179,7 @@ impl SessionRunner {
             resources: self.deps.outpost.resources,
             network: sandbox::NetworkSpec {
                 policy: policy.clone(),
-                gateway_url: self.claim.gateway_url.clone(),
+                gateway_url: self.gateway_url(),
             },
         };
         // A restore from an object store can take longer than the claim

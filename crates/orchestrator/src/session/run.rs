@@ -10,7 +10,8 @@ use tracing::{info, warn};
 use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms, record_failure};
 use crate::contract::{self, RemoteLaunch};
 use crate::metrics::Metrics;
-use crate::planner::{RemoteObs, Stage};
+use crate::planner::{EntryObs, RemoteObs, Stage};
+use crate::repos;
 
 impl SessionRunner {
     /// Starts a remote in the existing sandbox, recording its name first:
@@ -31,11 +32,14 @@ impl SessionRunner {
             .logs
             .redactor()
             .add_handed_out(&self.rec.session_id, token.expose());
-        let gateway_url = self
-            .claim
-            .gateway_url
-            .clone()
-            .context("the claim gave no gateway URL")?;
+        let gateway_url = self.gateway_url().with_context(|| {
+            format!(
+                "the claim gave no gateway URL and none is configured: set {} (--gateway-url, \
+                 or {})",
+                crate::settings::names::GATEWAY_URL.name,
+                crate::settings::names::GATEWAY_URL.env.unwrap_or_default()
+            )
+        })?;
         // A sandbox may see the host under another address than loopback.
         let gateway_url = self.deps.backend.gateway_url_for(&handle, &gateway_url);
         // The user, browser and desktop are the sandbox's: Garrison's own
@@ -46,6 +50,7 @@ impl SessionRunner {
             .machine(&handle)
             .await
             .map_err(|e| anyhow!(e).context("asking the backend about the sandbox"))?;
+        let cwd = self.remote_cwd(&handle).await;
         let name = format!("remote-{}", now_ms());
         let env = contract::remote_env(&RemoteLaunch {
             gateway_url: &gateway_url,
@@ -61,7 +66,7 @@ impl SessionRunner {
             name: name.clone(),
             argv: contract::remote_argv(&handle.bin_dir),
             env,
-            cwd: handle.workdir.clone(),
+            cwd,
         };
         self.rec.process = Some(ProcessRef { id: name.clone() });
         self.rec.output_offset = 0;
@@ -90,6 +95,55 @@ impl SessionRunner {
         Ok(())
     }
 
+    /// The directory the remote starts in: the one whose direct children
+    /// are the session's repositories. A workspace restored or resumed here
+    /// may be from before the layout changed (see `repos/layout.rs`): it is
+    /// probed once per runner.
+    async fn remote_cwd(&mut self, handle: &sandbox::Handle) -> String {
+        if let Some(cwd) = &self.remote_cwd {
+            return cwd.clone();
+        }
+        let probe = ProcessSpec {
+            name: format!("layout-{}", now_ms()),
+            argv: ["/bin/sh", "-c", repos::LEGACY_PROBE]
+                .map(str::to_owned)
+                .to_vec(),
+            env: [("PATH".to_owned(), contract::PATH.to_owned())].into(),
+            cwd: handle.workdir.clone(),
+        };
+        let output = match repos::run_to_end(&*self.deps.backend, handle, &probe).await {
+            Ok((sandbox::ProcessStatus::Exited(0), output)) => {
+                Some(String::from_utf8_lossy(&output).into_owned())
+            }
+            Ok((status, _)) => {
+                warn!(
+                    session_id = self.id(),
+                    ?status,
+                    "probing the workspace layout failed; starting the remote in the workdir"
+                );
+                None
+            }
+            Err(e) => {
+                warn!(session_id = self.id(), error = %e, "probing the workspace layout failed; starting the remote in the workdir");
+                None
+            }
+        };
+        let cwd = repos::remote_cwd(&handle.workdir, output.as_deref());
+        if cwd != handle.workdir {
+            info!(
+                session_id = self.id(),
+                cwd, "the workspace has the old repos/ layout; the remote starts there"
+            );
+            self.event("legacy_layout", json!({ "cwd": cwd }));
+        }
+        // Only a probe that ran is kept: one that failed is tried again at
+        // the next start of the remote.
+        if output.is_some() {
+            self.remote_cwd = Some(cwd.clone());
+        }
+        cwd
+    }
+
     pub(super) async fn restart_remote(&mut self) -> Result<(), RecordFailed> {
         if matches!(self.remote, RemoteObs::Exited(_) | RemoteObs::Lost) {
             self.rec.restarts += 1;
@@ -111,10 +165,17 @@ impl SessionRunner {
 
     pub(super) async fn kill_remote(&mut self) {
         if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
-            self.event(
-                "remote_kill",
-                json!({ "entry": self.entry_obs.to_string() }),
-            );
+            // A sleeping session's remote is killed only once it outlasted
+            // the grace it had to exit by itself: say so apart.
+            let kind = if self.entry_obs == EntryObs::Present(fleet::SessionStatus::Suspended)
+                && self.operator_stop.is_none()
+            {
+                "remote_killed_after_grace"
+            } else {
+                "remote_kill"
+            };
+            self.event(kind, json!({ "entry": self.entry_obs.to_string() }));
+            self.killed_remote = true;
             if let Err(e) = self.deps.backend.kill(&handle, &process, KILL_GRACE).await {
                 warn!(session_id = self.id(), error = %e, "stopping the remote failed");
                 self.pause(Duration::from_secs(1)).await;

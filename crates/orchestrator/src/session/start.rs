@@ -199,6 +199,7 @@ impl SessionRunner {
         // A restored or resumed workspace has its repositories already.
         if !restored {
             self.clone_repos(&handle).await?;
+            self.remote_cwd = Some(handle.workdir.clone());
         }
         if !self.has_budget() {
             return Err(StartError::Deadline);

@@ -28,6 +28,8 @@ struct World {
     /// What the fleet API answers a claim (a renewal); `{}` otherwise.
     claim_answer: Arc<Mutex<(u16, serde_json::Value)>>,
     api_url: String,
+    /// `gateway_url`: for a claim that carries none.
+    fallback_gateway: Option<String>,
 }
 
 impl World {
@@ -76,6 +78,7 @@ impl World {
             requests,
             claim_answer,
             api_url,
+            fallback_gateway: None,
         }
     }
 
@@ -145,6 +148,7 @@ impl World {
                 repos: Repos::default(),
             },
             policy: Policy::default(),
+            gateway_url: self.fallback_gateway.clone(),
             stopping: CancellationToken::new(),
             drain: false,
             operator_stops: Arc::new(OperatorStops::default()),
@@ -246,6 +250,35 @@ async fn a_remote_that_cannot_be_recorded_is_not_spawned() {
     assert!(matches!(&status, Err(e) if e.is_gone()), "{status:?}");
     let kept = world.store.session(SESSION).unwrap().unwrap();
     assert_eq!((kept.stage, kept.process), (Stage::Starting, None));
+}
+
+/// Devin's orchestration docs: `--gateway-url` serves a claim that carries
+/// no `gateway_url`; the claim's own wins when it has one.
+#[tokio::test]
+async fn a_claim_without_a_gateway_uses_the_configured_one() {
+    let mut world = World::new().await;
+    let handle = world.sandbox().await;
+    let mut bare = claim_response();
+    bare.status.gateway_url = None;
+
+    let mut runner =
+        world.runner_claimed_with(record(Stage::Starting, Some(handle.clone())), bare.clone());
+    assert_eq!(runner.gateway_url(), None);
+    let err = runner.spawn_remote().await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("none is configured: set gateway_url"),
+        "{err:#}"
+    );
+    assert!(runner.rec.process.is_none(), "nothing spawned");
+
+    world.fallback_gateway = Some("wss://gateway.example.com/".into());
+    let runner = world.runner_claimed_with(record(Stage::Starting, Some(handle.clone())), bare);
+    assert_eq!(
+        runner.gateway_url().as_deref(),
+        Some("wss://gateway.example.com/")
+    );
+    let runner = world.runner_claimed_with(record(Stage::Starting, Some(handle)), claim_response());
+    assert_eq!(runner.gateway_url().as_deref(), Some("http://127.0.0.1:9"));
 }
 
 #[tokio::test]

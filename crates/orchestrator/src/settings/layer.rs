@@ -41,6 +41,8 @@ pub struct RawSettings {
     pub disk_mb: Option<Sourced<String>>,
     pub image: Option<Sourced<String>>,
     pub max_restarts: Option<Sourced<String>>,
+    pub suspend_exit_grace_secs: Option<Sourced<String>>,
+    pub gateway_url: Option<Sourced<String>>,
     pub session_log_max_mb: Option<Sourced<String>>,
     /// Only from the environment; `Secret` keeps it out of `Debug`.
     pub token: Option<Sourced<Secret>>,
@@ -104,6 +106,10 @@ impl RawSettings {
             disk_mb: self.disk_mb.or(lower.disk_mb),
             image: self.image.or(lower.image),
             max_restarts: self.max_restarts.or(lower.max_restarts),
+            suspend_exit_grace_secs: self
+                .suspend_exit_grace_secs
+                .or(lower.suspend_exit_grace_secs),
+            gateway_url: self.gateway_url.or(lower.gateway_url),
             session_log_max_mb: self.session_log_max_mb.or(lower.session_log_max_mb),
             token: self.token.or(lower.token),
             repos: self.repos.or(lower.repos),
@@ -161,6 +167,8 @@ impl RawSettings {
             disk_mb: text(names::DISK_MB),
             image: text(names::IMAGE),
             max_restarts: text(names::MAX_RESTARTS),
+            suspend_exit_grace_secs: text(names::SUSPEND_EXIT_GRACE_SECS),
+            gateway_url: text(names::GATEWAY_URL),
             session_log_max_mb: text(names::SESSION_LOG_MAX_MB),
             token: secret(names::TOKEN),
             repos: text(names::REPOS).map(|s| Sourced::new(vec![s.value], s.origin)),

@@ -198,6 +198,26 @@ pub const MAX_RESTARTS: Setting = Setting::new(
     "Restarts of a crashing remote before the session is given up",
 )
 .default("3");
+pub const SUSPEND_EXIT_GRACE_SECS: Setting = Setting::new(
+    "suspend_exit_grace_secs",
+    "--suspend-exit-grace-secs",
+    "GARRISON_SUSPEND_EXIT_GRACE_SECS",
+    Kind::Int {
+        min: 10,
+        max: 86_400,
+    },
+    "Seconds the remote of a suspended session may take to exit by itself before it is killed",
+)
+.default("120");
+pub const GATEWAY_URL: Setting = Setting::new(
+    "gateway_url",
+    "--gateway-url",
+    "DEVIN_OUTPOST_GATEWAY_URL",
+    Kind::Text,
+    "Gateway (ws:// or wss://) for a claim that carries none (Devin's `--gateway-url`)",
+)
+.described_default("none: such a claim cannot start")
+.example("\"wss://outpost-gateway.devin.ai\"");
 pub const SESSION_LOG_MAX_MB: Setting = Setting::new(
     "session_log_max_mb",
     "--session-log-max-mb",
@@ -290,6 +310,8 @@ pub const ALL: &[Setting] = &[
     RELIST_INTERVAL_SECS,
     DRAIN,
     MAX_RESTARTS,
+    SUSPEND_EXIT_GRACE_SECS,
+    GATEWAY_URL,
     SESSION_LOG_MAX_MB,
     REPOS,
     GIT_USERNAME,

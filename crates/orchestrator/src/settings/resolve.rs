@@ -121,6 +121,16 @@ pub fn resolve(
         Some(value) => ranged(value, names::MAX_RESTARTS)? as u32,
         None => DEFAULT_MAX_RESTARTS,
     };
+    // At least 10 s: a `suspended` is read briefly on live sessions.
+    let suspend_exit_grace_ms = match &raw.suspend_exit_grace_secs {
+        Some(value) => ranged(value, names::SUSPEND_EXIT_GRACE_SECS)? as i64 * 1000,
+        None => crate::planner::DEFAULT_SUSPEND_EXIT_GRACE_MS,
+    };
+    let gateway_url = raw
+        .gateway_url
+        .as_ref()
+        .map(|value| gateway_url(&value.value).map_err(|reason| value.invalid(reason)))
+        .transpose()?;
     let session_log_max_bytes = match &raw.session_log_max_mb {
         Some(value) => ranged(value, names::SESSION_LOG_MAX_MB)? << 20,
         None => DEFAULT_SESSION_LOG_MAX_MB << 20,
@@ -155,8 +165,10 @@ pub fn resolve(
             max_restarts,
             session_log_max_bytes,
             corrupt_snapshot_starts_fresh,
+            suspend_exit_grace_ms,
             ..Policy::default()
         },
+        gateway_url,
         outposts,
         // Set by the caller from `--listen`.
         admin_listen: None,

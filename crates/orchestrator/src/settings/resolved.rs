@@ -91,6 +91,10 @@ pub struct ServeConfig {
     /// On SIGTERM, wait for running sessions to end instead of leaving them.
     pub drain: bool,
     pub policy: Policy,
+    /// The gateway for a claim that carries no `gateway_url`
+    /// (`gateway_url`, Devin's `--gateway-url`); without it such a claim
+    /// cannot start.
+    pub gateway_url: Option<String>,
     pub outposts: Vec<OutpostConfig>,
     /// Where the admin listener (metrics, health, JSON API, dashboard)
     /// binds; `None` runs without one.

@@ -191,6 +191,8 @@ fn flag(names: Setting, value: &str) -> RawSettings {
         "disk_mb" => raw.disk_mb = text,
         "image" => raw.image = text,
         "max_restarts" => raw.max_restarts = text,
+        "suspend_exit_grace_secs" => raw.suspend_exit_grace_secs = text,
+        "gateway_url" => raw.gateway_url = text,
         "session_log_max_mb" => raw.session_log_max_mb = text,
         "git_username" => raw.git_username = text,
         "drain" => raw.drain = text,
@@ -1704,5 +1706,26 @@ fn the_snapshot_key_comes_from_the_environment_or_a_private_file() {
     assert!(
         lonely.contains(SNAPSHOT_KEY_ENV) && lonely.contains("snapshot_store"),
         "{lonely}"
+    );
+}
+
+#[test]
+fn a_gateway_fallback_must_be_a_websocket_url_and_the_grace_is_in_seconds() {
+    let config = ok(flag(names::GATEWAY_URL, "wss://gateway.example.com").or(env(&[])));
+    assert_eq!(
+        config.gateway_url.as_deref(),
+        Some("wss://gateway.example.com/")
+    );
+    assert_eq!(ok(env(&[])).gateway_url, None);
+    let refused = err(flag(names::GATEWAY_URL, "https://gateway.example.com").or(env(&[])));
+    assert!(refused.starts_with("invalid --gateway-url: "), "{refused}");
+    let from_env = ok(env(&[("DEVIN_OUTPOST_GATEWAY_URL", "ws://127.0.0.1:9")]));
+    assert_eq!(from_env.gateway_url.as_deref(), Some("ws://127.0.0.1:9/"));
+
+    let grace = ok(flag(names::SUSPEND_EXIT_GRACE_SECS, "300").or(env(&[])));
+    assert_eq!(grace.policy.suspend_exit_grace_ms, 300_000);
+    assert_eq!(
+        ok(env(&[])).policy.suspend_exit_grace_ms,
+        crate::planner::DEFAULT_SUSPEND_EXIT_GRACE_MS
     );
 }

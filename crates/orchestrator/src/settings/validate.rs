@@ -56,6 +56,18 @@ pub(super) fn api_url(value: &Sourced<String>) -> Result<String, SettingsError> 
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
+/// `gateway_url`: the gateway a claim without one is served through, a
+/// WebSocket URL as claims carry (`wss://`, or `ws://` for a local one).
+pub(super) fn gateway_url(value: &str) -> Result<String, String> {
+    let url = url::Url::parse(value).map_err(|e| format!("{value:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "ws" | "wss") || url.host_str().is_none() {
+        return Err(format!(
+            "{value:?} is not a ws:// or wss:// URL with a host, e.g. wss://gateway.example.com"
+        ));
+    }
+    Ok(url.as_str().to_owned())
+}
+
 /// A directory URL: always ends with '/', so file names join onto it.
 pub(super) fn static_base_url(value: &Sourced<String>) -> Result<String, SettingsError> {
     let mut url = http_url(value)?.as_str().to_owned();

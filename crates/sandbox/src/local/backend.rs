@@ -286,6 +286,7 @@ impl Sandbox for LocalBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            os: crate::Os::Linux,
             // Containers on this machine run its architecture.
             arch: crate::Arch::current(),
             suspend_keeps_memory: false,

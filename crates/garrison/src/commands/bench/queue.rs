@@ -343,6 +343,7 @@ fn serve_config(
     max_concurrent: usize,
 ) -> ServeConfig {
     ServeConfig {
+        gateway_url: None,
         api_url: emu.base_url(),
         token: Secret::new(emu.account_token()),
         acceptor_id: None,

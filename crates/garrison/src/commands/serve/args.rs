@@ -117,6 +117,10 @@ pub struct ServeArgs {
     pub drain: bool,
     #[arg(long, value_name = "N")]
     pub max_restarts: Option<String>,
+    #[arg(long, value_name = "SECS")]
+    pub suspend_exit_grace_secs: Option<String>,
+    #[arg(long, value_name = "URL")]
+    pub gateway_url: Option<String>,
     #[arg(long, value_name = "MIB")]
     pub session_log_max_mb: Option<String>,
     #[arg(long = "repos", value_name = "URLS")]
@@ -244,6 +248,11 @@ impl ServeArgs {
             disk_mb: text(&self.disk_mb, names::DISK_MB),
             image: text(&self.image, names::IMAGE),
             max_restarts: text(&self.max_restarts, names::MAX_RESTARTS),
+            suspend_exit_grace_secs: text(
+                &self.suspend_exit_grace_secs,
+                names::SUSPEND_EXIT_GRACE_SECS,
+            ),
+            gateway_url: text(&self.gateway_url, names::GATEWAY_URL),
             session_log_max_mb: text(&self.session_log_max_mb, names::SESSION_LOG_MAX_MB),
             // Never from the command line: see after_help().
             token: None,

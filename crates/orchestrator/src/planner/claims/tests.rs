@@ -288,3 +288,32 @@ fn our_claims_on_finished_or_unserved_sessions_are_released() {
     case.stopping = true;
     assert_eq!(case.plan(), vec![release("asleep"), release("done-here")]);
 }
+
+#[test]
+fn failed_claims_back_off_jittered_bounded_and_after_retry_after() {
+    // No jitter: 1 s, 2 s, 4 s ... capped at the maximum.
+    let plain: Vec<Millis> = (1..=9).map(|n| claim_retry_delay(n, None, 0.0)).collect();
+    assert_eq!(
+        plain,
+        [
+            1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000
+        ]
+    );
+    assert_eq!(claim_retry_delay(u32::MAX, None, 0.0), CLAIM_RETRY_MAX_MS);
+    // Full jitter takes up to half off, never more, never adds.
+    assert_eq!(claim_retry_delay(3, None, 1.0), 2_000);
+    for jitter in [0.0, 0.25, 0.5, 0.99, 1.0, 7.0, -1.0] {
+        let d = claim_retry_delay(3, None, jitter);
+        assert!((2_000..=4_000).contains(&d), "{jitter}: {d}");
+    }
+    // The server's Retry-After is a floor, even past the cap.
+    assert_eq!(claim_retry_delay(1, Some(3_000), 0.0), 3_000);
+    assert_eq!(claim_retry_delay(7, Some(90_000), 0.0), 90_000);
+    // A session cooling down after a failed claim is not claimed.
+    let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
+    let until = NOW + claim_retry_delay(1, None, 0.5);
+    case.cooldown.insert("x".into(), until);
+    assert!(case.plan().is_empty());
+    case.cooldown.insert("x".into(), NOW);
+    assert_eq!(case.plan(), vec![claim("x")]);
+}

@@ -41,6 +41,14 @@ pub struct EmulateArgs {
     /// Lifetime of a connect token.
     #[arg(long, default_value_t = 86_400)]
     pub connect_token_ttl_secs: u64,
+    /// A callback URL the connect page may relay codes to, besides
+    /// Garrison's default (repeatable; an exact URL, as registered with
+    /// Cognition).
+    #[arg(long = "allow-callback", value_name = "URL")]
+    pub allow_callbacks: Vec<String>,
+    /// Leave Garrison's default callback URL off the allowlist.
+    #[arg(long)]
+    pub no_default_callback: bool,
     /// Spelling of claim_deadline: seconds, millis or iso8601.
     #[arg(long, default_value = "seconds", value_parser = parse_format)]
     pub deadline_format: TimestampFormat,
@@ -105,8 +113,21 @@ impl EmulateArgs {
                 self.listen
             );
         }
+        let mut connect_callbacks = Vec::new();
+        if !self.no_default_callback {
+            connect_callbacks.push(fleet::pkce::DEFAULT_CALLBACK_URL.to_owned());
+        }
+        for url in &self.allow_callbacks {
+            match url::Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {
+                    connect_callbacks.push(url.clone());
+                }
+                _ => bail!("--allow-callback {url:?} is not an http(s) URL"),
+            }
+        }
         Ok(EmulatorConfig {
             listen: self.listen,
+            connect_callbacks,
             claim_ttl: Duration::from_secs(self.claim_ttl_secs),
             max_stream: Duration::from_secs(self.max_stream_secs),
             keepalive: Duration::from_secs(self.keepalive_secs),
@@ -220,6 +241,19 @@ mod tests {
         assert!(c.faults.null_platform);
         assert_eq!(c.faults.claim_deadline_missing_rate, 0.25);
         assert!(c.faults.whole_second_timestamps);
+        assert_eq!(c.connect_callbacks, [fleet::pkce::DEFAULT_CALLBACK_URL]);
+        let w = Wrapper::parse_from([
+            "x",
+            "--allow-callback",
+            "https://partner.example.com/devin/outpost-callback",
+            "--no-default-callback",
+        ]);
+        assert_eq!(
+            w.args.config().unwrap().connect_callbacks,
+            ["https://partner.example.com/devin/outpost-callback"]
+        );
+        let w = Wrapper::parse_from(["x", "--allow-callback", "not a url"]);
+        assert!(w.args.config().is_err());
         assert!(Wrapper::try_parse_from(["x", "--error-rate", "2"]).is_err());
     }
 }

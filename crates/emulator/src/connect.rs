@@ -1,6 +1,11 @@
-//! The partner connection flow (PKCE): `/outposts/connect` approves at once
-//! and redirects with a single-use code; `/outposts/connection-token`
-//! exchanges code + verifier for an account token. Errors follow RFC 6749.
+//! The partner connection flow, as Devin's "Outposts partner
+//! integrations" page describes it: `GET /outposts/connect` shows the
+//! confirmation (editable name and platform), `POST /outposts/connect` is
+//! the admin's Connect click, which checks the callback allowlist and that
+//! the name is free and redirects with a single-use code;
+//! `POST /outposts/connection-token` exchanges code + verifier, creating
+//! the outpost and a machine-scoped service user only then. Token errors
+//! follow RFC 6749 §5.2.
 
 use std::sync::Arc;
 
@@ -16,16 +21,16 @@ use fleet::{ConnectionToken, Platform, Secret};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::connect_page::{self, ConnectForm};
 use crate::server::{Shared, SharedState, query_params};
-use crate::state::{GrantError, check_id};
+use crate::state::{Approval, ApproveError, GrantError, check_id};
 
 pub(crate) const ACCOUNT_ID: &str = "account-emulator";
-const SERVICE_USER_ID: &str = "service-user-emulator";
 const DEFAULT_OUTPOST_NAME: &str = "outpost";
 
 pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
-        .route("/outposts/connect", get(approve))
+        .route("/outposts/connect", get(show).post(confirm))
         .route("/outposts/connection-token", post(exchange))
 }
 
@@ -57,43 +62,131 @@ pub(crate) fn challenge_of(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
-async fn approve(axum::extract::State(shared): SharedState, RawQuery(raw): RawQuery) -> Response {
-    let params = query_params(raw.as_deref());
-    let Some(callback) = params.get("callback_url") else {
-        return oauth_error("invalid_request", "callback_url is required");
+/// Reads and checks what the partner sent (from the query or the form).
+/// The callback is checked first: when it is unusable or not allowlisted
+/// the browser must not be sent there (RFC 6749 §4.1.2.1), so the page
+/// only explains.
+fn read_form(
+    shared: &Shared,
+    params: &std::collections::HashMap<String, String>,
+) -> Result<ConnectForm, Box<Response>> {
+    let refuse = |m: &str| Err(Box::new(connect_page::refusal(StatusCode::BAD_REQUEST, m)));
+    let Some(callback) = params.get("callback_url").filter(|c| !c.is_empty()) else {
+        return refuse("callback_url is required.");
     };
-    let callback = match url::Url::parse(callback) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => u,
-        _ => return oauth_error("invalid_request", "callback_url must be an http(s) URL"),
-    };
-    let Some(challenge) = params.get("code_challenge").filter(|c| valid_challenge(c)) else {
-        return oauth_error(
-            "invalid_request",
-            "code_challenge must be 43 base64url characters",
-        );
-    };
-    let name = params
-        .get("outpost_name")
-        .filter(|n| !n.is_empty())
-        .map_or(DEFAULT_OUTPOST_NAME, String::as_str);
-    if check_id("outpost_name", name).is_err() {
-        return oauth_error("invalid_request", "invalid outpost_name");
+    if !url::Url::parse(callback).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+        return refuse("callback_url must be an http(s) URL.");
     }
-    let platform = params
-        .get("platform")
-        .map(|p| Platform::from(p.as_str()))
-        .unwrap_or_default();
-    let code = shared.with_state(|s, now| {
-        let outpost_id = match s.outpost_by_name(name) {
-            Some(o) => o.id.clone(),
-            None => s.create_outpost(name, platform, None, now),
-        };
-        s.mint_code(challenge, &outpost_id, now)
-    });
-    let mut location = callback;
-    location.query_pairs_mut().append_pair("code", &code);
-    if let Some(state) = params.get("state") {
-        location.query_pairs_mut().append_pair("state", state);
+    if !shared.with_state(|s, _| s.callback_allowed(callback)) {
+        return refuse(&not_allowed(callback));
+    }
+    let Some(challenge) = params.get("code_challenge").filter(|c| valid_challenge(c)) else {
+        return refuse("code_challenge must be 43 base64url characters (PKCE S256).");
+    };
+    Ok(ConnectForm {
+        callback_url: callback.clone(),
+        code_challenge: challenge.clone(),
+        outpost_name: params
+            .get("outpost_name")
+            .map_or(DEFAULT_OUTPOST_NAME, String::as_str)
+            .trim()
+            .to_owned(),
+        outpost_image: params
+            .get("outpost_image")
+            .filter(|i| !i.is_empty())
+            .cloned(),
+        platform: params
+            .get("platform")
+            .filter(|p| !p.is_empty())
+            .map_or("linux", String::as_str)
+            .to_owned(),
+        state: params.get("state").cloned(),
+    })
+}
+
+fn not_allowed(callback: &str) -> String {
+    format!(
+        "callback_url {callback} is not on this integration's allowlist, so no code \
+         can be sent there. Cognition must add the exact URL (on the emulator: \
+         garrison emulate --allow-callback URL)."
+    )
+}
+
+/// The connect page: a confirmation with the suggested name and platform,
+/// both editable.
+async fn show(axum::extract::State(shared): SharedState, RawQuery(raw): RawQuery) -> Response {
+    let params = query_params(raw.as_deref());
+    match read_form(&shared, &params) {
+        Ok(form) => connect_page::confirm(StatusCode::OK, &form, None),
+        Err(page) => *page,
+    }
+}
+
+/// The admin's Connect (or Cancel) click.
+async fn confirm(axum::extract::State(shared): SharedState, body: Bytes) -> Response {
+    let params = query_params(std::str::from_utf8(&body).ok());
+    let form = match read_form(&shared, &params) {
+        Ok(form) => form,
+        Err(page) => return *page,
+    };
+    if params.get("action").is_some_and(|a| a == "cancel") {
+        return redirect(
+            &form,
+            &[
+                ("error", "access_denied"),
+                ("error_description", "The admin cancelled the connection"),
+            ],
+        );
+    }
+    let again = |status, message: &str| connect_page::confirm(status, &form, Some(message));
+    if form.outpost_name.is_empty() || check_id("outpost_name", &form.outpost_name).is_err() {
+        return again(StatusCode::BAD_REQUEST, "Enter an outpost name.");
+    }
+    let platform = match form.platform.as_str() {
+        "linux" | "macos" | "windows" => Platform::from(form.platform.as_str()),
+        _ => {
+            return again(
+                StatusCode::BAD_REQUEST,
+                "The platform must be linux, macos or windows.",
+            );
+        }
+    };
+    let approval = Approval {
+        callback_url: form.callback_url.clone(),
+        challenge: form.code_challenge.clone(),
+        outpost_name: form.outpost_name.clone(),
+        platform,
+    };
+    match shared.with_state(|s, now| s.approve_connection(&approval, now)) {
+        Ok(code) => redirect(&form, &[("code", &code)]),
+        Err(ApproveError::NameTaken) => again(
+            StatusCode::CONFLICT,
+            &format!(
+                "The outpost name \"{}\" is already taken. Choose another name; to \
+                 serve the existing outpost, use a token for it instead \
+                 (garrison connect --manual).",
+                form.outpost_name
+            ),
+        ),
+        Err(ApproveError::CallbackNotAllowed) => {
+            connect_page::refusal(StatusCode::BAD_REQUEST, &not_allowed(&form.callback_url))
+        }
+    }
+}
+
+/// `302` to the callback with `pairs` (and the partner's `state`) added.
+fn redirect(form: &ConnectForm, pairs: &[(&str, &str)]) -> Response {
+    let Ok(mut location) = url::Url::parse(&form.callback_url) else {
+        return connect_page::refusal(StatusCode::BAD_REQUEST, "callback_url is not a URL.");
+    };
+    {
+        let mut q = location.query_pairs_mut();
+        for (k, v) in pairs {
+            q.append_pair(k, v);
+        }
+        if let Some(state) = &form.state {
+            q.append_pair("state", state);
+        }
     }
     let mut resp = StatusCode::FOUND.into_response();
     if let Ok(value) = HeaderValue::from_str(location.as_str()) {
@@ -123,24 +216,30 @@ async fn exchange(axum::extract::State(shared): SharedState, body: Bytes) -> Res
         String::new()
     };
     let redeemed = shared.with_state(|s, now| s.redeem_code(code, &challenge, now));
-    let (outpost, token) = match redeemed {
+    let redeemed = match redeemed {
         Ok(ok) => ok,
+        // The partners page's own wording for an unknown, expired, replayed
+        // or PKCE-mismatched code.
         Err(GrantError::InvalidGrant) => {
+            return oauth_error("invalid_grant", "Invalid or expired connection code");
+        }
+        Err(GrantError::NameTaken) => {
             return oauth_error(
                 "invalid_grant",
-                "code is invalid, used, expired, or does not match the verifier",
+                "The outpost name was taken before the code was redeemed",
             );
         }
     };
+    let outpost = redeemed.outpost;
     tracing::info!(outpost_id = %outpost.id, "connection token issued");
     let answer = ConnectionToken {
         outpost_id: outpost.id,
         account_id: ACCOUNT_ID.into(),
         outpost_name: outpost.name,
-        service_user_id: SERVICE_USER_ID.into(),
+        service_user_id: redeemed.service_user_id,
         api_base_url: shared.base_url.clone(),
-        access_token: Secret::new(token),
-        token_type: "Bearer".into(),
+        access_token: Secret::new(redeemed.token),
+        token_type: "bearer".into(),
     };
     (
         [

@@ -109,10 +109,14 @@ impl EventLog {
         }
     }
 
-    pub fn tombstones(&self, outpost_id: &str) -> impl Iterator<Item = &Tombstone> {
+    /// Tombstones of one outpost, or of the account with `None`.
+    pub fn tombstones<'a>(
+        &'a self,
+        outpost_id: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Tombstone> {
         self.tombstones
             .iter()
-            .filter(move |t| t.outpost_id == outpost_id)
+            .filter(move |t| outpost_id.is_none_or(|o| t.outpost_id == o))
     }
 }
 

@@ -100,11 +100,17 @@ async fn list_or_watch(
 ) -> Result<Response, ApiError> {
     shared.authorize(&headers, &[SCOPE_MACHINE])?;
     let params = query_params(raw.as_deref());
-    let outpost_id = params
-        .get("outpost")
-        .ok_or_else(|| ApiError::bad_request("outpost is required"))?
-        .clone();
-    check_id("outpost", &outpost_id)?;
+    // Devin's reference, "List queued sessions": `outpost` is a filter
+    // ("Filter by outpost ID. Applies to both list and watch"), so without
+    // it the account's entries are listed, and an unknown outpost simply
+    // matches nothing (as in Cognition's own mock server).
+    let outpost_id = match params.get("outpost").filter(|o| !o.is_empty()) {
+        None => None,
+        Some(o) => {
+            check_id("outpost", o)?;
+            Some(o.clone())
+        }
+    };
     if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return crate::watch::stream(shared, outpost_id, params.get("cursor").map(String::as_str));
     }
@@ -211,7 +217,10 @@ async fn list_outposts(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    shared.authorize(&headers, &[SCOPE_MACHINE, SCOPE_ORCHESTRATOR])?;
+    // The reference names the orchestrator scope for create, get and
+    // delete only; `devin worker start` lists the account's outposts to
+    // prompt for one, so listing takes the machine scope too.
+    shared.authorize(&headers, &[SCOPE_MACHINE])?;
     let params = query_params(raw.as_deref());
     let first = parse_first(&params, DEFAULT_PAGE, MAX_PAGE)?;
     let after = params.get("after").filter(|a| !a.is_empty());
@@ -268,7 +277,9 @@ async fn get_outpost(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    shared.authorize(&headers, &[SCOPE_MACHINE, SCOPE_ORCHESTRATOR])?;
+    // Devin's reference, "Outposts": "Create, get, and delete require the
+    // orchestrator scope".
+    shared.authorize(&headers, &[SCOPE_ORCHESTRATOR])?;
     check_id("outpost", &id)?;
     let outpost = shared.with_state(|s, now| {
         s.expire_claims(now);

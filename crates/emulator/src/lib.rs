@@ -17,6 +17,7 @@ mod admin;
 mod brain;
 pub mod cli;
 mod connect;
+mod connect_page;
 mod distribution;
 mod events;
 mod faults;
@@ -63,6 +64,12 @@ pub struct EmulatorConfig {
     pub status_lag: Duration,
     /// Lifetime of a connect token.
     pub connect_token_ttl: Duration,
+    /// The partner integration's callback allowlist: the connect page
+    /// relays codes only to these exact URLs (Devin's partners page,
+    /// "Callback allowlist"). Holds Garrison's default callback
+    /// ([`fleet::pkce::DEFAULT_CALLBACK_URL`]) by default, so `garrison
+    /// connect` works against the emulator out of the box.
+    pub connect_callbacks: Vec<String>,
     /// Spelling of `claim_deadline` (all three are seen in the wild).
     pub deadline_format: fleet::TimestampFormat,
     /// The simulator binary served by the static distribution; `None` tries
@@ -81,6 +88,7 @@ impl Default for EmulatorConfig {
             linger: Duration::from_secs(30),
             status_lag: Duration::from_secs(2),
             connect_token_ttl: Duration::from_secs(24 * 3600),
+            connect_callbacks: vec![fleet::pkce::DEFAULT_CALLBACK_URL.to_owned()],
             deadline_format: fleet::TimestampFormat::Seconds,
             remote_binary: None,
             faults: Faults::default(),
@@ -195,6 +203,17 @@ impl Emulator {
     /// request with it is answered 401. Whether it existed.
     pub fn revoke_token(&self, token: &str) -> bool {
         self.shared.with_state(|s, _| s.revoke_account_token(token))
+    }
+
+    /// Adds a URL to the connect flow's callback allowlist.
+    pub fn allow_callback(&self, url: &str) {
+        self.shared.with_state(|s, _| s.allow_callback(url));
+    }
+
+    /// The ids of the service users redeemed codes created.
+    pub fn service_users(&self) -> Vec<String> {
+        self.shared
+            .with_state(|s, _| s.service_users.keys().cloned().collect())
     }
 
     /// Creates an outpost and returns its id.

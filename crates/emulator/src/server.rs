@@ -76,6 +76,9 @@ impl Shared {
             connect_token_ttl_ms: millis(config.connect_token_ttl),
             ..Timing::default()
         });
+        for url in &config.connect_callbacks {
+            state.allow_callback(url);
+        }
         let account_token = state.mint_account_token(&[
             crate::state::SCOPE_MACHINE,
             crate::state::SCOPE_ORCHESTRATOR,

@@ -33,7 +33,7 @@ pub(crate) use gateway::GatewayRefusal;
 pub(crate) use listing::{Change, ListQuery};
 use outposts::OutpostRec;
 use pkce::CodeRec;
-pub(crate) use pkce::GrantError;
+pub(crate) use pkce::{Approval, ApproveError, GrantError};
 use queue::EntryRec;
 pub(crate) use sessions::{SessionRec, Stop};
 
@@ -92,6 +92,10 @@ pub(crate) struct State {
     account_tokens: HashMap<String, BTreeSet<String>>,
     connect_tokens: HashMap<String, ConnectTokenRec>,
     codes: HashMap<String, CodeRec>,
+    /// Callback URLs the connect page relays codes to (normalised).
+    callback_allowlist: BTreeSet<String>,
+    /// Service users created by redeemed codes, with their outpost.
+    pub service_users: BTreeMap<String, String>,
     next_row: u64,
     /// The newest `updated_at` handed out (Unix ms). Every change gets a
     /// later one, so `(updated_at, row)` orders changes like the service's

@@ -1,4 +1,4 @@
-//! The SSE watch: sends the outpost's rows at or after the client's cursor
+//! The SSE watch: sends the outpost's (or, unfiltered, the account's) rows at or after the client's cursor
 //! in keyset order (the row at the cursor again: at-least-once), then
 //! follows live changes, with keepalive comments, until the stream's time
 //! is up (or a fault cuts it).
@@ -27,12 +27,12 @@ const BATCH: usize = 256;
 
 type Frame = Result<Bytes, Infallible>;
 
-/// Starts a watch of `outpost_id` from `cursor` (none: from the
-/// beginning). A bad cursor is answered 400 and an expired one 410, before
+/// Starts a watch of `outpost_id` (none: the whole account) from
+/// `cursor` (none: from the beginning). A bad cursor is answered 400 and an expired one 410, before
 /// the stream starts.
 pub(crate) fn stream(
     shared: Arc<Shared>,
-    outpost_id: String,
+    outpost_id: Option<String>,
     cursor: Option<&str>,
 ) -> Result<Response, ApiError> {
     let from = match cursor.filter(|c| !c.is_empty()) {
@@ -42,11 +42,8 @@ pub(crate) fn stream(
         }
     };
     let epoch = shared.with_state(|s, _| {
-        if s.outpost_rec(&outpost_id).is_none() {
-            return Err(StateError::NotFound("outpost".into()));
-        }
-        s.changes_from(&outpost_id, from, |_, _| true, 0)?;
-        Ok(s.log.epoch())
+        s.changes_from(outpost_id.as_deref(), from, |_, _| true, 0)?;
+        Ok::<_, StateError>(s.log.epoch())
     })?;
     let (tx, rx) = mpsc::channel::<Frame>(64);
     // Subscribe before the pump's first read, so no change falls between.
@@ -72,7 +69,7 @@ pub(crate) fn stream(
 /// One stream's position: the last row sent, and what was sent at which
 /// `updated_at` (so the `>=` boundary does not resend within a stream).
 struct Watcher {
-    outpost_id: String,
+    outpost_id: Option<String>,
     cursor: Option<Stamp>,
     sent: HashMap<String, Stamp>,
     epoch: u64,
@@ -87,7 +84,7 @@ impl Watcher {
                 return None;
             }
             let sent = |id: &str, stamp: Stamp| self.sent.get(id) == Some(&stamp);
-            s.changes_from(&self.outpost_id, self.cursor, sent, BATCH)
+            s.changes_from(self.outpost_id.as_deref(), self.cursor, sent, BATCH)
                 .ok()
         })
     }

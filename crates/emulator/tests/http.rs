@@ -201,8 +201,9 @@ async fn list_pages_overlap_at_the_boundary_and_cover_everything() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "first={bad}");
         assert_eq!(body["error"], "invalid_request");
     }
+    // `outpost` is a filter, not required (see tests/docs_protocol.rs).
     let (status, _) = get_json(&emu, "/devins").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "outpost is required");
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -432,14 +433,26 @@ async fn pkce_connect_redirects_and_exchanges_a_code_once() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let resp = client
+    emu.allow_callback("http://127.0.0.1:9/callback?x=1");
+    let fields = [
+        ("callback_url", "http://127.0.0.1:9/callback?x=1"),
+        ("code_challenge", challenge),
+        ("outpost_name", "connected"),
+        ("state", "s1"),
+    ];
+    // The page shows a confirmation; the admin's Connect posts it back.
+    let page = client
         .get(format!("{}/outposts/connect", emu.base_url()))
-        .query(&[
-            ("callback_url", "http://127.0.0.1:9/callback?x=1"),
-            ("code_challenge", challenge),
-            ("outpost_name", "connected"),
-            ("state", "s1"),
-        ])
+        .query(&fields)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let mut form = fields.to_vec();
+    form.push(("action", "connect"));
+    let resp = client
+        .post(format!("{}/outposts/connect", emu.base_url()))
+        .form(&form)
         .send()
         .await
         .unwrap();

@@ -107,7 +107,10 @@ impl FleetClient {
         self.decode(route::CREATE_OUTPOST, &raw.body)
     }
 
-    /// One outpost; `None` on 404.
+    /// One outpost; `None` on 404. Needs scope
+    /// `account.outposts.orchestrator` (Devin's reference: "Create, get,
+    /// and delete require the orchestrator scope"); a machine token meets
+    /// 403 and should check its outpost through the queue instead.
     pub async fn get_outpost(&self, outpost_id: &str) -> Result<Option<Outpost>, FleetError> {
         let id = http::segment(outpost_id)?;
         let raw = self
@@ -121,7 +124,7 @@ impl FleetClient {
         match raw.status {
             404 => Ok(None),
             _ if raw.is_success() => self.decode(route::GET_OUTPOST, &raw.body).map(Some),
-            _ => Err(self.status_error(route::GET_OUTPOST, SCOPE_MACHINE, &raw)),
+            _ => Err(self.status_error(route::GET_OUTPOST, SCOPE_ORCHESTRATOR, &raw)),
         }
     }
 

@@ -23,6 +23,12 @@ use crate::stats::route;
 use crate::wire::{ConnectionToken, Platform};
 use common::Secret;
 
+/// Garrison's fixed callback: a loopback port and path that do not change
+/// between runs, so the URL can be put on Devin's callback allowlist once
+/// (the partners page: "Every `callback_url` you use must be on Devin's
+/// allowlist ... A URL that is not on the list is rejected").
+pub const DEFAULT_CALLBACK_URL: &str = "http://127.0.0.1:8791/devin/outpost-callback";
+
 /// Length of a generated verifier (RFC 7636 allows 43 to 128).
 pub const VERIFIER_LEN: usize = 64;
 
@@ -114,14 +120,23 @@ impl ConnectError {
     }
 }
 
+/// What the connect page is asked for besides the callback and challenge:
+/// suggestions the admin may edit, and the partner's icon.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectRequest<'a> {
+    pub outpost_name: Option<&'a str>,
+    /// URL of a PNG icon shown for the outpost.
+    pub outpost_image: Option<&'a str>,
+    pub platform: Option<&'a Platform>,
+}
+
 /// The page to send the admin's browser to:
-/// `{app_url}/outposts/connect?callback_url=..&code_challenge=..[&outpost_name=..][&platform=..]`.
+/// `{app_url}/outposts/connect?callback_url=..&code_challenge=..[&outpost_name=..][&outpost_image=..][&platform=..]`.
 pub fn connect_url(
     app_url: &str,
     callback_url: &str,
     pkce: &Pkce,
-    outpost_name: Option<&str>,
-    platform: Option<&Platform>,
+    request: &ConnectRequest<'_>,
 ) -> Result<Url, ConnectError> {
     let mut url = Url::parse(&format!(
         "{}/outposts/connect",
@@ -132,10 +147,13 @@ pub fn connect_url(
         let mut q = url.query_pairs_mut();
         q.append_pair("callback_url", callback_url);
         q.append_pair("code_challenge", &pkce.challenge);
-        if let Some(name) = outpost_name {
+        if let Some(name) = request.outpost_name {
             q.append_pair("outpost_name", name);
         }
-        if let Some(platform) = platform {
+        if let Some(image) = request.outpost_image {
+            q.append_pair("outpost_image", image);
+        }
+        if let Some(platform) = request.platform {
             q.append_pair("platform", platform.as_str());
         }
     }
@@ -256,8 +274,11 @@ mod tests {
             "https://app.devin.ai/",
             "http://127.0.0.1:5000/cb?x=1",
             &p,
-            Some("my lab"),
-            Some(&Platform::Linux),
+            &ConnectRequest {
+                outpost_name: Some("my lab"),
+                outpost_image: Some("https://partner.example.com/logo.png"),
+                platform: Some(&Platform::Linux),
+            },
         )
         .unwrap();
         assert_eq!(url.path(), "/outposts/connect");
@@ -266,6 +287,10 @@ mod tests {
         assert!(pairs.contains(&("code_challenge".into(), p.challenge.clone())));
         assert!(pairs.contains(&("outpost_name".into(), "my lab".into())));
         assert!(pairs.contains(&("platform".into(), "linux".into())));
+        assert!(pairs.contains(&(
+            "outpost_image".into(),
+            "https://partner.example.com/logo.png".into()
+        )));
         assert!(!url.as_str().contains(p.verifier.expose()));
     }
 

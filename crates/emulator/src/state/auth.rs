@@ -5,7 +5,9 @@ use super::{State, random_hex};
 
 /// Scope that reads the queue and claims/releases entries.
 pub const SCOPE_MACHINE: &str = "account.outposts.machine";
-/// Scope that also creates and deletes outposts.
+/// Scope that also creates, gets and deletes outposts; it implies
+/// [`SCOPE_MACHINE`] (Devin's reference, "Authentication": "Creating and
+/// deleting outposts (implies the machine scope)").
 pub const SCOPE_ORCHESTRATOR: &str = "account.outposts.orchestrator";
 
 /// Why an account token is refused.
@@ -31,13 +33,18 @@ impl State {
         self.account_tokens.remove(token).is_some()
     }
 
-    /// Checks a bearer token for any one of `scopes`.
+    /// Checks a bearer token for any one of `scopes`, counting the
+    /// orchestrator scope as the machine scope too.
     pub fn check_account_token(&self, token: &str, scopes: &[&str]) -> Result<(), AuthError> {
         let granted = self
             .account_tokens
             .get(token)
             .ok_or(AuthError::Unauthorized)?;
-        if scopes.iter().any(|s| granted.contains(*s)) {
+        let has = |scope: &str| {
+            granted.contains(scope)
+                || (scope == SCOPE_MACHINE && granted.contains(SCOPE_ORCHESTRATOR))
+        };
+        if scopes.iter().any(|s| has(s)) {
             Ok(())
         } else {
             Err(AuthError::Forbidden)

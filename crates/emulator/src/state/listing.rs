@@ -1,5 +1,7 @@
-//! What `GET /devins` reads, with or without `watch=true`: an outpost's rows
-//! in keyset order over `(updated_at, id)` from a cursor with a `>=`
+//! What `GET /devins` reads, with or without `watch=true`: the account's
+//! rows, or one outpost's when `outpost` filters them (Devin's reference,
+//! "List queued sessions": "Filter by outpost ID. Applies to both list and
+//! watch"; an unknown outpost filters everything out), in keyset order over `(updated_at, id)` from a cursor with a `>=`
 //! boundary, as the service does. The row at the cursor comes again
 //! (at-least-once), and list and watch cursors are the same positions.
 
@@ -10,7 +12,8 @@ use super::{Stamp, State, StateError};
 /// A validated `GET /devins` (non-watch) request.
 #[derive(Clone, Debug)]
 pub(crate) struct ListQuery {
-    pub outpost_id: String,
+    /// The `outpost` filter; `None` lists the whole account.
+    pub outpost_id: Option<String>,
     pub phase: Option<String>,
     pub acceptor_id: Option<String>,
     pub first: usize,
@@ -40,14 +43,11 @@ impl State {
     /// position, so the next page starts with that row again; the last page's
     /// cursor is "now", where a watch continues.
     pub fn list(&self, q: &ListQuery) -> Result<Page, StateError> {
-        if self.outpost_rec(&q.outpost_id).is_none() {
-            return Err(StateError::NotFound("outpost".into()));
-        }
         self.log.check(q.cursor)?;
         let mut rows: Vec<_> = self
             .entries
             .values()
-            .filter(|e| e.outpost_id == q.outpost_id)
+            .filter(|e| q.outpost_id.as_deref().is_none_or(|o| e.outpost_id == o))
             .filter(|e| q.phase.as_deref().is_none_or(|p| e.phase.as_str() == p))
             .filter(|e| {
                 q.acceptor_id
@@ -76,11 +76,11 @@ impl State {
     }
 
     /// What a watch from `cursor` sends next: live rows and tombstones of
-    /// the outpost at or after it, in keyset order, at most `max`, leaving
+    /// the outpost (or, with `None`, the account) at or after it, in keyset order, at most `max`, leaving
     /// out those the stream already sent at the same `updated_at`.
     pub fn changes_from(
         &self,
-        outpost_id: &str,
+        outpost_id: Option<&str>,
         cursor: Option<Stamp>,
         sent: impl Fn(&str, Stamp) -> bool,
         max: usize,
@@ -90,7 +90,7 @@ impl State {
         let mut out: Vec<Change> = self
             .entries
             .values()
-            .filter(|e| e.outpost_id == outpost_id && at_or_after(e.stamp()))
+            .filter(|e| outpost_id.is_none_or(|o| e.outpost_id == o) && at_or_after(e.stamp()))
             .filter(|e| !sent(&e.session_id, e.stamp()))
             .filter_map(|e| {
                 Some(Change {

@@ -36,7 +36,7 @@ fn session(s: &mut State, outpost: &str, id: &str) -> String {
 
 fn query(outpost: &str, first: usize, cursor: Option<&str>) -> ListQuery {
     ListQuery {
-        outpost_id: outpost.into(),
+        outpost_id: Some(outpost.into()),
         phase: None,
         acceptor_id: None,
         first,
@@ -55,7 +55,7 @@ fn status(s: &State, id: &str) -> SessionStatus {
 /// Every change a watch from `cursor` would send, as (kind, id).
 fn changes(s: &State, o: &str, cursor: Option<&str>) -> Vec<(EventType, String)> {
     let from = cursor.map(|c| Stamp::parse_cursor(c).unwrap());
-    s.changes_from(o, from, |_, _| false, 1000)
+    s.changes_from(Some(o), from, |_, _| false, 1000)
         .unwrap()
         .into_iter()
         .map(|c| (c.kind, c.object.session_id().to_owned()))
@@ -132,7 +132,7 @@ fn list_and_watch_cursors_are_interchangeable() {
     let ids: Vec<_> = from_page.iter().map(|(_, id)| id.as_str()).collect();
     assert_eq!(ids, ["devin-1", "devin-2"]);
     // And a watch event's cursor pages a list.
-    let all = s.changes_from(&o, None, |_, _| false, 10).unwrap();
+    let all = s.changes_from(Some(&o), None, |_, _| false, 10).unwrap();
     let p = s
         .list(&query(&o, 10, Some(&all[1].stamp.cursor())))
         .unwrap();
@@ -170,7 +170,8 @@ fn expired_cursors_are_gone_for_list_and_watch() {
         StateError::Gone
     );
     assert_eq!(
-        s.changes_from(&o, from, |_, _| false, 10).unwrap_err(),
+        s.changes_from(Some(&o), from, |_, _| false, 10)
+            .unwrap_err(),
         StateError::Gone
     );
     let fresh = s.list(&query(&o, 10, None)).unwrap();
@@ -405,23 +406,106 @@ fn gateway_admits_one_remote_with_the_right_token() {
     assert!(s.gateway_open(Some(&token), Some("devin-1"), 3, T0).is_ok());
 }
 
+fn approval(callback: &str, name: &str) -> Approval {
+    Approval {
+        callback_url: callback.into(),
+        challenge: "chal".into(),
+        outpost_name: name.into(),
+        platform: Platform::Linux,
+    }
+}
+
+const CALLBACK: &str = "http://127.0.0.1:8791/devin/outpost-callback";
+
+/// Devin's partners page, steps 3 and 5: the allowlist and a free name are
+/// checked at approval; the outpost and service user exist only once the
+/// code is redeemed, once, with the machine scope only.
 #[test]
-fn pkce_codes_are_single_use_and_bound_to_the_challenge() {
-    let (mut s, o) = state();
-    let code = s.mint_code("chal", &o, T0);
+fn pkce_codes_are_single_use_bound_to_the_challenge_and_create_at_redemption() {
+    let (mut s, _) = state();
+    s.allow_callback(CALLBACK);
+    assert!(s.callback_allowed("HTTP://127.0.0.1:8791/devin/outpost-callback"));
     assert_eq!(
-        s.redeem_code(&code, "chal", T0).unwrap().0.id,
-        o,
-        "right verifier"
+        s.approve_connection(&approval("http://127.0.0.1:9/cb", "new"), T0),
+        Err(ApproveError::CallbackNotAllowed)
+    );
+    assert_eq!(
+        s.approve_connection(&approval(CALLBACK, "lab"), T0),
+        Err(ApproveError::NameTaken),
+        "the name is taken by the outpost state() made"
+    );
+    let code = s
+        .approve_connection(&approval(CALLBACK, "new"), T0)
+        .unwrap();
+    assert!(
+        s.outpost_by_name("new").is_none(),
+        "nothing before redemption"
+    );
+    assert!(s.service_users.is_empty());
+    let redeemed = s.redeem_code(&code, "chal", T0).unwrap();
+    assert_eq!(redeemed.outpost.name, "new");
+    assert_eq!(
+        s.service_users[&redeemed.service_user_id],
+        redeemed.outpost.id
+    );
+    assert_eq!(
+        s.check_account_token(&redeemed.token, &[SCOPE_MACHINE]),
+        Ok(())
+    );
+    assert_eq!(
+        s.check_account_token(&redeemed.token, &[SCOPE_ORCHESTRATOR]),
+        Err(AuthError::Forbidden),
+        "machine scope only"
     );
     assert_eq!(
         s.redeem_code(&code, "chal", T0).unwrap_err(),
+        GrantError::InvalidGrant,
+        "replayed"
+    );
+    let code = s.approve_connection(&approval(CALLBACK, "n2"), T0).unwrap();
+    assert!(s.redeem_code(&code, "other", T0).is_err(), "wrong verifier");
+    assert_eq!(
+        s.redeem_code(&code, "chal", T0).unwrap_err(),
+        GrantError::InvalidGrant,
+        "the failed attempt used the code up"
+    );
+    assert!(s.outpost_by_name("n2").is_none());
+}
+
+/// "stores an encrypted, single-use code (10-minute TTL)": with the
+/// protocol's own TTL and an injected clock, a code redeems just before
+/// ten minutes and not at ten.
+#[test]
+fn pkce_codes_expire_after_ten_minutes() {
+    let mut s = State::new(Timing::default());
+    s.allow_callback(CALLBACK);
+    let late = s
+        .approve_connection(&approval(CALLBACK, "late"), T0)
+        .unwrap();
+    let timely = s
+        .approve_connection(&approval(CALLBACK, "timely"), T0)
+        .unwrap();
+    assert_eq!(
+        s.redeem_code(&late, "chal", T0 + 600_000).unwrap_err(),
         GrantError::InvalidGrant
     );
-    let code = s.mint_code("chal", &o, T0);
-    assert!(s.redeem_code(&code, "other", T0).is_err());
-    let code = s.mint_code("chal", &o, T0);
-    assert!(s.redeem_code(&code, "chal", T0 + 5_000).is_err(), "expired");
+    assert!(s.outpost_by_name("late").is_none());
+    assert!(s.redeem_code(&timely, "chal", T0 + 599_999).is_ok());
+}
+
+/// A name free at approval but taken before redemption is refused then.
+#[test]
+fn a_name_taken_between_approval_and_redemption_is_refused() {
+    let (mut s, _) = state();
+    s.allow_callback(CALLBACK);
+    let code = s
+        .approve_connection(&approval(CALLBACK, "race"), T0)
+        .unwrap();
+    s.create_outpost("race", Platform::Linux, None, T0);
+    assert_eq!(
+        s.redeem_code(&code, "chal", T0).unwrap_err(),
+        GrantError::NameTaken
+    );
 }
 
 #[test]
@@ -437,6 +521,18 @@ fn account_token_scopes() {
         s.check_account_token("cog_unknown", &[SCOPE_MACHINE]),
         Err(AuthError::Unauthorized)
     );
+    // Devin's reference, "Authentication": the orchestrator scope "implies
+    // the machine scope".
+    let orchestrator = s.mint_account_token(&[SCOPE_ORCHESTRATOR]);
+    assert_eq!(
+        s.check_account_token(&orchestrator, &[SCOPE_MACHINE]),
+        Ok(())
+    );
+    let none = s.mint_account_token(&[]);
+    assert_eq!(
+        s.check_account_token(&none, &[SCOPE_MACHINE]),
+        Err(AuthError::Forbidden)
+    );
 }
 
 #[test]
@@ -450,4 +546,29 @@ fn outposts_count_pending_and_claimed_rows() {
     assert_eq!(out.status.active_claims, 1);
     s.delete_outpost(&o, T0).unwrap();
     assert!(s.entries.is_empty());
+}
+
+/// Devin's reference, "List queued sessions": `outpost` is a filter that
+/// "Applies to both list and watch". Without it the account's rows are
+/// listed; an unknown outpost matches nothing (no 404).
+#[test]
+fn outpost_is_a_filter_on_list_and_watch() {
+    let (mut s, o) = state();
+    let other = s.create_outpost("other", Platform::Linux, None, T0);
+    session(&mut s, &o, "devin-1");
+    session(&mut s, &other, "devin-2");
+    let mut q = query(&o, 10, None);
+    assert_eq!(ids(&s.list(&q).unwrap()), ["devin-1"]);
+    q.outpost_id = None;
+    assert_eq!(ids(&s.list(&q).unwrap()), ["devin-1", "devin-2"]);
+    q.outpost_id = Some("outpost_env-unknown".into());
+    let page = s.list(&q).unwrap();
+    assert!(page.items.is_empty());
+    assert_eq!(page.total, 0);
+    let all = s.changes_from(None, None, |_, _| false, 10).unwrap();
+    assert_eq!(all.len(), 2);
+    let none = s
+        .changes_from(Some("outpost_env-unknown"), None, |_, _| false, 10)
+        .unwrap();
+    assert!(none.is_empty());
 }

@@ -18,6 +18,8 @@ use crate::wire::{AcceptorBody, ListPage, Phase, QueueEntry};
 /// Parameters of `GET /devins`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListQuery {
+    /// The `outpost` filter; empty lists the whole account's queue (Devin's
+    /// reference: "Filter by outpost ID").
     pub outpost: String,
     pub phase: Option<Phase>,
     pub acceptor_id: Option<String>,
@@ -32,6 +34,11 @@ impl ListQuery {
             outpost: outpost.into(),
             ..Self::default()
         }
+    }
+
+    /// The account's whole queue, every outpost the token can see.
+    pub fn account() -> Self {
+        Self::default()
     }
 
     pub fn phase(mut self, phase: Phase) -> Self {
@@ -104,7 +111,9 @@ impl FleetClient {
         let mut url = self.url(&["devins"])?;
         {
             let mut q = url.query_pairs_mut();
-            q.append_pair("outpost", &query.outpost);
+            if !query.outpost.is_empty() {
+                q.append_pair("outpost", &query.outpost);
+            }
             if let Some(phase) = &query.phase {
                 q.append_pair("phase", phase.as_str());
             }

@@ -59,12 +59,26 @@ async fn a_missing_scope_is_forbidden_with_a_hint() {
     let env = env(EmulatorConfig::default()).await;
     let machine_token = env.emu.mint_token(&[SCOPE_MACHINE]);
     let machine = client(&env.emu, &machine_token);
-    // Reading the queue is fine with the machine scope...
+    // Reading the queue is fine with the machine scope, one outpost's or
+    // (no `outpost` filter) the whole account's...
     machine
         .list_page(&ListQuery::new(&env.outpost))
         .await
         .unwrap();
-    // ...creating and deleting outposts is not.
+    machine.list_page(&ListQuery::account()).await.unwrap();
+    // ...reading an outpost itself needs the orchestrator scope...
+    let e = machine.get_outpost(&env.outpost).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FleetError::Forbidden {
+                scope_hint: "account.outposts.orchestrator",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // ...and so do creating and deleting outposts.
     let e = machine
         .create_outpost(&CreateOutpost {
             name: "new".into(),

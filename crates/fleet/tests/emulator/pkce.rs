@@ -1,30 +1,45 @@
 //! The partner connection flow against the emulator's connect page.
 
 use emulator::EmulatorConfig;
-use fleet::pkce::{Pkce, callback_code, connect_url, exchange_code};
-use fleet::{ClientOptions, ConnectError, FleetClient, Platform};
+use fleet::pkce::{
+    ConnectRequest, DEFAULT_CALLBACK_URL, Pkce, callback_code, connect_url, exchange_code,
+};
+use fleet::{ClientOptions, ConnectError, FleetClient, FleetError, Platform};
 
 use crate::common::env;
 
-/// Follows the connect page like a browser would, up to the callback.
+/// Plays the admin's browser: opens the connect page, clicks Connect, and
+/// returns the code the redirect to the callback carries.
 async fn authorize(base: &str, pkce: &Pkce, name: &str) -> String {
     let url = connect_url(
         base,
-        "http://127.0.0.1:9/callback",
+        DEFAULT_CALLBACK_URL,
         pkce,
-        Some(name),
-        Some(&Platform::Linux),
+        &ConnectRequest {
+            outpost_name: Some(name),
+            outpost_image: None,
+            platform: Some(&Platform::Linux),
+        },
     )
     .unwrap();
     let browser = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let resp = browser.get(url).send().await.unwrap();
+    let page = browser.get(url.clone()).send().await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let mut form: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+    form.push(("action".into(), "connect".into()));
+    let resp = browser
+        .post(format!("{base}/outposts/connect"))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), reqwest::StatusCode::FOUND);
     let location = resp.headers()[reqwest::header::LOCATION].to_str().unwrap();
     let callback = url::Url::parse(location).unwrap();
-    assert_eq!(callback.path(), "/callback");
+    assert_eq!(callback.path(), "/devin/outpost-callback");
     callback_code(&callback).unwrap()
 }
 
@@ -52,6 +67,19 @@ async fn code_exchange_gives_a_working_token_once() {
         outposts
             .iter()
             .any(|o| o.metadata.outpost_id == token.outpost_id)
+    );
+    // It is a machine token: reading its outpost needs the orchestrator
+    // scope, and the 403 names it.
+    let e = client.get_outpost(&token.outpost_id).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FleetError::Forbidden {
+                scope_hint: "account.outposts.orchestrator",
+                ..
+            }
+        ),
+        "{e:?}"
     );
 
     // A code is single use.

@@ -11,7 +11,7 @@ use std::process::Output;
 use tokio::process::Command;
 
 use common::{emulator, garrison_bin, outpost};
-use emulator::{Emulator, SCOPE_ORCHESTRATOR};
+use emulator::{Emulator, NewSession, SCOPE_MACHINE};
 
 /// Runs `garrison doctor` for `outpost` with only this environment.
 async fn doctor(emu: &Emulator, outpost: &str, dir: &Path, token: Option<&str>) -> Output {
@@ -56,10 +56,10 @@ async fn a_good_token_passes_every_required_check() {
     assert!(out.status.success(), "{text}");
     for line in [
         "✓ token present: DEVIN_OUTPOSTS_TOKEN (environment)",
-        "✓ token valid: listing outposts answered",
+        "✓ token valid: reading the queue answered",
         &format!("✓ outpost {op}: exists"),
         "✓ scope account.outposts.machine",
-        "- scope account.outposts.orchestrator: not tested",
+        "✓ scope account.outposts.orchestrator: reading an outpost answered",
         "✓ clock: within",
         "✓ host backend",
         "disk space:",
@@ -108,12 +108,85 @@ async fn a_token_without_the_machine_scope_is_named() {
     let emu = emulator().await;
     let op = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
-    let token = emu.mint_token(&[SCOPE_ORCHESTRATOR]);
+    // The orchestrator scope implies the machine scope (Devin's reference,
+    // "Authentication"), so only a token with neither lacks it.
+    let token = emu.mint_token(&[]);
     let out = doctor(&emu, &op, dir.path(), Some(&token)).await;
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("✗ scope account.outposts.machine: reading the queue was refused (403)"),
+        text.contains(
+            "✗ scope account.outposts.machine: reading the queue was refused (403): \
+             the token lacks account.outposts.machine"
+        ),
+        "{text}"
+    );
+}
+
+/// A serving token has the machine scope only; reading an outpost needs
+/// the orchestrator scope (Devin's reference, "Outposts"), so doctor checks
+/// the outpost through its queue and passes. An empty queue cannot tell an
+/// unknown outpost from an idle one: a warning naming it, not a failure.
+#[tokio::test]
+async fn a_machine_scoped_token_passes_through_the_queue() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let token = emu.mint_token(&[SCOPE_MACHINE]);
+    let out = doctor(&emu, &op, dir.path(), Some(&token)).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "✓ token valid: reading the queue answered",
+        "✓ scope account.outposts.machine: reading the queue answered",
+        &format!("! outpost {op}: not confirmed: its queue is empty"),
+        "- scope account.outposts.orchestrator: absent (reading an outpost answered 403)",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    let unknown = "outpost_env-000000000000";
+    let text = stdout(&doctor(&emu, unknown, dir.path(), Some(&token)).await);
+    assert!(
+        text.contains(&format!("! outpost {unknown}: not confirmed")),
+        "{text}"
+    );
+
+    emu.create_session(NewSession {
+        outpost_id: op.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    let out = doctor(&emu, &op, dir.path(), Some(&token)).await;
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("✓ outpost {op}: its queue has entries")),
+        "{text}"
+    );
+}
+
+/// With the orchestrator scope, doctor reads the outpost itself: an
+/// unknown one fails by name.
+#[tokio::test]
+async fn an_orchestrator_token_reads_the_outpost() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout(&doctor(&emu, &op, dir.path(), Some(&emu.account_token())).await);
+    assert!(text.contains(&format!("✓ outpost {op}: exists")), "{text}");
+    let gets = emu
+        .request_counts()
+        .iter()
+        .filter(|(route, _)| route.starts_with("GET /opbeta/outposts/outposts/"))
+        .map(|(_, n)| *n)
+        .sum::<u64>();
+    assert!(gets >= 1, "{:?}", emu.request_counts());
+    let unknown = "outpost_env-000000000000";
+    let out = doctor(&emu, unknown, dir.path(), Some(&emu.account_token())).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("✗ outpost {unknown}: does not exist")),
         "{text}"
     );
 }

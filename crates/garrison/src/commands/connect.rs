@@ -5,8 +5,9 @@
 //!
 //! - the browser (default): Devin's partner flow, OAuth 2.0 authorization
 //!   code with PKCE (`docs/outposts-protocol.md`, "Partner connection").
-//!   A listener on 127.0.0.1 receives the browser's return; the code and
-//!   the verifier are traded for a token at the API.
+//!   A listener on a fixed loopback callback URL (allowlisted with Devin
+//!   once) receives the browser's return; the code and the verifier are
+//!   traded for a token at the API.
 //! - `--manual`: an existing token, typed without echo (or piped on stdin),
 //!   checked against the API before it is saved.
 //!
@@ -29,6 +30,7 @@ use crate::format::printable;
 mod browser;
 mod callback;
 mod manual;
+mod refusal;
 
 use browser::browser;
 use manual::manual;
@@ -41,13 +43,21 @@ Examples:
   # On a machine with a browser: approve in Devin, the token is saved.
   garrison connect --outpost-name lab-runners
 
+  # With a callback URL registered for your integration:
+  garrison connect --callback-url http://127.0.0.1:9000/devin/callback
+
   # On a headless host, with a token created in Devin's settings:
   garrison connect --manual --outpost outpost_env-...
   # (the token is prompted for without echo, or read from stdin when piped)
 
 The token is saved in $GARRISON_CONFIG/credentials.json (mode 0600;
 $GARRISON_CONFIG is /etc/garrison as root, else ~/.config/garrison), where
-`garrison serve` and `garrison outposts` find it.";
+`garrison serve` and `garrison outposts` find it.
+
+Devin sends the browser back only to callback URLs on the integration's
+allowlist, which Cognition configures. The default callback,
+http://127.0.0.1:8791/devin/outpost-callback, is the same on every run:
+have it registered once (or register your own and pass --callback-url).";
 
 /// Connect this machine to Devin: create or pick an outpost and save a token.
 #[derive(Args, Clone, Debug)]
@@ -70,9 +80,17 @@ pub struct ConnectArgs {
           value_parser = ["linux", "macos", "windows"], conflicts_with = "manual")]
     pub platform: String,
 
-    /// Local port for the browser's return [default: a random free port]
-    #[arg(long, value_name = "PORT", conflicts_with = "manual")]
-    pub callback_port: Option<u16>,
+    /// Where Devin sends the browser back: a loopback http:// URL (host
+    /// 127.0.0.1, localhost or [::1]) that this command listens on. It must
+    /// be on the integration's callback allowlist, which Cognition
+    /// configures; the default is fixed so it can be registered once
+    #[arg(long, env = "GARRISON_CONNECT_CALLBACK_URL", value_name = "URL",
+          default_value = fleet::pkce::DEFAULT_CALLBACK_URL, conflicts_with = "manual")]
+    pub callback_url: String,
+
+    /// URL of a PNG icon the connect page shows for the outpost
+    #[arg(long, value_name = "URL", conflicts_with = "manual")]
+    pub outpost_image: Option<String>,
 
     /// How long to wait for the browser
     #[arg(long, value_name = "SECS", default_value_t = 600,

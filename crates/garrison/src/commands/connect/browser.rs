@@ -1,105 +1,96 @@
 //! The browser flow: Devin's partner connection, OAuth 2.0 authorization
 //! code with PKCE. The admin approves on the connect page, the browser
-//! returns to a listener on 127.0.0.1 (see `callback.rs`), and the code and
-//! the verifier are traded for a token at the API.
+//! returns to the fixed callback URL (see `callback.rs`), and the code and
+//! the verifier are traded for a token at the API. An `invalid_grant` is
+//! terminal for that verifier: the flow says so and starts again from a
+//! new one, a bounded number of times.
 
-use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use fleet::pkce::{self, ConnectError};
+use fleet::pkce::{self, ConnectError, ConnectRequest};
 use fleet::{Pkce, Platform};
 use orchestrator::settings::Credentials;
-use rand::Rng;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use super::callback::{accept_loop, page, respond};
+use super::callback::{accept_loop, callback_target, page, respond};
+use super::refusal::{self, EXISTING_OUTPOST};
 use super::{ConnectArgs, base_url, print_saved, save};
 use crate::format::printable;
 
+/// Attempts (each with a new verifier) before an `invalid_grant` ends the
+/// command: a stale tab or a slow admin is retried, a loop is not.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// What one attempt ended with.
+enum Attempt {
+    Connected(fleet::ConnectionToken),
+    /// `invalid_grant`: start again from a new verifier.
+    Refused(String),
+}
+
 pub(super) async fn browser(args: &ConnectArgs, api_url: &str, path: &Path) -> anyhow::Result<()> {
     let app_url = base_url("--app-url", &args.app_url)?;
-    let port = args.callback_port.unwrap_or(0);
-    let listener = TcpListener::bind(("127.0.0.1", port))
-        .await
-        .with_context(|| match args.callback_port {
-            Some(p) => format!(
-                "cannot listen on 127.0.0.1:{p} for the browser's return; \
-                 pick another --callback-port, or omit it for a free one"
-            ),
-            None => "cannot listen on 127.0.0.1 for the browser's return".to_owned(),
-        })?;
-    let port = listener.local_addr()?.port();
-
-    // The callback path carries an unguessable nonce, so only the browser
-    // that was given the connect URL can deliver a code to this listener
-    // (the CSRF protection a `state` parameter would give, without relying
-    // on the service echoing one back).
-    let nonce = random_token(32);
-    let callback_path = format!("/callback/{nonce}");
-    let callback_url = format!("http://127.0.0.1:{port}{callback_path}");
-
-    let pkce = Pkce::generate();
-    let platform = Platform::from(args.platform.as_str());
-    let connect_url = pkce::connect_url(
-        &app_url,
-        &callback_url,
-        &pkce,
-        args.outpost_name.as_deref(),
-        Some(&platform),
-    )
-    .map_err(|e| anyhow!("{e}"))?;
-
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "To connect Garrison to Devin, open this page and approve:"
-    )?;
-    writeln!(out)?;
-    writeln!(out, "  {connect_url}")?;
-    writeln!(out)?;
-    if open_browser(connect_url.as_str()) {
-        writeln!(out, "(A browser was opened for you.)")?;
-    }
-    writeln!(
-        out,
-        "Waiting up to {} s for the browser to return to {callback_url} ...",
-        args.timeout_secs
-    )?;
-    out.flush()?;
-    drop(out);
-
+    let callback_url = args.callback_url.trim().to_owned();
+    let target = callback_target(&callback_url)?;
+    let listener = TcpListener::bind(target.addr).await.with_context(|| {
+        format!(
+            "cannot listen on {} for the browser's return to {callback_url} (is another \
+             `garrison connect` running?); stop what holds the port, or pass another \
+             registered URL with --callback-url",
+            target.addr
+        )
+    })?;
+    let open = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::channel(1);
-    let acceptor = tokio::spawn(accept_loop(listener, callback_path, tx));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_secs);
-    let received = tokio::time::timeout_at(deadline, rx.recv()).await;
+    let acceptor = tokio::spawn(accept_loop(listener, target.path, open.clone(), tx));
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let mut outcome = Err(anyhow!("no attempt was made"));
+    for attempt in 1..=MAX_ATTEMPTS {
+        let result = run_attempt(
+            args,
+            &app_url,
+            api_url,
+            &callback_url,
+            &open,
+            &mut rx,
+            deadline,
+        )
+        .await;
+        match result {
+            Ok(Attempt::Refused(why)) if attempt < MAX_ATTEMPTS => {
+                eprintln!(
+                    "Devin refused the code ({why}). Codes are single use, expire after \
+                     10 minutes and only work with the verifier of the attempt that asked \
+                     for them, so this attempt is over: starting again with a new verifier \
+                     (attempt {} of {MAX_ATTEMPTS}).",
+                    attempt + 1
+                );
+            }
+            Ok(Attempt::Refused(why)) => {
+                outcome = Err(anyhow!(
+                    "Devin refused the code ({why}) on {MAX_ATTEMPTS} attempts; nothing was \
+                     saved. Run `garrison connect` again and approve the newest page only; {EXISTING_OUTPOST}"
+                ));
+                break;
+            }
+            Ok(Attempt::Connected(token)) => {
+                outcome = Ok(token);
+                break;
+            }
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
     acceptor.abort();
-    let (mut stream, callback) = match received {
-        Ok(Some(got)) => got,
-        Ok(None) => bail!("the callback listener stopped unexpectedly"),
-        Err(_) => bail!(
-            "no answer from the browser within {} s. Run `garrison connect` again \
-             (--timeout-secs waits longer), or on a host without a browser run \
-             `garrison connect --manual` with an existing token",
-            args.timeout_secs
-        ),
-    };
-
-    let outcome = exchange(&callback, &pkce, api_url).await;
-    let page = match &outcome {
-        Ok(_) => page(
-            "Garrison is connected",
-            "You can close this tab and return to the terminal.",
-        ),
-        Err(e) => page(
-            "Garrison could not connect",
-            &format!("{e:#}. See the terminal for what to do next."),
-        ),
-    };
-    respond(&mut stream, 200, &page).await;
     let token = outcome?;
 
     let api_url = issued_api_url(&token.api_base_url).unwrap_or_else(|| api_url.to_owned());
@@ -124,30 +115,111 @@ pub(super) async fn browser(args: &ConnectArgs, api_url: &str, path: &Path) -> a
     Ok(())
 }
 
-/// Reads the code from the callback and trades it for a token.
-async fn exchange(
-    callback: &url::Url,
-    pkce: &Pkce,
+/// One attempt: a new verifier, the page, the wait for the browser, the
+/// exchange, and the answer page the browser is shown.
+async fn run_attempt(
+    args: &ConnectArgs,
+    app_url: &str,
     api_url: &str,
-) -> anyhow::Result<fleet::ConnectionToken> {
-    let code = pkce::callback_code(callback).map_err(|e| match e {
-        ConnectError::OAuth { error, description } if error == "access_denied" => anyhow!(
-            "the connection was not approved in the browser ({}); run `garrison connect` again",
-            description.as_deref().unwrap_or("access_denied")
+    callback_url: &str,
+    open: &AtomicBool,
+    rx: &mut mpsc::Receiver<(TcpStream, url::Url)>,
+    deadline: Instant,
+) -> anyhow::Result<Attempt> {
+    let pkce = Pkce::generate();
+    let platform = Platform::from(args.platform.as_str());
+    let request = ConnectRequest {
+        outpost_name: args.outpost_name.as_deref(),
+        outpost_image: args.outpost_image.as_deref(),
+        platform: Some(&platform),
+    };
+    let connect_url =
+        pkce::connect_url(app_url, callback_url, &pkce, &request).map_err(|e| anyhow!("{e}"))?;
+    print_instructions(connect_url.as_str(), callback_url, deadline)?;
+
+    // A delivery left over from the last attempt belongs to its verifier.
+    while let Ok((mut stale, _)) = rx.try_recv() {
+        respond(
+            &mut stale,
+            409,
+            &page("Too late", "That code belonged to an earlier attempt."),
+        )
+        .await;
+    }
+    open.store(true, Ordering::SeqCst);
+    let received = tokio::time::timeout_at(deadline, rx.recv()).await;
+    open.store(false, Ordering::SeqCst);
+    let (mut stream, callback) = match received {
+        Ok(Some(got)) => got,
+        Ok(None) => bail!("the callback listener stopped unexpectedly"),
+        Err(_) => bail!(
+            "no answer from the browser within {} s; nothing was saved. If Devin's page \
+             refused the connection: {}; for a taken outpost name, choose another \
+             (--outpost-name or on the page), and {EXISTING_OUTPOST}. Otherwise run \
+             `garrison connect` again (--timeout-secs waits longer), or on a host \
+             without a browser use `garrison connect --manual` with an existing token",
+            args.timeout_secs,
+            refusal::callback_advice(callback_url)
         ),
-        other => anyhow!("the browser returned an error: {other}; run `garrison connect` again"),
-    })?;
-    pkce::exchange_code(api_url, &code, &pkce.verifier)
-        .await
-        .map_err(|e| match e {
-            ConnectError::InvalidGrant { .. } => {
-                anyhow!("the code was rejected or already used; run `garrison connect` again")
-            }
-            ConnectError::Fleet(fleet) => {
-                anyhow!("cannot exchange the code at {api_url}: {fleet}")
-            }
-            other => anyhow!("{api_url} refused the code: {other}; run `garrison connect` again"),
-        })
+    };
+
+    let outcome = match pkce::callback_code(&callback) {
+        Err(e) => Err(anyhow!(refusal::from_callback(&e, callback_url))),
+        Ok(code) => match pkce::exchange_code(api_url, &code, &pkce.verifier).await {
+            Ok(token) => Ok(Attempt::Connected(token)),
+            Err(ConnectError::InvalidGrant { description }) => Ok(Attempt::Refused(format!(
+                "invalid_grant: {}",
+                description.as_deref().unwrap_or("no description")
+            ))),
+            Err(e) => Err(anyhow!(refusal::from_exchange(&e, api_url))),
+        },
+    };
+    let page = match &outcome {
+        Ok(Attempt::Connected(_)) => page(
+            "Garrison is connected",
+            "You can close this tab and return to the terminal.",
+        ),
+        Ok(Attempt::Refused(why)) => page(
+            "Devin refused the code",
+            &format!("{why}. The terminal shows a new page to approve."),
+        ),
+        Err(e) => page(
+            "Garrison could not connect",
+            &format!("{e:#}. See the terminal for what to do next."),
+        ),
+    };
+    respond(&mut stream, 200, &page).await;
+    outcome
+}
+
+fn print_instructions(
+    connect_url: &str,
+    callback_url: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "To connect Garrison to Devin, open this page and approve:"
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  {connect_url}")?;
+    writeln!(out)?;
+    if open_browser(connect_url) {
+        writeln!(out, "(A browser was opened for you.)")?;
+    }
+    let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+    writeln!(
+        out,
+        "Waiting up to {left} s for the browser to return to {callback_url} ..."
+    )?;
+    writeln!(
+        out,
+        "(Devin sends it there only if that URL is on the integration's allowlist; \
+         an outpost name that is taken is refused on the page.)"
+    )?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Opens `url` in a browser when this session has a display and an opener
@@ -209,16 +281,6 @@ fn issued_api_url(value: &str) -> Option<String> {
     let text = text.strip_suffix("/opbeta/outposts").unwrap_or(text);
     let text = text.strip_suffix("/opbeta").unwrap_or(text);
     Some(text.to_owned())
-}
-
-fn random_token(len: usize) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    let mut out = String::with_capacity(len);
-    for _ in 0..len {
-        let _ = out.write_char(ALPHABET[rng.random_range(0..ALPHABET.len())] as char);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,6 +1,14 @@
 //! Checks against the fleet API: is the token accepted, does it carry the
 //! scope `garrison serve` needs, does the outpost exist, and is this
 //! machine's clock close to the API's.
+//!
+//! A serving token usually has only the machine scope, which reads the
+//! queue; reading an outpost needs the orchestrator scope (Devin's
+//! reference: "Create, get, and delete require the orchestrator scope").
+//! So the token is checked with a queue read, each outpost with `GET` when
+//! the token may (a 403 falls back to its filtered queue), and where a
+//! machine token cannot tell an unknown outpost from an idle one, the line
+//! says so instead of failing.
 
 use std::time::{Duration, SystemTime};
 
@@ -25,15 +33,15 @@ pub async fn checks(
     outposts: &[String],
 ) -> Vec<Check> {
     let mut out = Vec::new();
-    let valid = match client.list_outposts().await {
-        Ok(list) => {
+    // The account's queue, unfiltered (`outpost` is only a filter): the
+    // call the machine scope allows, whatever outposts are configured.
+    let queue = client.list_page(&ListQuery::account().first(1)).await;
+    let valid = match &queue {
+        Ok(_) => {
+            out.push(Check::pass("token valid", "reading the queue answered"));
             out.push(Check::pass(
-                "token valid",
-                format!(
-                    "listing outposts answered ({} outpost{})",
-                    list.len(),
-                    if list.len() == 1 { "" } else { "s" }
-                ),
+                format!("scope {MACHINE_SCOPE}"),
+                "reading the queue answered",
             ));
             true
         }
@@ -46,13 +54,17 @@ pub async fn checks(
             false
         }
         Err(FleetError::Forbidden { .. }) => {
-            // Listing outposts takes either scope: a 403 means neither.
-            out.push(Check::fail(
+            out.push(Check::pass(
                 "token valid",
+                "the API knows it (403, not 401)",
+            ));
+            out.push(Check::fail(
+                format!("scope {MACHINE_SCOPE}"),
+                format!("reading the queue was refused (403): the token lacks {MACHINE_SCOPE}"),
                 format!(
-                    "accepted, but it has neither {MACHINE_SCOPE} nor {ORCHESTRATOR_SCOPE} (403)"
+                    "use a service-user token with the {MACHINE_SCOPE} scope (role \"Use outpost \
+                     machine\"; `garrison connect` gets one)"
                 ),
-                format!("use a service-user token with the {MACHINE_SCOPE} scope"),
             ));
             false
         }
@@ -68,15 +80,17 @@ pub async fn checks(
     if !valid {
         out.push(Check::info(
             "outpost and scopes",
-            "not checked: the token was not accepted",
+            "not checked: the token cannot read the queue",
         ));
         out.push(clock(api_url, token).await);
         return out;
     }
 
+    let mut orchestrator = None;
     for outpost in outposts {
-        out.push(outpost_check(client, outpost).await);
-        out.push(machine_scope(client, outpost).await);
+        let (check, has_orchestrator) = outpost_check(client, outpost).await;
+        out.push(check);
+        orchestrator = orchestrator.or(has_orchestrator);
     }
     if outposts.is_empty() {
         out.push(Check::fail(
@@ -85,60 +99,97 @@ pub async fn checks(
             "pass --outpost, set OUTPOST_ID, add an [[outpost]] table, or run `garrison connect`",
         ));
     }
-    out.push(
-        Check::info(
+    out.push(match orchestrator {
+        Some(true) => Check::pass(
             format!("scope {ORCHESTRATOR_SCOPE}"),
-            "not tested: only creating or deleting an outpost would tell, and that changes \
-             the account; `garrison outposts create` needs it, `garrison serve` does not",
+            "reading an outpost answered (`garrison serve` does not need it)",
         )
         .optional(),
-    );
+        Some(false) => Check::info(
+            format!("scope {ORCHESTRATOR_SCOPE}"),
+            "absent (reading an outpost answered 403); `garrison serve` does not need it, \
+             `garrison outposts create/delete` do",
+        )
+        .optional(),
+        None => Check::info(
+            format!("scope {ORCHESTRATOR_SCOPE}"),
+            "not tested: no outpost to read; `garrison outposts create` needs it, \
+             `garrison serve` does not",
+        )
+        .optional(),
+    });
     out.push(clock(api_url, token).await);
     out
 }
 
-async fn outpost_check(client: &FleetClient, outpost: &str) -> Check {
+/// One outpost: `GET` on it when the token may, else its filtered queue.
+/// Also says whether the token has the orchestrator scope (`None`: the
+/// answer did not tell).
+async fn outpost_check(client: &FleetClient, outpost: &str) -> (Check, Option<bool>) {
     let name = format!("outpost {outpost}");
     match client.get_outpost(outpost).await {
-        Ok(Some(o)) if o.spec.platform == Platform::Linux => {
-            Check::pass(name, format!("exists ({:?}), platform linux", o.spec.name))
+        Ok(Some(o)) if o.spec.platform == Platform::Linux => (
+            Check::pass(name, format!("exists ({:?}), platform linux", o.spec.name)),
+            Some(true),
+        ),
+        Ok(Some(o)) => (
+            Check::fail(
+                name,
+                format!("its platform is {:?}, not linux", o.spec.platform),
+                "Garrison serves linux outposts: create one with `garrison outposts create NAME`",
+            ),
+            Some(true),
+        ),
+        Ok(None) => (
+            Check::fail(
+                name,
+                "does not exist for this token's account",
+                "list them with `garrison outposts list`, or create one with `garrison outposts create`",
+            ),
+            Some(true),
+        ),
+        Err(FleetError::Forbidden { .. }) => {
+            (queue_check(client, outpost, name).await, Some(false))
         }
-        Ok(Some(o)) => Check::fail(
-            name,
-            format!("its platform is {:?}, not linux", o.spec.platform),
-            "Garrison serves linux outposts: create one with `garrison outposts create NAME`",
-        ),
-        Ok(None) => Check::fail(
-            name,
-            "does not exist for this token's account",
-            "list them with `garrison outposts list`, or create one with `garrison outposts create`",
-        ),
-        Err(e) => Check::fail(
-            name,
-            format!("could not be read: {e}"),
-            "check the outpost id and the token's scopes",
+        Err(e) => (
+            Check::fail(
+                name,
+                format!("could not be read: {e}"),
+                "check the outpost id and the API URL",
+            ),
+            None,
         ),
     }
 }
 
-/// Reading the outpost's queue is what `garrison serve` does first; only
-/// the machine scope allows it.
-async fn machine_scope(client: &FleetClient, outpost: &str) -> Check {
-    let name = format!("scope {MACHINE_SCOPE}");
-    let mut query = ListQuery::new(outpost);
-    query.first = Some(1);
-    match client.list_page(&query).await {
-        Ok(_) => Check::pass(name, "reading the queue answered"),
-        Err(FleetError::Forbidden { .. }) => Check::fail(
+/// A machine token's view of an outpost: its filtered queue. Entries prove
+/// the outpost; an empty queue is what an idle outpost and an unknown one
+/// both look like, so that is a warning naming the outpost, not a failure.
+async fn queue_check(client: &FleetClient, outpost: &str, name: String) -> Check {
+    match client.list_page(&ListQuery::new(outpost).first(1)).await {
+        Ok(page) if !page.items.is_empty() => Check::pass(
             name,
-            "reading the queue was refused (403): the token lacks it",
+            "its queue has entries (read through the queue: the token cannot read outposts)",
+        ),
+        Ok(_) => Check::warn(
+            name,
             format!(
-                "use a service-user token with the {MACHINE_SCOPE} scope (`garrison connect` asks for it)"
+                "not confirmed: its queue is empty, and without {ORCHESTRATOR_SCOPE} an \
+                 unknown outpost looks the same as an idle one"
             ),
+            format!(
+                "compare {outpost} with Devin's Settings -> Environment -> Outposts, or run \
+                 doctor with a token that has {ORCHESTRATOR_SCOPE}"
+            ),
+        ),
+        Err(FleetError::NotFound { .. }) => Check::fail(
+            name,
+            "the API does not know it (404 on its queue)",
+            "list them with `garrison outposts list`, or create one with `garrison outposts create`",
         ),
         Err(e) => Check::fail(
             name,
-            format!("reading the queue failed: {e}"),
+            format!("reading its queue failed: {e}"),
             "check the outpost id and the API URL",
         ),
     }

@@ -158,8 +158,10 @@ async fn a_refused_token_exits_78_and_so_does_one_without_the_machine_scope() {
 
     let state = dir.path().join("scopeless");
     let args = serve_args(&emu.base_url(), &outpost, &state, "127.0.0.1:0");
-    let orchestrator_only = emu.mint_token(&["account.outposts.orchestrator"]);
-    let (status, log) = serve_until_exit(&emu, &state, args, &orchestrator_only).await;
+    // The orchestrator scope implies the machine scope (Devin's reference,
+    // "Authentication"): only a token with neither lacks it.
+    let scopeless = emu.mint_token(&[]);
+    let (status, log) = serve_until_exit(&emu, &state, args, &scopeless).await;
     assert_eq!(status.code(), Some(EX_CONFIG), "{log}");
     assert!(
         log.contains("(403)") && log.contains("account.outposts.machine"),

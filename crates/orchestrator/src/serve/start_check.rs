@@ -29,9 +29,9 @@ pub struct Misconfigured(pub String);
 pub const API_CHECK_LIMIT: Duration = Duration::from_secs(20);
 
 /// Lists one entry of each outpost's queue, the call `serve` makes first
-/// and the one the machine scope allows (reading the outpost itself needs
-/// the orchestrator scope, which a serving token usually lacks). The first
-/// refusal (401, 403, 404) is the error; the first outpost the API does
+/// and the one the machine scope allows, then reads the outpost itself
+/// when the token has the orchestrator scope (see [`known_outpost`]). The
+/// first refusal (401, 403 on the queue, 404) is the error; the first outpost the API does
 /// not answer for ends the check, since the others would wait the same
 /// way, and so does running out of `limit`.
 pub async fn check_api(
@@ -55,10 +55,7 @@ pub async fn check_api(
 async fn check_each(client: &FleetClient, outposts: &[&str]) -> Result<(), Misconfigured> {
     for &id in outposts {
         match client.list_page(&ListQuery::new(id).first(1)).await {
-            Ok(_) => info!(
-                outpost = id,
-                "the fleet API accepts the token and knows the outpost"
-            ),
+            Ok(page) => known_outpost(client, id, page.items.is_empty()).await?,
             Err(e) => {
                 if let Some(advice) = refusal::advice(id, client.api_url(), &e) {
                     return Err(Misconfigured(advice));
@@ -79,6 +76,47 @@ async fn check_each(client: &FleetClient, outposts: &[&str]) -> Result<(), Misco
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// After the queue answered: does the outpost exist? The queue cannot say
+/// (`outpost` is only a filter, so an unknown one lists empty, as an idle
+/// one does), and reading the outpost needs the orchestrator scope
+/// (Devin's reference: "Create, get, and delete require the orchestrator
+/// scope"). So the outpost is read when the token may: 404 is a
+/// configuration error; 403 leaves a warning when the queue was empty.
+async fn known_outpost(client: &FleetClient, id: &str, empty: bool) -> Result<(), Misconfigured> {
+    match client.get_outpost(id).await {
+        Ok(Some(_)) => info!(
+            outpost = id,
+            "the fleet API accepts the token and knows the outpost"
+        ),
+        Ok(None) => {
+            return Err(Misconfigured(format!(
+                "outpost {id} does not exist at the fleet API {} (404 reading the outpost): \
+                 check --outpost (OUTPOST_ID, or the [[outpost]] tables of the config file) \
+                 against `garrison outposts list`, or create it with `garrison outposts \
+                 create NAME`; check --api-url (DEVIN_API_URL) too",
+                client.api_url()
+            )));
+        }
+        Err(fleet::FleetError::Forbidden { .. }) if empty => warn!(
+            outpost = id,
+            "the token reads the outpost's queue, which is empty, but may not read the outpost \
+             itself (no account.outposts.orchestrator scope, which serving does not need): an \
+             unknown outpost looks the same as an idle one, so check the id against Devin's \
+             Settings -> Environment -> Outposts"
+        ),
+        Err(fleet::FleetError::Forbidden { .. }) => info!(
+            outpost = id,
+            "the fleet API accepts the token and the outpost's queue has entries"
+        ),
+        Err(e) => warn!(
+            outpost = id,
+            error = %e,
+            "reading the outpost at start failed; serving anyway"
+        ),
     }
     Ok(())
 }
@@ -158,6 +196,15 @@ mod tests {
             .to_string();
         assert!(err.contains(unknown) && err.contains("(404"), "{err}");
         assert!(err.contains(&emu.base_url()), "{err}");
+
+        // A machine-scoped token may not read outposts, and an unknown
+        // outpost's queue lists empty (`outpost` is a filter, per Devin's
+        // reference): it cannot be told from an idle one, so it is not
+        // refused (a warning says so).
+        let machine = client(&emu.base_url(), &emu.mint_token(&[emulator::SCOPE_MACHINE]));
+        check_api(&machine, &[&known, unknown], limit)
+            .await
+            .unwrap();
 
         let wrong = client(&emu.base_url(), "cog_wrong");
         let err = check_api(&wrong, &[&known], limit).await.unwrap_err();

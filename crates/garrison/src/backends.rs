@@ -265,5 +265,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("MODAL_TOKEN_SECRET"), "{error}");
+
+        // Its settings are keys of the file too, below the environment.
+        let config = resolve(
+            &host(&vars),
+            "backend = \"modal\"\nmodal_region = \"eu-west\"\nmodal_image = \"im-file\"\n",
+        )
+        .unwrap();
+        let modal = format!("{:?}", config.backends["modal"]);
+        assert!(
+            modal.contains("us-east") && modal.contains("im-file"),
+            "{modal}"
+        );
+        let error = resolve(
+            &host(&vars),
+            "backend = \"modal\"\nmodal_sandbox_runtime = \"firecracker\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains(&format!("modal_sandbox_runtime in {FILE}")),
+            "{error}"
+        );
+        // The token never is.
+        let error = resolve(&host(&vars), "modal_token_secret = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("MODAL_TOKEN_SECRET") && error.contains("never from this file"),
+            "{error}"
+        );
     }
 }

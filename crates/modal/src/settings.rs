@@ -1,34 +1,39 @@
 //! The settings of the Modal backend (`--backend modal`), and its plug-in.
 //!
-//! All come from the environment, so they sit beside the outpost's own
-//! settings without changing the file format:
+//! They are declared in [`SETTINGS`] (see `table.rs`): each but the token
+//! is a flag of `garrison serve`, the variable Modal's own client reads,
+//! and a top-level key of `garrison.toml`; a flag beats its variable,
+//! which beats the file:
 //!
-//! | variable | meaning | default |
-//! | --- | --- | --- |
-//! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | the Modal token | Modal's own `~/.modal.toml` (0600) |
-//! | `MODAL_PROFILE` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
-//! | `MODAL_CONFIG_PATH` | another place for Modal's TOML file | `~/.modal.toml` |
-//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | Modal's API, as Modal's own client reads it | the profile's `server_url`, else `https://api.modal.com` |
-//! | `MODAL_ENVIRONMENT` | the Modal environment | the profile's `environment`, else the account's default |
-//! | `MODAL_IMAGE` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
-//! | `MODAL_REGION` | comma-separated regions sandboxes may run in | Modal's choice |
-//! | `MODAL_SANDBOX_TIMEOUT_SECS` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
-//! | `MODAL_SANDBOX_IDLE_TIMEOUT_SECS` | Modal ends a sandbox idle this long, 1 to 86400 | none |
-//! | `MODAL_SANDBOX_RUNTIME` | `gvisor` or `vm` | Modal's default (gVisor) |
+//! | variable | flag and file key | meaning | default |
+//! | --- | --- | --- | --- |
+//! | `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET` | (never) | the Modal token | Modal's own `~/.modal.toml` (0600) |
+//! | `MODAL_PROFILE` | `--modal-profile`, `modal_profile` | the profile of `~/.modal.toml` to use | the `active` one, or the only one |
+//! | `MODAL_CONFIG_PATH` | `--modal-config-path`, `modal_config_path` | another place for Modal's TOML file | `~/.modal.toml` |
+//! | `MODAL_SERVER_URL` (or its older alias `MODAL_API_URL`) | `--modal-server-url`, `modal_server_url` | Modal's API, as Modal's own client reads it | the profile's `server_url`, else `https://api.modal.com` |
+//! | `MODAL_ENVIRONMENT` | `--modal-environment`, `modal_environment` | the Modal environment | the profile's `environment`, else the account's default |
+//! | `MODAL_IMAGE` | `--modal-image`, `modal_image` | image id (`im-...`) or a name built with `garrison image build --backend modal` | the outpost's image, else `default` |
+//! | `MODAL_REGION` | `--modal-region`, `modal_region` | comma-separated regions sandboxes may run in | Modal's choice |
+//! | `MODAL_SANDBOX_TIMEOUT_SECS` | `--modal-sandbox-timeout-secs`, `modal_sandbox_timeout_secs` | a sandbox's maximum lifetime, 1 to 86400 | 86400 |
+//! | `MODAL_SANDBOX_IDLE_TIMEOUT_SECS` | `--modal-sandbox-idle-timeout-secs`, `modal_sandbox_idle_timeout_secs` | Modal ends a sandbox idle this long, 1 to 86400 | none |
+//! | `MODAL_SANDBOX_RUNTIME` | `--modal-sandbox-runtime`, `modal_sandbox_runtime` | `gvisor` or `vm` | Modal's default (gVisor) |
 //!
 //! The token is never taken from a flag (argv is visible to every user of
-//! the machine) and never printed: it is kept in [`common::Secret`]s.
+//! the machine) nor from `garrison.toml`, and never printed: it is kept in
+//! [`common::Secret`]s.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod profile;
+mod table;
 
 pub use profile::{Profile, read as read_modal_profile};
+pub use table::*;
 
 use common::Secret;
-use common::settings::{Origin, SettingsError, SettingsSource, unsigned};
+use common::settings::{Origin, Setting, SettingsError, SettingsSource, unsigned};
 use sandbox::Sandbox;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
@@ -83,13 +88,17 @@ pub struct ModalEnv {
     pub environment: Option<String>,
 }
 
-/// Reads the Modal settings from the environment and, for the token,
-/// Modal's own configuration file.
+/// Reads the Modal settings from their flags, variables and file keys
+/// and, for the token, the environment or Modal's own configuration file.
 pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
-    let env = |name: &'static str| host.var(name);
     let (credentials, profile) = credentials(host)?;
-    let api_url = match env(SERVER_URL_ENV)
-        .or_else(|| env(API_URL_ENV))
+    // MODAL_API_URL is a second variable of the same setting, below
+    // MODAL_SERVER_URL and above the file.
+    let api_url = match host
+        .flag(SERVER_URL_KEY)
+        .or_else(|| host.var(SERVER_URL_ENV))
+        .or_else(|| host.var(API_URL_ENV))
+        .or_else(|| host.file_key(SERVER_URL_KEY))
         .or_else(|| {
             profile
                 .server_url
@@ -115,7 +124,7 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         }
         None => crate::client::DEFAULT_API_URL.to_owned(),
     };
-    let image = match env(IMAGE_ENV) {
+    let image = match host.get(IMAGE_ENV, IMAGE_KEY) {
         Some(value) => {
             let ok = value.value.len() <= 128
                 && value
@@ -129,7 +138,7 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         }
         None => None,
     };
-    let regions = match env(REGION_ENV) {
+    let regions = match host.get(REGION_ENV, REGION_KEY) {
         Some(value) => {
             let regions: Vec<String> = value
                 .value
@@ -151,18 +160,18 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         }
         None => Vec::new(),
     };
-    let timeout = match env(TIMEOUT_ENV) {
+    let timeout = match host.get(TIMEOUT_ENV, TIMEOUT_KEY) {
         Some(value) => Duration::from_secs(unsigned(&value, 1..=MAX_TIMEOUT_SECS as i64)?),
         None => Duration::from_secs(MAX_TIMEOUT_SECS),
     };
-    let idle_timeout = match env(IDLE_TIMEOUT_ENV) {
+    let idle_timeout = match host.get(IDLE_TIMEOUT_ENV, IDLE_TIMEOUT_KEY) {
         Some(value) => Some(Duration::from_secs(unsigned(
             &value,
             1..=MAX_TIMEOUT_SECS as i64,
         )?)),
         None => None,
     };
-    let runtime = match env(RUNTIME_ENV) {
+    let runtime = match host.get(RUNTIME_ENV, RUNTIME_KEY) {
         Some(value) => Some(
             crate::Runtime::parse(&value.value)
                 .ok_or_else(|| value.invalid("expected gvisor or vm"))?,
@@ -177,23 +186,26 @@ pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
         timeout,
         idle_timeout,
         runtime,
-        environment: env(ENVIRONMENT_ENV)
+        environment: host
+            .get(ENVIRONMENT_ENV, ENVIRONMENT_KEY)
             .map(|v| v.value)
             .or(profile.environment),
     })
 }
 
 /// The token, the API URL and the environment name, each from the
-/// environment first and else from the chosen profile of Modal's TOML file
-/// (read whenever it exists, as Modal's client reads it).
+/// environment (the token) or Garrison's layers (the others) first and
+/// else from the chosen profile of Modal's TOML file (read whenever it
+/// exists, as Modal's client reads it). The file and the profile are
+/// chosen by flag, variable or `garrison.toml` key, like the rest.
 fn credentials(
     host: &dyn SettingsSource,
 ) -> Result<(crate::Credentials, profile::Profile), SettingsError> {
-    let path = match host.var(CONFIG_PATH_ENV) {
+    let path = match host.get(CONFIG_PATH_ENV, CONFIG_PATH_KEY) {
         Some(path) => Some(PathBuf::from(path.value)),
         None => host.home().map(|home| home.join(".modal.toml")),
     };
-    let wanted = host.var(PROFILE_ENV);
+    let wanted = host.get(PROFILE_ENV, PROFILE_KEY);
     let tokens_in_env = host.var(TOKEN_ID_ENV).is_some() && host.var(TOKEN_SECRET_ENV).is_some();
     let from_file = match &path {
         Some(path) => match profile::read(path, wanted.as_ref().map(|p| p.value.as_str())) {
@@ -268,7 +280,20 @@ impl BackendPlugin for ModalPlugin {
   MODAL_REGION, MODAL_SANDBOX_TIMEOUT_SECS (a sandbox's lifetime)
   [default: 86400], MODAL_SANDBOX_IDLE_TIMEOUT_SECS, MODAL_SANDBOX_RUNTIME
   (gvisor or vm).
-  Environment only."
+  Each but the token is also a flag (--modal-image, ...) and a file key
+  (modal_image, ...)."
+    }
+
+    fn file_keys(&self) -> &'static [&'static str] {
+        FILE_KEYS
+    }
+
+    fn settings(&self) -> &'static [Setting] {
+        SETTINGS
+    }
+
+    fn refused_file_keys(&self) -> &'static [(&'static str, &'static str)] {
+        REFUSED_FILE_KEYS
     }
 
     fn setup_hint(&self) -> &'static str {
@@ -320,139 +345,4 @@ impl ConfiguredBackend for ModalEnv {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::fs;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
-
-    use super::*;
-
-    fn host(vars: &[(&str, &str)]) -> common::settings::MapSource {
-        let mut source = common::settings::MapSource::vars(vars);
-        source.home = vars
-            .iter()
-            .find(|(k, _)| *k == "HOME")
-            .map(|(_, v)| PathBuf::from(v));
-        source
-    }
-
-    fn write(path: &Path, text: &str, mode: u32) {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(path)
-            .unwrap();
-        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-    }
-
-    #[test]
-    fn defaults_with_a_token_from_the_environment() {
-        let m = resolve(&host(&[(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")])).unwrap();
-        assert_eq!(m.api_url, "https://api.modal.com");
-        assert_eq!(m.credentials.token_id.expose(), "ak-1");
-        assert_eq!(m.credentials.token_secret.expose(), "as-1");
-        assert_eq!(m.timeout, Duration::from_secs(86400));
-        assert!(m.regions.is_empty() && m.image.is_none());
-        assert!(!format!("{m:?}").contains("as-1"));
-    }
-
-    #[test]
-    fn every_setting_is_read_and_checked() {
-        let base = [(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")];
-        let with = |extra: &[(&str, &str)]| {
-            let mut vars = base.to_vec();
-            vars.extend_from_slice(extra);
-            resolve(&host(&vars))
-        };
-        let m = with(&[
-            (API_URL_ENV, "http://127.0.0.1:9000/"),
-            (IMAGE_ENV, "im-abc"),
-            (REGION_ENV, "us-east, eu-west"),
-            (TIMEOUT_ENV, "600"),
-            (IDLE_TIMEOUT_ENV, "900"),
-            (RUNTIME_ENV, "vm"),
-        ])
-        .unwrap();
-        assert_eq!(m.idle_timeout, Some(Duration::from_secs(900)));
-        assert_eq!(m.runtime, Some(crate::Runtime::Vm));
-        assert_eq!(m.api_url, "http://127.0.0.1:9000");
-        assert_eq!(m.image.as_deref(), Some("im-abc"));
-        assert_eq!(m.regions, ["us-east", "eu-west"]);
-        assert_eq!(m.timeout, Duration::from_secs(600));
-        for (var, bad) in [
-            (API_URL_ENV, "ftp://x"),
-            (IMAGE_ENV, "../etc"),
-            (REGION_ENV, "us east"),
-            (TIMEOUT_ENV, "0"),
-            (TIMEOUT_ENV, "86401"),
-            (IDLE_TIMEOUT_ENV, "0"),
-            (RUNTIME_ENV, "firecracker"),
-            (SERVER_URL_ENV, "not a url"),
-        ] {
-            let err = with(&[(var, bad)]).unwrap_err().to_string();
-            assert!(err.contains(var), "{var}={bad}: {err}");
-        }
-        let err = resolve(&host(&[(TOKEN_ID_ENV, "ak-1"), ("HOME", "/nonexistent")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(TOKEN_SECRET_ENV), "{err}");
-    }
-
-    #[test]
-    fn modal_server_url_is_read_first_and_modal_api_url_is_its_alias() {
-        let base = [(TOKEN_ID_ENV, "ak-1"), (TOKEN_SECRET_ENV, "as-1")];
-        let url = |extra: &[(&str, &str)]| {
-            let mut vars = base.to_vec();
-            vars.extend_from_slice(extra);
-            resolve(&host(&vars)).unwrap().api_url
-        };
-        assert_eq!(
-            url(&[(SERVER_URL_ENV, "http://127.0.0.1:1/")]),
-            "http://127.0.0.1:1"
-        );
-        assert_eq!(
-            url(&[(API_URL_ENV, "http://127.0.0.1:2")]),
-            "http://127.0.0.1:2"
-        );
-        assert_eq!(
-            url(&[
-                (SERVER_URL_ENV, "http://127.0.0.1:1"),
-                (API_URL_ENV, "http://127.0.0.1:2")
-            ]),
-            "http://127.0.0.1:1"
-        );
-    }
-
-    #[test]
-    fn the_token_comes_from_modals_own_file_when_not_in_the_environment() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".modal.toml");
-        write(
-            &path,
-            "[a]\ntoken_id = \"ak-a\"\ntoken_secret = \"as-a\"\n\n[b]\ntoken_id = \"ak-b\"\ntoken_secret = \"as-b\"\nactive = true\n",
-            0o600,
-        );
-        let home = dir.path().to_str().unwrap();
-        let m = resolve(&host(&[("HOME", home)])).unwrap();
-        assert_eq!(m.credentials.token_id.expose(), "ak-b");
-        let m = resolve(&host(&[("HOME", home), (PROFILE_ENV, "a")])).unwrap();
-        assert_eq!(m.credentials.token_secret.expose(), "as-a");
-        let err = resolve(&host(&[("HOME", home), (PROFILE_ENV, "c")])).unwrap_err();
-        assert!(err.to_string().contains("[c]"), "{err}");
-
-        // A file other users can read is refused, and never quoted.
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        let err = resolve(&host(&[("HOME", home)])).unwrap_err().to_string();
-        assert!(err.contains("chmod 600") && !err.contains("as-b"), "{err}");
-
-        // No file, no variables: the message says what to do.
-        let err = resolve(&host(&[("HOME", "/nonexistent")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("modal token new"), "{err}");
-    }
-}
+mod tests;

@@ -620,8 +620,32 @@ mod tests {
             error.to_string().starts_with("invalid --runtime: "),
             "{error}"
         );
+        // Modal's too, above its variables.
+        let args = parse(&[
+            "--modal-image",
+            "im-flag",
+            "--modal-sandbox-timeout-secs",
+            "-1",
+        ]);
+        let with_var = host(&[
+            ("MODAL_IMAGE", "im-env"),
+            ("MODAL_TOKEN_ID", "ak-1"),
+            ("MODAL_TOKEN_SECRET", "as-1"),
+        ]);
+        let raw = args.to_raw(&with_var);
+        let source = settings::BackendSource::new(&with_var, &raw.backend_keys)
+            .with_flags(&raw.backend_flags);
+        let image = source.get("MODAL_IMAGE", "modal_image").expect("set");
+        assert_eq!(image.value, "im-flag");
+        assert_eq!(image.origin, Origin::Flag("--modal-image"));
+        let error = modal::settings::resolve(&source).expect_err("refused");
+        assert!(
+            error.to_string().contains("--modal-sandbox-timeout-secs"),
+            "{error}"
+        );
         // Secrets never get one.
         assert!(Cli::try_parse_from(["garrison", "serve", "--tensorlake-api-key", "x"]).is_err());
+        assert!(Cli::try_parse_from(["garrison", "serve", "--modal-token-secret", "x"]).is_err());
     }
 
     #[test]

@@ -145,6 +145,11 @@ pub struct State {
 /// rest to `runc delete --force`; a healthy one needs milliseconds.
 const DEATH_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How often `delete` asks the runtime again while a dying container's
+/// init is still being torn down, and how long it waits in between.
+const DELETE_RETRIES: u32 = 20;
+const DELETE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Longest a program run in a sandbox on the host's behalf may take (see
 /// [`Runc::exec_wait`]); a healthy one needs well under a second.
 const EXEC_WAIT_GUARD: std::time::Duration = std::time::Duration::from_secs(10);
@@ -390,10 +395,22 @@ impl Runc {
         }
         let args = self.args(&["delete", "--force", id]);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let deleted = match run(&self.binary.to_string_lossy(), &refs, &[]).await {
-            Ok(()) => Ok(()),
-            Err(_) if self.state(id).await.is_none() => Ok(()),
-            Err(e) => Err(e.context(format!("deleting container {id}"))),
+        let mut retries = 0;
+        let deleted = loop {
+            match run(&self.binary.to_string_lossy(), &refs, &[]).await {
+                Ok(()) => break Ok(()),
+                Err(_) if self.state(id).await.is_none() => break Ok(()),
+                // After a fork bomb the init cannot finish dying until every
+                // process of its pid namespace is reaped, and runc gives up
+                // with "container init still running" meanwhile: reap what
+                // has reached Garrison and ask again, a bounded number of times.
+                Err(_) if retries < DELETE_RETRIES => {
+                    retries += 1;
+                    let _ = tokio::task::spawn_blocking(reaper::sweep).await;
+                    tokio::time::sleep(DELETE_RETRY_PAUSE).await;
+                }
+                Err(e) => break Err(e.context(format!("deleting container {id}"))),
+            }
         };
         // What ended before the kill (runsc's stubs, when a fork bomb ended
         // the Sentry) was never in `companions`: the reaper's thread sweeps

@@ -48,6 +48,9 @@ fn serve_with_config(emu: &emulator::Emulator, dir: &std::path::Path, table: &st
             config.display().to_string(),
             "--state-dir".into(),
             state.display().to_string(),
+            // Never the default port: the two tests here run at once.
+            "--listen".into(),
+            "127.0.0.1:0".into(),
         ],
     )
 }

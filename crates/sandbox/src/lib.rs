@@ -15,11 +15,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use os::Os;
+
 pub mod bounded_output;
 pub mod conformance;
 pub mod host;
 pub mod local;
 pub mod names;
+mod os;
 pub mod plugin;
 pub mod policy;
 pub mod shim;
@@ -218,30 +221,6 @@ impl Arch {
             "x86_64" | "amd64" | "x64" => Some(Self::X86_64),
             "aarch64" | "arm64" => Some(Self::Aarch64),
             _ => None,
-        }
-    }
-}
-
-/// The operating system of a backend's sandboxes, spelled as Devin spells
-/// an outpost's `platform` (`linux`, `macos`, `windows`). The remote a
-/// session gets is built for it, and Devin's worker "refuses an OS mismatch
-/// with a clear message": so does Garrison, before it claims anything.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Os {
-    #[default]
-    Linux,
-    Macos,
-    Windows,
-}
-
-impl Os {
-    /// The spelling of Devin's `platform`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Linux => "linux",
-            Self::Macos => "macos",
-            Self::Windows => "windows",
         }
     }
 }

@@ -14,9 +14,11 @@ use fleet::Platform;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::Faults;
+use crate::config::Faults;
+use crate::http::{ApiError, parse_json};
+use crate::lock::lock;
 use crate::model::{NewSession, Script};
-use crate::server::{ApiError, Shared, SharedState, lock, parse_json};
+use crate::shared::{Shared, SharedState};
 use crate::state::{Stop, check_id};
 
 type AdminState = axum::extract::State<Arc<Shared>>;

@@ -22,10 +22,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::connect_page::{self, ConnectForm};
-use crate::server::{Shared, SharedState, query_params};
-use crate::state::{Approval, ApproveError, GrantError, check_id};
-
-pub(crate) const ACCOUNT_ID: &str = "account-emulator";
+use crate::http::query_params;
+use crate::shared::{Shared, SharedState};
+use crate::state::{ACCOUNT_ID, Approval, ApproveError, GrantError, check_id};
 const DEFAULT_OUTPOST_NAME: &str = "outpost";
 
 pub(crate) fn routes() -> Router<Arc<Shared>> {

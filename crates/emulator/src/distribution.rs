@@ -9,18 +9,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
 
-use axum::Router;
-use axum::extract::Path as UrlPath;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::server::{ApiError, Shared, SharedState, lock};
+use crate::lock::lock;
 
 /// The platforms served, as they end a file name.
 const SUFFIXES: [&str; 2] = ["_linux_x64", "_linux_arm64"];
@@ -123,7 +118,7 @@ impl Distribution {
     }
 
     /// The body served for a file name under the distribution root.
-    fn file(&self, name: &str) -> Option<(Bytes, &'static str)> {
+    pub(crate) fn file(&self, name: &str) -> Option<(Bytes, &'static str)> {
         SUFFIXES
             .into_iter()
             .find_map(|suffix| self.platform_file(name, suffix))
@@ -143,26 +138,6 @@ impl Distribution {
         let sha = rest.strip_suffix(suffix)?;
         let build = self.builds.get(sha)?;
         Some((build.bytes.clone(), "application/octet-stream"))
-    }
-}
-
-pub(crate) fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/static/devin-rs/remote/{file}", get(serve))
-}
-
-async fn serve(
-    axum::extract::State(shared): SharedState,
-    UrlPath(file): UrlPath<String>,
-) -> Response {
-    let found = lock(&shared.dist).file(&file);
-    match found {
-        Some((body, content_type)) => {
-            let mut resp = body.into_response();
-            resp.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-            resp
-        }
-        None => ApiError::not_found("file").into_response(),
     }
 }
 

@@ -10,7 +10,8 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::server::{ApiError, SharedState};
+use crate::http::ApiError;
+use crate::shared::SharedState;
 
 /// True with probability `rate`.
 pub(crate) fn roll(rate: f64) -> bool {

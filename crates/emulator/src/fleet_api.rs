@@ -12,11 +12,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, extract::State as AxState};
 use bytes::Bytes;
-use fleet::{AcceptorBody, Platform, QueueEntry, SessionStatus};
+use fleet::{AcceptorBody, Platform};
 use serde_json::{Value, json};
 
 use crate::faults;
-use crate::server::{ApiError, Shared, SharedState, parse_first, parse_json, query_params};
+use crate::http::{ApiError, parse_first, parse_json, query_params};
+use crate::render::{entry_json, outpost_json};
+use crate::shared::{Shared, SharedState};
 use crate::state::{ListQuery, SCOPE_MACHINE, SCOPE_ORCHESTRATOR, Stamp, check_id};
 
 const MAX_PAGE: usize = 200;
@@ -43,50 +45,6 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router<Arc<Shared>> {
             get(get_outpost).delete(delete_outpost),
         )
         .route_layer(from_fn_with_state(shared, faults::middleware))
-}
-
-/// Renders a row for the wire: `claim_deadline` in the configured spelling
-/// and, for reads, the transient-suspended fault.
-pub(crate) fn entry_json(shared: &Shared, entry: &QueueEntry, read: bool) -> Value {
-    let mut v = serde_json::to_value(entry).unwrap_or(Value::Null);
-    null_platform(shared, &mut v, &entry.spec.platform);
-    let whole_seconds = shared.faults().whole_second_timestamps;
-    if let Some(deadline) = entry.status.claim_deadline {
-        v["status"]["claim_deadline"] = if whole_seconds {
-            json!(deadline.unix_millis().div_euclid(1000))
-        } else {
-            deadline.to_json(shared.config.deadline_format)
-        };
-    }
-    if whole_seconds {
-        for field in ["created_at", "updated_at"] {
-            if let Some(secs) = v["metadata"][field].as_f64() {
-                v["metadata"][field] = json!(secs.floor() as i64);
-            }
-        }
-    }
-    if read
-        && entry.status.session_status == SessionStatus::Running
-        && faults::roll(shared.faults().transient_suspended_rate)
-    {
-        v["status"]["session_status"] = json!("suspended");
-    }
-    v
-}
-
-/// Renders an outpost for the wire (see [`null_platform`]).
-pub(crate) fn outpost_json(shared: &Shared, outpost: &fleet::Outpost) -> Value {
-    let mut v = serde_json::to_value(outpost).unwrap_or(Value::Null);
-    null_platform(shared, &mut v, &outpost.spec.platform);
-    v
-}
-
-/// The service sends `platform: null` for "the default" (linux); on
-/// demand the emulator does too, so clients are tested against it.
-fn null_platform(shared: &Shared, v: &mut Value, platform: &Platform) {
-    if shared.faults().null_platform && *platform == Platform::Linux {
-        v["spec"]["platform"] = Value::Null;
-    }
 }
 
 fn session_id(id: &str) -> Result<(), ApiError> {

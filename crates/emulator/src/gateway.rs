@@ -17,7 +17,8 @@ use gateway_proto::{GatewayMessage, RemoteMessage, SESSION_HEADER};
 use serde_json::json;
 
 use crate::brain::Command;
-use crate::server::{ApiError, Shared, SharedState, bearer};
+use crate::http::{ApiError, bearer};
+use crate::shared::{Shared, SharedState, stopped};
 use crate::state::GatewayRefusal;
 
 /// How long a remote has to say hello after the upgrade.
@@ -199,7 +200,7 @@ async fn drive(shared: &Arc<Shared>, session_id: &str, mut socket: WebSocket) ->
                                 break;
                             }
                         }
-                        _ = crate::server::stopped(&mut shutdown) => return "emulator stopped".into(),
+                        _ = stopped(&mut shutdown) => return "emulator stopped".into(),
                     }
                 }
             }
@@ -215,7 +216,7 @@ async fn drive(shared: &Arc<Shared>, session_id: &str, mut socket: WebSocket) ->
                             return "emulator stopped".into();
                         }
                     }
-                    _ = crate::server::stopped(&mut shutdown) => return "emulator stopped".into(),
+                    _ = stopped(&mut shutdown) => return "emulator stopped".into(),
                 }
             }
         }

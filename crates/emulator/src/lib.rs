@@ -9,13 +9,17 @@
 //! faults. [`Emulator`] is the in-process handle to the same operations.
 //!
 //! Module map: `state` holds the data and its transitions (pure, no
-//! clock), `brain` decides what a connected remote does next, and the HTTP
-//! modules (`fleet_api`, `watch`, `connect`, `distribution`, `gateway`,
-//! `admin`, `faults`) translate between the wire and the state.
+//! clock), `brain` decides what a connected remote does next, `shared` is
+//! the state under its lock that every handler reaches, `http` the
+//! boundary helpers, and the HTTP modules (`fleet_api`, `watch`, `render`,
+//! `connect`, `static_files`, `gateway`, `admin`, `faults`) translate
+//! between the wire and the state. `server` assembles their routes; none of
+//! them imports it.
 
 mod admin;
 mod brain;
 pub mod cli;
+mod config;
 mod connect;
 mod connect_page;
 mod distribution;
@@ -23,109 +27,29 @@ mod events;
 mod faults;
 mod fleet_api;
 mod gateway;
+mod http;
+mod lock;
 mod model;
+mod render;
 mod server;
+mod shared;
 mod state;
+mod static_files;
 mod watch;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
 
+pub use config::{EmulatorConfig, Faults, locate_remote_sim};
 pub use model::{NewSession, Script, SessionView, Step, Then, TranscriptEvent};
 pub use state::{SCOPE_MACHINE, SCOPE_ORCHESTRATOR};
 
-use server::Shared;
+use lock::lock;
+use shared::Shared;
 use state::Stop;
-
-/// Every knob of the emulator. `Default` gives the protocol's real values
-/// (5-minute claims and streams) on a random loopback port; tests shorten
-/// them to milliseconds.
-#[derive(Clone, Debug)]
-pub struct EmulatorConfig {
-    /// Where to listen; port 0 picks a free one.
-    pub listen: SocketAddr,
-    /// Lifetime of a claim.
-    pub claim_ttl: Duration,
-    /// Longest a watch stream stays open.
-    pub max_stream: Duration,
-    /// Interval of `: keepalive` comments on an idle watch.
-    pub keepalive: Duration,
-    /// How long a released suspended/terminated row lingers as `pending`
-    /// before it is removed with a DELETED event.
-    pub linger: Duration,
-    /// Lag between the remote's exit (sleep/end) and `session_status`
-    /// changing.
-    pub status_lag: Duration,
-    /// Lifetime of a connect token.
-    pub connect_token_ttl: Duration,
-    /// The partner integration's callback allowlist: the connect page
-    /// relays codes only to these exact URLs (Devin's partners page,
-    /// "Callback allowlist"). Holds Garrison's default callback
-    /// ([`fleet::pkce::DEFAULT_CALLBACK_URL`]) by default, so `garrison
-    /// connect` works against the emulator out of the box.
-    pub connect_callbacks: Vec<String>,
-    /// Spelling of `claim_deadline` (all three are seen in the wild).
-    pub deadline_format: fleet::TimestampFormat,
-    /// The simulator binary served by the static distribution; `None` tries
-    /// [`locate_remote_sim`].
-    pub remote_binary: Option<PathBuf>,
-    pub faults: Faults,
-}
-
-impl Default for EmulatorConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            claim_ttl: Duration::from_secs(300),
-            max_stream: Duration::from_secs(300),
-            keepalive: Duration::from_secs(15),
-            linger: Duration::from_secs(30),
-            status_lag: Duration::from_secs(2),
-            connect_token_ttl: Duration::from_secs(24 * 3600),
-            connect_callbacks: vec![fleet::pkce::DEFAULT_CALLBACK_URL.to_owned()],
-            deadline_format: fleet::TimestampFormat::Seconds,
-            remote_binary: None,
-            faults: Faults::default(),
-        }
-    }
-}
-
-/// Misbehaviour seen in the wild, injected on demand.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Faults {
-    /// Fraction of fleet API requests (under `/opbeta`) answered 500 or 503
-    /// (alternately) before any state change.
-    pub error_rate: f64,
-    /// Added to every fleet API request.
-    pub latency_ms: u64,
-    /// Close each watch stream after this many seconds.
-    pub cut_watch_every_secs: Option<u64>,
-    /// Watch streams stay open and send keepalives but no events.
-    pub withhold_events: bool,
-    /// Fraction of reads (list/get/watch object) of a running session that
-    /// show `session_status: suspended`.
-    pub transient_suspended_rate: f64,
-    /// Fraction of watch events sent twice in a row (delivery is
-    /// at-least-once; clients must upsert).
-    pub duplicate_event_rate: f64,
-    /// Render a linux `spec.platform` as null ("the default") on outposts
-    /// and queue entries, as the service does for outposts created without
-    /// one.
-    pub null_platform: bool,
-    /// Fraction of claim answers (claims and renewals) sent without
-    /// `status.claim_deadline`; the claim itself still has one.
-    pub claim_deadline_missing_rate: f64,
-    /// `claim_deadline` and `updated_at` as whole Unix seconds (truncated),
-    /// as the reference server sends them, instead of fractional ones.
-    pub whole_second_timestamps: bool,
-}
 
 /// A running emulator. Dropping it stops serving new work; [`shutdown`]
 /// also waits for the server to wind down.
@@ -135,10 +59,6 @@ pub struct Emulator {
     shared: Arc<Shared>,
     server: Option<tokio::task::JoinHandle<()>>,
     ticker: Option<tokio::task::JoinHandle<()>>,
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 impl Emulator {
@@ -264,11 +184,11 @@ impl Emulator {
     }
 
     pub fn set_faults(&self, faults: Faults) {
-        *server::lock(&self.shared.faults) = faults;
+        *lock(&self.shared.faults) = faults;
     }
 
     pub fn faults(&self) -> Faults {
-        server::lock(&self.shared.faults).clone()
+        lock(&self.shared.faults).clone()
     }
 
     /// Requests served, by method and route template, e.g.
@@ -281,17 +201,17 @@ impl Emulator {
     }
 
     pub fn request_counts(&self) -> BTreeMap<String, u64> {
-        server::lock(&self.shared.counts).clone()
+        lock(&self.shared.counts).clone()
     }
 
     /// The SHA `latest_linux_x64` (and `latest_linux_arm64`) points at; empty when no binary is served.
     pub fn remote_sha(&self) -> String {
-        server::lock(&self.shared.dist).latest().unwrap_or_default()
+        lock(&self.shared.dist).latest().unwrap_or_default()
     }
 
     /// Registers a SHA whose binary does not match its `.sha256`.
     pub fn add_corrupt_remote(&self) -> String {
-        server::lock(&self.shared.dist).add_corrupt()
+        lock(&self.shared.dist).add_corrupt()
     }
 
     /// Drops the session's queue row with a DELETED event.
@@ -331,36 +251,4 @@ impl Drop for Emulator {
             ticker.abort();
         }
     }
-}
-
-/// Finds the `devin-remote-sim` binary: `$GARRISON_REMOTE_SIM`, then next to
-/// the current executable, then its parent directory (tests run from
-/// `target/debug/deps`), then the static release build
-/// `target/x86_64-unknown-linux-gnu/release/` relative to those.
-pub fn locate_remote_sim() -> Option<PathBuf> {
-    const NAME: &str = "devin-remote-sim";
-    if let Some(p) = std::env::var_os("GARRISON_REMOTE_SIM") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    let mut dirs = vec![dir.to_path_buf()];
-    if let Some(parent) = dir.parent() {
-        dirs.push(parent.to_path_buf());
-    }
-    let mut candidates: Vec<PathBuf> = dirs.iter().map(|d| d.join(NAME)).collect();
-    for d in &dirs {
-        // From target/debug or target/debug/deps, reach target/.
-        for up in d.ancestors().skip(1).take(2) {
-            candidates.push(
-                up.join("x86_64-unknown-linux-gnu")
-                    .join("release")
-                    .join(NAME),
-            );
-        }
-    }
-    candidates.into_iter().find(|p| p.is_file())
 }

@@ -26,7 +26,7 @@ use fleet::Timestamp;
 pub(crate) use crate::events::Stamp;
 use crate::events::{CursorGone, EventLog};
 
-pub(crate) use auth::AuthError;
+pub(crate) use auth::{ACCOUNT_ID, AuthError};
 pub use auth::{SCOPE_MACHINE, SCOPE_ORCHESTRATOR};
 use gateway::ConnectTokenRec;
 pub(crate) use gateway::GatewayRefusal;

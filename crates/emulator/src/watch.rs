@@ -18,8 +18,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::faults;
-use crate::fleet_api::entry_json;
-use crate::server::{ApiError, Shared};
+use crate::http::ApiError;
+use crate::render::entry_json;
+use crate::shared::{Shared, stopped};
 use crate::state::{Change, Stamp, StateError};
 
 /// Events sent per log read; more are read right after.
@@ -151,7 +152,7 @@ async fn pump(
                 next_keepalive = Instant::now() + keepalive;
             }
             _ = tokio::time::sleep_until(end) => return,
-            _ = crate::server::stopped(&mut shutdown) => return,
+            _ = stopped(&mut shutdown) => return,
             _ = tx.closed() => return,
         }
     }

@@ -3,6 +3,9 @@
 
 use super::{State, random_hex};
 
+/// The one account every token, outpost and connection belongs to.
+pub(crate) const ACCOUNT_ID: &str = "account-emulator";
+
 /// Scope that reads the queue and claims/releases entries.
 pub const SCOPE_MACHINE: &str = "account.outposts.machine";
 /// Scope that also creates, gets and deletes outposts; it implies

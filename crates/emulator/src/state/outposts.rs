@@ -3,6 +3,7 @@
 
 use fleet::{Outpost, OutpostMetadata, OutpostSpec, OutpostStatus, Phase, Platform};
 
+use super::auth::ACCOUNT_ID;
 use super::{State, StateError, random_hex, ts};
 
 #[derive(Clone, Debug)]
@@ -54,7 +55,7 @@ impl State {
         Outpost {
             metadata: OutpostMetadata {
                 outpost_id: rec.id.clone(),
-                account_id: Some(crate::connect::ACCOUNT_ID.to_owned()),
+                account_id: Some(ACCOUNT_ID.to_owned()),
                 created_at: ts(rec.created_ms),
             },
             // The real service keeps the name in the spec, not the metadata.

@@ -19,7 +19,6 @@
 //! keeping its id (the service's `image_` id names "the current image under
 //! the name"). A replayed `Idempotency-Key` answers the first result.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,61 +30,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
+pub(crate) mod images;
+
+use crate::reply::{Reply, error};
 use crate::state::{Inner, Shared, new_id};
-use crate::{Reply, error};
+use images::CatalogImage;
 
 /// Longest page of `GET /images`.
 const MAX_PAGE: usize = 100;
 /// Idempotency keys remembered; the oldest are forgotten past this.
 const MAX_KEYS: usize = 10_000;
-
-/// One registered image.
-#[derive(Clone, Debug)]
-pub struct CatalogImage {
-    pub id: String,
-    pub name: String,
-    pub snapshot_id: String,
-    pub public: bool,
-    /// The image's own copy of the snapshot archive.
-    pub archive: PathBuf,
-    pub size: u64,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-impl CatalogImage {
-    /// The CAS image registry's record.
-    pub fn info(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": self.id,
-            "name": self.name,
-            "snapshot_id": self.snapshot_id,
-            "global": self.public,
-            "physical_size_bytes": self.size,
-            "logical_size_bytes": self.size,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        })
-    }
-}
-
-/// The registered images, by name, and the answers given per
-/// idempotency key.
-#[derive(Default)]
-pub struct Catalog {
-    pub by_name: BTreeMap<String, CatalogImage>,
-    answered: HashMap<String, (String, String)>,
-}
-
-impl Catalog {
-    /// The image `reference` names: a name (as the registry stores it,
-    /// lowercase) or an `image_` id.
-    pub fn resolve(&self, reference: &str) -> Option<&CatalogImage> {
-        self.by_name
-            .get(&reference.to_ascii_lowercase())
-            .or_else(|| self.by_name.values().find(|i| i.id == reference))
-    }
-}
 
 /// The archive a sandbox created with `image` starts from, when `image`
 /// names a catalog image.

@@ -11,8 +11,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 
+use crate::config::{CreateOutcome, Fault};
 use crate::state::Shared;
-use crate::{CreateOutcome, Fault};
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()

@@ -13,9 +13,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use crate::config::CreateOutcome;
 use crate::host;
+use crate::reply::{Reply, error};
 use crate::state::{self, Sandbox, Shared, Status};
-use crate::{CreateOutcome, Reply, error};
 
 /// What the service gives a sandbox when the request leaves a size out.
 const DEFAULT_CPUS: f64 = 1.0;

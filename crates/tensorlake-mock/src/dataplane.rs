@@ -19,8 +19,8 @@ use nix::sys::signal::Signal;
 use serde::Deserialize;
 
 use crate::host::{self, Launch, Proc, kill_group};
+use crate::reply::{Reply, error};
 use crate::state::{Shared, Status};
-use crate::{Reply, error};
 
 pub const SANDBOX_ID_HEADER: &str = "x-tensorlake-sandbox-id";
 
@@ -36,7 +36,6 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/api/v1/processes/{key}/stdout/follow", get(follow_stdout))
         .route("/api/v1/processes/{key}/stderr/follow", get(follow_stderr))
         .route("/api/v1/processes/run", post(run))
-        .merge(crate::files::routes())
 }
 
 /// The sandbox a data-plane request is for, and its directory, if it runs

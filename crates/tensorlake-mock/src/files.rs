@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use crate::dataplane::target;
 use crate::host;
+use crate::reply::{Reply, error};
 use crate::state::Shared;
-use crate::{Reply, error};
 
 /// Largest file the files API takes.
 const MAX_FILE: usize = 512 << 20;

@@ -50,6 +50,7 @@
 #![allow(clippy::result_large_err)]
 
 mod catalog;
+mod config;
 mod control;
 mod create;
 mod dataplane;
@@ -57,89 +58,22 @@ mod files;
 mod host;
 mod lifecycle;
 mod pty;
+mod reply;
 mod state;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::task::JoinHandle;
 
+pub use config::{CreateOutcome, Fault, MockConfig};
+use reply::error;
 use state::Shared;
-
-/// How the mock behaves.
-#[derive(Clone, Debug)]
-pub struct MockConfig {
-    /// The only bearer token accepted.
-    pub api_key: String,
-    /// Holds `sandboxes/<id>/` and `snapshots/`.
-    pub root: PathBuf,
-    /// How long `pending` and `suspending` last.
-    pub transition: Duration,
-    /// Suspend named sandboxes left idle (no data-plane request) for their
-    /// `timeout_secs`.
-    pub idle_suspend: bool,
-}
-
-impl MockConfig {
-    pub fn new(api_key: impl Into<String>, root: impl Into<PathBuf>) -> Self {
-        Self {
-            api_key: api_key.into(),
-            root: root.into(),
-            transition: Duration::from_millis(30),
-            idle_suspend: false,
-        }
-    }
-}
-
-/// An error the mock answers instead of handling a request.
-///
-/// Tests set one with [`MockTensorlake::inject`] or, against a
-/// `garrison mock tensorlake` process, by `POST /_mock/faults` with this
-/// as JSON, e.g. `{"path_prefix": "/api/v1/processes", "status": 502,
-/// "code": "SANDBOX_UPSTREAM_ERROR", "times": 2}`. The proxy codes the
-/// service answers are `SANDBOX_UPSTREAM_ERROR`, `SANDBOX_NOT_READY`,
-/// `SANDBOX_UNREACHABLE` and `AUTH_SERVICE_UNAVAILABLE`; a 429 with
-/// `retry_after_secs` carries a `Retry-After` header.
-#[derive(Clone, Debug, serde::Deserialize)]
-pub struct Fault {
-    /// `GET`, `POST`... or `None` for any.
-    #[serde(default)]
-    pub method: Option<String>,
-    /// Requests whose path starts with this.
-    pub path_prefix: String,
-    pub status: u16,
-    /// Tensorlake error code for the body.
-    #[serde(default)]
-    pub code: Option<String>,
-    /// How many requests fail before the next succeed.
-    pub times: usize,
-    /// Sent as `Retry-After` (seconds).
-    #[serde(default)]
-    pub retry_after_secs: Option<u64>,
-}
-
-/// What a create (`POST /sandboxes`) answers instead of waiting for the
-/// sandbox to run, as the service does under capacity pressure or a failed
-/// start. Queued with [`MockTensorlake::next_create`] or, against a
-/// `garrison mock tensorlake` process, by `POST /_mock/create_outcomes`
-/// with this as JSON: `{"timeout": {"pending_ms": 500}}` or `"failed"`.
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CreateOutcome {
-    /// 504 `{"status": "timeout", "sandbox_id": ...}`: the sandbox stays
-    /// `pending` for `pending_ms`, then runs.
-    Timeout { pending_ms: u64 },
-    /// 422 `{"status": "failed", "sandbox_id": ...}`: the sandbox is
-    /// `failed` and never runs.
-    Failed,
-}
 
 /// A running mock. Dropping it stops the server and kills every process
 /// it started.
@@ -313,6 +247,7 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .merge(lifecycle::routes())
         .merge(dataplane::routes())
+        .merge(files::routes())
         .merge(pty::routes())
         .merge(catalog::routes())
         .merge(control::routes())
@@ -370,17 +305,6 @@ async fn gate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -
     }
     next.run(request).await
 }
-
-/// Tensorlake's error body: `{"error": ..., "code": ...}`.
-pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(serde_json::json!({ "error": message, "code": code })),
-    )
-        .into_response()
-}
-
-pub(crate) type Reply = Result<Response, Response>;
 
 /// Paths kept in the request log (older ones are dropped).
 const MAX_LOG: usize = 100_000;

@@ -13,8 +13,8 @@ use nix::sys::signal::Signal;
 use serde::Deserialize;
 
 use crate::host::{self, kill_group};
+use crate::reply::{Reply, error};
 use crate::state::{self, Refusal, Shared, Snapshot, SnapshotStatus, Status};
-use crate::{Reply, error};
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()

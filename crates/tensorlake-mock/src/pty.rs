@@ -28,62 +28,23 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+pub(crate) mod session;
+
 use crate::dataplane::target;
 use crate::host::{self, kill_group};
+use crate::reply::{Reply, error};
 use crate::state::Shared;
-use crate::{Reply, error};
+use session::{Output, PtySession};
 
 const OP_DATA: u8 = 0x00;
 const OP_READY: u8 = 0x02;
 const OP_EXIT: u8 = 0x03;
-/// Output kept per session; older bytes are dropped.
-const MAX_BUFFER: usize = 8 << 20;
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/v1/pty", post(create))
         .route("/api/v1/pty/{session}", delete(remove))
         .route("/api/v1/pty/{session}/ws", get(attach))
-}
-
-#[derive(Default)]
-struct Output {
-    bytes: Vec<u8>,
-    /// Offset of `bytes[0]` in the whole output.
-    base: usize,
-    /// How far clients have received.
-    delivered: usize,
-    exit: Option<i32>,
-}
-
-/// One PTY session.
-pub struct PtySession {
-    pub pid: i32,
-    token: String,
-    output: Mutex<Output>,
-    changed: watch::Sender<u64>,
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
-    /// Set to a reason to close attached websockets.
-    kicked: watch::Sender<Option<String>>,
-}
-
-impl PtySession {
-    /// Closes attached websockets (the session itself lives on).
-    pub fn kick(&self, reason: &str) {
-        self.kicked.send_replace(Some(reason.to_owned()));
-    }
-
-    fn push(&self, data: &[u8]) {
-        let mut out = self.output.lock().expect("pty");
-        out.bytes.extend_from_slice(data);
-        if out.bytes.len() > MAX_BUFFER {
-            let excess = out.bytes.len() - MAX_BUFFER;
-            out.bytes.drain(..excess);
-            out.base += excess;
-        }
-        drop(out);
-        self.changed.send_modify(|v| *v += 1);
-    }
 }
 
 #[derive(Deserialize)]

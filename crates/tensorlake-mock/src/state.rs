@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 
+use crate::catalog::images::Catalog;
+use crate::config::{CreateOutcome, Fault, MockConfig};
 use crate::host::Proc;
-use crate::pty::PtySession;
-use crate::{Fault, MockConfig};
+use crate::pty::session::PtySession;
 
 /// A sandbox's lifecycle state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub enum Status {
     Snapshotting,
     Suspending,
     Suspended,
-    /// Never started ([`crate::CreateOutcome::Failed`]).
+    /// Never started ([`CreateOutcome::Failed`]).
     Failed,
     /// Deleted; gone once the transition has passed.
     Terminated,
@@ -217,7 +218,7 @@ pub struct Inner {
     pub sandboxes: HashMap<String, Sandbox>,
     pub snapshots: HashMap<String, Snapshot>,
     /// The sandbox-image catalog (see `catalog`).
-    pub catalog: crate::catalog::Catalog,
+    pub catalog: Catalog,
 }
 
 /// Everything the handlers share.
@@ -232,7 +233,7 @@ pub struct Shared {
     /// The body of every `POST /api/v1/processes`, as sent.
     pub process_starts: Mutex<Vec<serde_json::Value>>,
     /// What the next creates answer, first first.
-    pub create_outcomes: Mutex<std::collections::VecDeque<crate::CreateOutcome>>,
+    pub create_outcomes: Mutex<std::collections::VecDeque<CreateOutcome>>,
     /// How each PTY attach carried its token: `header` or `query`.
     pub pty_token_carriers: Mutex<Vec<&'static str>>,
     /// The `wait_ms` of every suspend and resume (`None` where absent).

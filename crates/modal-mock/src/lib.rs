@@ -41,6 +41,7 @@
 //! process tree): the sandbox ends, and one restore resumes them.
 
 mod exec;
+mod ids;
 mod router;
 mod secrets;
 mod service;

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use modal::wire;
 use tonic::Status;
 
-use crate::state::{new_id, unix_now};
+use crate::ids::{new_id, unix_now};
 
 /// Most variables one Secret holds, and most bytes of all its names and
 /// values together (bounds the mock's memory, not Modal's published limit).

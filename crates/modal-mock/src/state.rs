@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use modal::wire;
 use nix::sys::signal::{Signal, kill};
@@ -13,6 +13,7 @@ use tonic::{Code, Status};
 
 use crate::MockConfig;
 use crate::exec::{self, Exec};
+use crate::ids::unix_now;
 
 /// A built image every mock has: sandboxes from it start empty.
 pub const BASE_IMAGE_ID: &str = "im-mockbase";
@@ -123,17 +124,6 @@ pub struct State {
     /// The `x-retry-attempt` of each call of an RPC that records it.
     retry_attempts: Mutex<HashMap<String, Vec<Option<u32>>>>,
     calls: Mutex<HashMap<String, u32>>,
-}
-
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{:016x}", rand::random::<u64>())
-}
-
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64()
 }
 
 impl State {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use modal::wire;
 use tonic::{Request, Response, Status};
 
-use crate::state::{State, new_id};
+use crate::ids::new_id;
+use crate::state::State;
 
 pub async fn app_get_or_create(
     state: &Arc<State>,

@@ -9,7 +9,8 @@ use tonic::{Request, Response, Status};
 
 use super::{Stream_, poll_limit};
 use crate::exec::{Exec, Fd};
-use crate::state::{State, new_id};
+use crate::ids::new_id;
+use crate::state::State;
 
 fn exec_by_id(state: &State, exec_id: &str) -> Result<Arc<Exec>, Status> {
     state

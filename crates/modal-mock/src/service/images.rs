@@ -6,7 +6,8 @@ use modal::wire;
 use tonic::{Request, Response, Status};
 
 use super::{Stream_, success};
-use crate::state::{self, MockImage, State, new_id};
+use crate::ids::new_id;
+use crate::state::{self, MockImage, State};
 
 /// A stable id for an image definition, so the same recipe gets the same
 /// image (Modal's `ImageGetOrCreate` is keyed by the recipe).

@@ -15,7 +15,8 @@ use nix::sys::signal::Signal;
 use tonic::{Request, Response, Status};
 
 use super::sandboxes::{end_with_entry_point, ensure_name_free};
-use crate::state::{self, Frozen, MemorySnapshot, MockSandbox, State, new_id, unix_now};
+use crate::ids::{new_id, unix_now};
+use crate::state::{self, Frozen, MemorySnapshot, MockSandbox, State};
 
 /// Takes a memory snapshot of the running sandbox of `task_id`; a repeated
 /// `idempotency_key` answers with the snapshot the first request took.

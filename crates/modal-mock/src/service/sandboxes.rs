@@ -8,7 +8,8 @@ use tonic::{Request, Response, Status};
 
 use super::{poll_limit, success};
 use crate::exec::Exec;
-use crate::state::{self, MockSandbox, State, new_id, unix_now};
+use crate::ids::{new_id, unix_now};
+use crate::state::{self, MockSandbox, State};
 
 pub async fn sandbox_create(
     state: &Arc<State>,

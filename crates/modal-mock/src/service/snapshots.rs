@@ -9,7 +9,8 @@ use modal::wire;
 use tonic::{Request, Response, Status};
 
 use super::success;
-use crate::state::{self, MockImage, State, new_id};
+use crate::ids::new_id;
+use crate::state::{self, MockImage, State};
 
 pub async fn sandbox_snapshot_fs(
     state: &Arc<State>,

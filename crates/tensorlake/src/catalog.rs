@@ -19,8 +19,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Client, MAX_JSON_BYTES, found, read_bounded};
+use crate::client::{Client, found};
 use crate::error::{Error, Result};
+use crate::http::{MAX_JSON_BYTES, read_bounded};
 use crate::retry::Idempotency;
 
 /// The ingress path of the CAS image registry on the API host.

@@ -9,8 +9,8 @@ use futures::{Stream, StreamExt};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 
-use crate::client::{Http, read_bounded};
 use crate::error::{Error, Result};
+use crate::http::{Http, read_bounded};
 use crate::models::{
     CreatePty, OutputEvent, OutputResponse, ProcessInfo, ProcessList, PtySession, SignalRequest,
     StartProcess,
@@ -19,8 +19,8 @@ use crate::pty::PtyConnection;
 use crate::retry::Idempotency;
 use crate::sse::SseParser;
 
-/// Header naming the sandbox a proxied request is for.
-pub const SANDBOX_ID_HEADER: &str = "X-Tensorlake-Sandbox-Id";
+pub use crate::urls::SANDBOX_ID_HEADER;
+
 /// Largest whole-output answer read ([`SandboxClient::output`], for
 /// showing a short process's output; Garrison's sessions read theirs by
 /// offset from the follow stream).

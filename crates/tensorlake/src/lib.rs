@@ -24,6 +24,7 @@ mod client;
 pub mod dataplane;
 mod error;
 pub mod follow;
+mod http;
 pub mod image_build;
 pub mod models;
 pub mod policy;

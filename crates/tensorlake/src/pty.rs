@@ -19,8 +19,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::dataplane::SANDBOX_ID_HEADER;
 use crate::error::{Error, Result};
+use crate::urls::SANDBOX_ID_HEADER;
 
 pub const OP_DATA: u8 = 0x00;
 pub const OP_RESIZE: u8 = 0x01;

@@ -1,4 +1,5 @@
-//! Where the lifecycle calls go. The official SDK sends `/sandboxes` and
+//! Where the calls go, and how a proxied data-plane call names its sandbox
+//! ([`SANDBOX_ID_HEADER`]). The official SDK sends `/sandboxes` and
 //! `/snapshots` to the sandbox API host, not to the API URL: the value of
 //! `TENSORLAKE_SANDBOX_API_URL` when set, else derived from the API URL
 //! (`api.X` becomes `sandbox.X`; a local API is its own sandbox API; any
@@ -10,6 +11,9 @@
 //! `[::1]` is never mistaken for a reason to call Tensorlake itself.
 
 use crate::error::{Error, Result};
+
+/// Header naming the sandbox a proxied (data-plane) request is for.
+pub const SANDBOX_ID_HEADER: &str = "X-Tensorlake-Sandbox-Id";
 
 /// Tensorlake's sandbox API (lifecycle calls).
 pub const DEFAULT_SANDBOX_API_URL: &str = "https://sandbox.tensorlake.ai";

@@ -2,7 +2,7 @@
 //! resources, region, timeout, network policy and tags on create; expired
 //! snapshots; retries; credentials.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

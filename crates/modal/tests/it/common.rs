@@ -1,7 +1,5 @@
 //! A Modal backend wired to a fresh mock.
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! The sandbox conformance suite against the Modal backend and the mock.
 
-mod common;
+use crate::common;
 
 sandbox::conformance_tests!(common::start(|_| {}).await.harness());

@@ -1,7 +1,7 @@
 //! Building the session image on (mock) Modal and starting sandboxes from
 //! it by name.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

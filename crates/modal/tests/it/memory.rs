@@ -4,7 +4,7 @@
 //! backend made anew (a Garrison restart); destroy ends and forgets a
 //! sleeping session; a destroyed sandbox's processes are gone.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! against the mock: live network changes that keep the gateway, helper
 //! errors told by their stderr, runtime and idle timeout at create.
 
-mod common;
+use crate::common;
 
 use modal::ModalBackend;
 use modal::wire::network_access::NetworkAccessType;

@@ -2,7 +2,7 @@
 //! overwritten, found, deleted, and given to the processes of a sandbox
 //! created with them (and only of that one).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! The command line and the spawn contract's required variables.
 
-mod common;
+use crate::common;
 
 use common::run;
 

@@ -2,8 +2,6 @@
 //! a way to start the simulator binary with the spawn-contract environment,
 //! and a bound on every wait so a broken build fails instead of hanging.
 
-#![allow(dead_code)] // each test file uses a different subset
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! connect tokens from a real claim, and the brain's transcript as the
 //! record of what the simulator did.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The simulator against a tiny websocket gateway written in the test:
 //! handshake headers, every step kind, and every way a session ends.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

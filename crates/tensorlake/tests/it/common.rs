@@ -1,7 +1,5 @@
 //! A mock Tensorlake and a backend pointed at it.
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 
 use tensorlake::retry::RetryPolicy;

@@ -1,5 +1,5 @@
 //! The sandbox conformance suite against the mock Tensorlake.
 
-mod common;
+use crate::common;
 
 sandbox::conformance_tests!(common::World::start().await.harness());

@@ -1,7 +1,7 @@
 //! Session images built on Tensorlake against the mock: the builder
 //! sandbox, the catalog, and sessions started from a catalog image.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

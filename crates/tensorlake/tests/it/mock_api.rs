@@ -2,7 +2,7 @@
 //! conflicts, authentication, retries, output following, files, the PTY
 //! websocket, and what Garrison sends when it creates a sandbox.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! and names, the proxy's retry codes, snapshots at `local_ready`, the PTY
 //! token header and output read by offset from the follow stream.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

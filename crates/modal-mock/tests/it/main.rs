@@ -1,0 +1,3 @@
+//! The Modal mock's integration tests, one binary.
+
+mod mock;

@@ -25,7 +25,7 @@ impl State {
     /// The next command for the remote of `session_id`. Delivering a crash
     /// counts at once (no result will come); the step is done after its
     /// `times`-th delivery.
-    pub fn brain_next(&mut self, session_id: &str, now: i64) -> Command {
+    pub(crate) fn brain_next(&mut self, session_id: &str, now: i64) -> Command {
         let Some(s) = self.sessions.get_mut(session_id) else {
             return Command::Stop(GatewayMessage::End);
         };
@@ -85,7 +85,7 @@ impl State {
 
     /// Books a step's result. Only the result of the step in flight counts;
     /// anything else is kept in the transcript as unexpected.
-    pub fn brain_result(
+    pub(crate) fn brain_result(
         &mut self,
         session_id: &str,
         id: u64,

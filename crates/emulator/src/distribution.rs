@@ -48,7 +48,7 @@ impl Distribution {
     /// takes a noticeable fraction of a second, and test suites start many
     /// emulators, so the result is shared per process while the file's size
     /// and modification time stay the same.
-    pub fn load(path: &Path) -> std::io::Result<Self> {
+    pub(crate) fn load(path: &Path) -> std::io::Result<Self> {
         type Key = (PathBuf, u64, Option<SystemTime>);
         static CACHE: OnceLock<Mutex<HashMap<Key, (String, Build)>>> = OnceLock::new();
         let meta = std::fs::metadata(path)?;
@@ -73,7 +73,7 @@ impl Distribution {
 
     /// Serves `bytes` as latest, named by the first 40 hex of its SHA-256
     /// (the real service names builds by a 40-hex commit SHA).
-    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+    pub(crate) fn from_bytes(bytes: Vec<u8>) -> Self {
         let digest = sha256_hex(&bytes);
         let sha = digest[..40].to_owned();
         let mut builds = HashMap::new();
@@ -90,13 +90,13 @@ impl Distribution {
         }
     }
 
-    pub fn latest(&self) -> Option<String> {
+    pub(crate) fn latest(&self) -> Option<String> {
         self.latest.clone()
     }
 
     /// Registers a build whose bytes have one byte flipped while its
     /// `.sha256` keeps the genuine digest, so verification must fail.
-    pub fn add_corrupt(&mut self) -> String {
+    pub(crate) fn add_corrupt(&mut self) -> String {
         let genuine = self
             .latest
             .as_ref()

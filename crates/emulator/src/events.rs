@@ -29,7 +29,7 @@ const CURSOR_PREFIX: &str = "v1:";
 
 impl Stamp {
     /// `v1:<ms>.<row>`; `v1:<ms>` alone means the first row at that instant.
-    pub fn parse_cursor(s: &str) -> Option<Self> {
+    pub(crate) fn parse_cursor(s: &str) -> Option<Self> {
         let rest = s.strip_prefix(CURSOR_PREFIX)?;
         let (ms, row) = match rest.split_once('.') {
             Some((ms, row)) => (ms, row.parse().ok()?),
@@ -39,7 +39,7 @@ impl Stamp {
         (ms >= 0).then_some(Stamp { ms, row })
     }
 
-    pub fn cursor(&self) -> String {
+    pub(crate) fn cursor(&self) -> String {
         format!("{CURSOR_PREFIX}{}.{}", self.ms, self.row)
     }
 }
@@ -69,21 +69,21 @@ pub(crate) struct EventLog {
 }
 
 impl EventLog {
-    pub fn head(&self) -> u64 {
+    pub(crate) fn head(&self) -> u64 {
         self.head
     }
 
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// Records that a row changed.
-    pub fn changed(&mut self) {
+    pub(crate) fn changed(&mut self) {
         self.head += 1;
     }
 
     /// Records a deleted row.
-    pub fn deleted(&mut self, tombstone: Tombstone) {
+    pub(crate) fn deleted(&mut self, tombstone: Tombstone) {
         self.head += 1;
         self.tombstones.push_back(tombstone);
         while self.tombstones.len() > MAX_TOMBSTONES {
@@ -94,7 +94,7 @@ impl EventLog {
     }
 
     /// Forgets every tombstone and expires every cursor up to `upto`.
-    pub fn expire(&mut self, upto: Stamp) {
+    pub(crate) fn expire(&mut self, upto: Stamp) {
         self.tombstones.clear();
         self.horizon = self.horizon.max(Some(upto));
         self.epoch += 1;
@@ -102,7 +102,7 @@ impl EventLog {
     }
 
     /// Whether reading from `cursor` could miss a purged delete.
-    pub fn check(&self, cursor: Option<Stamp>) -> Result<(), CursorGone> {
+    pub(crate) fn check(&self, cursor: Option<Stamp>) -> Result<(), CursorGone> {
         match (cursor, self.horizon) {
             (Some(c), Some(h)) if c <= h => Err(CursorGone),
             _ => Ok(()),
@@ -110,7 +110,7 @@ impl EventLog {
     }
 
     /// Tombstones of one outpost, or of the account with `None`.
-    pub fn tombstones<'a>(
+    pub(crate) fn tombstones<'a>(
         &'a self,
         outpost_id: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Tombstone> {

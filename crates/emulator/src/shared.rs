@@ -49,7 +49,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Shared {
-    pub fn new(config: EmulatorConfig, addr: SocketAddr, dist: Distribution) -> Self {
+    pub(crate) fn new(config: EmulatorConfig, addr: SocketAddr, dist: Distribution) -> Self {
         let host = if addr.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], addr.port()))
         } else {
@@ -87,7 +87,7 @@ impl Shared {
 
     /// Runs one transition under the lock (never across an await) and
     /// wakes watchers and brains when it logged an event.
-    pub fn with_state<R>(&self, f: impl FnOnce(&mut State, i64) -> R) -> R {
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State, i64) -> R) -> R {
         let (result, before, after) = {
             let mut state = lock(&self.state);
             let before = state.log.head();
@@ -101,22 +101,22 @@ impl Shared {
         result
     }
 
-    pub fn kick(&self) {
+    pub(crate) fn kick(&self) {
         self.kick.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    pub fn faults(&self) -> Faults {
+    pub(crate) fn faults(&self) -> Faults {
         lock(&self.faults).clone()
     }
 
-    pub fn stop(&self, session_id: &str, stop: Stop) -> Result<(), StateError> {
+    pub(crate) fn stop(&self, session_id: &str, stop: Stop) -> Result<(), StateError> {
         self.with_state(|s, now| s.request_stop(session_id, stop, now))?;
         self.kick();
         Ok(())
     }
 
     /// Checks `Authorization: Bearer` for one of `scopes`.
-    pub fn authorize(&self, headers: &HeaderMap, scopes: &[&str]) -> Result<(), ApiError> {
+    pub(crate) fn authorize(&self, headers: &HeaderMap, scopes: &[&str]) -> Result<(), ApiError> {
         let token = bearer(headers).ok_or_else(ApiError::unauthorized)?;
         let checked = lock(&self.state).check_account_token(token, scopes);
         checked.map_err(|e| match e {

@@ -125,7 +125,7 @@ pub(crate) fn check_id(what: &str, id: &str) -> Result<(), StateError> {
 }
 
 impl State {
-    pub fn new(timing: Timing) -> Self {
+    pub(crate) fn new(timing: Timing) -> Self {
         Self {
             timing,
             ..Default::default()

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 /// The mock's `PATH` for every process: the environment is otherwise empty,
 /// so nothing of the test process (a Modal token, say) leaks in.
-pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Default)]
 struct Output {
@@ -31,7 +31,7 @@ struct Input {
     pending: BTreeMap<u64, (Vec<u8>, bool)>,
 }
 
-pub struct Exec {
+pub(crate) struct Exec {
     pub sandbox_id: String,
     pub pid: Option<u32>,
     output: Mutex<Output>,
@@ -41,13 +41,13 @@ pub struct Exec {
 
 /// Which stream a batch request reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fd {
+pub(crate) enum Fd {
     Stdout,
     Stderr,
 }
 
 /// What [`Exec::batches_after`] found.
-pub struct Batches {
+pub(crate) struct Batches {
     /// `(batch_index, bytes)`, numbered from 1.
     pub items: Vec<(u64, Vec<u8>)>,
     /// Set once every batch has been handed out and the process ended.
@@ -59,7 +59,7 @@ impl Exec {
     /// Starts `argv` in `cwd` with `env` over the mock's bare environment.
     /// A process that cannot start becomes an exec that printed why and
     /// exited 127, as a shell would report it.
-    pub fn start(
+    pub(crate) fn start(
         sandbox_id: &str,
         argv: &[String],
         cwd: &Path,
@@ -134,15 +134,15 @@ impl Exec {
         exec
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
-    pub fn exit_code(&self) -> Option<i32> {
+    pub(crate) fn exit_code(&self) -> Option<i32> {
         self.output.lock().unwrap().exit
     }
 
-    pub fn batches_after(&self, fd: Fd, last: u64) -> Batches {
+    pub(crate) fn batches_after(&self, fd: Fd, last: u64) -> Batches {
         let output = self.output.lock().unwrap();
         let list = match fd {
             Fd::Stdout => &output.stdout,
@@ -163,7 +163,7 @@ impl Exec {
 
     /// The bytes of `fd` from byte `offset` on, and whether the stream is
     /// complete (the process ended and all its output was collected).
-    pub fn bytes_from(&self, fd: Fd, offset: u64) -> (Vec<u8>, bool) {
+    pub(crate) fn bytes_from(&self, fd: Fd, offset: u64) -> (Vec<u8>, bool) {
         let output = self.output.lock().unwrap();
         let list = match fd {
             Fd::Stdout => &output.stdout,
@@ -184,7 +184,12 @@ impl Exec {
 
     /// Writes `data`, which starts at byte `offset` of the input; bytes
     /// already written (a retried call) are skipped, and a gap is refused.
-    pub async fn write_input_at(&self, offset: u64, data: &[u8], eof: bool) -> Result<(), u64> {
+    pub(crate) async fn write_input_at(
+        &self,
+        offset: u64,
+        data: &[u8],
+        eof: bool,
+    ) -> Result<(), u64> {
         let mut input = self.input.lock().await;
         if offset > input.written_bytes {
             return Err(input.written_bytes);
@@ -207,7 +212,7 @@ impl Exec {
 
     /// Writes input message `index` once every earlier one is written;
     /// repeated indexes are ignored (a retried call).
-    pub async fn put_input(&self, index: u64, bytes: Vec<u8>, eof: bool) {
+    pub(crate) async fn put_input(&self, index: u64, bytes: Vec<u8>, eof: bool) {
         let mut input = self.input.lock().await;
         if index <= input.written {
             return;
@@ -252,7 +257,7 @@ async fn pump(exec: std::sync::Arc<Exec>, mut reader: impl AsyncRead + Unpin, fd
 
 /// Put in every exec's environment (value: the sandbox id), so that the
 /// sandbox's processes are found however they forked (see [`members`]).
-pub const SANDBOX_MARKER: &str = "MODAL_MOCK_SANDBOX_ID";
+pub(crate) const SANDBOX_MARKER: &str = "MODAL_MOCK_SANDBOX_ID";
 
 /// The processes of sandbox `sandbox_id` whose sandbox directory is `dir`,
 /// beside those below its execs: any whose environment carries its
@@ -262,7 +267,7 @@ pub const SANDBOX_MARKER: &str = "MODAL_MOCK_SANDBOX_ID";
 /// and parentage, and one started with `env -i` (as the backend starts its
 /// detached processes) loses the marker, but it keeps a working directory
 /// in the sandbox.
-pub fn members(sandbox_id: &str, dir: &Path) -> Vec<u32> {
+pub(crate) fn members(sandbox_id: &str, dir: &Path) -> Vec<u32> {
     let marker = format!("{SANDBOX_MARKER}={sandbox_id}");
     let dir = std::fs::canonicalize(dir).ok();
     let me = std::process::id();
@@ -299,7 +304,7 @@ pub fn members(sandbox_id: &str, dir: &Path) -> Vec<u32> {
 /// Every process whose parent chain leads to one of `roots`, the roots
 /// included, from `/proc`: a sandbox's processes may have left the process
 /// group of the exec that started them (`setsid`).
-pub fn descendants(roots: &[u32]) -> Vec<u32> {
+pub(crate) fn descendants(roots: &[u32]) -> Vec<u32> {
     let mut parent_of: Vec<(u32, u32)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {

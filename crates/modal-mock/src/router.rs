@@ -18,12 +18,12 @@ use crate::state::State;
 
 /// Accepts only the router tokens this mock handed out.
 #[derive(Clone)]
-pub struct RouterAuth {
+pub(crate) struct RouterAuth {
     state: Arc<State>,
 }
 
 impl RouterAuth {
-    pub fn new(state: Arc<State>) -> Self {
+    pub(crate) fn new(state: Arc<State>) -> Self {
         Self { state }
     }
 }
@@ -45,12 +45,12 @@ impl tonic::service::Interceptor for RouterAuth {
 }
 
 /// The router service over the mock's state.
-pub struct Router {
+pub(crate) struct Router {
     state: Arc<State>,
 }
 
 impl Router {
-    pub fn new(state: Arc<State>) -> Self {
+    pub(crate) fn new(state: Arc<State>) -> Self {
         Self { state }
     }
 }

@@ -49,7 +49,7 @@ impl Secret {
 
 /// Every Secret of the mock, by id.
 #[derive(Default)]
-pub struct Secrets {
+pub(crate) struct Secrets {
     by_id: Mutex<HashMap<String, Secret>>,
 }
 
@@ -98,7 +98,7 @@ fn is_named(s: &Secret, name: &str, environment: &str) -> bool {
 }
 
 impl Secrets {
-    pub fn get_or_create(
+    pub(crate) fn get_or_create(
         &self,
         r: wire::SecretGetOrCreateRequest,
     ) -> Result<wire::SecretGetOrCreateResponse, Status> {
@@ -181,7 +181,7 @@ impl Secrets {
         }
     }
 
-    pub fn get_info(
+    pub(crate) fn get_info(
         &self,
         r: wire::SecretGetInfoRequest,
     ) -> Result<wire::SecretGetInfoResponse, Status> {
@@ -194,7 +194,7 @@ impl Secrets {
         })
     }
 
-    pub fn update(&self, r: wire::SecretUpdateRequest) -> Result<(), Status> {
+    pub(crate) fn update(&self, r: wire::SecretUpdateRequest) -> Result<(), Status> {
         let mut all = self.by_id.lock().unwrap();
         let secret = all
             .get_mut(&r.secret_id)
@@ -211,7 +211,7 @@ impl Secrets {
         Ok(())
     }
 
-    pub fn delete(&self, r: wire::SecretDeleteRequest) -> Result<(), Status> {
+    pub(crate) fn delete(&self, r: wire::SecretDeleteRequest) -> Result<(), Status> {
         self.by_id
             .lock()
             .unwrap()
@@ -221,7 +221,7 @@ impl Secrets {
     }
 
     /// Named Secrets of the environment, newest first, a page at a time.
-    pub fn list(&self, r: wire::SecretListRequest) -> wire::SecretListResponse {
+    pub(crate) fn list(&self, r: wire::SecretListRequest) -> wire::SecretListResponse {
         let all = self.by_id.lock().unwrap();
         let (max, before) = r
             .pagination
@@ -253,7 +253,7 @@ impl Secrets {
 
     /// The environment a container gets from `secret_ids` and inline
     /// `sources`, later ones winning; `NOT_FOUND` for an unknown id.
-    pub fn env_for(
+    pub(crate) fn env_for(
         &self,
         secret_ids: &[String],
         sources: &[wire::SecretSource],
@@ -282,7 +282,7 @@ impl Secrets {
     }
 
     /// The names of the named Secrets (for tests; never values).
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .by_id
             .lock()
@@ -295,7 +295,7 @@ impl Secrets {
     }
 
     /// `environment/name` of each named Secret, sorted.
-    pub fn qualified_names(&self) -> Vec<String> {
+    pub(crate) fn qualified_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .by_id
             .lock()

@@ -36,13 +36,13 @@ const MAX_POLL: f32 = 55.0;
 
 /// Checks Modal's credentials and client version on every call.
 #[derive(Clone)]
-pub struct Auth {
+pub(crate) struct Auth {
     token_id: String,
     token_secret: String,
 }
 
 impl Auth {
-    pub fn new(state: &State) -> Self {
+    pub(crate) fn new(state: &State) -> Self {
         Self {
             token_id: state.config.token_id.clone(),
             token_secret: state.config.token_secret.clone(),
@@ -78,12 +78,12 @@ impl tonic::service::Interceptor for Auth {
 }
 
 /// Modal's `ModalClient` service over the mock's state.
-pub struct Service {
+pub(crate) struct Service {
     state: Arc<State>,
 }
 
 impl Service {
-    pub fn new(state: Arc<State>) -> Self {
+    pub(crate) fn new(state: Arc<State>) -> Self {
         Self { state }
     }
 }

@@ -16,7 +16,7 @@ use crate::exec::{self, Exec};
 use crate::ids::unix_now;
 
 /// A built image every mock has: sandboxes from it start empty.
-pub const BASE_IMAGE_ID: &str = "im-mockbase";
+pub(crate) const BASE_IMAGE_ID: &str = "im-mockbase";
 
 /// What a test may look at of a sandbox.
 #[derive(Clone, Debug)]
@@ -56,7 +56,7 @@ pub struct ImageView {
     pub snapshot_of: Option<String>,
 }
 
-pub struct MockSandbox {
+pub(crate) struct MockSandbox {
     pub view: SandboxView,
     pub created_at: f64,
     pub task_id: String,
@@ -71,20 +71,20 @@ pub struct MockSandbox {
 /// A memory snapshot. A host cannot copy a process tree, so taking one
 /// moves the sandbox's processes (stopped) and filesystem into it: the
 /// sandbox ends, and one restore gets them back, running again.
-pub struct MemorySnapshot {
+pub(crate) struct MemorySnapshot {
     pub source: SandboxView,
     /// The stopped process trees, `None` once restored.
     pub frozen: Option<Frozen>,
 }
 
-pub struct Frozen {
+pub(crate) struct Frozen {
     pub dir: PathBuf,
     pub pids: Vec<u32>,
     pub entry: Option<Arc<Exec>>,
     pub env: Vec<(String, String)>,
 }
 
-pub struct MockImage {
+pub(crate) struct MockImage {
     pub view: ImageView,
     /// Mock-clock time of creation.
     pub created: Duration,
@@ -95,7 +95,7 @@ pub struct MockImage {
 }
 
 #[derive(Default)]
-pub struct Inner {
+pub(crate) struct Inner {
     pub apps: HashMap<String, String>,
     pub sandboxes: Vec<MockSandbox>,
     pub execs: HashMap<String, Arc<Exec>>,
@@ -107,7 +107,7 @@ pub struct Inner {
     pub made: HashMap<String, String>,
 }
 
-pub struct State {
+pub(crate) struct State {
     pub config: MockConfig,
     /// `http://127.0.0.1:PORT`, set once the server listens: the command
     /// router is served at the same address.
@@ -127,7 +127,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(config: MockConfig) -> Self {
+    pub(crate) fn new(config: MockConfig) -> Self {
         let mut inner = Inner::default();
         inner.images.insert(
             BASE_IMAGE_ID.to_owned(),
@@ -162,7 +162,7 @@ impl State {
     /// A command router token for `task_id`: JWT-shaped (Modal's client
     /// reads its `exp` to refresh it in time), its last part this mock's
     /// key, so only tokens the mock handed out are accepted.
-    pub fn router_token(&self, task_id: &str) -> String {
+    pub(crate) fn router_token(&self, task_id: &str) -> String {
         use base64::Engine as _;
         let b64 = |v: &serde_json::Value| {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
@@ -177,33 +177,33 @@ impl State {
     }
 
     /// Whether `token` is one [`State::router_token`] made.
-    pub fn router_token_valid(&self, token: &str) -> bool {
+    pub(crate) fn router_token_valid(&self, token: &str) -> bool {
         token
             .rsplit_once('.')
             .is_some_and(|(_, key)| key == self.router_key)
     }
 
     /// The command router's URL (the mock's own).
-    pub fn router_url(&self) -> String {
+    pub(crate) fn router_url(&self) -> String {
         self.url.get().cloned().unwrap_or_default()
     }
 
-    pub fn now(&self) -> Duration {
+    pub(crate) fn now(&self) -> Duration {
         self.started.elapsed() + *self.offset.lock().unwrap()
     }
 
-    pub fn advance_clock(&self, by: Duration) {
+    pub(crate) fn advance_clock(&self, by: Duration) {
         *self.offset.lock().unwrap() += by;
     }
 
-    pub fn fail_next(&self, rpc: &str, code: Code, times: u32) {
+    pub(crate) fn fail_next(&self, rpc: &str, code: Code, times: u32) {
         let mut faults = self.faults.lock().unwrap();
         let queue = faults.entry(rpc.to_owned()).or_default();
         queue.extend(std::iter::repeat_n(code, times as usize));
     }
 
     /// Counts the call and fails it if a fault is queued for it.
-    pub fn enter(&self, rpc: &str) -> Result<(), Status> {
+    pub(crate) fn enter(&self, rpc: &str) -> Result<(), Status> {
         *self
             .calls
             .lock()
@@ -222,7 +222,7 @@ impl State {
         }
     }
 
-    pub fn lose_next_answers(&self, rpc: &str, times: u32) {
+    pub(crate) fn lose_next_answers(&self, rpc: &str, times: u32) {
         *self
             .lost_answers
             .lock()
@@ -233,7 +233,7 @@ impl State {
 
     /// Called once `rpc` did its work: fails it with UNAVAILABLE, as a
     /// connection lost before the answer arrived, if a loss is queued.
-    pub fn lose_answer(&self, rpc: &str) -> Result<(), Status> {
+    pub(crate) fn lose_answer(&self, rpc: &str) -> Result<(), Status> {
         let mut lost = self.lost_answers.lock().unwrap();
         match lost.get_mut(rpc) {
             Some(n) if *n > 0 => {
@@ -246,7 +246,7 @@ impl State {
         }
     }
 
-    pub fn note_retry_attempt(&self, rpc: &str, attempt: Option<u32>) {
+    pub(crate) fn note_retry_attempt(&self, rpc: &str, attempt: Option<u32>) {
         self.retry_attempts
             .lock()
             .unwrap()
@@ -255,7 +255,7 @@ impl State {
             .push(attempt);
     }
 
-    pub fn retry_attempts(&self, rpc: &str) -> Vec<Option<u32>> {
+    pub(crate) fn retry_attempts(&self, rpc: &str) -> Vec<Option<u32>> {
         self.retry_attempts
             .lock()
             .unwrap()
@@ -265,29 +265,29 @@ impl State {
     }
 
     /// What a client-chosen key made, if a request with it succeeded.
-    pub fn made(&self, key: &str) -> Option<String> {
+    pub(crate) fn made(&self, key: &str) -> Option<String> {
         self.inner.lock().unwrap().made.get(key).cloned()
     }
 
-    pub fn record_made(&self, key: String, id: String) {
+    pub(crate) fn record_made(&self, key: String, id: String) {
         self.inner.lock().unwrap().made.insert(key, id);
     }
 
-    pub fn calls(&self, rpc: &str) -> u32 {
+    pub(crate) fn calls(&self, rpc: &str) -> u32 {
         self.calls.lock().unwrap().get(rpc).copied().unwrap_or(0)
     }
 
-    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.config.root.join("sandboxes").join(id)
     }
 
-    pub fn image_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn image_dir(&self, id: &str) -> PathBuf {
         self.config.root.join("images").join(id)
     }
 
     /// Whether an image exists and, for a snapshot, has not expired
     /// (its own TTL, or the mock's for every snapshot).
-    pub fn image_alive(&self, image: &MockImage) -> bool {
+    pub(crate) fn image_alive(&self, image: &MockImage) -> bool {
         let ttl = match (
             image.ttl,
             image
@@ -302,7 +302,7 @@ impl State {
         ttl.is_none_or(|ttl| self.now().saturating_sub(image.created) < ttl)
     }
 
-    pub fn sandbox_view(&self, id: &str) -> Option<SandboxView> {
+    pub(crate) fn sandbox_view(&self, id: &str) -> Option<SandboxView> {
         let inner = self.inner.lock().unwrap();
         inner
             .sandboxes
@@ -311,12 +311,12 @@ impl State {
             .map(|s| s.view.clone())
     }
 
-    pub fn sandbox_views(&self) -> Vec<SandboxView> {
+    pub(crate) fn sandbox_views(&self) -> Vec<SandboxView> {
         let inner = self.inner.lock().unwrap();
         inner.sandboxes.iter().map(|s| s.view.clone()).collect()
     }
 
-    pub fn image_view(&self, id: &str) -> Option<ImageView> {
+    pub(crate) fn image_view(&self, id: &str) -> Option<ImageView> {
         self.inner
             .lock()
             .unwrap()
@@ -325,7 +325,7 @@ impl State {
             .map(|i| i.view.clone())
     }
 
-    pub fn built_images(&self) -> Vec<ImageView> {
+    pub(crate) fn built_images(&self) -> Vec<ImageView> {
         let inner = self.inner.lock().unwrap();
         let mut views: Vec<ImageView> = inner
             .images
@@ -339,7 +339,7 @@ impl State {
 
     /// Ends a sandbox: records `result` (unless it ended already) and kills
     /// every process it started.
-    pub fn finish(
+    pub(crate) fn finish(
         &self,
         sandbox_id: &str,
         result: wire::GenericResult,
@@ -379,7 +379,7 @@ impl State {
         previous
     }
 
-    pub fn terminate_all(&self) {
+    pub(crate) fn terminate_all(&self) {
         let ids: Vec<String> = self
             .inner
             .lock()
@@ -405,7 +405,7 @@ impl State {
     }
 }
 
-pub fn terminated() -> wire::GenericResult {
+pub(crate) fn terminated() -> wire::GenericResult {
     wire::GenericResult {
         status: wire::generic_result::GenericStatus::Terminated as i32,
         exception: String::new(),
@@ -433,7 +433,7 @@ fn kill_all(roots: &[u32]) {
 }
 
 /// `signal` to the process groups `roots` lead, and everything below them.
-pub fn signal_tree(roots: &[u32], signal: Signal) {
+pub(crate) fn signal_tree(roots: &[u32], signal: Signal) {
     signal_groups(roots, signal);
     for pid in exec::descendants(roots) {
         let _ = kill(Pid::from_raw(pid as i32), signal);
@@ -451,7 +451,7 @@ fn signal_groups(leaders: &[u32], signal: Signal) {
 }
 
 /// Copies a directory tree, keeping modes, links and times (`cp -a`).
-pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     let status = std::process::Command::new("cp")
         .arg("-a")

@@ -9,19 +9,19 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite::http::{HeaderValue, Uri};
 
-pub const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
-pub const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
-pub const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
-pub const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
-pub const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
+pub(crate) const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
+pub(crate) const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
+pub(crate) const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
+pub(crate) const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
+pub(crate) const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
 /// Simulator only (the real remote has no such knob): how long to keep
 /// retrying an unreachable gateway, in seconds. Lets tests of the
 /// "unreachable" exit finish quickly.
-pub const CONNECT_BUDGET: &str = "DEVIN_REMOTE_SIM_CONNECT_BUDGET_SECS";
+pub(crate) const CONNECT_BUDGET: &str = "DEVIN_REMOTE_SIM_CONNECT_BUDGET_SECS";
 
 const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
 
-pub struct Config {
+pub(crate) struct Config {
     pub gateway: Gateway,
     pub connect_token: ConnectToken,
     pub session_id: String,
@@ -32,7 +32,7 @@ pub struct Config {
 
 /// Where to dial, already checked to be a `ws://` URL with a host.
 #[derive(Clone, Debug)]
-pub struct Gateway {
+pub(crate) struct Gateway {
     pub uri: Uri,
     /// Host without IPv6 brackets, ready for address parsing.
     pub host: String,
@@ -41,10 +41,10 @@ pub struct Gateway {
 
 /// The per-session connect token. Its `Debug` is redacted so it cannot
 /// reach a log line by accident.
-pub struct ConnectToken(String);
+pub(crate) struct ConnectToken(String);
 
 impl ConnectToken {
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -56,7 +56,7 @@ impl fmt::Debug for ConnectToken {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     Missing(Vec<&'static str>),
     Invalid { name: &'static str, reason: String },
 }
@@ -75,7 +75,7 @@ impl fmt::Display for ConfigError {
 }
 
 impl Config {
-    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub(crate) fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         // Empty counts as missing: an orchestrator that sets a variable to ""
         // has the same bug as one that forgets it.
         let get = |name: &str| var(name).filter(|v| !v.is_empty());

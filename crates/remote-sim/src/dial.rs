@@ -17,9 +17,9 @@ use tokio_tungstenite::{WebSocketStream, client_async};
 
 use crate::config::Config;
 
-pub type Socket = WebSocketStream<TcpStream>;
+pub(crate) type Socket = WebSocketStream<TcpStream>;
 
-pub enum DialError {
+pub(crate) enum DialError {
     /// The gateway answered the handshake with a refusal; retrying with the
     /// same token cannot help.
     Refused(StatusCode),
@@ -40,7 +40,7 @@ const MAX_DELAY: Duration = Duration::from_secs(2);
 /// means "try once", not "give up before trying".
 const MIN_ATTEMPT: Duration = Duration::from_secs(2);
 
-pub async fn dial(config: &Config) -> Result<Socket, DialError> {
+pub(crate) async fn dial(config: &Config) -> Result<Socket, DialError> {
     let deadline = Instant::now() + config.connect_budget;
     let mut delay = FIRST_DELAY;
     loop {

@@ -6,7 +6,7 @@
 //! once, as a real crash would (see `session.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The gateway said the session slept or ended.
     Clean,
     /// The connection was lost or broken before sleep/end.
@@ -20,7 +20,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn code(self) -> i32 {
+    pub(crate) fn code(self) -> i32 {
         match self {
             Outcome::Clean => 0,
             Outcome::Lost => 1,

@@ -18,7 +18,7 @@ use crate::steps::{self, StepResult};
 /// leaving anyway; the session is over either way.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-pub async fn serve(config: Config) -> Outcome {
+pub(crate) async fn serve(config: Config) -> Outcome {
     let mut state = match StateDir::open(&config.state_dir, &config.session_id) {
         Ok(state) => state,
         Err(err) => {

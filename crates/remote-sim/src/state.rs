@@ -14,10 +14,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-pub const STATE_FILE: &str = "state.json";
-pub const STEPS_FILE: &str = "steps.log";
+pub(crate) const STATE_FILE: &str = "state.json";
+pub(crate) const STEPS_FILE: &str = "steps.log";
 
-pub struct StateDir {
+pub(crate) struct StateDir {
     dir: PathBuf,
     session_id: String,
     started_at: u64,
@@ -27,7 +27,7 @@ pub struct StateDir {
 
 impl StateDir {
     /// Creates the directory (mode 0700) and writes the initial state.
-    pub fn open(dir: &Path, session_id: &str) -> io::Result<StateDir> {
+    pub(crate) fn open(dir: &Path, session_id: &str) -> io::Result<StateDir> {
         DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         // `mode` above only applies to directories we create; tighten one
         // that already existed too, since it may hold session data.
@@ -51,13 +51,13 @@ impl StateDir {
         Ok(state)
     }
 
-    pub fn record_connection(&mut self) -> io::Result<()> {
+    pub(crate) fn record_connection(&mut self) -> io::Result<()> {
         self.connections += 1;
         self.write()
     }
 
     /// Appends one step as a JSON line, stamped with the time.
-    pub fn record_step(&mut self, mut step: Value) -> io::Result<()> {
+    pub(crate) fn record_step(&mut self, mut step: Value) -> io::Result<()> {
         if let Value::Object(fields) = &mut step {
             fields.insert("at".into(), json!(unix_now()));
         }

@@ -17,7 +17,7 @@ use crate::config::CONNECT_TOKEN;
 
 /// What a step produced, ready to become a `Result` message.
 #[derive(Debug, PartialEq, Eq)]
-pub struct StepResult {
+pub(crate) struct StepResult {
     pub exit_code: i32,
     pub output: String,
     pub truncated: bool,
@@ -35,7 +35,7 @@ impl StepResult {
 
 /// Runs `sh -c command` in the working directory with stdin closed,
 /// capturing stdout and stderr interleaved as a terminal would show them.
-pub async fn exec(command: &str) -> StepResult {
+pub(crate) async fn exec(command: &str) -> StepResult {
     match run_shell(command).await {
         Ok(result) => result,
         // `sh` itself could not start: report it the way a shell reports a
@@ -148,7 +148,7 @@ impl Capture {
 /// Writes `content` to `path` under the working directory, creating parent
 /// directories. Absolute paths and `..` are refused: the gateway names files
 /// in the workspace, never elsewhere on the machine.
-pub async fn write_file(path: &str, content: &str) -> StepResult {
+pub(crate) async fn write_file(path: &str, content: &str) -> StepResult {
     if let Err(reason) = check_relative(path) {
         return StepResult::failed(format!("refusing to write {path:?}: {reason}\n"));
     }

@@ -43,14 +43,14 @@ const MAX_KEYS: usize = 10_000;
 
 /// The archive a sandbox created with `image` starts from, when `image`
 /// names a catalog image.
-pub fn archive_for(inner: &Inner, image: &str) -> Option<PathBuf> {
+pub(crate) fn archive_for(inner: &Inner, image: &str) -> Option<PathBuf> {
     inner.catalog.resolve(image).map(|i| i.archive.clone())
 }
 
 /// The CAS image registry's name grammar: lowercase repository components
 /// joined by `/`, each alphanumeric runs joined by single `.`, `_` or `-`,
 /// an optional `:tag`; at most 255 bytes; no reserved id prefix.
-pub fn valid_image_name(name: &str) -> bool {
+pub(crate) fn valid_image_name(name: &str) -> bool {
     if name.is_empty()
         || name.len() > 255
         || ["image_", "sandbox_template_", "cas-v1:"]
@@ -85,7 +85,7 @@ pub fn valid_image_name(name: &str) -> bool {
     repository.split('/').all(component_ok) && tag_ok
 }
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/images/v4/images/from-snapshot", post(register))
         .route("/images/v4/images", get(list))

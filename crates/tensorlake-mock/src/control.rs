@@ -14,7 +14,7 @@ use axum::routing::post;
 use crate::config::{CreateOutcome, Fault};
 use crate::state::Shared;
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/_mock/faults", post(add_fault))
         .route("/_mock/create_outcomes", post(add_create_outcome))

@@ -47,7 +47,7 @@ struct CreateBody {
 
 /// The sandbox's resources: what was asked for, the service's defaults for
 /// the rest.
-pub fn resources_with_defaults(requested: Option<&serde_json::Value>) -> serde_json::Value {
+pub(crate) fn resources_with_defaults(requested: Option<&serde_json::Value>) -> serde_json::Value {
     let field = |name: &str| requested.and_then(|r| r.get(name)).filter(|v| !v.is_null());
     serde_json::json!({
         "cpus": field("cpus").cloned().unwrap_or(DEFAULT_CPUS.into()),
@@ -64,7 +64,7 @@ fn bad_request(message: &str) -> Response {
 /// its own timeout.
 const GRACE_HEADER: &str = "x-tensorlake-request-timeout-grace-ms";
 
-pub async fn create(
+pub(crate) async fn create(
     State(shared): State<Arc<Shared>>,
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,

@@ -22,9 +22,9 @@ use crate::host::{self, Launch, Proc, kill_group};
 use crate::reply::{Reply, error};
 use crate::state::{Shared, Status};
 
-pub const SANDBOX_ID_HEADER: &str = "x-tensorlake-sandbox-id";
+pub(crate) const SANDBOX_ID_HEADER: &str = "x-tensorlake-sandbox-id";
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/v1/processes", post(start).get(list))
         .route("/api/v1/processes/{key}", get(get_one).delete(kill))
@@ -40,7 +40,7 @@ pub fn routes() -> Router<Arc<Shared>> {
 
 /// The sandbox a data-plane request is for, and its directory, if it runs
 /// (a suspended one is woken only when created with `auto_resume`).
-pub fn target(shared: &Shared, headers: &HeaderMap) -> Result<(String, PathBuf), Response> {
+pub(crate) fn target(shared: &Shared, headers: &HeaderMap) -> Result<(String, PathBuf), Response> {
     let id = headers
         .get(SANDBOX_ID_HEADER)
         .and_then(|v| v.to_str().ok())

@@ -22,7 +22,7 @@ const MAX_FILE: usize = 512 << 20;
 /// Most entries a listing returns.
 const MAX_ENTRIES: usize = 10_000;
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route(
             "/api/v1/files",

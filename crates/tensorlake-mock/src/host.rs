@@ -20,7 +20,7 @@ const MAX_LINES: usize = 200_000;
 /// A host path for `path` given to sandbox `dir`: absolute, only normal
 /// components, inside `dir`, and through no symbolic link (one made inside
 /// the sandbox could point out of it).
-pub fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
+pub(crate) fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
     let p = Path::new(path);
     let clean = p.is_absolute()
         && p.components()
@@ -36,7 +36,7 @@ pub fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
     Some(p.to_path_buf())
 }
 
-pub fn kill_group(pgid: i32, signal: Signal) {
+pub(crate) fn kill_group(pgid: i32, signal: Signal) {
     if pgid > 1 {
         let _ = killpg(Pid::from_raw(pgid), signal);
     }
@@ -44,13 +44,13 @@ pub fn kill_group(pgid: i32, signal: Signal) {
 
 /// How a process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     Code(i32),
     Signal(i32),
 }
 
 #[derive(Default)]
-pub struct ProcState {
+pub(crate) struct ProcState {
     pub exit: Option<Exit>,
     /// `(stream, line)`.
     pub lines: Vec<(&'static str, String)>,
@@ -59,7 +59,7 @@ pub struct ProcState {
 }
 
 /// A process the mock started.
-pub struct Proc {
+pub(crate) struct Proc {
     pub pid: i64,
     pub name: Option<String>,
     pub command: String,
@@ -71,7 +71,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn info(&self) -> serde_json::Value {
+    pub(crate) fn info(&self) -> serde_json::Value {
         let state = self.state.lock().expect("proc");
         let (status, exit_code, signal) = match state.exit {
             None => ("running", None, None),
@@ -93,7 +93,7 @@ impl Proc {
         })
     }
 
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.state.lock().expect("proc").exit.is_none()
     }
 
@@ -128,7 +128,7 @@ fn managed_info(name: &str, ended: bool) -> serde_json::Value {
 }
 
 /// What to run.
-pub struct Launch {
+pub(crate) struct Launch {
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -138,7 +138,7 @@ pub struct Launch {
 
 /// Starts a process in its own process group with exactly `env`, its
 /// output collected line by line.
-pub fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
+pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
     let mut child = tokio::process::Command::new(&launch.command)
         .args(&launch.args)
         .env_clear()
@@ -216,7 +216,7 @@ fn read_lines(
     })
 }
 
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -224,7 +224,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// Archives `dir` into `archive` (symlinks kept as links); its size.
-pub fn pack(dir: &Path, archive: &Path) -> std::io::Result<u64> {
+pub(crate) fn pack(dir: &Path, archive: &Path) -> std::io::Result<u64> {
     let tmp = archive.with_extension("partial");
     let file = std::fs::File::create(&tmp)?;
     let mut builder = tar::Builder::new(file);
@@ -238,7 +238,7 @@ pub fn pack(dir: &Path, archive: &Path) -> std::io::Result<u64> {
 }
 
 /// Restores an archive made by [`pack`] into `dir`.
-pub fn unpack(archive: &Path, dir: &Path) -> std::io::Result<()> {
+pub(crate) fn unpack(archive: &Path, dir: &Path) -> std::io::Result<()> {
     let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
     tar.set_preserve_permissions(true);
     tar.set_preserve_mtime(true);

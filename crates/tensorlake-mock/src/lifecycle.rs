@@ -16,7 +16,7 @@ use crate::host::{self, kill_group};
 use crate::reply::{Reply, error};
 use crate::state::{self, Refusal, Shared, Snapshot, SnapshotStatus, Status};
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/sandboxes", post(crate::create::create).get(list))
         .route("/sandboxes/{id}", get(get_one).delete(delete).patch(update))
@@ -40,7 +40,7 @@ fn not_found(what: &str) -> Response {
 }
 
 /// Sandboxes a listing page holds, as the service pages them.
-pub const PAGE_SIZE: usize = 100;
+pub(crate) const PAGE_SIZE: usize = 100;
 
 #[derive(Deserialize)]
 struct PageQuery {
@@ -52,7 +52,7 @@ struct PageQuery {
 
 /// One page of ids in a stable order: those after `cursor`, at most
 /// `limit`, and the cursor of the next page when more remain.
-pub fn page<'a>(
+pub(crate) fn page<'a>(
     mut ids: Vec<&'a str>,
     cursor: Option<&str>,
     limit: usize,
@@ -162,7 +162,7 @@ async fn delete(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
 }
 
 /// Starts suspending a sandbox; it is `suspended` after the transition.
-pub fn begin_suspend(shared: &Arc<Shared>, id: &str) -> Result<(), Refusal> {
+pub(crate) fn begin_suspend(shared: &Arc<Shared>, id: &str) -> Result<(), Refusal> {
     {
         let mut inner = shared.lock();
         let Some(sandbox) = inner.sandboxes.get_mut(id) else {
@@ -199,7 +199,7 @@ pub fn begin_suspend(shared: &Arc<Shared>, id: &str) -> Result<(), Refusal> {
 }
 
 /// Resumes a suspended sandbox at once.
-pub fn resume_now(shared: &Shared, id: &str) -> Result<(), Refusal> {
+pub(crate) fn resume_now(shared: &Shared, id: &str) -> Result<(), Refusal> {
     let mut inner = shared.lock();
     let Some(sandbox) = inner.sandboxes.get_mut(id) else {
         return Err(Refusal {
@@ -365,7 +365,7 @@ async fn delete_snapshot(State(shared): State<Arc<Shared>>, Path(id): Path<Strin
 }
 
 /// Suspends named sandboxes idle for their `timeout_secs`, when enabled.
-pub async fn idle_ticker(shared: Arc<Shared>) {
+pub(crate) async fn idle_ticker(shared: Arc<Shared>) {
     if !shared.config.idle_suspend {
         return;
     }

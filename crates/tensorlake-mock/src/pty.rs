@@ -40,7 +40,7 @@ const OP_DATA: u8 = 0x00;
 const OP_READY: u8 = 0x02;
 const OP_EXIT: u8 = 0x03;
 
-pub fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/v1/pty", post(create))
         .route("/api/v1/pty/{session}", delete(remove))

@@ -14,7 +14,7 @@ use crate::pty::session::PtySession;
 
 /// A sandbox's lifecycle state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Pending,
     Running,
     Snapshotting,
@@ -27,7 +27,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
@@ -42,7 +42,7 @@ impl Status {
 
 /// Why a lifecycle request is refused.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
@@ -57,7 +57,7 @@ fn refuse(status: StatusCode, code: &'static str, message: impl Into<String>) ->
 }
 
 /// What a suspend request does: `Some(next)` moves, `None` is a no-op.
-pub fn on_suspend(status: Status, named: bool) -> Result<Option<Status>, Refusal> {
+pub(crate) fn on_suspend(status: Status, named: bool) -> Result<Option<Status>, Refusal> {
     if !named {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
@@ -77,7 +77,7 @@ pub fn on_suspend(status: Status, named: bool) -> Result<Option<Status>, Refusal
 }
 
 /// What a resume request does.
-pub fn on_resume(status: Status, named: bool) -> Result<Option<Status>, Refusal> {
+pub(crate) fn on_resume(status: Status, named: bool) -> Result<Option<Status>, Refusal> {
     if !named {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
@@ -97,7 +97,7 @@ pub fn on_resume(status: Status, named: bool) -> Result<Option<Status>, Refusal>
 }
 
 /// Whether a snapshot may start.
-pub fn on_snapshot(status: Status) -> Result<Status, Refusal> {
+pub(crate) fn on_snapshot(status: Status) -> Result<Status, Refusal> {
     match status {
         Status::Running => Ok(Status::Snapshotting),
         other => Err(refuse(
@@ -110,7 +110,7 @@ pub fn on_snapshot(status: Status) -> Result<Status, Refusal> {
 
 /// Tensorlake's sandbox names: DNS labels (lowercase letters, digits and
 /// hyphens, 1 to 63, starting and ending with a letter or digit).
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63
@@ -121,7 +121,7 @@ pub fn valid_name(name: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     pub id: String,
     pub name: Option<String>,
     pub status: Status,
@@ -140,7 +140,7 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    pub fn info(&self, url: &str) -> serde_json::Value {
+    pub(crate) fn info(&self, url: &str) -> serde_json::Value {
         serde_json::json!({
             "sandbox_id": self.id,
             "namespace": "default",
@@ -158,7 +158,7 @@ impl Sandbox {
     }
 
     /// Every process group the sandbox runs (processes and PTYs).
-    pub fn groups(&self) -> Vec<i32> {
+    pub(crate) fn groups(&self) -> Vec<i32> {
         self.processes
             .iter()
             .map(|p| p.pid as i32)
@@ -167,7 +167,7 @@ impl Sandbox {
     }
 }
 
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub id: String,
     pub sandbox_id: String,
     pub status: SnapshotStatus,
@@ -177,7 +177,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn info(&self) -> serde_json::Value {
+    pub(crate) fn info(&self) -> serde_json::Value {
         serde_json::json!({
             "snapshot_id": self.id,
             "namespace": "default",
@@ -193,14 +193,14 @@ impl Snapshot {
 /// A snapshot's state: usable from `local_ready` on, `completed` once
 /// replicated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotStatus {
+pub(crate) enum SnapshotStatus {
     InProgress,
     LocalReady,
     Completed,
 }
 
 impl SnapshotStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::InProgress => "in_progress",
             Self::LocalReady => "local_ready",
@@ -208,13 +208,13 @@ impl SnapshotStatus {
         }
     }
 
-    pub fn usable(self) -> bool {
+    pub(crate) fn usable(self) -> bool {
         self != Self::InProgress
     }
 }
 
 #[derive(Default)]
-pub struct Inner {
+pub(crate) struct Inner {
     pub sandboxes: HashMap<String, Sandbox>,
     pub snapshots: HashMap<String, Snapshot>,
     /// The sandbox-image catalog (see `catalog`).
@@ -222,7 +222,7 @@ pub struct Inner {
 }
 
 /// Everything the handlers share.
-pub struct Shared {
+pub(crate) struct Shared {
     pub config: MockConfig,
     pub url: String,
     pub inner: Mutex<Inner>,
@@ -243,7 +243,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: MockConfig, url: String) -> Self {
+    pub(crate) fn new(config: MockConfig, url: String) -> Self {
         Self {
             config,
             url,
@@ -259,12 +259,12 @@ impl Shared {
         }
     }
 
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().expect("mock state")
     }
 
     /// A sandbox's state; `None` once deleted (even while `terminated`).
-    pub fn status_of(&self, id: &str) -> Option<String> {
+    pub(crate) fn status_of(&self, id: &str) -> Option<String> {
         self.lock()
             .sandboxes
             .get(id)
@@ -272,14 +272,14 @@ impl Shared {
             .map(|s| s.status.as_str().to_owned())
     }
 
-    pub fn network_of(&self, id: &str) -> Option<serde_json::Value> {
+    pub(crate) fn network_of(&self, id: &str) -> Option<serde_json::Value> {
         self.lock()
             .sandboxes
             .get(id)
             .and_then(|s| s.network.clone())
     }
 
-    pub fn kill_everything(&self) {
+    pub(crate) fn kill_everything(&self) {
         let inner = self.lock();
         for sandbox in inner.sandboxes.values() {
             for group in sandbox.groups() {
@@ -293,7 +293,7 @@ impl Shared {
 impl Inner {
     /// The sandbox an id or a name stands for, as the service resolves
     /// `/sandboxes/{id}` (a deleted one's name is free again).
-    pub fn resolve(&self, key: &str) -> Option<&str> {
+    pub(crate) fn resolve(&self, key: &str) -> Option<&str> {
         if self.sandboxes.contains_key(key) {
             return Some(self.sandboxes.get_key_value(key)?.0);
         }
@@ -305,7 +305,7 @@ impl Inner {
 }
 
 /// Unix time in seconds, with fractions, as the service reports it.
-pub fn unix_seconds() -> f64 {
+pub(crate) fn unix_seconds() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -313,7 +313,7 @@ pub fn unix_seconds() -> f64 {
 }
 
 /// A fresh id: lowercase hex.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 

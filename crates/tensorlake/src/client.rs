@@ -341,12 +341,12 @@ impl LifecycleChange {
 }
 
 /// The longest the service holds a suspend or resume open.
-pub const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const MAX_LIFECYCLE_WAIT: Duration = Duration::from_secs(30);
 
 /// The header with which a blocking create asks the service to answer this
 /// many milliseconds before the client's own timeout (the SDK's
 /// `REQUEST_TIMEOUT_GRACE_HEADER`).
-pub const REQUEST_TIMEOUT_GRACE_HEADER: &str = "X-Tensorlake-Request-Timeout-Grace-Ms";
+pub(crate) const REQUEST_TIMEOUT_GRACE_HEADER: &str = "X-Tensorlake-Request-Timeout-Grace-Ms";
 /// The most grace asked for; a quarter of shorter timeouts instead.
 const MAX_GRACE: Duration = Duration::from_secs(5);
 const GATEWAY_TIMEOUT: u16 = 504;
@@ -355,13 +355,13 @@ const UNPROCESSABLE: u16 = 422;
 const LIST_PAGE_LIMIT: &str = "100";
 
 /// The grace a create asks for under a request timeout of `timeout`.
-pub fn create_grace_ms(timeout: Duration) -> u64 {
+pub(crate) fn create_grace_ms(timeout: Duration) -> u64 {
     MAX_GRACE.min(timeout / 4).as_millis() as u64
 }
 
 /// The record a create answered with `status`: any 2xx, or a 504 or 422
 /// carrying one (a gateway's bare 504 is an error like any other).
-pub fn created_record(status: u16, body: &[u8]) -> Result<CreatedSandbox> {
+pub(crate) fn created_record(status: u16, body: &[u8]) -> Result<CreatedSandbox> {
     match serde_json::from_slice::<CreatedSandbox>(body) {
         Ok(created) => Ok(created),
         Err(e) if (200..300).contains(&status) => Err(Error::Decode(e.to_string())),

@@ -30,7 +30,7 @@ pub(crate) struct Http {
 impl Http {
     /// Sends the request `build` makes, retrying as [`retry`] decides, and
     /// returns the first success (2xx) or the last error.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         idem: Idempotency,
         build: impl Fn(&reqwest::Client) -> RequestBuilder,
@@ -42,7 +42,7 @@ impl Http {
     /// [`Http::send`] with its own bound on the whole exchange (`None` for
     /// a stream that lasts as long as what it follows), returning answers
     /// with a status in `accept` as they are (neither retried nor errors).
-    pub async fn send_with(
+    pub(crate) async fn send_with(
         &self,
         idem: Idempotency,
         timeout: Option<Duration>,
@@ -88,7 +88,7 @@ impl Http {
         }
     }
 
-    pub async fn json<T: DeserializeOwned>(
+    pub(crate) async fn json<T: DeserializeOwned>(
         &self,
         idem: Idempotency,
         build: impl Fn(&reqwest::Client) -> RequestBuilder,

@@ -15,7 +15,7 @@ pub(crate) struct SseParser {
 
 impl SseParser {
     /// Feeds bytes; returns the payloads of the events they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
         let mut events = Vec::new();
         for &b in bytes {
             if b != b'\n' {

@@ -21,7 +21,7 @@ pub(crate) enum AuthError {
 }
 
 impl State {
-    pub fn mint_account_token(&mut self, scopes: &[&str]) -> String {
+    pub(crate) fn mint_account_token(&mut self, scopes: &[&str]) -> String {
         let token = format!("cog_{}", random_hex(24));
         self.account_tokens.insert(
             token.clone(),
@@ -32,13 +32,17 @@ impl State {
 
     /// Forgets an account token: from now on it is answered 401, as a
     /// revoked or expired token is. Streams it opened stay open.
-    pub fn revoke_account_token(&mut self, token: &str) -> bool {
+    pub(crate) fn revoke_account_token(&mut self, token: &str) -> bool {
         self.account_tokens.remove(token).is_some()
     }
 
     /// Checks a bearer token for any one of `scopes`, counting the
     /// orchestrator scope as the machine scope too.
-    pub fn check_account_token(&self, token: &str, scopes: &[&str]) -> Result<(), AuthError> {
+    pub(crate) fn check_account_token(
+        &self,
+        token: &str,
+        scopes: &[&str],
+    ) -> Result<(), AuthError> {
         let granted = self
             .account_tokens
             .get(token)

@@ -11,7 +11,7 @@ impl State {
     /// Lazy claim expiry, run on fleet API calls: an expired claim returns
     /// to the queue unless its session is running, because a live session
     /// stays with its worker.
-    pub fn expire_claims(&mut self, now: i64) {
+    pub(crate) fn expire_claims(&mut self, now: i64) {
         let expired: Vec<String> = self
             .entries
             .values()
@@ -36,7 +36,7 @@ impl State {
 
     /// The claim compare-and-swap. Returns the entry and a fresh connect
     /// token on success.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         session_id: &str,
         acceptor_id: &str,
@@ -78,7 +78,7 @@ impl State {
         Ok((entry, token))
     }
 
-    pub fn release(
+    pub(crate) fn release(
         &mut self,
         session_id: &str,
         acceptor_id: &str,

@@ -9,7 +9,7 @@ use super::State;
 impl State {
     /// The server's own clock work: lagged status changes, and the sweeper
     /// that removes lingering pending rows of finished sessions.
-    pub fn tick(&mut self, now: i64) {
+    pub(crate) fn tick(&mut self, now: i64) {
         let due: Vec<(String, SessionStatus)> = self
             .sessions
             .values()

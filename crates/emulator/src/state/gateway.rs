@@ -27,7 +27,7 @@ pub(super) struct ConnectTokenRec {
 impl State {
     /// Admits a remote: checks its connect token and that no other remote of
     /// the session is connected, then marks the session running.
-    pub fn gateway_open(
+    pub(crate) fn gateway_open(
         &mut self,
         token: Option<&str>,
         session_id: Option<&str>,
@@ -65,7 +65,7 @@ impl State {
 
     /// A remote's socket closed. If the session was being stopped, its
     /// status follows after the lag.
-    pub fn gateway_closed(&mut self, session_id: &str, conn: u64, reason: &str, now: i64) {
+    pub(crate) fn gateway_closed(&mut self, session_id: &str, conn: u64, reason: &str, now: i64) {
         let lag = self.timing.status_lag_ms;
         let Some(s) = self.sessions.get_mut(session_id) else {
             return;

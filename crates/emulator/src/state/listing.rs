@@ -42,7 +42,7 @@ impl State {
     /// `has_next_page` (there may be more) and its cursor is the last row's
     /// position, so the next page starts with that row again; the last page's
     /// cursor is "now", where a watch continues.
-    pub fn list(&self, q: &ListQuery) -> Result<Page, StateError> {
+    pub(crate) fn list(&self, q: &ListQuery) -> Result<Page, StateError> {
         self.log.check(q.cursor)?;
         let mut rows: Vec<_> = self
             .entries
@@ -78,7 +78,7 @@ impl State {
     /// What a watch from `cursor` sends next: live rows and tombstones of
     /// the outpost (or, with `None`, the account) at or after it, in keyset order, at most `max`, leaving
     /// out those the stream already sent at the same `updated_at`.
-    pub fn changes_from(
+    pub(crate) fn changes_from(
         &self,
         outpost_id: Option<&str>,
         cursor: Option<Stamp>,

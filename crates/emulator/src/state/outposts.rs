@@ -16,7 +16,7 @@ pub(crate) struct OutpostRec {
 }
 
 impl State {
-    pub fn create_outpost(
+    pub(crate) fn create_outpost(
         &mut self,
         name: &str,
         platform: Platform,
@@ -34,15 +34,15 @@ impl State {
         id
     }
 
-    pub fn outpost_rec(&self, id: &str) -> Option<&OutpostRec> {
+    pub(crate) fn outpost_rec(&self, id: &str) -> Option<&OutpostRec> {
         self.outposts.iter().find(|o| o.id == id)
     }
 
-    pub fn outpost_by_name(&self, name: &str) -> Option<&OutpostRec> {
+    pub(crate) fn outpost_by_name(&self, name: &str) -> Option<&OutpostRec> {
         self.outposts.iter().find(|o| o.name == name)
     }
 
-    pub fn render_outpost(&self, rec: &OutpostRec) -> Outpost {
+    pub(crate) fn render_outpost(&self, rec: &OutpostRec) -> Outpost {
         let rows = self.entries.values().filter(|e| e.outpost_id == rec.id);
         let (mut pending, mut claimed) = (0, 0);
         for e in rows {
@@ -71,12 +71,12 @@ impl State {
         }
     }
 
-    pub fn outpost(&self, id: &str) -> Option<Outpost> {
+    pub(crate) fn outpost(&self, id: &str) -> Option<Outpost> {
         self.outpost_rec(id).map(|r| self.render_outpost(r))
     }
 
     /// Outposts in creation order after the one with id `after`.
-    pub fn list_outposts(
+    pub(crate) fn list_outposts(
         &self,
         first: usize,
         after: Option<&str>,
@@ -102,7 +102,7 @@ impl State {
     }
 
     /// Deletes an outpost and its queue rows (each with a DELETED event).
-    pub fn delete_outpost(&mut self, id: &str, now: i64) -> Result<(), StateError> {
+    pub(crate) fn delete_outpost(&mut self, id: &str, now: i64) -> Result<(), StateError> {
         let pos = self
             .outposts
             .iter()

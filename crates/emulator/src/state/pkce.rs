@@ -61,17 +61,21 @@ fn normalise_callback(url: &str) -> String {
 
 impl State {
     /// Puts a callback URL on the integration's allowlist.
-    pub fn allow_callback(&mut self, url: &str) {
+    pub(crate) fn allow_callback(&mut self, url: &str) {
         self.callback_allowlist.insert(normalise_callback(url));
     }
 
-    pub fn callback_allowed(&self, url: &str) -> bool {
+    pub(crate) fn callback_allowed(&self, url: &str) -> bool {
         self.callback_allowlist.contains(&normalise_callback(url))
     }
 
     /// The admin clicked Connect: checks the allowlist and the name, then
     /// mints a single-use code bound to the challenge.
-    pub fn approve_connection(&mut self, a: &Approval, now: i64) -> Result<String, ApproveError> {
+    pub(crate) fn approve_connection(
+        &mut self,
+        a: &Approval,
+        now: i64,
+    ) -> Result<String, ApproveError> {
         if !self.callback_allowed(&a.callback_url) {
             return Err(ApproveError::CallbackNotAllowed);
         }
@@ -95,7 +99,7 @@ impl State {
     /// Redeems a code once; `challenge_of_verifier` is the caller's
     /// `base64url_nopad(sha256(verifier))`. Any attempt uses the code up, as
     /// a guessed verifier must not get a second try.
-    pub fn redeem_code(
+    pub(crate) fn redeem_code(
         &mut self,
         code: &str,
         challenge_of_verifier: &str,

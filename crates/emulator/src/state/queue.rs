@@ -26,7 +26,7 @@ pub(crate) struct EntryRec {
 }
 
 impl EntryRec {
-    pub fn stamp(&self) -> Stamp {
+    pub(crate) fn stamp(&self) -> Stamp {
         Stamp {
             ms: self.updated_ms,
             row: self.row,
@@ -36,7 +36,7 @@ impl EntryRec {
 
 impl State {
     /// The row as the API shows it (without claim-only fields).
-    pub fn render(&self, session_id: &str) -> Option<QueueEntry> {
+    pub(crate) fn render(&self, session_id: &str) -> Option<QueueEntry> {
         let e = self.entries.get(session_id)?;
         let status = self
             .sessions
@@ -97,7 +97,7 @@ impl State {
 
     /// Drops a queue row; a watch reports it as DELETED. The session itself
     /// remains.
-    pub fn remove_entry(&mut self, session_id: &str, now: i64) -> bool {
+    pub(crate) fn remove_entry(&mut self, session_id: &str, now: i64) -> bool {
         let Some(row) = self.entries.get(session_id).map(|e| e.row) else {
             return false;
         };
@@ -118,7 +118,7 @@ impl State {
 
     /// Expires every cursor handed out so far (the service forgot the
     /// deletes they would need): reading from one is answered 410.
-    pub fn expire_cursors(&mut self) {
+    pub(crate) fn expire_cursors(&mut self) {
         // Past every position handed out, a list's final one included;
         // cursors handed out afterwards are later still.
         let ms = self.next_stamp_ms(self.last_stamp_ms + 1);

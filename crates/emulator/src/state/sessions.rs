@@ -17,7 +17,7 @@ pub(crate) enum Stop {
 }
 
 impl Stop {
-    pub fn final_status(self) -> SessionStatus {
+    pub(crate) fn final_status(self) -> SessionStatus {
         match self {
             Stop::Sleep => SessionStatus::Suspended,
             Stop::End => SessionStatus::Terminated,
@@ -44,7 +44,7 @@ pub(crate) struct SessionRec {
 }
 
 impl SessionRec {
-    pub fn record(&mut self, now: i64, kind: &str, detail: Value) {
+    pub(crate) fn record(&mut self, now: i64, kind: &str, detail: Value) {
         self.transcript.push(TranscriptEvent {
             at_ms: now,
             kind: kind.to_owned(),
@@ -54,7 +54,11 @@ impl SessionRec {
 }
 
 impl State {
-    pub fn create_session(&mut self, req: NewSession, now: i64) -> Result<String, StateError> {
+    pub(crate) fn create_session(
+        &mut self,
+        req: NewSession,
+        now: i64,
+    ) -> Result<String, StateError> {
         let outpost = self
             .outpost_rec(&req.outpost_id)
             .cloned()
@@ -94,7 +98,7 @@ impl State {
         Ok(session_id)
     }
 
-    pub fn view(&self, session_id: &str) -> Option<SessionView> {
+    pub(crate) fn view(&self, session_id: &str) -> Option<SessionView> {
         let s = self.sessions.get(session_id)?;
         Some(SessionView {
             session_id: s.session_id.clone(),
@@ -117,7 +121,7 @@ impl State {
     /// Asks the session to stop. With a remote connected the brain tells it
     /// and the status follows its exit; without one the status just follows
     /// after the lag. Returns whether a connected brain must be woken.
-    pub fn request_stop(
+    pub(crate) fn request_stop(
         &mut self,
         session_id: &str,
         stop: Stop,
@@ -148,7 +152,12 @@ impl State {
     }
 
     /// Queues a suspended session again as a `resume` entry with a new script.
-    pub fn resume(&mut self, session_id: &str, script: Script, now: i64) -> Result<(), StateError> {
+    pub(crate) fn resume(
+        &mut self,
+        session_id: &str,
+        script: Script,
+        now: i64,
+    ) -> Result<(), StateError> {
         let s = self.session_mut(session_id)?;
         if s.status != SessionStatus::Suspended {
             return Err(StateError::Conflict(format!(
@@ -181,7 +190,7 @@ impl State {
         Ok(())
     }
 
-    pub fn set_status(&mut self, session_id: &str, status: SessionStatus, now: i64) {
+    pub(crate) fn set_status(&mut self, session_id: &str, status: SessionStatus, now: i64) {
         let Some(s) = self.sessions.get_mut(session_id) else {
             return;
         };
@@ -204,7 +213,7 @@ impl State {
         }
     }
 
-    pub fn record_event(&mut self, session_id: &str, kind: &str, detail: Value, now: i64) {
+    pub(crate) fn record_event(&mut self, session_id: &str, kind: &str, detail: Value, now: i64) {
         self.record(session_id, now, kind, detail);
     }
 }

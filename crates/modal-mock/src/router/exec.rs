@@ -15,7 +15,7 @@ use super::running_task;
 use crate::exec::{Exec, Fd};
 use crate::state::State;
 
-pub type StdioStream =
+pub(super) type StdioStream =
     Pin<Box<dyn Stream<Item = Result<router::TaskExecStdioReadResponse, Status>> + Send>>;
 
 /// Most bytes one stdio message carries.
@@ -38,7 +38,7 @@ fn exec_of(state: &State, task_id: &str, exec_id: &str) -> Result<Arc<Exec>, Sta
         .ok_or_else(|| Status::not_found(format!("exec {exec_id} not found")))
 }
 
-pub async fn start(
+pub(super) async fn start(
     state: &Arc<State>,
     request: Request<router::TaskExecStartRequest>,
 ) -> Result<Response<router::TaskExecStartResponse>, Status> {
@@ -68,7 +68,7 @@ pub async fn start(
     Ok(Response::new(router::TaskExecStartResponse {}))
 }
 
-pub async fn stdio_read(
+pub(super) async fn stdio_read(
     state: &Arc<State>,
     request: Request<router::TaskExecStdioReadRequest>,
 ) -> Result<Response<StdioStream>, Status> {
@@ -112,7 +112,7 @@ pub async fn stdio_read(
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
-pub async fn stdin_write(
+pub(super) async fn stdin_write(
     state: &Arc<State>,
     request: Request<router::TaskExecStdinWriteRequest>,
 ) -> Result<Response<router::TaskExecStdinWriteResponse>, Status> {
@@ -135,7 +135,7 @@ fn exit_status(code: i32) -> router::task_exec_wait_response::ExitStatus {
     router::task_exec_wait_response::ExitStatus::Code(code)
 }
 
-pub async fn wait(
+pub(super) async fn wait(
     state: &Arc<State>,
     request: Request<router::TaskExecWaitRequest>,
 ) -> Result<Response<router::TaskExecWaitResponse>, Status> {
@@ -156,7 +156,7 @@ pub async fn wait(
     }
 }
 
-pub async fn poll(
+pub(super) async fn poll(
     state: &Arc<State>,
     request: Request<router::TaskExecPollRequest>,
 ) -> Result<Response<router::TaskExecPollResponse>, Status> {

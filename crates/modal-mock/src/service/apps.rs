@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use crate::ids::new_id;
 use crate::state::State;
 
-pub async fn app_get_or_create(
+pub(super) async fn app_get_or_create(
     state: &Arc<State>,
     request: Request<wire::AppGetOrCreateRequest>,
 ) -> Result<Response<wire::AppGetOrCreateResponse>, Status> {

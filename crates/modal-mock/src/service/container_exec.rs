@@ -51,7 +51,7 @@ pub(super) fn task_sandbox(state: &State, task_id: &str) -> Result<TaskSandbox, 
     })
 }
 
-pub async fn container_exec(
+pub(super) async fn container_exec(
     state: &Arc<State>,
     request: Request<wire::ContainerExecRequest>,
 ) -> Result<Response<wire::ContainerExecResponse>, Status> {
@@ -74,7 +74,7 @@ pub async fn container_exec(
     Ok(Response::new(wire::ContainerExecResponse { exec_id }))
 }
 
-pub async fn container_exec_get_output(
+pub(super) async fn container_exec_get_output(
     state: &Arc<State>,
     request: Request<wire::ContainerExecGetOutputRequest>,
 ) -> Result<Response<Stream_<wire::RuntimeOutputBatch>>, Status> {
@@ -140,7 +140,7 @@ pub async fn container_exec_get_output(
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
-pub async fn container_exec_put_input(
+pub(super) async fn container_exec_put_input(
     state: &Arc<State>,
     request: Request<wire::ContainerExecPutInputRequest>,
 ) -> Result<Response<()>, Status> {
@@ -158,7 +158,7 @@ pub async fn container_exec_put_input(
     Ok(Response::new(()))
 }
 
-pub async fn container_exec_wait(
+pub(super) async fn container_exec_wait(
     state: &Arc<State>,
     request: Request<wire::ContainerExecWaitRequest>,
 ) -> Result<Response<wire::ContainerExecWaitResponse>, Status> {

@@ -18,7 +18,7 @@ fn recipe_digest(parts: &[String]) -> String {
     format!("{:016x}", h.finish())
 }
 
-pub async fn image_get_or_create(
+pub(super) async fn image_get_or_create(
     state: &Arc<State>,
     request: Request<wire::ImageGetOrCreateRequest>,
 ) -> Result<Response<wire::ImageGetOrCreateResponse>, Status> {
@@ -79,7 +79,7 @@ pub async fn image_get_or_create(
     }))
 }
 
-pub async fn image_join_streaming(
+pub(super) async fn image_join_streaming(
     state: &Arc<State>,
     request: Request<wire::ImageJoinStreamingRequest>,
 ) -> Result<Response<Stream_<wire::ImageJoinStreamingResponse>>, Status> {
@@ -120,7 +120,7 @@ pub async fn image_join_streaming(
     Ok(Response::new(Box::pin(tokio_stream::iter(items))))
 }
 
-pub async fn image_from_id(
+pub(super) async fn image_from_id(
     state: &Arc<State>,
     request: Request<wire::ImageFromIdRequest>,
 ) -> Result<Response<wire::ImageFromIdResponse>, Status> {
@@ -135,7 +135,7 @@ pub async fn image_from_id(
     }
 }
 
-pub async fn image_delete(
+pub(super) async fn image_delete(
     state: &Arc<State>,
     request: Request<wire::ImageDeleteRequest>,
 ) -> Result<Response<()>, Status> {

@@ -10,7 +10,7 @@ use crate::state::{MockSandbox, State};
 /// Sandboxes returned per `SandboxList` page.
 const LIST_PAGE: usize = 100;
 
-pub async fn sandbox_list(
+pub(super) async fn sandbox_list(
     state: &Arc<State>,
     request: Request<wire::SandboxListRequest>,
 ) -> Result<Response<wire::SandboxListResponse>, Status> {

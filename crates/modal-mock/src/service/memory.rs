@@ -20,7 +20,7 @@ use crate::state::{self, Frozen, MemorySnapshot, MockSandbox, State};
 
 /// Takes a memory snapshot of the running sandbox of `task_id`; a repeated
 /// `idempotency_key` answers with the snapshot the first request took.
-pub fn take(state: &State, task_id: &str, idempotency_key: &str) -> Result<String, Status> {
+pub(crate) fn take(state: &State, task_id: &str, idempotency_key: &str) -> Result<String, Status> {
     let key = format!("memory:{idempotency_key}");
     if !idempotency_key.is_empty()
         && let Some(id) = state.made(&key)
@@ -100,7 +100,7 @@ pub fn take(state: &State, task_id: &str, idempotency_key: &str) -> Result<Strin
     Ok(snapshot_id)
 }
 
-pub async fn sandbox_snapshot_get(
+pub(super) async fn sandbox_snapshot_get(
     state: &Arc<State>,
     request: Request<wire::SandboxSnapshotGetRequest>,
 ) -> Result<Response<wire::SandboxSnapshotGetResponse>, Status> {
@@ -124,7 +124,7 @@ pub async fn sandbox_snapshot_get(
     }))
 }
 
-pub async fn sandbox_restore_v2(
+pub(super) async fn sandbox_restore_v2(
     state: &Arc<State>,
     request: Request<wire::SandboxRestoreV2Request>,
 ) -> Result<Response<wire::SandboxRestoreV2Response>, Status> {

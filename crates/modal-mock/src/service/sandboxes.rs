@@ -11,7 +11,7 @@ use crate::exec::Exec;
 use crate::ids::{new_id, unix_now};
 use crate::state::{self, MockSandbox, State};
 
-pub async fn sandbox_create(
+pub(super) async fn sandbox_create(
     state: &Arc<State>,
     request: Request<wire::SandboxCreateRequest>,
 ) -> Result<Response<wire::SandboxCreateResponse>, Status> {
@@ -145,7 +145,7 @@ pub(super) fn end_with_entry_point(
     });
 }
 
-pub async fn sandbox_get_task_id(
+pub(super) async fn sandbox_get_task_id(
     state: &Arc<State>,
     request: Request<wire::SandboxGetTaskIdRequest>,
 ) -> Result<Response<wire::SandboxGetTaskIdResponse>, Status> {
@@ -169,7 +169,7 @@ pub async fn sandbox_get_task_id(
     }))
 }
 
-pub async fn sandbox_tags_set(
+pub(super) async fn sandbox_tags_set(
     state: &Arc<State>,
     request: Request<wire::SandboxTagsSetRequest>,
 ) -> Result<Response<()>, Status> {
@@ -189,7 +189,7 @@ pub async fn sandbox_tags_set(
     Ok(Response::new(()))
 }
 
-pub async fn sandbox_terminate(
+pub(super) async fn sandbox_terminate(
     state: &Arc<State>,
     request: Request<wire::SandboxTerminateRequest>,
 ) -> Result<Response<wire::SandboxTerminateResponse>, Status> {
@@ -207,7 +207,7 @@ pub async fn sandbox_terminate(
     }))
 }
 
-pub async fn sandbox_wait(
+pub(super) async fn sandbox_wait(
     state: &Arc<State>,
     request: Request<wire::SandboxWaitRequest>,
 ) -> Result<Response<wire::SandboxWaitResponse>, Status> {

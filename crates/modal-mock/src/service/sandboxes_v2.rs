@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::sandboxes::create;
 use crate::state::State;
 
-pub async fn auth_token_get(
+pub(super) async fn auth_token_get(
     state: &Arc<State>,
     _request: Request<wire::AuthTokenGetRequest>,
 ) -> Result<Response<wire::AuthTokenGetResponse>, Status> {
@@ -30,7 +30,7 @@ fn router_access(state: &State, task_id: &str) -> wire::CommandRouterAccess {
     }
 }
 
-pub async fn sandbox_create_v2(
+pub(super) async fn sandbox_create_v2(
     state: &Arc<State>,
     request: Request<wire::SandboxCreateV2Request>,
 ) -> Result<Response<wire::SandboxCreateV2Response>, Status> {
@@ -109,7 +109,7 @@ fn running_task(state: &State, sandbox_id: &str, task_id: &str) -> Result<String
     Ok(sandbox.task_id.clone())
 }
 
-pub async fn sandbox_get_command_router_access(
+pub(super) async fn sandbox_get_command_router_access(
     state: &Arc<State>,
     request: Request<wire::SandboxGetCommandRouterAccessRequest>,
 ) -> Result<Response<wire::SandboxGetCommandRouterAccessResponse>, Status> {
@@ -131,7 +131,7 @@ pub async fn sandbox_get_command_router_access(
     }))
 }
 
-pub async fn task_get_command_router_access(
+pub(super) async fn task_get_command_router_access(
     state: &Arc<State>,
     request: Request<wire::TaskGetCommandRouterAccessRequest>,
 ) -> Result<Response<wire::TaskGetCommandRouterAccessResponse>, Status> {
@@ -144,7 +144,7 @@ pub async fn task_get_command_router_access(
     }))
 }
 
-pub async fn sandbox_get_from_name_v2(
+pub(super) async fn sandbox_get_from_name_v2(
     state: &Arc<State>,
     request: Request<wire::SandboxGetFromNameRequest>,
 ) -> Result<Response<wire::SandboxGetFromNameResponse>, Status> {
@@ -171,7 +171,7 @@ pub async fn sandbox_get_from_name_v2(
     }))
 }
 
-pub async fn sandbox_tags_get_v2(
+pub(super) async fn sandbox_tags_get_v2(
     state: &Arc<State>,
     request: Request<wire::SandboxTagsGetRequest>,
 ) -> Result<Response<wire::SandboxTagsGetResponse>, Status> {

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use crate::state::State;
 
-pub async fn secret_get_or_create(
+pub(super) async fn secret_get_or_create(
     state: &Arc<State>,
     request: Request<wire::SecretGetOrCreateRequest>,
 ) -> Result<Response<wire::SecretGetOrCreateResponse>, Status> {
@@ -20,7 +20,7 @@ pub async fn secret_get_or_create(
         .map(Response::new)
 }
 
-pub async fn secret_get_info(
+pub(super) async fn secret_get_info(
     state: &Arc<State>,
     request: Request<wire::SecretGetInfoRequest>,
 ) -> Result<Response<wire::SecretGetInfoResponse>, Status> {
@@ -31,7 +31,7 @@ pub async fn secret_get_info(
         .map(Response::new)
 }
 
-pub async fn secret_update(
+pub(super) async fn secret_update(
     state: &Arc<State>,
     request: Request<wire::SecretUpdateRequest>,
 ) -> Result<Response<()>, Status> {
@@ -42,7 +42,7 @@ pub async fn secret_update(
         .map(Response::new)
 }
 
-pub async fn secret_delete(
+pub(super) async fn secret_delete(
     state: &Arc<State>,
     request: Request<wire::SecretDeleteRequest>,
 ) -> Result<Response<()>, Status> {
@@ -53,7 +53,7 @@ pub async fn secret_delete(
         .map(Response::new)
 }
 
-pub async fn secret_list(
+pub(super) async fn secret_list(
     state: &Arc<State>,
     request: Request<wire::SecretListRequest>,
 ) -> Result<Response<wire::SecretListResponse>, Status> {

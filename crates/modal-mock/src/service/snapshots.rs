@@ -12,7 +12,7 @@ use super::success;
 use crate::ids::new_id;
 use crate::state::{self, MockImage, State};
 
-pub async fn sandbox_snapshot_fs(
+pub(super) async fn sandbox_snapshot_fs(
     state: &Arc<State>,
     request: Request<wire::SandboxSnapshotFsRequest>,
 ) -> Result<Response<wire::SandboxSnapshotFsResponse>, Status> {
@@ -27,7 +27,7 @@ pub async fn sandbox_snapshot_fs(
 
 /// Copies the running sandbox's directory into a new image kept for `ttl`
 /// (`None`: until deleted) and returns the image's id.
-pub async fn snapshot_filesystem(
+pub(crate) async fn snapshot_filesystem(
     state: &State,
     sandbox_id: &str,
     ttl: Option<Duration>,

@@ -7,15 +7,15 @@ use common::Secret;
 use modal::{ClientConfig, Credentials, ModalBackend, ModalSettings, RetryPolicy};
 use modal_mock::{MockConfig, MockModal};
 
-pub const OUTPOST: &str = "outpost_conformance";
+pub(crate) const OUTPOST: &str = "outpost_conformance";
 
-pub struct Setup {
+pub(crate) struct Setup {
     pub mock: Arc<MockModal>,
     pub settings: ModalSettings,
     _dir: Arc<tempfile::TempDir>,
 }
 
-pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
+pub(crate) async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let mut mock_config = MockConfig::new(dir.path().join("mock"));
     config(&mut mock_config);
@@ -51,11 +51,11 @@ pub async fn start(config: impl FnOnce(&mut MockConfig)) -> Setup {
 }
 
 impl Setup {
-    pub fn backend(&self) -> Arc<ModalBackend> {
+    pub(crate) fn backend(&self) -> Arc<ModalBackend> {
         Arc::new(ModalBackend::new(self.settings.clone()).unwrap())
     }
 
-    pub fn harness(self) -> sandbox::conformance::Harness {
+    pub(crate) fn harness(self) -> sandbox::conformance::Harness {
         let backend = self.backend();
         sandbox::conformance::Harness {
             backend,

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 /// or the static release build when `scripts/test` points
 /// `GARRISON_REMOTE_SIM` at it, so the binary that ships into sandboxes is
 /// the one tested.
-pub fn bin() -> String {
+pub(crate) fn bin() -> String {
     std::env::var("GARRISON_REMOTE_SIM")
         .ok()
         .filter(|path| !path.is_empty())
@@ -23,9 +23,9 @@ pub fn bin() -> String {
 
 /// Generous: only there so a hung simulator fails the test instead of
 /// hanging the suite. Nothing asserts on how long anything takes.
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
-pub async fn patiently<F: std::future::Future>(what: &str, future: F) -> F::Output {
+pub(crate) async fn patiently<F: std::future::Future>(what: &str, future: F) -> F::Output {
     match tokio::time::timeout(PATIENCE, future).await {
         Ok(value) => value,
         Err(_) => panic!("timed out waiting for {what}"),
@@ -33,10 +33,10 @@ pub async fn patiently<F: std::future::Future>(what: &str, future: F) -> F::Outp
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
-pub struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    pub fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "remote-sim-test-{name}-{}-{}",
@@ -48,7 +48,7 @@ impl Scratch {
         Scratch(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -62,14 +62,14 @@ impl Drop for Scratch {
 /// A simulator process started the way an orchestrator would: in its
 /// working directory, with a clean environment holding the contract's
 /// variables and little else.
-pub struct Sim {
+pub(crate) struct Sim {
     child: Child,
     pub workdir: PathBuf,
     pub state_dir: PathBuf,
     _scratch: Scratch,
 }
 
-pub struct SimEnv<'a> {
+pub(crate) struct SimEnv<'a> {
     pub gateway_url: &'a str,
     pub token: &'a str,
     pub session_id: &'a str,
@@ -78,7 +78,7 @@ pub struct SimEnv<'a> {
 }
 
 impl Sim {
-    pub fn start(env: SimEnv<'_>) -> Sim {
+    pub(crate) fn start(env: SimEnv<'_>) -> Sim {
         let scratch = Scratch::new("sim");
         let workdir = scratch.path().join("work");
         let state_dir = scratch.path().join("state");
@@ -111,7 +111,7 @@ impl Sim {
     /// Waits for the simulator to exit; returns its exit code and stderr.
     /// The scratch directories stay until the `Sim` is dropped, so the test
     /// can inspect them afterwards.
-    pub async fn finish(&mut self) -> (i32, String) {
+    pub(crate) async fn finish(&mut self) -> (i32, String) {
         let mut stderr = self.child.stderr.take().expect("stderr is piped");
         let mut text = String::new();
         let (status, read) = patiently("the simulator to exit", async {
@@ -128,7 +128,7 @@ impl Sim {
 }
 
 /// Runs the binary with exactly these environment variables and arguments.
-pub async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub(crate) async fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let output = patiently(
         "the simulator to exit",
         Command::new(bin())

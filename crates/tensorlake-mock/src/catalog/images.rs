@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 /// One registered image.
 #[derive(Clone, Debug)]
-pub struct CatalogImage {
+pub(crate) struct CatalogImage {
     pub id: String,
     pub name: String,
     pub snapshot_id: String,
@@ -21,7 +21,7 @@ pub struct CatalogImage {
 
 impl CatalogImage {
     /// The CAS image registry's record.
-    pub fn info(&self) -> serde_json::Value {
+    pub(crate) fn info(&self) -> serde_json::Value {
         serde_json::json!({
             "id": self.id,
             "name": self.name,
@@ -38,7 +38,7 @@ impl CatalogImage {
 /// The registered images, by name, and the answers given per
 /// idempotency key.
 #[derive(Default)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     pub by_name: BTreeMap<String, CatalogImage>,
     pub(super) answered: HashMap<String, (String, String)>,
 }
@@ -46,7 +46,7 @@ pub struct Catalog {
 impl Catalog {
     /// The image `reference` names: a name (as the registry stores it,
     /// lowercase) or an `image_` id.
-    pub fn resolve(&self, reference: &str) -> Option<&CatalogImage> {
+    pub(crate) fn resolve(&self, reference: &str) -> Option<&CatalogImage> {
         self.by_name
             .get(&reference.to_ascii_lowercase())
             .or_else(|| self.by_name.values().find(|i| i.id == reference))

@@ -20,7 +20,7 @@ pub(super) struct Output {
 }
 
 /// One PTY session.
-pub struct PtySession {
+pub(crate) struct PtySession {
     pub pid: i32,
     pub(super) token: String,
     pub(super) output: Mutex<Output>,
@@ -32,7 +32,7 @@ pub struct PtySession {
 
 impl PtySession {
     /// Closes attached websockets (the session itself lives on).
-    pub fn kick(&self, reason: &str) {
+    pub(crate) fn kick(&self, reason: &str) {
         self.kicked.send_replace(Some(reason.to_owned()));
     }
 

@@ -37,7 +37,7 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: BoxStream<'static, Result<OutputEvent>>) -> Self {
+    pub(super) fn new(stream: BoxStream<'static, Result<OutputEvent>>) -> Self {
         Self {
             stream: Some(stream),
             base: 0,
@@ -46,22 +46,22 @@ impl Reader {
     }
 
     /// Whether bytes at `offset` are held.
-    pub fn has(&self, offset: u64) -> bool {
+    pub(super) fn has(&self, offset: u64) -> bool {
         self.base + self.buffer.len() as u64 > offset
     }
 
     /// Whether `max` bytes from `offset` are held.
-    pub fn holds(&self, offset: u64, max: usize) -> bool {
+    pub(super) fn holds(&self, offset: u64, max: usize) -> bool {
         self.base + self.buffer.len() as u64 >= offset.saturating_add(max as u64)
     }
 
     /// Whether `offset` lies before what the stream has passed.
-    pub fn passed(&self, offset: u64) -> bool {
+    pub(super) fn passed(&self, offset: u64) -> bool {
         offset < self.base
     }
 
     /// Appends a line; bytes before `offset` are dropped as they come.
-    pub fn push(&mut self, line: &str, offset: u64) {
+    pub(super) fn push(&mut self, line: &str, offset: u64) {
         self.buffer.extend_from_slice(line.as_bytes());
         self.buffer.push(b'\n');
         self.skip_to(offset);
@@ -77,7 +77,7 @@ impl Reader {
 
     /// The held bytes from `offset`, at most `max`; they stay held until a
     /// later read asks past them.
-    pub fn chunk(&mut self, offset: u64, max: usize) -> OutputChunk {
+    pub(super) fn chunk(&mut self, offset: u64, max: usize) -> OutputChunk {
         self.skip_to(offset);
         let start = offset.saturating_sub(self.base) as usize;
         let end = self.buffer.len().min(start.saturating_add(max));
@@ -90,7 +90,7 @@ impl Reader {
 
     /// Takes the lines the stream has ready now, without waiting, until
     /// `max` bytes from `offset` are held.
-    pub fn drain_ready(&mut self, offset: u64, max: usize) -> Result<()> {
+    pub(super) fn drain_ready(&mut self, offset: u64, max: usize) -> Result<()> {
         while self.base + (self.buffer.len() as u64) < offset + max as u64 {
             let Some(stream) = self.stream.as_mut() else {
                 return Ok(());
@@ -116,7 +116,7 @@ pub(super) struct Readers {
 
 impl Readers {
     /// The slot of a process's reader (empty until opened).
-    pub fn slot(&self, sandbox_id: &str, process: &ProcessKey) -> Slot {
+    pub(super) fn slot(&self, sandbox_id: &str, process: &ProcessKey) -> Slot {
         let mut open = self.open.lock().expect("readers");
         if open.len() >= MAX_READERS {
             open.retain(|_, slot| {
@@ -135,7 +135,7 @@ impl Readers {
 
     /// Drops a process's reader (its output was read to the end, or its
     /// stream failed).
-    pub fn forget(&self, sandbox_id: &str, process: &ProcessKey) {
+    pub(super) fn forget(&self, sandbox_id: &str, process: &ProcessKey) {
         self.open
             .lock()
             .expect("readers")
@@ -143,7 +143,7 @@ impl Readers {
     }
 
     /// Drops every reader of a sandbox.
-    pub fn forget_sandbox(&self, sandbox_id: &str) {
+    pub(super) fn forget_sandbox(&self, sandbox_id: &str) {
         self.open
             .lock()
             .expect("readers")

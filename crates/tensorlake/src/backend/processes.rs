@@ -267,8 +267,8 @@ async fn has_ended(dp: &SandboxClient, key: &ProcessKey) -> Result<Option<bool>>
 
 /// Signal numbers (Linux): the daemon takes numbers.
 mod signal_number {
-    pub const TERM: i32 = 15;
-    pub const KILL: i32 = 9;
+    pub(super) const TERM: i32 = 15;
+    pub(super) const KILL: i32 = 9;
 }
 
 /// What became of a process, from the daemon's report.

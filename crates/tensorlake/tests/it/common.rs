@@ -6,19 +6,19 @@ use tensorlake::retry::RetryPolicy;
 use tensorlake::{Secret, TensorlakeBackend, TensorlakeConfig};
 use tensorlake_mock::{MockConfig, MockTensorlake};
 
-pub const KEY: &str = "tl-test-key-0123456789";
+pub(crate) const KEY: &str = "tl-test-key-0123456789";
 
-pub struct World {
+pub(crate) struct World {
     pub mock: Arc<MockTensorlake>,
     pub dir: Arc<tempfile::TempDir>,
 }
 
 impl World {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(|_| {}).await
     }
 
-    pub async fn start_with(tweak: impl FnOnce(&mut MockConfig)) -> Self {
+    pub(crate) async fn start_with(tweak: impl FnOnce(&mut MockConfig)) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = MockConfig::new(KEY, dir.path().join("mock"));
         tweak(&mut config);
@@ -29,7 +29,7 @@ impl World {
         }
     }
 
-    pub fn config(&self) -> TensorlakeConfig {
+    pub(crate) fn config(&self) -> TensorlakeConfig {
         TensorlakeConfig {
             api_url: self.mock.url().to_owned(),
             sandbox_api_url: None,
@@ -46,11 +46,11 @@ impl World {
         }
     }
 
-    pub fn backend(&self) -> Arc<TensorlakeBackend> {
+    pub(crate) fn backend(&self) -> Arc<TensorlakeBackend> {
         Arc::new(TensorlakeBackend::new(self.config()).expect("backend"))
     }
 
-    pub fn harness(self) -> sandbox::conformance::Harness {
+    pub(crate) fn harness(self) -> sandbox::conformance::Harness {
         let backend = self.backend();
         let world = self;
         sandbox::conformance::Harness {

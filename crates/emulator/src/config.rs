@@ -40,6 +40,7 @@ pub struct EmulatorConfig {
     /// The simulator binary served by the static distribution; `None` tries
     /// [`locate_remote_sim`].
     pub remote_binary: Option<PathBuf>,
+    /// The faults in force from the start.
     pub faults: Faults,
 }
 

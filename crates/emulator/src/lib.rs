@@ -183,16 +183,16 @@ impl Emulator {
             .with_state(|s, _| s.sessions.keys().filter_map(|id| s.view(id)).collect())
     }
 
+    /// Replaces the faults in force (also `PUT /_emulator/faults`).
     pub fn set_faults(&self, faults: Faults) {
         *lock(&self.shared.faults) = faults;
     }
 
+    /// The faults in force.
     pub fn faults(&self) -> Faults {
         lock(&self.shared.faults).clone()
     }
 
-    /// Requests served, by method and route template, e.g.
-    /// `POST /opbeta/outposts/devins/{id}/claim`.
     /// Sets the lifetime of claims granted from now on (also `PUT
     /// /_emulator/claim_ttl`).
     pub fn set_claim_ttl(&self, ttl: Duration) {
@@ -200,6 +200,8 @@ impl Emulator {
             .with_state(|s, _| s.timing.claim_ttl_ms = ttl.as_millis() as i64);
     }
 
+    /// Requests served, by method and route template, e.g.
+    /// `POST /opbeta/outposts/devins/{id}/claim`.
     pub fn request_counts(&self) -> BTreeMap<String, u64> {
         lock(&self.shared.counts).clone()
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// A session to enqueue on an outpost, with the script the brain will drive.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NewSession {
+    /// The outpost whose queue the session joins.
     pub outpost_id: String,
     /// Generated as `devin-<hex>` when absent.
     #[serde(default)]
@@ -18,10 +19,13 @@ pub struct NewSession {
     /// Defaults to the outpost's platform.
     #[serde(default)]
     pub platform: Option<Platform>,
+    /// The `devin-remote` build the claim names; defaults to the latest.
     #[serde(default)]
     pub remote_binary_sha: Option<String>,
+    /// The network policy on the queue row, if any.
     #[serde(default)]
     pub network_policy: Option<NetworkPolicy>,
+    /// What the brain makes the remote do.
     #[serde(default)]
     pub script: Script,
 }
@@ -30,8 +34,10 @@ pub struct NewSession {
 /// session ends once every step is done.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Script {
+    /// The steps, in order.
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// How the session ends after the last step.
     #[serde(default)]
     pub then: Then,
 }
@@ -43,12 +49,25 @@ pub struct Script {
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     /// `sh -c command` in the remote's working directory.
-    Run { command: String },
+    Run {
+        /// The shell command line.
+        command: String,
+    },
     /// Write a file relative to the remote's working directory.
-    Write { path: String, content: String },
+    Write {
+        /// Where, relative to the working directory.
+        path: String,
+        /// The whole file, as text.
+        content: String,
+    },
     /// The remote exits with `code`, on `times` connections in a row; after
     /// that the step counts as done.
-    Crash { code: i32, times: u32 },
+    Crash {
+        /// The exit code.
+        code: i32,
+        /// On how many connections in a row.
+        times: u32,
+    },
 }
 
 /// How a session ends after its last step.
@@ -68,10 +87,13 @@ pub enum Then {
 /// everything that happened to it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SessionView {
+    /// The session's id.
     pub session_id: String,
+    /// The outpost whose queue it is on.
     pub outpost_id: String,
     /// The queue row, `None` once it was removed.
     pub entry: Option<QueueEntry>,
+    /// The status clients read.
     pub session_status: SessionStatus,
     /// How many remotes were accepted by the gateway for this session.
     pub connections: u32,
@@ -79,6 +101,7 @@ pub struct SessionView {
     pub connected: bool,
     /// How many steps of the current script are done.
     pub steps_done: usize,
+    /// Everything that happened to it, oldest first.
     pub transcript: Vec<TranscriptEvent>,
 }
 
@@ -88,8 +111,11 @@ pub struct SessionView {
 /// `entry_removed`, `unexpected_result`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TranscriptEvent {
+    /// When, in Unix milliseconds.
     pub at_ms: i64,
+    /// What happened (see the list above).
     pub kind: String,
+    /// The particulars, shaped by `kind`.
     pub detail: serde_json::Value,
 }
 

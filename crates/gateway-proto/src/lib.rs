@@ -16,7 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The handshake header carrying `Bearer <connect token>`.
 pub const AUTHORIZATION: &str = "authorization";
+/// The handshake header carrying the session id.
 pub const SESSION_HEADER: &str = "x-devin-session-id";
 
 /// Largest output the remote returns for one command; the rest is cut and
@@ -28,16 +30,29 @@ pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum GatewayMessage {
     /// Run `command` with `sh -c` in the working directory.
-    Exec { id: u64, command: String },
+    Exec {
+        /// Names the command; its result carries the same id.
+        id: u64,
+        /// The shell command line.
+        command: String,
+    },
     /// Write `content` to `path`, relative to the working directory, creating
     /// parent directories. Absolute paths and `..` are refused by the remote.
     WriteFile {
+        /// Names the write; its result carries the same id.
         id: u64,
+        /// Where, relative to the working directory.
         path: String,
+        /// The whole file, as text.
         content: String,
     },
     /// Exit with `code` at once, as a crash would (no result is sent).
-    Crash { id: u64, code: i32 },
+    Crash {
+        /// Names the step (no result will carry it).
+        id: u64,
+        /// The exit code.
+        code: i32,
+    },
     /// The session went to sleep: exit 0.
     Sleep,
     /// The session ended: exit 0.
@@ -48,18 +63,26 @@ pub enum GatewayMessage {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RemoteMessage {
+    /// The first message after the upgrade: who and where the remote is.
     Hello {
+        /// The session the remote serves.
         session_id: String,
         /// The remote's working directory, as it sees it.
         cwd: String,
         /// Process id inside the sandbox, to tell restarts apart.
         pid: u32,
+        /// The remote's version, for the transcript.
         version: String,
     },
+    /// What a command or write came to.
     Result {
+        /// The id of the [`GatewayMessage`] this answers.
         id: u64,
+        /// The command's exit code (0 for a successful write).
         exit_code: i32,
+        /// Stdout and stderr, at most [`MAX_OUTPUT_BYTES`].
         output: String,
+        /// Whether `output` was cut at [`MAX_OUTPUT_BYTES`].
         #[serde(default)]
         truncated: bool,
     },

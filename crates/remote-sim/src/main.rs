@@ -37,6 +37,7 @@ DEVIN_REMOTE_STATE_DIR (optional) from the environment, dials the gateway and
 runs what it sends until the session sleeps or ends. A DEVIN_CHROME_PATH that
 is not an executable file is refused at start (exit code 2).";
 
+/// The simulator's version, printed by `--version` and sent in its hello.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn main() {

@@ -19,6 +19,8 @@ pub struct MockConfig {
 }
 
 impl MockConfig {
+    /// Accepts `api_key` and keeps its files under `root`; transitions take
+    /// 30 ms and idle sandboxes are never suspended.
     pub fn new(api_key: impl Into<String>, root: impl Into<PathBuf>) -> Self {
         Self {
             api_key: api_key.into(),
@@ -45,6 +47,7 @@ pub struct Fault {
     pub method: Option<String>,
     /// Requests whose path starts with this.
     pub path_prefix: String,
+    /// The HTTP status answered.
     pub status: u16,
     /// Tensorlake error code for the body.
     #[serde(default)]
@@ -66,7 +69,10 @@ pub struct Fault {
 pub enum CreateOutcome {
     /// 504 `{"status": "timeout", "sandbox_id": ...}`: the sandbox stays
     /// `pending` for `pending_ms`, then runs.
-    Timeout { pending_ms: u64 },
+    Timeout {
+        /// How long the sandbox stays `pending`, in milliseconds.
+        pending_ms: u64,
+    },
     /// 422 `{"status": "failed", "sandbox_id": ...}`: the sandbox is
     /// `failed` and never runs.
     Failed,

@@ -91,6 +91,7 @@ impl MockTensorlake {
         Self::start_on("127.0.0.1:0".parse()?, config).await
     }
 
+    /// Serves on `addr` (port 0 picks a free one).
     pub async fn start_on(addr: SocketAddr, config: MockConfig) -> anyhow::Result<Self> {
         for dir in ["sandboxes", "snapshots", "images"] {
             std::fs::create_dir_all(config.root.join(dir))?;
@@ -118,6 +119,7 @@ impl MockTensorlake {
         &self.url
     }
 
+    /// The address served on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

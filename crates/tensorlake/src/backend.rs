@@ -78,6 +78,7 @@ pub struct TensorlakeConfig {
     /// Where the lifecycle calls go when not derived from `api_url` (see
     /// [`crate::urls`]; `TENSORLAKE_SANDBOX_API_URL`).
     pub sandbox_api_url: Option<String>,
+    /// The API key, sent as a bearer token.
     pub api_key: Secret,
     /// The image sandboxes boot from when a spec names none.
     pub default_image: Option<String>,
@@ -90,6 +91,7 @@ pub struct TensorlakeConfig {
     /// Holds a 0600 copy of each sandbox's labels, so `list` can name the
     /// session of a suspended sandbox without waking it.
     pub state_dir: PathBuf,
+    /// How the client retries failed requests.
     pub retry: RetryPolicy,
 }
 
@@ -103,6 +105,8 @@ pub struct TensorlakeBackend {
 }
 
 impl TensorlakeBackend {
+    /// A backend for `config`; refuses a relative sandbox root and makes the
+    /// private state directory.
     pub fn new(config: TensorlakeConfig) -> anyhow::Result<Self> {
         let client = Client::with_retry(&config.api_url, config.api_key.clone(), config.retry)?
             .with_sandbox_api_url(config.sandbox_api_url.as_deref())?;
@@ -123,6 +127,7 @@ impl TensorlakeBackend {
         })
     }
 
+    /// The lifecycle client the backend uses.
     pub fn client(&self) -> &Client {
         &self.client
     }

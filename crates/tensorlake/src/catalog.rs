@@ -41,6 +41,7 @@ const PUBLICATION_POLL: Duration = Duration::from_secs(2);
 pub struct CatalogImage {
     /// The `image_` id: names the current image under `name`.
     pub id: String,
+    /// The catalog name.
     pub name: String,
     /// The snapshot the current image was registered from.
     #[serde(default)]
@@ -57,6 +58,7 @@ pub struct CatalogImage {
     /// RFC 3339.
     #[serde(default)]
     pub created_at: String,
+    /// RFC 3339, when the name last got a new image.
     #[serde(default)]
     pub updated_at: String,
 }
@@ -142,6 +144,7 @@ pub struct ImageCatalog {
 }
 
 impl ImageCatalog {
+    /// The catalog of the project `client` is authenticated for.
     pub fn new(client: &Client) -> Self {
         Self {
             client: client.clone(),

@@ -45,6 +45,7 @@ impl Client {
         Self::with_retry(api_url, api_key, RetryPolicy::default())
     }
 
+    /// [`Client::new`] with its own retry policy.
     pub fn with_retry(api_url: &str, api_key: Secret, retry: RetryPolicy) -> Result<Self> {
         let api_url = url::Url::parse(api_url)
             .map_err(|e| Error::Invalid(format!("Tensorlake API URL {api_url:?}: {e}")))?;
@@ -79,6 +80,7 @@ impl Client {
         Ok(self)
     }
 
+    /// The API URL the client was made with.
     pub fn api_url(&self) -> &url::Url {
         &self.api_url
     }
@@ -160,6 +162,7 @@ impl Client {
         created_record(status, &bytes)
     }
 
+    /// One sandbox, by id (or name, which the service also accepts).
     pub async fn get_sandbox(&self, sandbox_id: &str) -> Result<SandboxInfo> {
         self.call(
             Method::GET,
@@ -227,6 +230,7 @@ impl Client {
             .await
     }
 
+    /// Asks for a suspended sandbox to run again.
     pub async fn resume_sandbox(&self, sandbox_id: &str) -> Result<()> {
         self.call_empty(Method::POST, &["sandboxes", sandbox_id, "resume"])
             .await
@@ -282,6 +286,7 @@ impl Client {
         .await
     }
 
+    /// One snapshot, by id.
     pub async fn get_snapshot(&self, snapshot_id: &str) -> Result<SnapshotInfo> {
         self.call(
             Method::GET,
@@ -292,10 +297,12 @@ impl Client {
         .await
     }
 
+    /// Every snapshot, all pages read.
     pub async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         self.list_all::<SnapshotList>("snapshots").await
     }
 
+    /// Deletes a snapshot.
     pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<()> {
         self.call_empty(Method::DELETE, &["snapshots", snapshot_id])
             .await
@@ -327,7 +334,9 @@ impl Client {
 /// A suspend or a resume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LifecycleChange {
+    /// `POST /sandboxes/{id}/suspend`.
     Suspend,
+    /// `POST /sandboxes/{id}/resume`.
     Resume,
 }
 

@@ -31,10 +31,13 @@ const MAX_FILE_BYTES: usize = 256 << 20;
 /// How a process run with [`SandboxClient::run_process`] went.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunOutcome {
+    /// The process id, once the start event came.
     pub pid: Option<i64>,
     /// The stream ended with an exit event (else it was cut).
     pub ended: bool,
+    /// The exit code, if it exited.
     pub exit_code: Option<i64>,
+    /// The signal that ended it, if one did.
     pub signal: Option<i64>,
     /// The output's last bytes (lines joined by `\n`).
     pub output: String,
@@ -61,18 +64,26 @@ impl RunOutcome {
 /// `{exit_code, signal}`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum RunEvent<'a> {
+    /// The process started.
     Started {
+        /// Its process id.
         pid: i64,
     },
+    /// One line of output.
     Output(&'a str),
+    /// The process ended.
     Exited {
+        /// Its exit code, if it exited.
         exit_code: Option<i64>,
+        /// The signal that ended it, if one did.
         signal: Option<i64>,
     },
+    /// Anything else: ignored.
     Other,
 }
 
 impl<'a> RunEvent<'a> {
+    /// Tells one decoded event apart by its fields.
     pub fn of(event: &'a serde_json::Value) -> Self {
         if let Some(line) = event.get("line").and_then(|l| l.as_str()) {
             return Self::Output(line);
@@ -137,7 +148,9 @@ impl std::fmt::Debug for SandboxClient {
 /// A process by pid or by managed name (a name is never all digits).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ProcessKey {
+    /// The process id.
     Pid(i64),
+    /// The name it was started under.
     Name(String),
 }
 
@@ -166,6 +179,7 @@ impl SandboxClient {
         })
     }
 
+    /// The sandbox this client reaches.
     pub fn sandbox_id(&self) -> &str {
         &self.sandbox_id
     }
@@ -239,6 +253,7 @@ impl SandboxClient {
         Ok(list.processes)
     }
 
+    /// One process's record.
     pub async fn get_process(&self, process: &ProcessKey) -> Result<ProcessInfo> {
         self.json(
             Method::GET,
@@ -346,6 +361,7 @@ impl SandboxClient {
         Ok(())
     }
 
+    /// Reads a file of the sandbox, at most 256 MiB.
     pub async fn get_file(&self, path: &str) -> Result<Vec<u8>> {
         let mut url = self.url(&["files"]);
         url.query_pairs_mut().append_pair("path", path);
@@ -372,6 +388,7 @@ impl SandboxClient {
         Ok(session)
     }
 
+    /// Ends a PTY session.
     pub async fn delete_pty(&self, session_id: &str) -> Result<()> {
         let url = self.url(&["pty", session_id]);
         self.http

@@ -6,9 +6,11 @@ pub enum Error {
     /// The server answered with a non-success status.
     #[error("Tensorlake answered {status}{}: {message}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
     Api {
+        /// The HTTP status.
         status: u16,
         /// Tensorlake's error code from the body (`"code"`), if any.
         code: Option<String>,
+        /// The body's message (or the body itself), cut at 2048 characters.
         message: String,
     },
     /// The request never got an answer (connect, reset, timeout).
@@ -19,15 +21,22 @@ pub enum Error {
     Decode(String),
     /// The answer was larger than the client accepts.
     #[error("Tensorlake's answer exceeded {limit} bytes ({what})")]
-    TooLarge { what: &'static str, limit: usize },
+    TooLarge {
+        /// Which answer.
+        what: &'static str,
+        /// The bound, in bytes.
+        limit: usize,
+    },
     /// A value the caller gave cannot be sent (a bad URL, an empty name).
     #[error("{0}")]
     Invalid(String),
+    /// The PTY websocket failed.
     #[error("PTY websocket: {0}")]
     WebSocket(String),
 }
 
 impl Error {
+    /// The HTTP status of an [`Error::Api`].
     pub fn status(&self) -> Option<u16> {
         match self {
             Self::Api { status, .. } => Some(*status),
@@ -35,10 +44,12 @@ impl Error {
         }
     }
 
+    /// A 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)
     }
 
+    /// A 409.
     pub fn is_conflict(&self) -> bool {
         self.status() == Some(409)
     }
@@ -59,4 +70,5 @@ impl Error {
     }
 }
 
+/// A result of the Tensorlake client.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -61,6 +61,7 @@ enum From {
 }
 
 impl Follower {
+    /// Follows session `session_id`'s output through `client`.
     pub fn new(client: Client, settings: &TensorlakeSettings, session_id: &str) -> Self {
         Self {
             client,

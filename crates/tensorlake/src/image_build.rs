@@ -51,7 +51,9 @@ const STEP_GUARD: Duration = Duration::from_secs(4 * 3600);
 pub struct PlannedStep {
     /// `packages`, `steps[2]`...: what errors and progress call it.
     pub label: String,
+    /// The command line.
     pub argv: Vec<String>,
+    /// Its environment.
     pub env: BTreeMap<String, String>,
 }
 
@@ -60,6 +62,7 @@ pub struct PlannedStep {
 pub struct BuildRequest {
     /// The catalog name (see [`crate::catalog::valid_image_name`]).
     pub name: String,
+    /// What goes into the image.
     pub recipe: Recipe,
     /// The image the builder sandbox starts from; `None` is Tensorlake's
     /// default image.
@@ -101,6 +104,7 @@ pub struct Tail {
 }
 
 impl Tail {
+    /// Keeps `line` (cut if long), dropping the oldest when full.
     pub fn push(&mut self, line: &str) {
         if self.lines.len() == TAIL_LINES {
             self.lines.pop_front();
@@ -112,6 +116,7 @@ impl Tail {
         self.lines.push_back(line[..cut].to_owned());
     }
 
+    /// The lines kept, oldest first.
     pub fn lines(&self) -> impl Iterator<Item = &str> {
         self.lines.iter().map(String::as_str)
     }

@@ -13,9 +13,13 @@ use sandbox::policy::{
 /// list of reachable destinations (hostnames, addresses, CIDRs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Controls {
+    /// `allow_internet_access`.
     pub allow_internet_access: bool,
+    /// `allow_out`: the destinations reachable, when not empty.
     pub allow_out: Vec<String>,
+    /// `deny_out`: destinations refused.
     pub deny_out: Vec<String>,
+    /// The parts of the policy Tensorlake cannot enforce.
     pub unsupported: Vec<Unsupported>,
 }
 

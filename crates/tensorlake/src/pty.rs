@@ -22,9 +22,13 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use crate::error::{Error, Result};
 use crate::urls::SANDBOX_ID_HEADER;
 
+/// Opcode of a data frame (both ways).
 pub const OP_DATA: u8 = 0x00;
+/// Opcode of a resize (client to server).
 pub const OP_RESIZE: u8 = 0x01;
+/// Opcode of "ready: start sending output" (client to server).
 pub const OP_READY: u8 = 0x02;
+/// Opcode of the exit code (server to client).
 pub const OP_EXIT: u8 = 0x03;
 
 /// Largest websocket message accepted.
@@ -33,18 +37,25 @@ const MAX_MESSAGE: usize = 4 << 20;
 /// One decoded frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
+    /// Raw bytes.
     Data(Vec<u8>),
+    /// The terminal's new size.
     Resize {
+        /// Columns.
         cols: u16,
+        /// Rows.
         rows: u16,
     },
+    /// The client is listening.
     Ready,
+    /// The command's exit code.
     Exit(i32),
     /// An opcode this client does not know, or a short frame: ignored.
     Unknown(u8),
 }
 
 impl Frame {
+    /// The frame as one websocket message.
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Self::Data(data) => {
@@ -90,12 +101,14 @@ impl Frame {
 /// What an attached PTY produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PtyEvent {
+    /// Bytes the command wrote.
     Output(Vec<u8>),
     /// The command exited with this code.
     Exited(i32),
     /// The websocket closed without an exit (the sandbox suspended, the
     /// connection idled out): attach again later.
     Closed {
+        /// The close frame's reason, if any.
         reason: String,
     },
 }
@@ -165,10 +178,12 @@ impl PtyConnection {
             .map_err(|e| Error::WebSocket(e.to_string()))
     }
 
+    /// Sends bytes to the command's input.
     pub async fn send_input(&mut self, data: &[u8]) -> Result<()> {
         self.send(Frame::Data(data.to_vec())).await
     }
 
+    /// Tells the server the terminal's new size.
     pub async fn resize(&mut self, cols: u16, rows: u16) -> Result<()> {
         self.send(Frame::Resize { cols, rows }).await
     }
@@ -217,6 +232,7 @@ impl PtyConnection {
         }
     }
 
+    /// Closes the websocket (the session lives on).
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }

@@ -36,6 +36,7 @@ pub struct RetryPolicy {
     /// The longest wait before the first retry (doubled for each next one,
     /// up to `cap`; the wait itself is drawn below it).
     pub base: Duration,
+    /// The longest wait between two attempts.
     pub cap: Duration,
 }
 
@@ -52,7 +53,9 @@ impl Default for RetryPolicy {
 /// Whether a request is safe to send twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Idempotency {
+    /// Sending it twice does what sending it once does.
     Idempotent,
+    /// Retried only where the service surely did not act on it.
     NotIdempotent,
 }
 

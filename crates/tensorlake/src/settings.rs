@@ -30,17 +30,29 @@ use crate::backend::DEFAULT_SANDBOX_ROOT;
 
 /// The API key itself: the environment only, like the Devin token.
 pub const API_KEY_ENV: &str = "TENSORLAKE_API_KEY";
+/// The environment variable naming a 0600 file that holds the API key.
 pub const API_KEY_FILE_ENV: &str = "TENSORLAKE_API_KEY_FILE";
+/// The settings-file key of the same.
 pub const API_KEY_FILE_KEY: &str = "tensorlake_api_key_file";
+/// The environment variable of the API URL.
 pub const API_URL_ENV: &str = "TENSORLAKE_API_URL";
+/// The settings-file key of the API URL.
 pub const API_URL_KEY: &str = "tensorlake_api_url";
+/// The environment variable of the lifecycle calls' URL.
 pub const SANDBOX_API_URL_ENV: &str = "TENSORLAKE_SANDBOX_API_URL";
+/// The settings-file key of the lifecycle calls' URL.
 pub const SANDBOX_API_URL_KEY: &str = "tensorlake_sandbox_api_url";
+/// The environment variable of the default image.
 pub const IMAGE_ENV: &str = "TENSORLAKE_IMAGE";
+/// The settings-file key of the default image.
 pub const IMAGE_KEY: &str = "tensorlake_image";
+/// The environment variable of the idle timeout, in seconds.
 pub const TIMEOUT_SECS_ENV: &str = "SANDBOX_TIMEOUT_SECS";
+/// The settings-file key of the idle timeout.
 pub const TIMEOUT_SECS_KEY: &str = "sandbox_timeout_secs";
+/// The environment variable of Garrison's directory inside each sandbox.
 pub const SANDBOX_ROOT_ENV: &str = "TENSORLAKE_SANDBOX_ROOT";
+/// The settings-file key of the same.
 pub const SANDBOX_ROOT_KEY: &str = "tensorlake_sandbox_root";
 
 /// The Tensorlake backend's settings (no flags: set once per host).
@@ -126,12 +138,15 @@ pub const NO_KEY: &str = "the tensorlake backend needs an API key: set TENSORLAK
 /// the key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorlakeSettings {
+    /// The API URL.
     pub api_url: String,
     /// The lifecycle calls' URL when set (else derived from `api_url`).
     pub sandbox_api_url: Option<String>,
+    /// The API key.
     pub api_key: Secret,
     /// The image when the outpost names none.
     pub image: Option<String>,
+    /// Idle seconds before Tensorlake suspends a sandbox.
     pub timeout_secs: u64,
     /// Garrison's directory inside each sandbox (`{id}`: the sandbox id).
     pub sandbox_root: String,

@@ -6,26 +6,26 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::super::report::{Summary, round, row, verdict};
+use crate::report::{Summary, round, row, verdict};
 
 /// Garrison's resident memory with every session running.
-pub const TARGET_RSS_MB: f64 = 300.0;
+pub(super) const TARGET_RSS_MB: f64 = 300.0;
 /// Garrison's CPU while every session idles, percent of one core.
-pub const TARGET_IDLE_CPU_PERCENT: f64 = 5.0;
+pub(super) const TARGET_IDLE_CPU_PERCENT: f64 = 5.0;
 /// Garrison's overhead (enqueued -> remote started) for a new session
 /// while the others run.
-pub const TARGET_NEW_SESSION_P99_MS: f64 = 100.0;
-pub const TARGET_NEW_SESSION_P50_MS: f64 = 50.0;
+pub(super) const TARGET_NEW_SESSION_P99_MS: f64 = 100.0;
+pub(super) const TARGET_NEW_SESSION_P50_MS: f64 = 50.0;
 /// Fleet API requests while idle, over the renewals the claims need: the
 /// rest (re-lists, watch reopenings) is a quarter of that at most.
-pub const REQUEST_ALLOWANCE: f64 = 1.25;
+pub(super) const REQUEST_ALLOWANCE: f64 = 1.25;
 /// State-store writes per renewal: the session record, its event, and
 /// the watch cursor of the renewal's echo.
-pub const WRITES_PER_RENEWAL: f64 = 3.0;
+pub(super) const WRITES_PER_RENEWAL: f64 = 3.0;
 
 /// The sessions that ramped up to the full count.
 #[derive(Clone, Debug, Default)]
-pub struct Ramp {
+pub(super) struct Ramp {
     pub enqueue_to_connected: Summary,
     pub overhead: Summary,
     /// First enqueue to the last remote connected.
@@ -34,7 +34,7 @@ pub struct Ramp {
 
 /// Garrison's use while every session idles.
 #[derive(Clone, Debug, Default)]
-pub struct Idle {
+pub(super) struct Idle {
     pub window: Duration,
     pub cpu: Duration,
     pub rss_kib_max: u64,
@@ -44,7 +44,7 @@ pub struct Idle {
 
 /// Whether every session stayed served.
 #[derive(Clone, Debug, Default)]
-pub struct Health {
+pub(super) struct Health {
     pub connected_at_end: usize,
     /// `claim_expired` in the emulator's transcripts: a deadline missed.
     pub missed_deadlines: usize,
@@ -56,7 +56,7 @@ pub struct Health {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct ScaleReport {
+pub(super) struct ScaleReport {
     pub sessions: usize,
     pub claim_ttl: Duration,
     /// How often a claim is renewed (its lifetime less the margin).
@@ -83,7 +83,7 @@ impl ScaleReport {
         self.idle.window.as_secs_f64() / 3600.0
     }
 
-    pub fn cpu_percent(&self) -> f64 {
+    pub(super) fn cpu_percent(&self) -> f64 {
         let secs = self.idle.window.as_secs_f64();
         if secs <= 0.0 {
             return 0.0;
@@ -92,25 +92,25 @@ impl ScaleReport {
     }
 
     /// CPU seconds per 100 sessions per hour of idling.
-    pub fn cpu_per_100_hour(&self) -> f64 {
+    pub(super) fn cpu_per_100_hour(&self) -> f64 {
         if self.idle_hours() <= 0.0 {
             return 0.0;
         }
         self.idle.cpu.as_secs_f64() / self.hundreds() / self.idle_hours()
     }
 
-    pub fn rss_mb(&self) -> f64 {
+    pub(super) fn rss_mb(&self) -> f64 {
         self.idle.rss_kib_max as f64 / 1024.0
     }
 
-    pub fn requests_per_session_hour(&self) -> f64 {
+    pub(super) fn requests_per_session_hour(&self) -> f64 {
         if self.sessions == 0 || self.idle_hours() <= 0.0 {
             return 0.0;
         }
         self.idle.fleet_requests as f64 / self.sessions as f64 / self.idle_hours()
     }
 
-    pub fn writes_per_sec(&self) -> f64 {
+    pub(super) fn writes_per_sec(&self) -> f64 {
         let secs = self.idle.window.as_secs_f64();
         if secs <= 0.0 {
             return 0.0;
@@ -154,7 +154,7 @@ impl ScaleReport {
     }
 
     /// Every figure with its target: `(name, value, target, pass)`.
-    pub fn targets(&self) -> Vec<(&'static str, f64, f64, bool)> {
+    pub(super) fn targets(&self) -> Vec<(&'static str, f64, f64, bool)> {
         let p = &self.probe_overhead;
         let probed = p.n > 0;
         vec![
@@ -221,7 +221,7 @@ impl ScaleReport {
         ]
     }
 
-    pub fn table(&self) -> String {
+    pub(super) fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -304,7 +304,7 @@ impl ScaleReport {
         out
     }
 
-    pub fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         let targets: serde_json::Map<String, Value> = self
             .targets()
             .into_iter()

@@ -8,11 +8,11 @@
 use anyhow::{Context, anyhow};
 
 use super::phases::Bench;
-use crate::commands::bench::report::Summary;
+use crate::report::Summary;
 
 /// What the workload measured.
 #[derive(Clone, Debug)]
-pub struct Workload {
+pub(super) struct Workload {
     pub files: u64,
     /// Seconds `git init`, `add` and `commit` of the tree took (setup).
     pub setup_secs: f64,
@@ -40,7 +40,7 @@ start=$(date +%s%N); git status --porcelain > /dev/null; end=$(date +%s%N)
 echo $((end - start))"#;
 
 /// Makes the tree in a fresh sandbox and runs `git status` `rounds` times.
-pub async fn measure(bench: &Bench, files: u64, rounds: usize) -> anyhow::Result<Workload> {
+pub(super) async fn measure(bench: &Bench, files: u64, rounds: usize) -> anyhow::Result<Workload> {
     let handle = bench.backend.create(&bench.spec("workload")).await?;
     let dir = format!("{}/bench-repo", handle.workdir);
     let result = async {

@@ -11,7 +11,7 @@ use orchestrator::remote::RemoteResolver;
 use sandbox::host::{HostBackend, HostConfig};
 use sandbox::{ProcessSpec, Sandbox, SandboxName, SandboxSpec};
 
-use super::report::{StartSteps, Summary};
+use crate::report::{StartSteps, Summary};
 
 /// Rounds of each step; enough for a stable p50 in a second or two.
 const ROUNDS: usize = 20;
@@ -22,7 +22,7 @@ const ROUNDS: usize = 20;
 /// figures, as the phases' warm-up session does for `serve`), and spawning
 /// a process through the shim (`/bin/true`, so the figure is the shim's
 /// cost, not a remote's).
-pub async fn start_steps(
+pub(crate) async fn start_steps(
     emu: &Emulator,
     root: &Path,
     shim_exe: &Path,

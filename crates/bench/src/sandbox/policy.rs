@@ -12,54 +12,28 @@
 //!    (see `world`), so no packet can reach anything but a sink this bench
 //!    starts.
 
+mod rules;
 mod world;
 
 use std::fmt::Write as _;
 
 use anyhow::Context;
-use fleet::{AllowRule, NetworkPolicy};
+use fleet::NetworkPolicy;
 use serde_json::{Value, json};
 
+use super::figures::header;
 use super::phases::Bench;
-use crate::commands::bench::report::{Summary, round, row, verdict};
+use crate::report::{Summary, round, row, verdict};
 
-pub use self::world::{Transfer, WorldSetup, measure_throughput};
+use self::rules::{ALLOW_ENTRIES, enabled};
+pub(super) use self::world::{Transfer, WorldSetup, measure_throughput};
 
-/// Entries of the enabled policy.
-pub const ALLOW_ENTRIES: usize = 50;
 /// An allowed stream keeps at least this share of an unrestricted one.
-pub const TARGET_THROUGHPUT_RATIO: f64 = 0.90;
-
-/// Half hostname globs, half networks, all in TEST-NET ranges and the
-/// `.test` TLD (RFC 2606/5737): the enabled policy costs what a long real
-/// list costs (set elements, resolver patterns) without naming a real
-/// host. The networks cover `world::SINK`.
-pub fn allow_list() -> Vec<AllowRule> {
-    let hosts = ALLOW_ENTRIES / 2;
-    let mut rules: Vec<AllowRule> = (0..hosts)
-        .map(|i| AllowRule::Hostname(format!("*.example-{i}.test")))
-        .collect();
-    for i in 0..ALLOW_ENTRIES - hosts {
-        rules.push(AllowRule::Ipv4(if i % 2 == 0 {
-            // 198.51.100.0/28, .16/28, ... .192/28: /28s across the range.
-            format!("198.51.100.{}/28", (i / 2) * 16)
-        } else {
-            format!("203.0.113.{}", i)
-        }));
-    }
-    rules
-}
-
-pub fn enabled() -> NetworkPolicy {
-    NetworkPolicy {
-        enabled: true,
-        allow: allow_list(),
-    }
-}
+pub(super) const TARGET_THROUGHPUT_RATIO: f64 = 0.90;
 
 /// Both `--policy` figures.
 #[derive(Clone, Debug, Default)]
-pub struct PolicyFigures {
+pub(super) struct PolicyFigures {
     /// Create -> remote started, ms, policy disabled.
     pub start_disabled: Summary,
     /// The same with [`enabled`].
@@ -72,7 +46,11 @@ pub struct PolicyFigures {
 
 /// Creates `n` sandboxes with each policy, alternating, each destroyed
 /// before the next; fills the start figures.
-pub async fn start_latency(base: &Bench, n: usize, binary: &[u8]) -> anyhow::Result<PolicyFigures> {
+pub(super) async fn start_latency(
+    base: &Bench,
+    n: usize,
+    binary: &[u8],
+) -> anyhow::Result<PolicyFigures> {
     let mut total: [Vec<f64>; 2] = Default::default();
     let mut create: [Vec<f64>; 2] = Default::default();
     for i in 0..n {
@@ -106,24 +84,24 @@ pub async fn start_latency(base: &Bench, n: usize, binary: &[u8]) -> anyhow::Res
 
 impl PolicyFigures {
     /// What the enabled policy adds to a start, p50 and p99, ms.
-    pub fn extra_ms(&self) -> (f64, f64) {
+    pub(super) fn extra_ms(&self) -> (f64, f64) {
         (
             self.start_enabled.p50 - self.start_disabled.p50,
             self.start_enabled.p99 - self.start_disabled.p99,
         )
     }
 
-    pub fn throughput_ok(&self) -> bool {
+    pub(super) fn throughput_ok(&self) -> bool {
         self.transfer.ratio() >= TARGET_THROUGHPUT_RATIO
     }
 
-    pub fn table(&self, out: &mut String) {
+    pub(super) fn table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "network policy: disabled vs enabled with {ALLOW_ENTRIES} allow entries \
              (25 *.example-N.test, 25 TEST-NET networks)"
         );
-        super::report::header(out, "  create -> remote started (ms)");
+        header(out, "  create -> remote started (ms)");
         row(out, "    policy disabled", &self.start_disabled);
         row(out, "    policy enabled", &self.start_enabled);
         row(out, "    create alone, disabled", &self.create_disabled);
@@ -168,7 +146,7 @@ impl PolicyFigures {
         );
     }
 
-    pub fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         let (p50, p99) = self.extra_ms();
         let t = &self.transfer;
         json!({
@@ -195,7 +173,7 @@ impl PolicyFigures {
     }
 
     /// The entry for the report's `targets` object.
-    pub fn target_json(&self) -> Value {
+    pub(super) fn target_json(&self) -> Value {
         json!({
             "target": TARGET_THROUGHPUT_RATIO,
             "value": round(self.transfer.ratio()),
@@ -206,6 +184,9 @@ impl PolicyFigures {
 
 #[cfg(test)]
 mod tests {
+    use fleet::AllowRule;
+
+    use super::rules::allow_list;
     use super::*;
 
     #[test]

@@ -9,7 +9,7 @@
 //! - its only link is a veth pair to an **"internet"** namespace holding a
 //!   TCP sink on [`SINK`] (TEST-NET-2), the "host"'s default route.
 //!
-//! A sandbox with the policy disabled and one with [`super::enabled`] (whose
+//! A sandbox with the policy disabled and one with [`super::rules::enabled`] (whose
 //! CIDR entries cover [`SINK`]) each send `--transfer-mb` of zeros with
 //! bash's `/dev/tcp`, alternating; the sink times first byte -> EOF. Both take
 //! the same path (sandbox -> nftables -> veth -> "host" forwarding and NAT -> veth).
@@ -35,10 +35,11 @@ use sandbox::local::{LocalBackend, LocalConfig};
 use sandbox::{Resources, Sandbox};
 
 use super::super::phases::{self, Bench};
-use crate::commands::bench::report::Summary;
+use super::rules;
+use crate::report::Summary;
 
 /// The sink's address, inside the "internet" only.
-pub const SINK: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 200);
+pub(super) const SINK: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 200);
 const SINK_PORT: u16 = 9000;
 /// One stream, start to EOF, must finish within this (a healthy 200 MB
 /// stream takes about a second).
@@ -46,7 +47,7 @@ const STREAM_GUARD: Duration = Duration::from_secs(120);
 
 /// Per-round throughput, MB (10^6 bytes) per second, receiver side.
 #[derive(Clone, Debug, Default)]
-pub struct Transfer {
+pub(crate) struct Transfer {
     pub bytes: u64,
     pub unrestricted: Vec<f64>,
     pub allowed: Vec<f64>,
@@ -57,7 +58,7 @@ impl Transfer {
     /// from two streams sent back to back, so a busy or quiet stretch of
     /// the machine (other work on its two cores) weighs on both sides of a
     /// pair instead of on one side's median. 0 without figures.
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         let ratios: Vec<f64> = self
             .allowed
             .iter()
@@ -74,7 +75,7 @@ impl Transfer {
 }
 
 /// What the world's sandboxes are made with.
-pub struct WorldSetup {
+pub(crate) struct WorldSetup {
     /// Its `root` and `snapshot_dir` must be the world's own.
     pub config: LocalConfig,
     pub resources: Resources,
@@ -86,7 +87,7 @@ pub struct WorldSetup {
 
 /// Runs the streams on a thread of its own (it changes its namespace, so it
 /// must not be a runtime's) and returns their figures.
-pub async fn measure_throughput(setup: WorldSetup) -> anyhow::Result<Transfer> {
+pub(crate) async fn measure_throughput(setup: WorldSetup) -> anyhow::Result<Transfer> {
     let thread = std::thread::Builder::new()
         .name("bench-policy-world".into())
         .spawn(move || in_world(setup))
@@ -121,7 +122,7 @@ fn in_world(setup: WorldSetup) -> anyhow::Result<Transfer> {
         policy,
     };
     let unrestricted = bench("open", NetworkPolicy::default());
-    let allowed = bench("allowed", super::enabled());
+    let allowed = bench("allowed", rules::enabled());
     let result = rt.block_on(async {
         let open = unrestricted
             .backend

@@ -10,9 +10,9 @@ use sandbox::{
     Handle, ProcessRef, ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec,
 };
 
+use super::figures::{HelperKind, Lifecycle, Memory, Snapshots};
 use super::procs::{self, SandboxKey};
-use super::report::{HelperKind, Lifecycle, Memory, Snapshots};
-use crate::commands::bench::report::Summary;
+use crate::report::Summary;
 
 /// Put in the environment of every process the bench spawns, with the
 /// sandbox's name as value, so `procs` can tell whose a process is.
@@ -26,7 +26,7 @@ const HANG_GUARD: Duration = Duration::from_secs(600);
 const FILES_PER_DIR: u64 = 200;
 
 /// The backend and what every sandbox of the run is made with.
-pub struct Bench {
+pub(super) struct Bench {
     pub backend: Arc<dyn Sandbox>,
     pub resources: Resources,
     pub image: Option<String>,
@@ -67,7 +67,7 @@ impl Bench {
 
     /// Creates `n` sandboxes one after another and starts the remote in
     /// each; they are left running. `destroy` of the result is not filled.
-    pub async fn create_and_start(
+    pub(super) async fn create_and_start(
         &self,
         n: usize,
         binary: &[u8],
@@ -150,7 +150,7 @@ impl Bench {
     }
 
     /// Resident memory of the processes of `handles`, inside and outside.
-    pub async fn memory(&self, handles: &[Handle]) -> Memory {
+    pub(super) async fn memory(&self, handles: &[Handle]) -> Memory {
         // Let the remotes settle into `sleep` and runc calls finish.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let all = procs::scan();
@@ -198,7 +198,7 @@ impl Bench {
     }
 
     /// Destroys each sandbox (its remote still running), timing each.
-    pub async fn destroy_each(&self, handles: &[Handle]) -> anyhow::Result<Summary> {
+    pub(super) async fn destroy_each(&self, handles: &[Handle]) -> anyhow::Result<Summary> {
         let mut times = Vec::with_capacity(handles.len());
         for handle in handles {
             let started = Instant::now();
@@ -210,7 +210,7 @@ impl Bench {
 
     /// Fills a workspace, snapshots it `rounds` times and restores the last
     /// snapshot `rounds` times; durations in seconds.
-    pub async fn snapshots(
+    pub(super) async fn snapshots(
         &self,
         files: u64,
         file_bytes: u64,
@@ -354,7 +354,7 @@ const COUNT_SCRIPT: &str =
 
 /// Destroys every sandbox the backend lists (the scratch directory holds
 /// only the bench's), returning the first failure after trying them all.
-pub async fn destroy_all(backend: &dyn Sandbox) -> anyhow::Result<()> {
+pub(super) async fn destroy_all(backend: &dyn Sandbox) -> anyhow::Result<()> {
     let mut first_error = None;
     for handle in backend.list().await? {
         if let Err(e) = backend.destroy(&handle).await {

@@ -9,15 +9,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 /// Garrison's own overhead (enqueued -> remote started), p50.
-pub const TARGET_OVERHEAD_P50_MS: f64 = 50.0;
+pub(crate) const TARGET_OVERHEAD_P50_MS: f64 = 50.0;
 /// The same, p99.
-pub const TARGET_OVERHEAD_P99_MS: f64 = 100.0;
+pub(crate) const TARGET_OVERHEAD_P99_MS: f64 = 100.0;
 /// Poll p50 / watch p50, enqueued -> connected.
-pub const TARGET_SPEEDUP: f64 = 20.0;
+pub(crate) const TARGET_SPEEDUP: f64 = 20.0;
 
 /// Distribution of one series of samples, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub n: usize,
     pub p50: f64,
     pub p99: f64,
@@ -28,7 +28,7 @@ pub struct Summary {
 impl Summary {
     /// Nearest-rank percentiles: with 200 samples p99 is the 198th smallest,
     /// so two outliers do not move it but three do.
-    pub fn of(samples: &[f64]) -> Self {
+    pub(crate) fn of(samples: &[f64]) -> Self {
         if samples.is_empty() {
             return Self::default();
         }
@@ -60,7 +60,7 @@ impl Summary {
 
 /// One phase: the same sessions served by one way of discovering work.
 #[derive(Clone, Debug, Default)]
-pub struct PhaseReport {
+pub(crate) struct PhaseReport {
     pub sessions: usize,
     /// What the issue asks for: enqueued -> remote connected at the gateway.
     pub enqueue_to_connected: Summary,
@@ -85,7 +85,7 @@ pub struct PhaseReport {
 }
 
 impl PhaseReport {
-    pub fn requests_per_session(&self) -> f64 {
+    pub(crate) fn requests_per_session(&self) -> f64 {
         if self.sessions == 0 {
             return 0.0;
         }
@@ -112,7 +112,7 @@ impl PhaseReport {
 
 /// List calls while nothing is queued, with the watch open.
 #[derive(Clone, Debug, Default)]
-pub struct IdleReport {
+pub(crate) struct IdleReport {
     pub window: Duration,
     pub relist_interval: Duration,
     /// List requests the client sent in the window.
@@ -126,7 +126,7 @@ pub struct IdleReport {
 
 impl IdleReport {
     /// The most periodic re-lists a window of this length can hold.
-    pub fn periodic_allowance(&self) -> u64 {
+    pub(crate) fn periodic_allowance(&self) -> u64 {
         let interval = self.relist_interval.as_secs_f64();
         if interval <= 0.0 {
             return 0;
@@ -135,7 +135,7 @@ impl IdleReport {
     }
 
     /// List calls per minute beyond the periodic re-list.
-    pub fn excess_per_minute(&self) -> f64 {
+    pub(crate) fn excess_per_minute(&self) -> f64 {
         let minutes = self.window.as_secs_f64() / 60.0;
         if minutes <= 0.0 {
             return 0.0;
@@ -159,7 +159,7 @@ impl IdleReport {
 /// The steps between "sandbox created" and "remote started", each timed
 /// alone (see `probe`).
 #[derive(Clone, Debug, Default)]
-pub struct StartSteps {
+pub(crate) struct StartSteps {
     pub binary_bytes: u64,
     /// Reading the cached binary and checking its SHA-256 again.
     pub verify: Summary,
@@ -183,7 +183,7 @@ impl StartSteps {
 
 /// Everything one run measured.
 #[derive(Clone, Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub watch: PhaseReport,
     pub poll: PhaseReport,
     pub poll_interval: Duration,
@@ -193,7 +193,7 @@ pub struct Report {
 
 impl Report {
     /// Poll p50 / watch p50, enqueued -> connected.
-    pub fn speedup(&self) -> f64 {
+    pub(crate) fn speedup(&self) -> f64 {
         let watch = self.watch.enqueue_to_connected.p50;
         if watch <= 0.0 {
             return 0.0;
@@ -218,7 +218,7 @@ impl Report {
     }
 
     /// The human-readable table.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let mut out = String::new();
         let w = &self.watch;
         let p = &self.poll;
@@ -357,7 +357,7 @@ impl Report {
     }
 
     /// The same figures as one JSON object.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "bench": "queue",
             "backend": "host",

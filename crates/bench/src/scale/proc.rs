@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// One reading of a process's own use (its children not counted).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Usage {
+pub(super) struct Usage {
     /// User plus system CPU time.
     pub cpu: Duration,
     /// Resident memory, KiB.
@@ -13,7 +13,7 @@ pub struct Usage {
 
 /// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`; `None` once the
 /// process is gone.
-pub fn usage(pid: u32) -> Option<Usage> {
+pub(super) fn usage(pid: u32) -> Option<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     Some(Usage {

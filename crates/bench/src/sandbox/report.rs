@@ -1,131 +1,41 @@
-//! Figures of `garrison bench sandbox`: the printed table and the one-line
-//! JSON object, each target checked next to its figure.
+//! The report of `garrison bench sandbox`: the printed table and the
+//! one-line JSON object, each target checked next to its figure.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::super::report::{Summary, round, row, verdict};
+use super::figures::{Lifecycle, Memory, Setup, Snapshots, header};
+use super::peer::PeerFigures;
+use super::policy::PolicyFigures;
+use super::workload::Workload;
+use crate::report::{round, row, verdict};
 
 /// Create -> remote started, p50.
-pub const TARGET_START_P50_MS: f64 = 150.0;
+pub(super) const TARGET_START_P50_MS: f64 = 150.0;
 /// Snapshot of the ~200 MB workspace, p50.
-pub const TARGET_SNAPSHOT_P50_S: f64 = 1.5;
+pub(super) const TARGET_SNAPSHOT_P50_S: f64 = 1.5;
 /// Destroy of a sandbox whose process runs, p50.
-pub const TARGET_DESTROY_P50_MS: f64 = 200.0;
+pub(super) const TARGET_DESTROY_P50_MS: f64 = 200.0;
 /// Restore (create from the snapshot) of the ~200 MB workspace, p50.
-pub const TARGET_RESTORE_P50_S: f64 = 1.0;
+pub(super) const TARGET_RESTORE_P50_S: f64 = 1.0;
 /// No per-sandbox helper process above this resident size, MiB (memory
 /// figures are MiB, as `free -m` and `ps` count; throughput MB are 10^6).
-pub const TARGET_HELPER_RSS_MIB: f64 = 10.0;
-
-/// How the sandboxes were made.
-#[derive(Clone, Debug, Default)]
-pub struct Setup {
-    pub backend: String,
-    /// The local backend's OCI runtime (`runc`, `runsc`).
-    pub runtime: Option<String>,
-    pub image: Option<String>,
-    pub cpus: f64,
-    pub memory_mb: u64,
-    pub disk_mb: u64,
-    pub binary_bytes: u64,
-}
-
-/// Create -> remote started, one sandbox after another, and destroy.
-#[derive(Clone, Debug, Default)]
-pub struct Lifecycle {
-    /// `create` returned: the sandbox is running.
-    pub create: Summary,
-    /// The remote binary written into the sandbox.
-    pub put: Summary,
-    /// `spawn` returned: the shim has started the process.
-    pub spawn: Summary,
-    /// Spawn returned -> the remote's first line read back, status Running.
-    pub first_output: Summary,
-    /// The headline: create called -> first line read back.
-    pub total: Summary,
-    pub destroy: Summary,
-}
-
-/// Snapshot and restore of a workspace of many small files.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshots {
-    pub files: u64,
-    /// Bytes in the workspace's files, as `find` counts them inside.
-    pub workspace_bytes: u64,
-    /// Time to generate them inside the sandbox (not a figure; context).
-    pub fill_secs: f64,
-    pub archive_bytes: u64,
-    /// `snapshot`, seconds.
-    pub snapshot: Summary,
-    /// `create` with `restore_from`, seconds.
-    pub restore: Summary,
-    /// Files and bytes found in the last restored sandbox.
-    pub restored_files: u64,
-    pub restored_bytes: u64,
-}
-
-impl Snapshots {
-    /// Workspace MB (10^6 bytes) per second at a duration of `secs`.
-    pub fn mb_per_s(&self, secs: f64) -> f64 {
-        if secs <= 0.0 {
-            return 0.0;
-        }
-        self.workspace_bytes as f64 / 1e6 / secs
-    }
-
-    pub fn verified(&self) -> bool {
-        self.files > 0
-            && self.restored_files == self.files
-            && self.restored_bytes == self.workspace_bytes
-    }
-}
-
-/// One kind of helper (by executable name) across the idle sandboxes.
-#[derive(Clone, Debug, Default)]
-pub struct HelperKind {
-    pub name: String,
-    /// Resident size per process, MiB.
-    pub rss_mib: Summary,
-}
-
-/// Resident memory outside and inside the idle sandboxes.
-#[derive(Clone, Debug, Default)]
-pub struct Memory {
-    pub idle_sandboxes: usize,
-    pub helpers: Vec<HelperKind>,
-    /// Sum over one sandbox's helpers, MiB.
-    pub per_sandbox_mib: Summary,
-    /// Sum over the processes inside one sandbox, MiB (charged to the
-    /// sandbox's own memory limit; for context).
-    pub inside_mib: Summary,
-    /// `comm pid rss` of the first sandbox's helpers, for the reader.
-    pub example: Vec<String>,
-}
-
-impl Memory {
-    pub fn max_helper_mib(&self) -> f64 {
-        self.helpers
-            .iter()
-            .map(|h| h.rss_mib.max)
-            .fold(0.0, f64::max)
-    }
-}
+pub(super) const TARGET_HELPER_RSS_MIB: f64 = 10.0;
 
 /// Everything one run measured.
 #[derive(Clone, Debug, Default)]
-pub struct Report {
+pub(super) struct Report {
     pub setup: Setup,
     pub lifecycle: Lifecycle,
     pub memory: Memory,
     pub snapshots: Snapshots,
     /// `--policy`: start latency and throughput with a network policy.
-    pub policy: Option<super::policy::PolicyFigures>,
+    pub policy: Option<PolicyFigures>,
     /// `--peer`: the same start and removal by another container engine.
-    pub peer: Option<super::peer::PeerFigures>,
-    pub workload: Option<super::workload::Workload>,
+    pub peer: Option<PeerFigures>,
+    pub workload: Option<Workload>,
 }
 
 impl Report {
@@ -150,7 +60,7 @@ impl Report {
     }
 
     /// The human-readable table.
-    pub fn table(&self) -> String {
+    pub(super) fn table(&self) -> String {
         let mut out = String::new();
         let s = &self.setup;
         let l = &self.lifecycle;
@@ -303,7 +213,7 @@ impl Report {
     }
 
     /// The same figures as one JSON object.
-    pub fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         let s = &self.setup;
         let l = &self.lifecycle;
         let n = &self.snapshots;
@@ -372,39 +282,5 @@ impl Report {
             });
         }
         value
-    }
-}
-
-pub(super) fn header(out: &mut String, title: &str) {
-    let _ = writeln!(
-        out,
-        "{title:<48} {:>10} {:>10} {:>10} {:>10} {:>5}",
-        "p50", "p99", "mean", "max", "n"
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn throughput_and_verification() {
-        let n = Snapshots {
-            files: 2,
-            workspace_bytes: 200_000_000,
-            restored_files: 2,
-            restored_bytes: 200_000_000,
-            ..Default::default()
-        };
-        assert_eq!(n.mb_per_s(0.5), 400.0);
-        assert_eq!(n.mb_per_s(0.0), 0.0);
-        assert!(n.verified());
-        assert!(
-            !Snapshots {
-                restored_files: 1,
-                ..n
-            }
-            .verified()
-        );
     }
 }

@@ -37,6 +37,7 @@
 //! is removed at the end (every sandbox in it is destroyed first, also after
 //! a failure). Images come from `--images-dir` and are only read.
 
+mod figures;
 mod peer;
 mod phases;
 mod policy;
@@ -54,7 +55,8 @@ use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
 use sandbox::local::{LocalBackend, LocalConfig, Runtime};
 use sandbox::{Resources, Sandbox};
 
-use self::report::{Report, Setup};
+use self::figures::Setup;
+use self::report::Report;
 
 /// Options of `garrison bench sandbox`.
 #[derive(Args, Debug)]
@@ -153,7 +155,7 @@ enum BackendChoice {
     Host,
 }
 
-pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     if args.sessions == 0 || args.rounds == 0 || args.files == 0 || args.file_kb == 0 {
         bail!("--sessions, --rounds, --files and --file-kb must be at least 1");
     }
@@ -248,9 +250,9 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
 }
 
 type Measured = (
-    report::Lifecycle,
-    report::Memory,
-    report::Snapshots,
+    figures::Lifecycle,
+    figures::Memory,
+    figures::Snapshots,
     Option<policy::PolicyFigures>,
     Option<peer::PeerFigures>,
     Option<workload::Workload>,

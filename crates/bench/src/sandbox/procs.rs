@@ -18,7 +18,7 @@ use std::path::Path;
 
 /// What the scan keeps of one process.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProcInfo {
+pub(super) struct ProcInfo {
     pub pid: u32,
     pub ppid: u32,
     /// `/proc/<pid>/comm`: the executable's short name.
@@ -35,7 +35,7 @@ pub struct ProcInfo {
 
 /// How [`classify`] recognises one sandbox.
 #[derive(Clone, Debug)]
-pub struct SandboxKey {
+pub(super) struct SandboxKey {
     /// The sandbox's name (`garrison-<hash>`).
     pub name: String,
     /// `NAME=VALUE` in the environment of every process the bench spawned.
@@ -44,14 +44,14 @@ pub struct SandboxKey {
 
 /// One sandbox's processes.
 #[derive(Clone, Debug, Default)]
-pub struct Membership {
+pub(super) struct Membership {
     pub inside: Vec<ProcInfo>,
     pub helpers: Vec<ProcInfo>,
 }
 
 /// Every user-space process now running (kernel threads have no `VmRSS`
 /// and are skipped; processes that exit mid-scan are simply missing).
-pub fn scan() -> Vec<ProcInfo> {
+pub(super) fn scan() -> Vec<ProcInfo> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -85,7 +85,7 @@ fn read(pid: u32) -> Option<ProcInfo> {
 
 /// Sorts `procs` into the processes inside `key`'s sandbox and its helpers
 /// outside (see the module's documentation). `own_pid` is the bench's.
-pub fn classify(procs: &[ProcInfo], key: &SandboxKey, own_pid: u32) -> Membership {
+pub(super) fn classify(procs: &[ProcInfo], key: &SandboxKey, own_pid: u32) -> Membership {
     let cgroup_suffix = format!("/garrison/{}", key.name);
     let is_inside = |p: &ProcInfo| {
         p.cgroup

@@ -25,7 +25,7 @@ use sandbox::plugin::BackendPlugin;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{IdleReport, PhaseReport, Report, Summary};
+use crate::report::{IdleReport, PhaseReport, Report, Summary};
 
 /// Options of `garrison bench queue`.
 #[derive(Args, Debug)]
@@ -66,7 +66,7 @@ const RELIST_INTERVAL: Duration = orchestrator::settings::DEFAULT_RELIST_INTERVA
 /// Bounds each wait; a healthy run needs a fraction of it.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-pub async fn run(args: QueueArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: QueueArgs) -> anyhow::Result<()> {
     if args.sessions == 0 || args.poll_sessions == Some(0) {
         bail!("--sessions and --poll-sessions must be at least 1");
     }
@@ -112,7 +112,7 @@ pub async fn run(args: QueueArgs) -> anyhow::Result<()> {
     let idle = watch.idle(&emu, Duration::from_secs(args.idle_secs)).await;
     watch.stop().await;
     progress("timing the start steps one by one");
-    let start_steps = super::probe::start_steps(&emu, &tmp.path().join("probe"), &shim_exe).await?;
+    let start_steps = crate::probe::start_steps(&emu, &tmp.path().join("probe"), &shim_exe).await?;
 
     let poll_interval = Duration::from_secs_f64(args.poll_interval_secs);
     let poll_sessions = args.poll_sessions.unwrap_or(args.sessions);

@@ -25,8 +25,8 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::super::report::{Summary, round, row};
-use super::report::{Lifecycle, header};
+use super::figures::{Lifecycle, header};
+use crate::report::{Summary, round, row};
 
 /// Bounds every step; a healthy one needs a small fraction of it.
 const HANG_GUARD: Duration = Duration::from_secs(300);
@@ -34,7 +34,7 @@ const HANG_GUARD: Duration = Duration::from_secs(300);
 const REMOTE_IN_CONTAINER: &str = "/usr/local/bin/devin-remote";
 
 /// What the peer runs, and where it keeps its storage.
-pub struct PeerSetup {
+pub(super) struct PeerSetup {
     /// The image's root filesystem, as the local backend's store holds it.
     pub rootfs: PathBuf,
     /// The image's id in that store; the imported tag is made from it.
@@ -50,7 +50,7 @@ pub struct PeerSetup {
 
 /// Podman's figures, next to which Garrison's are given as ratios.
 #[derive(Clone, Debug, Default)]
-pub struct PeerFigures {
+pub(super) struct PeerFigures {
     pub name: String,
     pub version: String,
     /// `podman run` spawned -> the first output line read, ms.
@@ -61,16 +61,16 @@ pub struct PeerFigures {
 
 impl PeerFigures {
     /// Garrison's create -> remote started p50 over the peer's start p50.
-    pub fn start_ratio(&self, ours: &Lifecycle) -> f64 {
+    pub(super) fn start_ratio(&self, ours: &Lifecycle) -> f64 {
         ratio(ours.total.p50, self.start.p50)
     }
 
     /// Garrison's destroy p50 over the peer's removal p50.
-    pub fn remove_ratio(&self, ours: &Lifecycle) -> f64 {
+    pub(super) fn remove_ratio(&self, ours: &Lifecycle) -> f64 {
         ratio(ours.destroy.p50, self.remove.p50)
     }
 
-    pub fn table(&self, out: &mut String, ours: &Lifecycle) {
+    pub(super) fn table(&self, out: &mut String, ours: &Lifecycle) {
         use std::fmt::Write as _;
         let _ = writeln!(
             out,
@@ -89,7 +89,7 @@ impl PeerFigures {
         );
     }
 
-    pub fn json(&self, ours: &Lifecycle) -> Value {
+    pub(super) fn json(&self, ours: &Lifecycle) -> Value {
         json!({
             "name": self.name,
             "version": self.version,
@@ -110,7 +110,7 @@ fn ratio(ours: f64, theirs: f64) -> f64 {
 
 /// Imports the image, measures `runs` starts and removals, and empties and
 /// removes Podman's storage whatever happened.
-pub async fn measure(setup: &PeerSetup) -> anyhow::Result<PeerFigures> {
+pub(super) async fn measure(setup: &PeerSetup) -> anyhow::Result<PeerFigures> {
     let run_dir = tempfile::Builder::new()
         .prefix("garrison-podman-")
         .tempdir()

@@ -4,12 +4,10 @@
 //! environment and command line) and the sandbox's whole filesystem are
 //! scanned for them.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::Backend;
-use common::*;
+use crate::common::Backend;
+use crate::common::*;
 use emulator::Then;
 
 const GIT_TOKEN: &str = "gtok_isolation_check_4f1e9a77c2";

@@ -2,13 +2,11 @@
 //! inside its sandbox over the PTY websocket, waiting (without waking it)
 //! while the sandbox is suspended.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sandbox::{ProcessSpec, Resources, Sandbox, SandboxName, SandboxSpec};
 use tensorlake::{Secret, TensorlakeBackend, TensorlakeConfig};
 

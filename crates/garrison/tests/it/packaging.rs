@@ -11,7 +11,7 @@ use std::time::Duration;
 use orchestrator::settings::{self, HostEnv};
 
 /// The binary's own registry of backends.
-#[path = "../src/backends.rs"]
+#[path = "../../src/backends.rs"]
 #[allow(dead_code)]
 mod backends;
 

@@ -1,10 +1,8 @@
 //! `garrison outposts list|create|delete` as a program, against the
 //! in-process emulator.
 
-mod cli;
-mod common;
-
-use cli::Home;
+use crate::cli::Home;
+use crate::common;
 use emulator::NewSession;
 
 #[tokio::test]

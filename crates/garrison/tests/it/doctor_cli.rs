@@ -2,15 +2,14 @@
 //! or one without the machine scope fails with a clear line, a credentials
 //! file others can read is refused, and the clock check runs.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
 use tokio::process::Command;
 
-use common::{emulator, garrison_bin, outpost};
+use crate::common;
+use crate::common::{emulator, garrison_bin, outpost};
 use emulator::{Emulator, NewSession, SCOPE_MACHINE};
 
 /// Runs `garrison doctor` for `outpost` with only this environment.

@@ -2,12 +2,10 @@
 //! simulator and the host backend. Every check reads the emulator's
 //! transcript, which is what Devin would see.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Backend;
-use common::*;
+use crate::common::Backend;
+use crate::common::*;
 use emulator::{Faults, NewSession, Script, Step, Then};
 use fleet::SessionStatus;
 use orchestrator::planner::{Finish, Stage};

@@ -2,11 +2,9 @@
 //! drain, resume by another Garrison, a lost snapshot, several outposts in
 //! one process, and secrets kept out of everything written.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::{Script, Then};
 use fleet::SessionStatus;
 use orchestrator::planner::{Finish, Stage};

@@ -2,11 +2,9 @@
 //! seconds, and some answers without a deadline. Sessions must still
 //! start, run and end exactly once, with a bounded number of claims.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::{Emulator, Faults, Then};
 use fleet::SessionStatus;
 use orchestrator::planner::{Finish, Stage};

@@ -7,10 +7,8 @@
 //! parallel); the others pass `--callback-url` with a free port, put on the
 //! emulator's allowlist as a registered URL would be.
 
-mod cli;
-mod common;
-
-use cli::{HANG_GUARD, Home, Ran, mode};
+use crate::cli::{HANG_GUARD, Home, Ran, mode};
+use crate::common;
 use fleet::{ClientOptions, FleetClient, Platform, Secret};
 use orchestrator::settings::{Credentials, load_credentials};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};

@@ -6,13 +6,11 @@
 //! start makes it not ready (`status` exits 1) and leaves running sessions
 //! alone. Every request goes to 127.0.0.1.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::{Emulator, Then};
 use orchestrator::planner::Stage;
 

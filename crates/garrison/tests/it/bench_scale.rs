@@ -4,11 +4,9 @@
 //! and a verdict. The figures themselves are the bench's business, not the
 //! test's.
 
-mod common;
-
 use std::process::Command;
 
-use common::garrison_bin;
+use crate::common::garrison_bin;
 use serde_json::Value;
 
 #[test]

@@ -9,15 +9,13 @@
 //! an empty state directory, whose `default` image the demo builds with
 //! mmdebstrap from Debian's mirrors (about a minute).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use common::{Backend, garrison_bin};
+use crate::common::{Backend, garrison_bin};
 
 /// Bounds each wait; a healthy demo needs a fraction of it (the first
 /// container start on a busy machine is the slow part).

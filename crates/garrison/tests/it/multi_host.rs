@@ -11,15 +11,12 @@
 //! Needs root (namespaces) and `GARRISON_TEST_S3_SERVER` (set by
 //! `scripts/test`); skipped with a message otherwise.
 
-mod bucket;
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bucket::Bucket;
-use common::hosts::Hosts;
-use common::*;
+use crate::bucket::Bucket;
+use crate::common::hosts::Hosts;
+use crate::common::*;
 use emulator::{Emulator, Script, Then};
 use fleet::SessionStatus;
 

@@ -3,12 +3,10 @@
 //! `tests/fixtures/chromium.toml`) gets `DEVIN_CHROME_PATH` naming the
 //! image's browser, and that browser runs inside the sandbox.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 use emulator::Then;
 use fleet::SessionStatus;
 use sandbox::local::images::ImageStore;

@@ -2,7 +2,7 @@
 //! the mock Modal API, and `serve --backend modal` refusing to start
 //! without a token.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

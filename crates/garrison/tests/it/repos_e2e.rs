@@ -5,12 +5,10 @@
 //! the remote's environment, not a file in the sandbox, not the state
 //! directory, not Garrison's log.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use emulator::{Emulator, Script, Then};
 use fleet::SessionStatus;
 use orchestrator::planner::{Finish, Stage};

@@ -4,11 +4,9 @@
 //! platform its backend does not run, from its setting or from the outpost
 //! as the fleet API describes it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::Then;
 use fleet::{Platform, SessionStatus};
 

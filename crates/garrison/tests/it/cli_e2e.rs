@@ -3,12 +3,10 @@
 //! the admin API and, with the daemon unreachable, from the state store.
 //! Every request goes to 127.0.0.1.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::*;
+use crate::common::*;
 use emulator::{Script, Then};
 use orchestrator::planner::{Finish, Stage};
 use orchestrator::store::SnapshotReason;

@@ -2,12 +2,10 @@
 //! binary is copied into a mock sandbox and serves the emulator's sessions
 //! from there.
 
-mod common;
-
 use std::process::Output;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::{Emulator, Then};
 use fleet::SessionStatus;
 

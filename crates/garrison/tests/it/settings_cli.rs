@@ -4,12 +4,10 @@
 //! (flag, environment, file) with no colour escapes in a log that is not
 //! a terminal.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 /// `garrison serve ARGS` with a token and an outpost that never get used:
 /// the settings fail first.

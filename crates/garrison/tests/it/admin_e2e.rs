@@ -1,11 +1,9 @@
 //! The admin listener of `garrison serve` end to end: the real binary
 //! against the emulator, every request to 127.0.0.1 on the port it logged.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use emulator::Then;
 use fleet::SessionStatus;
 use futures::StreamExt;

@@ -5,11 +5,9 @@
 //! another Garrison collects old snapshots it never recorded; `garrison
 //! doctor` probes the store.
 
-mod bucket;
-mod common;
-
-use bucket::Bucket;
-use common::*;
+use crate::bucket;
+use crate::bucket::Bucket;
+use crate::common::*;
 use emulator::{Script, Then};
 use fleet::SessionStatus;
 use object_store::ObjectStore;

@@ -1,13 +1,12 @@
 //! `garrison image build|ls|rm --backend tensorlake`: the real binary
 //! against the in-process mock Tensorlake.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use common::{TENSORLAKE_KEY, TensorlakeWorld, garrison_bin};
+use crate::common;
+use crate::common::{TENSORLAKE_KEY, TensorlakeWorld, garrison_bin};
 
 struct Host {
     world: std::sync::Arc<TensorlakeWorld>,

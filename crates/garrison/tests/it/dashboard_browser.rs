@@ -7,14 +7,12 @@
 //! Skipped (with a message, passing) when Chromium is not installed;
 //! `scripts/setup` installs it.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::*;
 use base64::Engine;
-use common::*;
 use emulator::Then;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};

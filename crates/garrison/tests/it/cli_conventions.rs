@@ -6,8 +6,6 @@
 //! side is a state directory written here through the store's API (the
 //! admin URL given is one where nothing listens) or the emulator.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
@@ -17,7 +15,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use common::{HANG_GUARD, garrison_bin};
+use crate::common;
+use crate::common::{HANG_GUARD, garrison_bin};
 
 /// Nothing listens here: the commands read the state directory.
 const DEAD_ADMIN: &str = "http://127.0.0.1:1";

@@ -3,11 +3,10 @@
 //! credentials from a Modal Secret, and serves the emulator's sessions in
 //! sandboxes of their own that never see those credentials.
 
-mod common;
-
 use std::process::Output;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use emulator::{Emulator, Then};
 use fleet::SessionStatus;
 

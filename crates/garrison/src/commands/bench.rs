@@ -5,12 +5,12 @@ use clap::Args;
 
 /// `garrison bench <which>`.
 #[derive(Args, Debug)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(subcommand)]
     command: ::bench::BenchCommand,
 }
 
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // The table goes to stdout; Garrison's own logs would drown it, so only
     // warnings reach stderr unless RUST_LOG asks for more.
     crate::logging::init_with_default(crate::logging::LogFormat::Text, "warn");

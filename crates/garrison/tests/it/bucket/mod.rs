@@ -3,7 +3,9 @@
 //! look at what Garrison left in it.
 #![allow(dead_code)]
 
+// The sandbox crate's tests share this file; its `pub` is theirs to keep.
 #[path = "../../../../sandbox/tests/s3_support/mod.rs"]
+#[allow(unreachable_pub)]
 mod s3_support;
 
 use std::sync::Arc;
@@ -13,38 +15,38 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 #[allow(unused_imports)] // each test file uses its own part
-pub use s3_support::{S3Server, SECRET_KEY};
+pub(crate) use s3_support::{S3Server, SECRET_KEY};
 
 /// A bucket of its own on a server of its own.
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub server: S3Server,
     pub name: String,
 }
 
 impl Bucket {
     /// On loopback; `None` (the test skips) without `GARRISON_TEST_S3_SERVER`.
-    pub fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         Self::start_on("127.0.0.1")
     }
 
     /// On `host` (an address of a network the test made).
-    pub fn start_on(host: &str) -> Option<Self> {
+    pub(crate) fn start_on(host: &str) -> Option<Self> {
         let server = S3Server::start(host)?;
         let name = format!("e2e-{:08x}", rand::random::<u32>());
         server.create_bucket(&name);
         Some(Self { server, name })
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("s3://{}/garrison", self.name)
     }
 
     /// The store's flag and the environment that reaches it.
-    pub fn serve_args(&self) -> Vec<String> {
+    pub(crate) fn serve_args(&self) -> Vec<String> {
         vec!["--snapshot-store".into(), self.url()]
     }
 
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         self.server
             .env()
             .into_iter()
@@ -52,7 +54,7 @@ impl Bucket {
             .collect()
     }
 
-    pub fn raw(&self) -> Arc<dyn ObjectStore> {
+    pub(crate) fn raw(&self) -> Arc<dyn ObjectStore> {
         let mut builder = AmazonS3Builder::new().with_bucket_name(&self.name);
         for (key, value) in self.server.options() {
             builder = builder.with_config(key.parse().unwrap(), value);
@@ -60,7 +62,7 @@ impl Bucket {
         Arc::new(builder.build().unwrap())
     }
 
-    pub async fn objects(&self) -> Vec<(ObjectPath, Vec<u8>)> {
+    pub(crate) async fn objects(&self) -> Vec<(ObjectPath, Vec<u8>)> {
         let raw = self.raw();
         let listed: Vec<_> = raw.list(None).try_collect().await.unwrap();
         let mut objects = Vec::new();
@@ -75,7 +77,7 @@ impl Bucket {
         objects
     }
 
-    pub async fn archives(&self) -> Vec<(ObjectPath, Vec<u8>)> {
+    pub(crate) async fn archives(&self) -> Vec<(ObjectPath, Vec<u8>)> {
         self.objects()
             .await
             .into_iter()

@@ -10,32 +10,36 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// Bounds every wait; a healthy run takes a small fraction of it.
-pub const HANG_GUARD: Duration = Duration::from_secs(120);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(120);
 
 /// A throw-away home with `GARRISON_CONFIG` under it.
-pub struct Home {
+pub(crate) struct Home {
     pub dir: tempfile::TempDir,
 }
 
 impl Home {
-    pub fn new() -> Home {
+    pub(crate) fn new() -> Home {
         Home {
             dir: tempfile::tempdir().expect("temp dir"),
         }
     }
 
     /// `$GARRISON_CONFIG` of commands started from this home.
-    pub fn config_dir(&self) -> PathBuf {
+    pub(crate) fn config_dir(&self) -> PathBuf {
         self.dir.path().join("config")
     }
 
-    pub fn credentials_path(&self) -> PathBuf {
+    pub(crate) fn credentials_path(&self) -> PathBuf {
         self.config_dir().join("credentials.json")
     }
 
     /// `garrison ARGS` with only PATH, HOME, USER, GARRISON_CONFIG and
     /// `extra_env` set; killed if dropped while running.
-    pub fn command(&self, args: &[&str], extra_env: &[(&str, &str)]) -> tokio::process::Command {
+    pub(crate) fn command(
+        &self,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_garrison"));
         cmd.args(args)
             .env_clear()
@@ -52,7 +56,12 @@ impl Home {
     }
 
     /// Runs to completion, with `stdin` written to its standard input.
-    pub async fn run(&self, args: &[&str], extra_env: &[(&str, &str)], stdin: Option<&str>) -> Ran {
+    pub(crate) async fn run(
+        &self,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        stdin: Option<&str>,
+    ) -> Ran {
         let mut cmd = self.command(args, extra_env);
         if stdin.is_some() {
             cmd.stdin(Stdio::piped());
@@ -73,7 +82,7 @@ impl Home {
 
 /// What a finished command did.
 #[derive(Debug)]
-pub struct Ran {
+pub(crate) struct Ran {
     pub success: bool,
     pub stdout: String,
     pub stderr: String,
@@ -90,22 +99,22 @@ impl From<Output> for Ran {
 }
 
 impl Ran {
-    pub fn ok(self) -> Ran {
+    pub(crate) fn ok(self) -> Ran {
         assert!(self.success, "garrison failed:\n{self:#?}");
         self
     }
 
-    pub fn failed(self) -> Ran {
+    pub(crate) fn failed(self) -> Ran {
         assert!(!self.success, "garrison should have failed:\n{self:#?}");
         self
     }
 
-    pub fn all(&self) -> String {
+    pub(crate) fn all(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
 }
 
-pub fn mode(path: &Path) -> u32 {
+pub(crate) fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
 }

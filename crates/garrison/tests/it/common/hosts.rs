@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 
 /// A bridge in this namespace and `count` namespaces wired to it.
-pub struct Hosts {
+pub(crate) struct Hosts {
     bridge: String,
     namespaces: Vec<String>,
     subnet: u8,
@@ -27,7 +27,7 @@ impl Hosts {
     /// Builds the bridge and `count` hosts. Addresses come from 198.18.0.0/15
     /// (set aside for benchmarks and tests, clear of the local backend's
     /// 10.213.0.0/16), one /24 per test process.
-    pub fn build(count: usize) -> Hosts {
+    pub(crate) fn build(count: usize) -> Hosts {
         let tag = format!("{:05x}", std::process::id() & 0xfffff);
         let subnet = (std::process::id() % 250) as u8 + 1;
         let bridge = format!("gmb{tag}");
@@ -76,14 +76,14 @@ impl Hosts {
     }
 
     /// The bridge's address: where shared services listen.
-    pub fn shared_addr(&self) -> Ipv4Addr {
+    pub(crate) fn shared_addr(&self) -> Ipv4Addr {
         Ipv4Addr::new(198, 18, self.subnet, 1)
     }
 
     /// The command that runs a program inside host `n`'s namespace.
     /// `nsenter`, not `ip netns exec`: the latter remounts `/sys`, which
     /// hides the cgroup mount the local backend's runc needs.
-    pub fn prefix(&self, n: usize) -> Vec<String> {
+    pub(crate) fn prefix(&self, n: usize) -> Vec<String> {
         vec![
             "nsenter".into(),
             format!("--net=/run/netns/{}", self.namespaces[n]),

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub mod hosts;
+pub(crate) mod hosts;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,18 +16,18 @@ use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Step, 
 use fleet::{Platform, SessionStatus};
 
 /// Bounds every wait; a healthy run takes a small fraction of it.
-pub const HANG_GUARD: Duration = Duration::from_secs(120);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(120);
 
-pub fn garrison_bin() -> &'static str {
+pub(crate) fn garrison_bin() -> &'static str {
     env!("CARGO_BIN_EXE_garrison")
 }
 
 /// An emulator with short lags so tests move quickly.
-pub async fn emulator() -> Emulator {
+pub(crate) async fn emulator() -> Emulator {
     emulator_with(|_| {}).await
 }
 
-pub async fn emulator_with(tweak: impl FnOnce(&mut EmulatorConfig)) -> Emulator {
+pub(crate) async fn emulator_with(tweak: impl FnOnce(&mut EmulatorConfig)) -> Emulator {
     let mut config = EmulatorConfig {
         status_lag: Duration::from_millis(200),
         linger: Duration::from_secs(2),
@@ -38,7 +38,7 @@ pub async fn emulator_with(tweak: impl FnOnce(&mut EmulatorConfig)) -> Emulator 
 }
 
 /// A running `garrison serve`, killed on drop.
-pub struct Garrison {
+pub(crate) struct Garrison {
     pub child: Child,
     pub state_dir: PathBuf,
     pub log_path: PathBuf,
@@ -54,12 +54,12 @@ pub struct Garrison {
 }
 
 /// The API key the mock Tensorlake accepts.
-pub const TENSORLAKE_KEY: &str = "tl_e2e_key_never_in_a_sandbox_8c1d";
+pub(crate) const TENSORLAKE_KEY: &str = "tl_e2e_key_never_in_a_sandbox_8c1d";
 
 /// A mock Tensorlake on its own runtime (so it outlives a Garrison killed
 /// and restarted, and is shared by every Garrison of one test directory).
 /// Dropping the last handle kills the processes it ran.
-pub struct TensorlakeWorld {
+pub(crate) struct TensorlakeWorld {
     mock: Option<tensorlake_mock::MockTensorlake>,
     runtime: Option<tokio::runtime::Runtime>,
     pub root: PathBuf,
@@ -67,7 +67,7 @@ pub struct TensorlakeWorld {
 
 impl TensorlakeWorld {
     /// The mock for the test directory holding `state_dir`.
-    pub fn for_state_dir(state_dir: &Path) -> Arc<TensorlakeWorld> {
+    pub(crate) fn for_state_dir(state_dir: &Path) -> Arc<TensorlakeWorld> {
         static WORLDS: Mutex<BTreeMap<PathBuf, Weak<TensorlakeWorld>>> =
             Mutex::new(BTreeMap::new());
         let dir = state_dir.parent().expect("state dir parent").to_owned();
@@ -97,13 +97,13 @@ impl TensorlakeWorld {
         world
     }
 
-    pub fn mock(&self) -> &tensorlake_mock::MockTensorlake {
+    pub(crate) fn mock(&self) -> &tensorlake_mock::MockTensorlake {
         self.mock.as_ref().expect("mock")
     }
 
     /// What `garrison serve` needs to use it: the variables `garrison mock
     /// tensorlake` prints.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let mock = self.mock();
         vec![
             ("TENSORLAKE_API_URL".into(), mock.url().to_owned()),
@@ -117,7 +117,7 @@ impl TensorlakeWorld {
     }
 
     /// The sandboxes' directories on the host.
-    pub fn sandbox_dirs(&self) -> Vec<PathBuf> {
+    pub(crate) fn sandbox_dirs(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.root.join("sandboxes"))
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default()
@@ -134,7 +134,7 @@ impl Drop for TensorlakeWorld {
     }
 }
 
-pub struct GarrisonOptions<'a> {
+pub(crate) struct GarrisonOptions<'a> {
     pub outpost: &'a str,
     pub state_dir: &'a Path,
     pub extra_args: Vec<String>,
@@ -142,7 +142,7 @@ pub struct GarrisonOptions<'a> {
 
 /// Which sandbox backend a test runs Garrison with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     Host,
     Local,
     /// The local backend with `SANDBOX_RUNTIME=runsc` (gVisor).
@@ -154,7 +154,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Host => "host",
             Backend::Local | Backend::LocalRunsc => "local",
@@ -166,7 +166,7 @@ impl Backend {
     /// Whether this machine can run the backend; prints why not. The local
     /// backend needs root and the test image `scripts/setup` builds
     /// (`GARRISON_TEST_IMAGES`, exported by `scripts/test`).
-    pub fn available(self) -> bool {
+    pub(crate) fn available(self) -> bool {
         match self {
             Backend::Host | Backend::Tensorlake | Backend::Modal => true,
             Backend::Local | Backend::LocalRunsc => {
@@ -192,18 +192,22 @@ fn nix_is_root() -> bool {
 }
 
 impl Garrison {
-    pub fn start(emu: &Emulator, opts: GarrisonOptions<'_>) -> Garrison {
+    pub(crate) fn start(emu: &Emulator, opts: GarrisonOptions<'_>) -> Garrison {
         Self::start_on(emu, opts, Backend::Host)
     }
 
     /// `garrison serve` on `backend`. For `local`, the state directory's image
     /// store is the test image store.
-    pub fn start_on(emu: &Emulator, opts: GarrisonOptions<'_>, backend: Backend) -> Garrison {
+    pub(crate) fn start_on(
+        emu: &Emulator,
+        opts: GarrisonOptions<'_>,
+        backend: Backend,
+    ) -> Garrison {
         Self::start_on_with_env(emu, opts, backend, Vec::new())
     }
 
     /// [`Garrison::start_on`] with `extra_env` added to the test environment.
-    pub fn start_on_with_env(
+    pub(crate) fn start_on_with_env(
         emu: &Emulator,
         opts: GarrisonOptions<'_>,
         backend: Backend,
@@ -214,7 +218,7 @@ impl Garrison {
 
     /// [`Garrison::start_on_with_env`] with `prefix` run in front of
     /// `garrison` (e.g. `ip netns exec HOST`), restarts included.
-    pub fn start_on_behind(
+    pub(crate) fn start_on_behind(
         emu: &Emulator,
         opts: GarrisonOptions<'_>,
         backend: Backend,
@@ -268,13 +272,13 @@ impl Garrison {
     }
 
     /// `garrison` with exactly these arguments (and the test environment).
-    pub fn start_with_args(emu: &Emulator, state_dir: &Path, args: Vec<String>) -> Garrison {
+    pub(crate) fn start_with_args(emu: &Emulator, state_dir: &Path, args: Vec<String>) -> Garrison {
         Self::start_with_args_and_env(emu, state_dir, args, Vec::new())
     }
 
     /// [`Garrison::start_with_args`] with `extra_env` added to the test
     /// environment.
-    pub fn start_with_args_and_env(
+    pub(crate) fn start_with_args_and_env(
         emu: &Emulator,
         state_dir: &Path,
         args: Vec<String>,
@@ -330,14 +334,14 @@ impl Garrison {
     }
 
     /// `kill -9`, then a new process with the same arguments and state.
-    pub fn crash_and_restart(&mut self) {
+    pub(crate) fn crash_and_restart(&mut self) {
         self.kill9();
         self.child = spawn(&self.prefix, &self.args, &self.env, &self.log_path);
     }
 
     /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the process, as a host
     /// that stops answering for a while.
-    pub fn freeze(&self, frozen: bool) {
+    pub(crate) fn freeze(&self, frozen: bool) {
         let signal = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
         // SAFETY: kill(2) on our own child.
         unsafe {
@@ -345,18 +349,18 @@ impl Garrison {
         }
     }
 
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// The Garrison's state store, once it has created it: creating or
     /// converting it here would race with the Garrison's own start.
-    pub fn store(&self) -> orchestrator::store::Store {
+    pub(crate) fn store(&self) -> orchestrator::store::Store {
         use orchestrator::store::Store;
         let path = self.state_dir.join("garrison.db");
         let deadline = std::time::Instant::now() + HANG_GUARD;
@@ -379,7 +383,7 @@ impl Garrison {
 
 /// A mock Modal API keeping its sandboxes under `<state>/modal-mock`, with
 /// credentials made up for this test. Needs a multi-thread runtime.
-pub fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModal> {
+pub(crate) fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModal> {
     let mut config = modal_mock::MockConfig::new(state_dir.join("modal-mock"));
     config.token_id = format!("ak-{:016x}", rand::random::<u64>());
     config.token_secret = format!("as-{:016x}", rand::random::<u64>());
@@ -391,7 +395,7 @@ pub fn start_modal_mock(state_dir: &Path) -> std::sync::Arc<modal_mock::MockModa
 }
 
 /// How `garrison` finds the mock: URL, token and base image, by environment.
-pub fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
+pub(crate) fn modal_env(mock: &modal_mock::MockModal) -> Vec<(String, String)> {
     vec![
         ("MODAL_SERVER_URL".to_owned(), mock.url()),
         ("MODAL_TOKEN_ID".to_owned(), mock.token_id().to_owned()),
@@ -434,7 +438,7 @@ impl Drop for Garrison {
 /// Destroys containers the local backend left under `state_dir` (they
 /// outlive Garrison by design). Runs on its own thread: Drop may be called
 /// inside a test's runtime.
-pub fn destroy_local_sandboxes(state_dir: &Path) {
+pub(crate) fn destroy_local_sandboxes(state_dir: &Path) {
     if !state_dir.join("local").join("sandboxes").exists() {
         return;
     }
@@ -469,7 +473,7 @@ pub fn destroy_local_sandboxes(state_dir: &Path) {
 
 /// Kills what the host backend started under `state_dir` (remotes outlive
 /// Garrison by design, so a test cleans them up itself).
-pub fn kill_sandbox_processes(state_dir: &Path) {
+pub(crate) fn kill_sandbox_processes(state_dir: &Path) {
     let Ok(sandboxes) = std::fs::read_dir(state_dir.join("host").join("sandboxes")) else {
         return;
     };
@@ -493,27 +497,27 @@ pub fn kill_sandbox_processes(state_dir: &Path) {
     }
 }
 
-pub fn outpost(emu: &Emulator) -> String {
+pub(crate) fn outpost(emu: &Emulator) -> String {
     emu.create_outpost(
         &format!("test-{:08x}", rand::random::<u32>()),
         Platform::Linux,
     )
 }
 
-pub fn run(command: &str) -> Step {
+pub(crate) fn run(command: &str) -> Step {
     Step::Run {
         command: command.into(),
     }
 }
 
-pub fn write(path: &str, content: &str) -> Step {
+pub(crate) fn write(path: &str, content: &str) -> Step {
     Step::Write {
         path: path.into(),
         content: content.into(),
     }
 }
 
-pub fn session(emu: &Emulator, outpost_id: &str, steps: Vec<Step>, then: Then) -> String {
+pub(crate) fn session(emu: &Emulator, outpost_id: &str, steps: Vec<Step>, then: Then) -> String {
     emu.create_session(NewSession {
         outpost_id: outpost_id.into(),
         script: Script { steps, then },
@@ -524,7 +528,11 @@ pub fn session(emu: &Emulator, outpost_id: &str, steps: Vec<Step>, then: Then) -
 
 /// Polls until `check` holds, panicking with `what` and the Garrison log
 /// after [`HANG_GUARD`].
-pub async fn wait_until(what: &str, garrison: Option<&Garrison>, mut check: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(
+    what: &str,
+    garrison: Option<&Garrison>,
+    mut check: impl FnMut() -> bool,
+) {
     let deadline = tokio::time::Instant::now() + HANG_GUARD;
     while !check() {
         if tokio::time::Instant::now() > deadline {
@@ -535,22 +543,22 @@ pub async fn wait_until(what: &str, garrison: Option<&Garrison>, mut check: impl
     }
 }
 
-pub fn view(emu: &Emulator, id: &str) -> SessionView {
+pub(crate) fn view(emu: &Emulator, id: &str) -> SessionView {
     emu.session(id).expect("session exists")
 }
 
-pub fn status_is(emu: &Emulator, id: &str, status: SessionStatus) -> bool {
+pub(crate) fn status_is(emu: &Emulator, id: &str, status: SessionStatus) -> bool {
     view(emu, id).session_status == status
 }
 
 /// Released by its holder: the last claim was followed by a release.
-pub fn released(emu: &Emulator, id: &str) -> bool {
+pub(crate) fn released(emu: &Emulator, id: &str) -> bool {
     let v = view(emu, id);
     v.events("released").count() >= v.events("claimed").count() && v.events("claimed").count() > 0
 }
 
 /// The outputs of the session's steps, in order.
-pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
+pub(crate) fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
     view(emu, id)
         .events("step")
         .map(|e| {
@@ -564,7 +572,7 @@ pub fn step_outputs(emu: &Emulator, id: &str) -> Vec<String> {
 }
 
 /// Sandboxes of any backend present under `state_dir`.
-pub fn sandbox_dirs(state_dir: &Path) -> usize {
+pub(crate) fn sandbox_dirs(state_dir: &Path) -> usize {
     let tensorlake = state_dir
         .parent()
         .map(|dir| dir.join("tensorlake-mock"))
@@ -583,7 +591,7 @@ pub fn sandbox_dirs(state_dir: &Path) -> usize {
 /// Writes file `name` into a sandbox's workspace from the host, as the
 /// workspace's owner: a `local` sandbox in a user namespace shows its files
 /// through idmapped layers, which refuse a file made as host root.
-pub fn write_as_workspace_owner(workdir: &Path, name: &str, bytes: &[u8]) {
+pub(crate) fn write_as_workspace_owner(workdir: &Path, name: &str, bytes: &[u8]) {
     use std::os::unix::fs::MetadataExt as _;
     let uid = std::fs::metadata(workdir).unwrap().uid();
     sandbox::local::rootfs::Root::open_as(workdir, (uid != 0).then_some(uid))
@@ -592,7 +600,7 @@ pub fn write_as_workspace_owner(workdir: &Path, name: &str, bytes: &[u8]) {
 }
 
 /// The workspace of the only sandbox under `state_dir`, as the host sees it.
-pub fn only_workdir(state_dir: &Path) -> PathBuf {
+pub(crate) fn only_workdir(state_dir: &Path) -> PathBuf {
     let mut found = Vec::new();
     let tensorlake = state_dir
         .parent()
@@ -614,7 +622,7 @@ pub fn only_workdir(state_dir: &Path) -> PathBuf {
 
 /// Waits for a `garrison logs -f` whose output goes to `out` and `err` to
 /// exit by itself, checks that it succeeded and returns what it printed.
-pub async fn follower_exit(
+pub(crate) async fn follower_exit(
     g: &Garrison,
     follower: &mut std::process::Child,
     out: &Path,
@@ -633,7 +641,7 @@ pub async fn follower_exit(
 }
 
 /// Files under `root` (snapshots decompressed) that contain `needle`.
-pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+pub(crate) fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
     grep_tree_for_any(root, &[needle])
         .into_iter()
         .map(|(path, _)| path)
@@ -642,7 +650,7 @@ pub fn grep_tree(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
 
 /// Like [`grep_tree`] for several needles in one walk: each file holding
 /// any of them, with the index of the first needle found.
-pub fn grep_tree_for_any(root: &Path, needles: &[&[u8]]) -> Vec<(PathBuf, usize)> {
+pub(crate) fn grep_tree_for_any(root: &Path, needles: &[&[u8]]) -> Vec<(PathBuf, usize)> {
     let finders: Vec<_> = needles.iter().map(memchr::memmem::Finder::new).collect();
     let mut hits = Vec::new();
     let mut stack = vec![root.to_owned()];

@@ -11,7 +11,7 @@ use orchestrator::api::{LogChunk, SessionDetail, SessionPage, SessionSummary, St
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
-pub const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9180";
+pub(crate) const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9180";
 
 /// Characters left as they are in a path segment: RFC 3986 unreserved.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -21,7 +21,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// A session id (an untrusted string) as one URL path segment.
-pub fn segment(session_id: &str) -> String {
+pub(crate) fn segment(session_id: &str) -> String {
     let encoded = utf8_percent_encode(session_id, SEGMENT).to_string();
     // "." and ".." would be resolved away by URL normalisation.
     match encoded.as_str() {
@@ -33,7 +33,7 @@ pub fn segment(session_id: &str) -> String {
 
 /// Why the admin API gave no answer.
 #[derive(Debug)]
-pub enum AdminError {
+pub(crate) enum AdminError {
     /// Nothing answered (connection refused, timeout, not an HTTP server).
     Unreachable(String),
     /// The daemon answered with this status.
@@ -54,7 +54,7 @@ impl std::error::Error for AdminError {}
 
 /// A client of the admin JSON API.
 #[derive(Clone)]
-pub struct Admin {
+pub(crate) struct Admin {
     base: String,
     http: reqwest::Client,
     /// The daemon's admin token, when this user can read it: sent with
@@ -64,7 +64,7 @@ pub struct Admin {
 }
 
 impl Admin {
-    pub fn new(base: &str, token: Option<Secret>) -> anyhow::Result<Self> {
+    pub(crate) fn new(base: &str, token: Option<Secret>) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             bail!("--admin must be an http:// or https:// URL, not {base:?}");
@@ -84,11 +84,11 @@ impl Admin {
         }
     }
 
-    pub fn base(&self) -> &str {
+    pub(crate) fn base(&self) -> &str {
         &self.base
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -114,14 +114,14 @@ impl Admin {
             .map_err(|e| AdminError::Unreachable(format!("unexpected answer: {e}")))
     }
 
-    pub async fn status(&self) -> Result<StatusView, AdminError> {
+    pub(crate) async fn status(&self) -> Result<StatusView, AdminError> {
         self.get("/api/status").await
     }
 
     /// Every session, newest claim first, fetched a bounded page at a
     /// time. A daemon older than paging (no `/api/session-page`) is asked
     /// for its whole list instead.
-    pub async fn sessions(&self) -> Result<Vec<SessionSummary>, AdminError> {
+    pub(crate) async fn sessions(&self) -> Result<Vec<SessionSummary>, AdminError> {
         let mut pages = Pages::default();
         while let Some(path) = pages.next_path() {
             match self.get::<SessionPage>(&path).await {
@@ -136,7 +136,10 @@ impl Admin {
     }
 
     /// `Ok(None)` for an unknown session.
-    pub async fn session(&self, session_id: &str) -> Result<Option<SessionDetail>, AdminError> {
+    pub(crate) async fn session(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<SessionDetail>, AdminError> {
         match self.get(&Self::session_path(session_id, "")).await {
             Ok(detail) => Ok(Some(detail)),
             Err(AdminError::Status(404, _)) => Ok(None),
@@ -144,7 +147,7 @@ impl Admin {
         }
     }
 
-    pub async fn log(&self, session_id: &str, offset: u64) -> Result<LogChunk, AdminError> {
+    pub(crate) async fn log(&self, session_id: &str, offset: u64) -> Result<LogChunk, AdminError> {
         self.get(&Self::session_path(
             session_id,
             &format!("/log?offset={offset}"),
@@ -153,7 +156,7 @@ impl Admin {
     }
 
     /// `POST .../terminate`: the status code and the body's message.
-    pub async fn terminate(
+    pub(crate) async fn terminate(
         &self,
         session_id: &str,
         keep_snapshot: bool,
@@ -174,7 +177,7 @@ impl Admin {
     }
 
     /// The session's live stream (`/stream`), for wake-ups while following.
-    pub async fn stream(&self, session_id: &str) -> Result<reqwest::Response, AdminError> {
+    pub(crate) async fn stream(&self, session_id: &str) -> Result<reqwest::Response, AdminError> {
         let response = self
             .authorized(
                 self.http

@@ -14,7 +14,7 @@ use orchestrator::settings::{self, BackendSource, HostEnv, RawSettings, Settings
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 
 /// Every backend, in the order `--help` and errors list them.
-pub static ALL: [&dyn BackendPlugin; 4] = [
+pub(crate) static ALL: [&dyn BackendPlugin; 4] = [
     &sandbox::host::PLUGIN,
     &sandbox::local::PLUGIN,
     &tensorlake::PLUGIN,
@@ -22,12 +22,12 @@ pub static ALL: [&dyn BackendPlugin; 4] = [
 ];
 
 /// The backend called `name`, if this build has one.
-pub fn find(name: &str) -> Option<&'static dyn BackendPlugin> {
+pub(crate) fn find(name: &str) -> Option<&'static dyn BackendPlugin> {
     ALL.iter().copied().find(|b| b.name() == name)
 }
 
 /// The names, for help texts: "host, local, tensorlake or modal".
-pub fn names() -> String {
+pub(crate) fn names() -> String {
     let names: Vec<&str> = ALL.iter().map(|b| b.name()).collect();
     common::settings::or_list(&names)
 }
@@ -36,7 +36,7 @@ pub fn names() -> String {
 /// file (`config`, else the default one if it exists), for commands other
 /// than `serve` (which resolves its backends with everything else).
 /// `Ok(None)` when the backend is not configured at all.
-pub fn configure_from_environment(
+pub(crate) fn configure_from_environment(
     backend: &dyn BackendPlugin,
     config: Option<&Path>,
 ) -> anyhow::Result<Option<Arc<dyn ConfiguredBackend>>> {
@@ -54,7 +54,7 @@ pub fn configure_from_environment(
 
 /// Each backend with what a session gets, for `--help`: "host (no
 /// isolation: ...), local (...), ...".
-pub fn help() -> String {
+pub(crate) fn help() -> String {
     let described: Vec<String> = ALL
         .iter()
         .map(|b| format!("{} ({})", b.name(), b.summary()))
@@ -63,7 +63,7 @@ pub fn help() -> String {
 }
 
 /// The settings file to read: `explicit`, else the default one if it exists.
-pub fn settings_file(host: &HostEnv, explicit: Option<&Path>) -> Option<std::path::PathBuf> {
+pub(crate) fn settings_file(host: &HostEnv, explicit: Option<&Path>) -> Option<std::path::PathBuf> {
     if let Some(path) = explicit {
         return Some(path.to_owned());
     }

@@ -1,26 +1,26 @@
 //! The subcommands of `garrison`, one module each: its flags and its `run`.
 
-pub mod bench;
-pub mod completions;
-pub mod connect;
-pub mod demo;
-pub mod deploy;
-pub mod doctor;
-pub mod emulate;
-pub mod image;
-pub mod logs;
-pub mod man;
-pub mod mock;
-pub mod outposts;
-pub mod serve;
-pub mod sessions;
-pub mod status;
-pub mod terminate;
+pub(crate) mod bench;
+pub(crate) mod completions;
+pub(crate) mod connect;
+pub(crate) mod demo;
+pub(crate) mod deploy;
+pub(crate) mod doctor;
+pub(crate) mod emulate;
+pub(crate) mod image;
+pub(crate) mod logs;
+pub(crate) mod man;
+pub(crate) mod mock;
+pub(crate) mod outposts;
+pub(crate) mod serve;
+pub(crate) mod sessions;
+pub(crate) mod status;
+pub(crate) mod terminate;
 
 use clap::Subcommand;
 
 #[derive(Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Watch one or more outposts and serve their sessions until stopped.
     Serve(Box<serve::ServeArgs>),
     /// Run a local emulator of Devin's control plane (fleet API, gateway,
@@ -68,7 +68,7 @@ pub enum Command {
 impl Command {
     /// Long-running services, which write to sockets and must outlive a
     /// reader of their stdout (see `output`).
-    pub fn is_service(&self) -> bool {
+    pub(crate) fn is_service(&self) -> bool {
         matches!(
             self,
             Command::Serve(_) | Command::Emulate(_) | Command::Demo(_) | Command::Mock(_)
@@ -77,7 +77,7 @@ impl Command {
 
     /// The log level of a command that does not set up logging itself
     /// (`None` for those that do, with their own default and format).
-    pub fn default_log_level(&self) -> Option<&'static str> {
+    pub(crate) fn default_log_level(&self) -> Option<&'static str> {
         match self {
             Command::Serve(_) | Command::Demo(_) | Command::Bench(_) | Command::Doctor(_) => None,
             // The emulator's own default: it logs each request it serves.
@@ -87,7 +87,7 @@ impl Command {
     }
 }
 
-pub async fn run(command: Command) -> anyhow::Result<()> {
+pub(crate) async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(args).await,
         Command::Emulate(args) => emulate::run(args).await,

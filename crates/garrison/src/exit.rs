@@ -6,24 +6,24 @@
 use std::process::ExitCode;
 
 /// It worked.
-pub const SUCCESS: u8 = 0;
+pub(crate) const SUCCESS: u8 = 0;
 /// Something failed that may work when tried again, or that no other
 /// code describes.
-pub const FAILURE: u8 = 1;
+pub(crate) const FAILURE: u8 = 1;
 /// The command line is wrong. clap exits with it itself; it is named here
 /// so that every code is in one place.
 #[allow(dead_code)]
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 /// A configuration error (EX_CONFIG from sysexits.h): a bad setting or
 /// file, a token the API refuses, an outpost it does not know, a state
 /// directory that cannot be written. Restarting will not help; the
 /// systemd unit does not restart on it (`RestartPreventExitStatus=78`).
-pub const CONFIG: u8 = 78;
+pub(crate) const CONFIG: u8 = 78;
 
 /// Ends the command with this exit code and nothing more printed: the
 /// command has said what it had to (`status`: 1 not ready, 2 not reachable).
 #[derive(Debug)]
-pub struct Code(pub u8);
+pub(crate) struct Code(pub u8);
 
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,7 +36,7 @@ impl std::error::Error for Code {}
 /// An error that is a configuration error whatever its type: `serve`
 /// wraps what resolving its settings failed with.
 #[derive(Debug)]
-pub struct Config(pub anyhow::Error);
+pub(crate) struct Config(pub anyhow::Error);
 
 impl std::fmt::Display for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,13 +48,13 @@ impl std::fmt::Display for Config {
 impl std::error::Error for Config {}
 
 /// Marks `error` as a configuration error (exit code [`CONFIG`]).
-pub fn config(error: anyhow::Error) -> anyhow::Error {
+pub(crate) fn config(error: anyhow::Error) -> anyhow::Error {
     anyhow::Error::new(Config(error))
 }
 
 /// The exit code for a command's error: the first error in its chain that
 /// has a code of its own decides, else [`FAILURE`].
-pub fn code_of(error: &anyhow::Error) -> u8 {
+pub(crate) fn code_of(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
         if let Some(Code(code)) = cause.downcast_ref::<Code>() {
             return *code;
@@ -71,7 +71,7 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
 
 /// Ends the process for a command's result: the error printed (unless it
 /// is a bare [`Code`]) and its exit code.
-pub fn report(result: anyhow::Result<()>) -> ExitCode {
+pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(SUCCESS),
         Err(error) => {
@@ -86,7 +86,7 @@ pub fn report(result: anyhow::Result<()>) -> ExitCode {
 /// `Error: ...` and its causes, as `main` returning the error would print
 /// it, but never with a backtrace (which `RUST_BACKTRACE=1` would add): an
 /// operator's error is its message, not our stack.
-pub fn message(error: &anyhow::Error) -> String {
+pub(crate) fn message(error: &anyhow::Error) -> String {
     let mut out = format!("Error: {error}\n");
     let causes: Vec<String> = error.chain().skip(1).map(|c| c.to_string()).collect();
     if !causes.is_empty() {

@@ -8,7 +8,7 @@ use orchestrator::planner::{Millis, StageLabel};
 
 /// A line of commentary on stderr, dim when stderr is a terminal; none
 /// with `-q`.
-pub fn note(text: &str) {
+pub(crate) fn note(text: &str) {
     if crate::verbosity::quiet() {
         return;
     }
@@ -20,12 +20,12 @@ pub fn note(text: &str) {
 }
 
 /// Now, in the store's and the admin API's unit (ms since the epoch).
-pub fn now_ms() -> Millis {
+pub(crate) fn now_ms() -> Millis {
     chrono::Utc::now().timestamp_millis()
 }
 
 /// `45s`, `12m`, `3h05m`, `2d04h`.
-pub fn age(ms: Millis) -> String {
+pub(crate) fn age(ms: Millis) -> String {
     let s = (ms / 1000).max(0);
     match s {
         0..60 => format!("{s}s"),
@@ -36,7 +36,7 @@ pub fn age(ms: Millis) -> String {
 }
 
 /// `512 B`, `1.5 KB`, `12 MB`, `3.2 GB`.
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
     let mut value = n as f64;
     let mut unit = 0;
@@ -54,7 +54,7 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// Left-aligned columns separated by two spaces; no trailing spaces.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -86,18 +86,18 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// A stage in which the session will not run here again unless Devin
 /// queues it again: anything done except `suspended`. The labels are the
 /// orchestrator's ([`StageLabel`]); one the CLI does not know is not final.
-pub fn is_final(stage: &str) -> bool {
+pub(crate) fn is_final(stage: &str) -> bool {
     StageLabel::parse(stage).is_some_and(StageLabel::is_final)
 }
 
 /// Done stages (shown by `sessions --all`, counted as history).
-pub fn is_done(stage: &str) -> bool {
+pub(crate) fn is_done(stage: &str) -> bool {
     StageLabel::parse(stage).is_some_and(StageLabel::is_done)
 }
 
 /// Strips terminal control characters from server or remote text shown in
 /// a table (ids are untrusted).
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()

@@ -242,7 +242,7 @@ Output:
 ];
 
 /// Adds the sections to `cmd` and every command below it.
-pub fn decorate(cmd: Command) -> Command {
+pub(crate) fn decorate(cmd: Command) -> Command {
     decorate_at(cmd, "")
 }
 

@@ -11,7 +11,7 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// Raises the soft open-file limit to the hard one. A failure leaves the
 /// limit as it was: nothing that worked before breaks.
-pub fn raise_open_files() {
+pub(crate) fn raise_open_files() {
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
         && let Some(soft) = raised_soft_limit(soft, hard)
     {

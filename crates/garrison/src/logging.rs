@@ -8,11 +8,11 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-pub use orchestrator::settings::LogFormat;
+pub(crate) use orchestrator::settings::LogFormat;
 
 /// How text lines look on the stream they are written to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Style {
+pub(crate) struct Style {
     /// ANSI colours: only a terminal shows them; a file, a pipe or the
     /// journal would keep the escapes as text.
     pub colour: bool,
@@ -26,7 +26,7 @@ impl Style {
     /// whether `JOURNAL_STREAM` names this very stream (systemd sets it
     /// for the service's stdout/stderr; a child writing elsewhere may
     /// inherit it).
-    pub fn decide(
+    pub(crate) fn decide(
         terminal: bool,
         no_color: Option<&OsStr>,
         journal_stream: Option<&OsStr>,
@@ -42,7 +42,7 @@ impl Style {
     }
 
     /// The style for this process's stderr.
-    pub fn for_stderr() -> Self {
+    pub(crate) fn for_stderr() -> Self {
         let journal_stream = std::env::var_os("JOURNAL_STREAM");
         let on_journal = journal_stream
             .as_deref()
@@ -70,13 +70,13 @@ fn stderr_is(journal_stream: &str) -> bool {
 }
 
 /// Installs the subscriber: `RUST_LOG` when set, else `info`.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     init_with_default(format, "info");
 }
 
 /// Installs the subscriber: `-q`/`-v`, else `RUST_LOG` when set, else
 /// `default` (see [`crate::verbosity`]).
-pub fn init_with_default(format: LogFormat, default: &str) {
+pub(crate) fn init_with_default(format: LogFormat, default: &str) {
     let filter: EnvFilter = crate::verbosity::filter(default);
     let style = Style::for_stderr();
     let builder = tracing_subscriber::fmt()

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 /// The mark on a write error that means stdout's reader has gone.
 #[derive(Debug)]
-pub struct StdoutClosed;
+pub(crate) struct StdoutClosed;
 
 impl std::fmt::Display for StdoutClosed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,10 +25,10 @@ impl std::fmt::Display for StdoutClosed {
 impl std::error::Error for StdoutClosed {}
 
 /// stdout, whose broken-pipe errors carry the [`StdoutClosed`] mark.
-pub struct Stdout(io::Stdout);
+pub(crate) struct Stdout(io::Stdout);
 
 impl Stdout {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(io::stdout())
     }
 }
@@ -58,14 +58,14 @@ impl Write for Stdout {
 }
 
 /// Writes `text` to stdout as it is, and flushes.
-pub fn print(text: &str) -> io::Result<()> {
+pub(crate) fn print(text: &str) -> io::Result<()> {
     let mut out = Stdout::new();
     out.write_all(text.as_bytes())?;
     out.flush()
 }
 
 /// Writes `text` and a newline to stdout.
-pub fn println(text: &str) -> io::Result<()> {
+pub(crate) fn println(text: &str) -> io::Result<()> {
     let mut line = String::with_capacity(text.len() + 1);
     line.push_str(text);
     line.push('\n');
@@ -74,14 +74,14 @@ pub fn println(text: &str) -> io::Result<()> {
 
 /// `value` as indented JSON and a newline: the `--json` of commands that
 /// print one document.
-pub fn json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn json(value: &impl Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     Ok(println(&text)?)
 }
 
 /// Whether `error` is, anywhere in its chain, a write to a stdout whose
 /// reader has gone.
-pub fn is_stdout_closed(error: &anyhow::Error) -> bool {
+pub(crate) fn is_stdout_closed(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.is::<StdoutClosed>()
             || cause
@@ -95,7 +95,7 @@ pub fn is_stdout_closed(error: &anyhow::Error) -> bool {
 /// is closed): ends the process quietly with status 0 on that panic instead
 /// of printing it. Only for commands that end when their output is done;
 /// long-running services must not die because a reader went away.
-pub fn quiet_exit_on_closed_stdout_panic() {
+pub(crate) fn quiet_exit_on_closed_stdout_panic() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let message = info

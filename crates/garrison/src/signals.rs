@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Cancels `stop` on the first SIGTERM or SIGINT; a second one exits at once
 /// (sessions keep running: they are detached from this process).
-pub fn on_stop_signal(stop: CancellationToken) -> std::io::Result<()> {
+pub(crate) fn on_stop_signal(stop: CancellationToken) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {

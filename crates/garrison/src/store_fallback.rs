@@ -21,7 +21,7 @@ use crate::format::note;
 /// Where to read from: the daemon's admin API, else the state directory.
 #[derive(Args, Clone, Debug)]
 #[command(mut_args = with_environment_variable)]
-pub struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// The admin listener of a running `garrison serve`.
     #[arg(long, env = "GARRISON_ADMIN_URL", value_name = "URL", default_value = DEFAULT_ADMIN_URL)]
     pub admin: String,
@@ -33,7 +33,7 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    pub fn admin_client(&self) -> anyhow::Result<Admin> {
+    pub(crate) fn admin_client(&self) -> anyhow::Result<Admin> {
         Admin::new(&self.admin, self.admin_token()?)
     }
 
@@ -60,7 +60,7 @@ impl SourceArgs {
 
     /// The state directory: the flag, else `GARRISON_HOME`, else the
     /// default configuration file's `state_dir`, else the default.
-    pub fn state_dir(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn state_dir(&self) -> anyhow::Result<PathBuf> {
         if let Some(dir) = &self.state_dir {
             return Ok(dir.clone());
         }
@@ -78,13 +78,17 @@ impl SourceArgs {
     }
 
     /// Opens the state directory's store without creating anything.
-    pub fn local(&self) -> anyhow::Result<Local> {
+    pub(crate) fn local(&self) -> anyhow::Result<Local> {
         Local::open(&self.state_dir()?)
     }
 
     /// The state directory's store, read because the daemon at `admin`
     /// answered `why`; says so on stderr. The error names both failures.
-    pub fn local_instead_of(&self, admin: &Admin, why: &AdminError) -> anyhow::Result<Local> {
+    pub(crate) fn local_instead_of(
+        &self,
+        admin: &Admin,
+        why: &AdminError,
+    ) -> anyhow::Result<Local> {
         let local = self.local().map_err(|local_error| {
             anyhow::anyhow!(
                 "the daemon at {} is {why}, and its state cannot be read: {local_error:#}",
@@ -97,14 +101,14 @@ impl SourceArgs {
 }
 
 /// The state directory of a (possibly stopped) daemon.
-pub struct Local {
+pub(crate) struct Local {
     pub state_dir: PathBuf,
     pub db_path: PathBuf,
     pub store: Store,
 }
 
 impl Local {
-    pub fn open(state_dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn open(state_dir: &Path) -> anyhow::Result<Self> {
         let db_path = orchestrator::serve::db_path(state_dir);
         if !db_path.exists() {
             bail!(
@@ -121,19 +125,19 @@ impl Local {
     }
 
     /// The session's log directory: named by the hashed id, never the id.
-    pub fn session_dir(&self, session_id: &str) -> PathBuf {
+    pub(crate) fn session_dir(&self, session_id: &str) -> PathBuf {
         self.state_dir
             .join("sessions")
             .join(sandbox::names::hashed_id(session_id))
     }
 
-    pub fn remote_log(&self, session_id: &str) -> PathBuf {
+    pub(crate) fn remote_log(&self, session_id: &str) -> PathBuf {
         self.session_dir(session_id)
             .join(orchestrator::session_log::REMOTE_LOG)
     }
 
     /// A row as the admin API would give it (sizing is not recorded).
-    pub fn summary(&self, rec: &orchestrator::store::SessionRecord) -> SessionSummary {
+    pub(crate) fn summary(&self, rec: &orchestrator::store::SessionRecord) -> SessionSummary {
         let mut summary = SessionSummary::from_record(rec);
         summary.snapshot_bytes = self
             .store
@@ -143,7 +147,7 @@ impl Local {
         summary
     }
 
-    pub fn sessions(&self) -> anyhow::Result<Vec<SessionSummary>> {
+    pub(crate) fn sessions(&self) -> anyhow::Result<Vec<SessionSummary>> {
         Ok(self
             .store
             .sessions()?
@@ -153,7 +157,7 @@ impl Local {
     }
 
     /// Reads `remote.log` from `offset`: the text and the next offset.
-    pub fn log_from(&self, session_id: &str, offset: u64) -> anyhow::Result<LogChunk> {
+    pub(crate) fn log_from(&self, session_id: &str, offset: u64) -> anyhow::Result<LogChunk> {
         use std::io::{Read, Seek, SeekFrom};
         let path = self.remote_log(session_id);
         let mut file = match std::fs::File::open(&path) {
@@ -182,7 +186,7 @@ impl Local {
         })
     }
 
-    pub fn log_len(&self, session_id: &str) -> u64 {
+    pub(crate) fn log_len(&self, session_id: &str) -> u64 {
         std::fs::metadata(self.remote_log(session_id))
             .map(|m| m.len())
             .unwrap_or(0)
@@ -199,7 +203,7 @@ fn fallback_note(admin: &Admin, why: &AdminError, local: &Local) {
 }
 
 /// Whether to fall back to the state directory after this error.
-pub fn should_fall_back(e: &AdminError) -> bool {
+pub(crate) fn should_fall_back(e: &AdminError) -> bool {
     match e {
         AdminError::Unreachable(_) => true,
         // Something else listens there, or a daemon without the JSON API.

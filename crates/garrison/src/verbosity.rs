@@ -28,18 +28,18 @@ const OWN_CRATES: &[&str] = &[
 ];
 
 /// Records the flags for every later log setup and note.
-pub fn set(quiet: bool, verbose: u8) {
+pub(crate) fn set(quiet: bool, verbose: u8) {
     let level = if quiet { -1 } else { verbose.min(3) as i8 };
     LEVEL.store(level, Ordering::Relaxed);
 }
 
 /// Whether `-q` was given.
-pub fn quiet() -> bool {
+pub(crate) fn quiet() -> bool {
     LEVEL.load(Ordering::Relaxed) < 0
 }
 
 /// The log filter for a command whose own default is `default`.
-pub fn filter(default: &str) -> EnvFilter {
+pub(crate) fn filter(default: &str) -> EnvFilter {
     match directives(LEVEL.load(Ordering::Relaxed)) {
         Some(directives) => EnvFilter::new(directives),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),

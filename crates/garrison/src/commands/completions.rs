@@ -6,13 +6,13 @@ use clap::Args;
 use clap_complete::Shell;
 
 #[derive(Args, Debug)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete in
     #[arg(value_name = "SHELL")]
     pub shell: Shell,
 }
 
-pub fn run(args: CompletionsArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: CompletionsArgs) -> anyhow::Result<()> {
     let mut cmd = crate::command();
     // clap_complete panics on a failed write: the script is made in memory
     // and written as the commands' results are (see `output`).

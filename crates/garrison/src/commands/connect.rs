@@ -36,7 +36,7 @@ use browser::browser;
 use manual::manual;
 
 /// Where the admin's browser is sent.
-pub const DEFAULT_APP_URL: &str = "https://app.devin.ai";
+pub(crate) const DEFAULT_APP_URL: &str = "https://app.devin.ai";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -62,7 +62,7 @@ have it registered once (or register your own and pass --callback-url).";
 /// Connect this machine to Devin: create or pick an outpost and save a token.
 #[derive(Args, Clone, Debug)]
 #[command(after_help = AFTER_HELP)]
-pub struct ConnectArgs {
+pub(crate) struct ConnectArgs {
     /// Devin API base, without /opbeta
     #[arg(long, env = "DEVIN_API_URL", value_name = "URL", default_value = orchestrator::settings::DEFAULT_API_URL)]
     pub api_url: String,
@@ -108,7 +108,7 @@ pub struct ConnectArgs {
     pub outpost: Option<String>,
 }
 
-pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ConnectArgs) -> anyhow::Result<()> {
     let api_url = base_url("--api-url / DEVIN_API_URL", &args.api_url)?;
     let path = settings::credentials_path().context("cannot choose where to save the token")?;
     if args.manual {

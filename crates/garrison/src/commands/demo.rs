@@ -37,7 +37,7 @@ use scenario::{Expectation, Role, Tracked};
 
 /// Flags of `garrison demo`.
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Address of the admin listener (the dashboard); when it is taken, a
     /// free port on the same address is used instead
     #[arg(long, default_value = "127.0.0.1:9180", value_name = "ADDR")]
@@ -81,7 +81,7 @@ const HANG_GUARD: Duration = Duration::from_secs(300);
 /// before it removes their sandboxes itself.
 const WIND_DOWN: Duration = Duration::from_secs(30);
 
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // The progress table is the output; Garrison's info logs would drown
     // it. RUST_LOG still turns them on.
     crate::logging::init_with_default(crate::logging::LogFormat::Text, "warn");

@@ -24,8 +24,8 @@ mod tensorlake_target;
 
 use clap::{Args, Subcommand};
 
-pub use modal_args::ModalDeployArgs;
-pub use tensorlake_target::run as run_tensorlake;
+pub(crate) use modal_args::ModalDeployArgs;
+pub(crate) use tensorlake_target::run as run_tensorlake;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -66,7 +66,7 @@ Exit status of --status: 0 when serve runs, 3 when it does not (or there is no
 sandbox), 1 on an error.";
 
 #[derive(Args, Debug)]
-pub struct DeployArgs {
+pub(crate) struct DeployArgs {
     #[command(subcommand)]
     target: Target,
 }
@@ -86,7 +86,7 @@ enum Target {
 /// Options of `garrison deploy tensorlake`.
 #[derive(Args, Debug, Clone)]
 #[command(group = clap::ArgGroup::new("mode").args(["status", "logs", "terminate"]))]
-pub struct TensorlakeDeployArgs {
+pub(crate) struct TensorlakeDeployArgs {
     /// The sandbox's name (Tensorlake suspends and resumes only named ones)
     #[arg(long, env = "GARRISON_DEPLOY_NAME", default_value = plan::DEFAULT_NAME, value_name = "NAME")]
     pub name: String,
@@ -144,7 +144,7 @@ pub struct TensorlakeDeployArgs {
     pub serve_args: Vec<String>,
 }
 
-pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
     match args.target {
         Target::Tensorlake(args) => run_tensorlake(args).await,
         Target::Modal(args) => modal_target::run(args).await,

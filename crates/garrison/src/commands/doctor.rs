@@ -9,10 +9,10 @@
 //! write is a probe object in an object snapshot store, deleted again.
 
 mod api;
-pub mod check;
+pub(crate) mod check;
 mod cloud;
 mod env_file;
-pub mod host;
+pub(crate) mod host;
 mod report;
 mod store;
 
@@ -37,7 +37,7 @@ use check::Check;
 /// read from the environment and the TOML file as serve reads them.
 #[derive(Args, Debug)]
 #[command(mut_args = with_environment_variable)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Outpost to check; repeat for several [default: as `garrison serve`]
     #[arg(long = "outpost", value_name = "ID")]
     outposts: Vec<String>,
@@ -99,7 +99,7 @@ impl DoctorArgs {
 const PLACEHOLDER_TOKEN: &str = "doctor-placeholder";
 const PLACEHOLDER_OUTPOST: &str = "doctor-placeholder";
 
-pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     // Retries and warnings of the fleet client would interleave with the
     // report; the report says what failed.
     crate::logging::init_with_default(LogFormat::Text, "error");

@@ -2,4 +2,4 @@
 //! Its flags and its loop belong to the `emulator` crate, which tests and
 //! `garrison demo` also start in-process.
 
-pub use emulator::cli::{EmulateArgs, run};
+pub(crate) use emulator::cli::{EmulateArgs, run};

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sandbox::local::images::{Image, ImageStore, ImageUsers, NoProgress, Progress, Recipe, names};
 
 #[derive(Args)]
-pub struct ImageArgs {
+pub(crate) struct ImageArgs {
     /// Garrison's state directory; images live in `<state-dir>/images`.
     /// Default: /var/lib/garrison as root, else ~/.local/share/garrison.
     #[arg(long, env = "GARRISON_HOME", global = true, value_name = "DIR")]
@@ -123,7 +123,7 @@ enum ImageCommand {
     Prune,
 }
 
-pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
         None => orchestrator::settings::HostEnv::current()

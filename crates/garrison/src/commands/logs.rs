@@ -44,7 +44,7 @@ const TAIL_WINDOW_MAX: u64 = 8 << 20;
     after_help = "Examples:\n  garrison logs devin-abc123\n  garrison logs devin-abc123 -n 50\n  \
     garrison logs -f devin-abc123      # follow until the session is over, across suspend and resume"
 )]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -179,7 +179,7 @@ fn last_lines(text: &str, n: usize, from_middle: bool) -> String {
     out
 }
 
-pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: LogsArgs) -> anyhow::Result<()> {
     let id = args.session.clone();
     let admin = args.source.admin_client()?;
     let mut reader = Reader {

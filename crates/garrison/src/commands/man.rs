@@ -9,14 +9,14 @@ use anyhow::Context;
 use clap::Args;
 
 #[derive(Args, Debug)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Where to write the pages (created if missing; pages there are
     /// replaced)
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 }
 
-pub fn run(args: ManArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: ManArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     clap_mangen::generate_to(crate::command(), &args.dir)

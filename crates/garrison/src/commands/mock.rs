@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 /// `garrison mock --help`.
-pub const LONG_ABOUT: &str = "\
+pub(crate) const LONG_ABOUT: &str = "\
 Serves a mock of a cloud backend's API on this machine, to try that backend
 (`garrison serve --backend tensorlake` or `modal`) and run its tests without an
 account.
@@ -59,7 +59,7 @@ Example:
   garrison serve --backend tensorlake";
 
 #[derive(Args, Debug)]
-pub struct MockArgs {
+pub(crate) struct MockArgs {
     #[command(subcommand)]
     service: Service,
 }
@@ -101,7 +101,7 @@ enum Service {
     },
 }
 
-pub async fn run(args: MockArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: MockArgs) -> anyhow::Result<()> {
     match args.service {
         Service::Tensorlake {
             listen,

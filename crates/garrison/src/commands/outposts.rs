@@ -22,7 +22,7 @@ account.outposts.orchestrator scope; listing needs account.outposts.machine.";
 /// List, create and delete outposts.
 #[derive(Args, Clone, Debug)]
 #[command(after_help = AFTER_HELP)]
-pub struct OutpostsArgs {
+pub(crate) struct OutpostsArgs {
     #[command(subcommand)]
     pub command: OutpostsCommand,
 
@@ -42,7 +42,7 @@ pub struct OutpostsArgs {
 }
 
 #[derive(Subcommand, Clone, Debug)]
-pub enum OutpostsCommand {
+pub(crate) enum OutpostsCommand {
     /// The account's outposts, with their queue depth and active claims.
     List,
     /// Create an outpost.
@@ -63,7 +63,7 @@ pub enum OutpostsCommand {
     },
 }
 
-pub async fn run(args: OutpostsArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: OutpostsArgs) -> anyhow::Result<()> {
     let (client, api_url) = client(args.api_url.as_deref())?;
     match args.command {
         OutpostsCommand::List => {

@@ -3,10 +3,10 @@
 
 mod args;
 
-pub use args::{ServeArgs, file_layer, resolve, resolve_all, with_environment_variable};
+pub(crate) use args::{ServeArgs, file_layer, resolve, resolve_all, with_environment_variable};
 use tokio_util::sync::CancellationToken;
 
-pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     // Resolved before the log is set up, as the log's format is a setting.
     // Whatever stops the settings from resolving is a configuration error.
     let (mut config, process) = resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;

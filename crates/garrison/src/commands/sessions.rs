@@ -15,7 +15,7 @@ const RECENT_DONE: usize = 20;
     after_help = "Examples:\n  garrison sessions\n  garrison sessions --all --json | jq '.[] | select(.stage == \"failed\")'\n  \
     garrison sessions --state-dir /srv/garrison   # read the state when the daemon is down"
 )]
-pub struct SessionsArgs {
+pub(crate) struct SessionsArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -34,7 +34,7 @@ pub struct SessionsArgs {
     pub all: bool,
 }
 
-pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     let admin = args.source.admin_client()?;
     let rows = match admin.sessions().await {
         Ok(rows) => rows,
@@ -56,7 +56,7 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
 }
 
 /// Active sessions and the newest done ones (rows come newest claim first).
-pub fn select(mut rows: Vec<SessionSummary>, all: bool) -> Vec<SessionSummary> {
+pub(crate) fn select(mut rows: Vec<SessionSummary>, all: bool) -> Vec<SessionSummary> {
     rows.sort_by(|a, b| {
         b.claimed_at_ms
             .cmp(&a.claimed_at_ms)
@@ -76,7 +76,7 @@ pub fn select(mut rows: Vec<SessionSummary>, all: bool) -> Vec<SessionSummary> {
     rows
 }
 
-pub fn render(rows: &[SessionSummary], now: i64) -> String {
+pub(crate) fn render(rows: &[SessionSummary], now: i64) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {

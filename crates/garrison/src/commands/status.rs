@@ -12,9 +12,9 @@ use crate::output;
 use crate::store_fallback::{Local, SourceArgs, should_fall_back};
 
 /// The daemon answered and is not ready.
-pub const NOT_READY: u8 = 1;
+pub(crate) const NOT_READY: u8 = 1;
 /// Nothing answered at `--admin` (the state store is read instead).
-pub const NOT_REACHABLE: u8 = 2;
+pub(crate) const NOT_REACHABLE: u8 = 2;
 
 #[derive(Args, Debug)]
 #[command(
@@ -22,7 +22,7 @@ pub const NOT_REACHABLE: u8 = 2;
     garrison status --admin http://10.0.0.5:9180\n  garrison status --state-dir /srv/garrison   # read the state when the daemon is down\n  \
     garrison status >/dev/null; echo $?   # 0 ready, 1 not ready, 2 not reachable"
 )]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -40,7 +40,7 @@ pub struct StatusArgs {
 
 /// Prints the status; the exit code says ready (0), not ready (1) or not
 /// reachable (2).
-pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let admin = args.source.admin_client()?;
     match admin.status().await {
         Ok(view) => {
@@ -87,7 +87,7 @@ fn counts_line(counts: &BTreeMap<String, u64>) -> String {
     format!("sessions: {}", parts.join(", "))
 }
 
-pub fn render_live(view: &StatusView, now: i64) -> String {
+pub(crate) fn render_live(view: &StatusView, now: i64) -> String {
     let mut out = format!(
         "garrison {} {}, acceptor {}, up {}\n",
         printable(&view.version),

@@ -12,7 +12,7 @@ use crate::store_fallback::SourceArgs;
 #[command(after_help = "Examples:\n  garrison terminate devin-abc123\n  \
     garrison terminate devin-abc123 --keep-snapshot   # keep the workspace for later\n  \
     garrison logs -f devin-abc123                      # watch it wind down")]
-pub struct TerminateArgs {
+pub(crate) struct TerminateArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -26,7 +26,7 @@ pub struct TerminateArgs {
     pub keep_snapshot: bool,
 }
 
-pub async fn run(args: TerminateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: TerminateArgs) -> anyhow::Result<()> {
     let admin = args.source.admin_client()?;
     let id = printable(&args.session);
     match admin.terminate(&args.session, args.keep_snapshot).await {

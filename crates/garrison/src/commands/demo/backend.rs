@@ -20,21 +20,21 @@ use crate::commands::doctor::check::Check;
 use crate::commands::doctor::host;
 
 /// The backend to use and the sentence that says so.
-pub struct Choice {
+pub(super) struct Choice {
     pub backend: &'static dyn BackendPlugin,
     pub message: String,
 }
 
 /// What the local backend lacks here, and the one command that fixes it.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Missing {
+pub(super) struct Missing {
     pub what: String,
     pub fix: String,
 }
 
 /// What the demo does about its backend.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Plan {
+pub(super) enum Plan {
     /// Containers: everything they need is here.
     Local,
     /// Containers, once the `default` image (all that is missing) is built.
@@ -48,7 +48,12 @@ pub enum Plan {
 /// Decides from doctor's checks of the local backend. `requested` is the
 /// `--backend` given, `mmdebstrap` whether the image builder is installed,
 /// `rerun` this command line (what to run again as root).
-pub fn plan(requested: Option<&str>, checks: &[Check], mmdebstrap: bool, rerun: &str) -> Plan {
+pub(super) fn plan(
+    requested: Option<&str>,
+    checks: &[Check],
+    mmdebstrap: bool,
+    rerun: &str,
+) -> Plan {
     if requested == Some("host") {
         return Plan::Host(None);
     }
@@ -108,7 +113,7 @@ fn is_image_check(check: &Check) -> bool {
 /// Carries out [`plan`]: builds the image with `build` (given the state
 /// directory) when that is all that is missing. An error only when
 /// `--backend local` was asked for and cannot run.
-pub async fn choose(
+pub(super) async fn choose(
     requested: Option<&'static dyn BackendPlugin>,
     state_dir: &Path,
     checks: &[Check],
@@ -151,7 +156,7 @@ pub async fn choose(
 
 /// Builds the `default` image into `state_dir/images` as `garrison image
 /// build` does, progress display included.
-pub async fn build_default_image(state_dir: &Path) -> anyhow::Result<()> {
+pub(super) async fn build_default_image(state_dir: &Path) -> anyhow::Result<()> {
     let store = ImageStore::open(&state_dir.join("images"))?;
     crate::commands::image::build_with_progress(&store, DEFAULT_IMAGE, &Recipe::default_recipe())
         .await?;
@@ -160,7 +165,10 @@ pub async fn build_default_image(state_dir: &Path) -> anyhow::Result<()> {
 
 /// Doctor's checks of the local backend on `runtime`, and whether the image
 /// builder is installed.
-pub fn checks_here(state_dir: &Path, runtime: sandbox::local::Runtime) -> (Vec<Check>, bool) {
+pub(super) fn checks_here(
+    state_dir: &Path,
+    runtime: sandbox::local::Runtime,
+) -> (Vec<Check>, bool) {
     (
         host::local_prerequisites(state_dir, runtime),
         host::find_program("mmdebstrap").is_some(),

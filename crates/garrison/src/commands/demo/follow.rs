@@ -19,7 +19,7 @@ const OUTPUT_LINES: usize = 3;
 
 /// How following ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Ended {
+pub(super) enum Ended {
     /// Every session finished.
     AllFinished,
     /// The hang guard ran out first.
@@ -29,7 +29,7 @@ pub enum Ended {
 }
 
 /// Prints the table header.
-pub fn header() {
+pub(super) fn header() {
     println!();
     println!(
         "  {:>6}  {:<7} {:<11} what happened",
@@ -38,7 +38,7 @@ pub fn header() {
 }
 
 /// Follows until every session finished, `guard` passed, or `stop`.
-pub async fn follow(
+pub(super) async fn follow(
     emu: &Emulator,
     serving: &Serving,
     sessions: &mut [Tracked],
@@ -213,7 +213,7 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
-pub fn human_bytes(bytes: u64) -> String {
+pub(super) fn human_bytes(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
         b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),

@@ -15,7 +15,7 @@ const GREETING: &str = "hello from a Garrison sandbox";
 
 /// Which part a session plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(super) enum Role {
     /// Writes a small project, commits it with git, builds and runs it.
     Build,
     /// Writes files, is suspended, resumed, and finds its files intact.
@@ -25,9 +25,9 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Build, Role::Notes, Role::Worker];
+    pub(super) const ALL: [Role; 3] = [Role::Build, Role::Notes, Role::Worker];
 
-    pub fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             Role::Build => "build",
             Role::Notes => "notes",
@@ -35,7 +35,7 @@ impl Role {
         }
     }
 
-    pub fn story(self) -> &'static str {
+    pub(super) fn story(self) -> &'static str {
         match self {
             Role::Build => "writes a small project, commits it with git, builds and runs it",
             Role::Notes => "writes notes, is suspended, resumed, and finds them intact",
@@ -44,7 +44,7 @@ impl Role {
     }
 
     /// Steps over the session's life (both scripts for `Notes`).
-    pub fn total_steps(self) -> usize {
+    pub(super) fn total_steps(self) -> usize {
         match self {
             Role::Build => 4,
             Role::Notes => 3,
@@ -53,7 +53,7 @@ impl Role {
     }
 
     /// The script the session is enqueued with.
-    pub fn script(self) -> Script {
+    pub(super) fn script(self) -> Script {
         match self {
             Role::Build => Script {
                 steps: vec![
@@ -89,7 +89,7 @@ impl Role {
     }
 
     /// The script a `Notes` session is resumed with.
-    pub fn resume_script() -> Script {
+    pub(super) fn resume_script() -> Script {
         Script {
             steps: vec![run("sha256sum -c notes.sha256 && cat notes/todo.txt")],
             then: Then::End,
@@ -123,7 +123,7 @@ fn write(path: &str, content: &str) -> Step {
 }
 
 /// One demo session as the demo follows it.
-pub struct Tracked {
+pub(super) struct Tracked {
     pub role: Role,
     pub id: String,
     pub enqueued: Instant,
@@ -142,7 +142,7 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    pub fn enqueue(emu: &Emulator, outpost_id: &str, role: Role) -> anyhow::Result<Tracked> {
+    pub(super) fn enqueue(emu: &Emulator, outpost_id: &str, role: Role) -> anyhow::Result<Tracked> {
         let id = emu.create_session(NewSession {
             outpost_id: outpost_id.to_owned(),
             script: role.script(),
@@ -162,25 +162,25 @@ impl Tracked {
         })
     }
 
-    pub fn label(&self) -> &'static str {
+    pub(super) fn label(&self) -> &'static str {
         self.role.label()
     }
 
-    pub fn stage(&self) -> &str {
+    pub(super) fn stage(&self) -> &str {
         self.stages.last().map_or("queued", String::as_str)
     }
 }
 
 /// What the demo does to a session now, playing Devin's part.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     Resume,
     Terminate,
 }
 
 /// The next action for a session, if any: resume `Notes` once Garrison has
 /// put it away; end `Worker` once it did its step and waits.
-pub fn next_action(t: &Tracked, view: &SessionView) -> Option<Action> {
+pub(super) fn next_action(t: &Tracked, view: &SessionView) -> Option<Action> {
     match t.role {
         Role::Notes
             if !t.resumed
@@ -205,7 +205,7 @@ pub fn next_action(t: &Tracked, view: &SessionView) -> Option<Action> {
 /// and Garrison recorded the end. An abandoned session is over without
 /// having played its part (a `Notes` never resumed), or without Garrison
 /// having claimed it at all.
-pub fn is_finished(t: &Tracked, view: &SessionView) -> bool {
+pub(super) fn is_finished(t: &Tracked, view: &SessionView) -> bool {
     let claims = view.events("claimed").count();
     let let_go = view.session_status == SessionStatus::Terminated
         && view.events("released").count() >= claims;
@@ -216,7 +216,7 @@ pub fn is_finished(t: &Tracked, view: &SessionView) -> bool {
 }
 
 /// The step results of a session's transcript: (exit code, output).
-pub fn step_results(view: &SessionView) -> Vec<(i64, String)> {
+pub(super) fn step_results(view: &SessionView) -> Vec<(i64, String)> {
     view.events("step")
         .filter(|e| e.detail.get("exit_code").is_some())
         .map(|e| {
@@ -228,14 +228,14 @@ pub fn step_results(view: &SessionView) -> Vec<(i64, String)> {
 }
 
 /// One expectation and whether it held.
-pub struct Expectation {
+pub(super) struct Expectation {
     pub what: String,
     pub passed: bool,
 }
 
 /// What must have happened to `t`; `snapshotted` says whether Garrison
 /// recorded a snapshot of it.
-pub fn expectations(t: &Tracked, view: &SessionView, snapshotted: bool) -> Vec<Expectation> {
+pub(super) fn expectations(t: &Tracked, view: &SessionView, snapshotted: bool) -> Vec<Expectation> {
     let results = step_results(view);
     let all_ok = results.len() == t.role.total_steps() && results.iter().all(|(c, _)| *c == 0);
     let label = t.label();

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Cancelled by the first stop signal, and by the second.
 #[derive(Clone, Default)]
-pub struct Stops {
+pub(super) struct Stops {
     /// End the demo: its sessions, then Garrison.
     pub interrupt: CancellationToken,
     /// Stop waiting for the sessions to wind down.
@@ -24,7 +24,7 @@ pub struct Stops {
 
 /// Listens for SIGINT and SIGTERM from now on. A third signal exits at
 /// once, saying what that leaves.
-pub fn on_signals() -> std::io::Result<Stops> {
+pub(super) fn on_signals() -> std::io::Result<Stops> {
     let stops = Stops::default();
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -57,7 +57,7 @@ pub fn on_signals() -> std::io::Result<Stops> {
 /// Destroys every sandbox of `configured` in `state_dir` (their
 /// containers, mounts and links), saying so when there were some. Returns
 /// how many could not be removed.
-pub async fn remove_sandboxes(
+pub(super) async fn remove_sandboxes(
     configured: &dyn ConfiguredBackend,
     state_dir: &Path,
     shim_exe: &Path,

@@ -7,7 +7,7 @@ use super::scenario::{Expectation, Tracked, step_results};
 use emulator::SessionView;
 
 /// One session's row: label, outcome, steps done of expected, time, story.
-pub fn session_rows(sessions: &[(&Tracked, Option<SessionView>)]) -> String {
+pub(super) fn session_rows(sessions: &[(&Tracked, Option<SessionView>)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -39,7 +39,7 @@ pub fn session_rows(sessions: &[(&Tracked, Option<SessionView>)]) -> String {
 }
 
 /// `PASS what` / `FAIL what` lines and the closing count line.
-pub fn expectation_lines(expectations: &[Expectation]) -> String {
+pub(super) fn expectation_lines(expectations: &[Expectation]) -> String {
     let mut out = String::new();
     for e in expectations {
         let _ = writeln!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-pub const AFTER_HELP: &str = "\
+pub(super) const AFTER_HELP: &str = "\
 Examples:
   # The first run writes the Modal Secret, creates the sandbox and copies this
   # binary in; it then runs `garrison serve --backend modal` as its entry point.
@@ -57,7 +57,7 @@ sandbox), 1 on an error.";
 /// Options of `garrison deploy modal`.
 #[derive(Args, Debug, Clone)]
 #[command(group = clap::ArgGroup::new("mode").args(["status", "logs", "terminate"]))]
-pub struct ModalDeployArgs {
+pub(crate) struct ModalDeployArgs {
     /// The deployment's name: its Modal app, its sandbox, and (with `-env`)
     /// its Secret
     #[arg(long, env = "GARRISON_DEPLOY_NAME", default_value = super::modal_plan::DEFAULT_NAME, value_name = "NAME")]

@@ -14,27 +14,27 @@ use orchestrator::settings::ServeConfig;
 use sandbox::plugin::BackendPlugin;
 
 /// The default name of the deployment: its Modal app and its sandbox.
-pub const DEFAULT_NAME: &str = "garrison-orchestrator";
+pub(super) const DEFAULT_NAME: &str = "garrison-orchestrator";
 
 /// The directory, relative to the sandbox's starting directory, that holds
 /// the deployment's binary, settings file, state and log (spelled out in
 /// the scripts below).
 #[cfg(test)]
-pub const DEPLOY_DIR: &str = "garrison-deploy";
+pub(super) const DEPLOY_DIR: &str = "garrison-deploy";
 
 /// The deployed binary, relative to the sandbox's starting directory.
-pub const BINARY: &str = "garrison-deploy/bin/garrison";
+pub(super) const BINARY: &str = "garrison-deploy/bin/garrison";
 
 /// The settings file copied in, relative to the sandbox's starting directory.
-pub const CONFIG_FILE: &str = "garrison-deploy/config/garrison.toml";
+pub(super) const CONFIG_FILE: &str = "garrison-deploy/config/garrison.toml";
 
 /// The host's Modal image cache, copied in so image names resolve inside.
-pub const IMAGE_CACHE: &str = "garrison-deploy/state/modal/images.json";
+pub(super) const IMAGE_CACHE: &str = "garrison-deploy/state/modal/images.json";
 
 /// The serve's output (stdout and stderr), appended to by [`ENTRY`] and
 /// read by [`READ_LOG`].
 #[cfg(test)]
-pub const LOG_FILE: &str = "garrison-deploy/serve.log";
+pub(super) const LOG_FILE: &str = "garrison-deploy/serve.log";
 
 /// Modal object names are at most 64 characters; the Secret's name adds
 /// [`SECRET_SUFFIX`] to the deployment's.
@@ -48,7 +48,7 @@ const SECRET_SUFFIX: &str = "-env";
 /// never seen half-written), and becomes `garrison serve` with its output
 /// appended to the log. Credentials are in the environment Modal gives
 /// the container from the Secret; the script sets only paths.
-pub const ENTRY: &str = r#"umask 077
+pub(super) const ENTRY: &str = r#"umask 077
 mkdir -p garrison-deploy/bin garrison-deploy/state garrison-deploy/home garrison-deploy/config || exit 1
 cd garrison-deploy || exit 1
 export HOME="$PWD/home" GARRISON_CONFIG="$PWD/config"
@@ -59,7 +59,7 @@ exec bin/garrison "$@" >> serve.log 2>&1"#;
 /// `sh -c WRITE sh PATH MODE` with the content on stdin: written beside
 /// PATH (under a name of its own, so two deploys never mix their bytes)
 /// and renamed into place.
-pub const WRITE: &str = r#"set -e
+pub(super) const WRITE: &str = r#"set -e
 t="$1.deploy-tmp.$$"
 mkdir -p "$(dirname "$1")"
 rm -f "$t"
@@ -68,12 +68,12 @@ chmod "$2" "$t"
 mv -f "$t" "$1""#;
 
 /// `sh -c READ_LOG sh OFFSET MAX`: up to MAX bytes of the log from OFFSET.
-pub const READ_LOG: &str = r#"[ -f garrison-deploy/serve.log ] || exit 0
+pub(super) const READ_LOG: &str = r#"[ -f garrison-deploy/serve.log ] || exit 0
 tail -c +"$(($1 + 1))" garrison-deploy/serve.log | head -c "$2""#;
 
 /// `sh -c SERVE_STATE sh`: `running`, `waiting` (no binary yet),
 /// `starting` (the entry point has not seen it yet) or `gone`.
-pub const SERVE_STATE: &str = r#"cd garrison-deploy 2>/dev/null || { echo waiting; exit 0; }
+pub(super) const SERVE_STATE: &str = r#"cd garrison-deploy 2>/dev/null || { echo waiting; exit 0; }
 if [ -f serve.pid ]; then
   if kill -0 "$(cat serve.pid)" 2>/dev/null; then echo running; else echo gone; fi
   exit 0
@@ -81,13 +81,13 @@ fi
 if [ -x bin/garrison ]; then echo starting; else echo waiting; fi"#;
 
 /// The Modal Secret holding the deployment's environment.
-pub fn secret_name(name: &str) -> String {
+pub(super) fn secret_name(name: &str) -> String {
     format!("{name}{SECRET_SUFFIX}")
 }
 
 /// Modal's object names: letters, digits, `-`, `_` and `.`, short enough
 /// that `<name>-env` is one too.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub(super) fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -104,7 +104,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 /// A sandbox of the deployment's app, as listed.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Found {
+pub(super) struct Found {
     /// `sb-...`.
     pub id: String,
     /// Its Modal name.
@@ -117,7 +117,7 @@ pub struct Found {
 
 /// What a deploy does.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub(super) enum Step {
     /// A sandbox of that name runs (and with it serve): leave it alone.
     Keep(Found),
     /// None runs: write the Secret, create the sandbox, upload the binary.
@@ -126,14 +126,14 @@ pub enum Step {
 
 /// The running sandbox named `name` among `running` (Modal keeps names
 /// unique among running sandboxes of an app; the newest wins if not).
-pub fn find<'a>(running: &'a [Found], name: &str) -> Option<&'a Found> {
+pub(super) fn find<'a>(running: &'a [Found], name: &str) -> Option<&'a Found> {
     running
         .iter()
         .filter(|s| s.name == name)
         .max_by(|a, b| a.created_at.total_cmp(&b.created_at))
 }
 
-pub fn step(running: &[Found], name: &str) -> Step {
+pub(super) fn step(running: &[Found], name: &str) -> Step {
     match find(running, name) {
         Some(found) => Step::Keep(found.clone()),
         None => Step::Create,
@@ -141,14 +141,14 @@ pub fn step(running: &[Found], name: &str) -> Step {
 }
 
 /// Seconds until Modal ends the sandbox at its lifetime, never negative.
-pub fn seconds_left(found: &Found, now: f64) -> u64 {
+pub(super) fn seconds_left(found: &Found, now: f64) -> u64 {
     let end = found.created_at + f64::from(found.timeout_secs);
     (end - now).max(0.0) as u64
 }
 
 /// The entry point's argv: the deployed serve's command line, no secret
 /// in it.
-pub fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
+pub(super) fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
@@ -171,12 +171,12 @@ pub fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
 
 /// The acceptor id of every sandbox of the deployment `name` (a valid
 /// acceptor id for every valid name: see [`check_name`]).
-pub fn acceptor_id(name: &str) -> String {
+pub(super) fn acceptor_id(name: &str) -> String {
     format!("garrison-deploy-{name}")
 }
 
 /// The Modal settings `serve` resolved, if an outpost uses Modal.
-pub fn modal_settings(config: &ServeConfig) -> Option<&ModalEnv> {
+pub(super) fn modal_settings(config: &ServeConfig) -> Option<&ModalEnv> {
     config
         .backends
         .get(modal::PLUGIN.name())
@@ -185,7 +185,7 @@ pub fn modal_settings(config: &ServeConfig) -> Option<&ModalEnv> {
 
 /// The image of the orchestrator's sandbox: `--image`, else the sessions'
 /// image (`MODAL_IMAGE`, else `default`), a name looked up in `names`.
-pub fn orchestrator_image(
+pub(super) fn orchestrator_image(
     explicit: Option<&str>,
     modal: &ModalEnv,
     names: &modal::image::ImageCache,
@@ -216,7 +216,7 @@ pub fn orchestrator_image(
 /// sandbox starts with an empty state, and with the same id its serve
 /// knows its predecessor's claims as its own and adopts them (with the
 /// session sandboxes still running) instead of leaving them to lapse.
-pub fn serve_env(
+pub(super) fn serve_env(
     config: &ServeConfig,
     host_vars: &BTreeMap<String, String>,
     name: &str,

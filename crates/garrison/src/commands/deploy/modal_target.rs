@@ -26,7 +26,7 @@ use crate::backends;
 /// Tag naming the deployment on its sandbox.
 const TAG_DEPLOY: &str = "garrison.deploy";
 
-pub async fn run(args: ModalDeployArgs) -> anyhow::Result<()> {
+pub(super) async fn run(args: ModalDeployArgs) -> anyhow::Result<()> {
     plan::check_name(&args.name).map_err(anyhow::Error::msg)?;
     if args.status || args.logs || args.terminate {
         let settings = modal_only(&args)?;

@@ -15,14 +15,14 @@ use tensorlake::settings as tl;
 /// generation each time the process is started, so that a name is never
 /// reused (whether the daemon lets an exited process's name be taken again
 /// is not published).
-pub const PROCESS_PREFIX: &str = "garrison-serve-";
+pub(super) const PROCESS_PREFIX: &str = "garrison-serve-";
 
 /// The deployment's default sandbox name.
-pub const DEFAULT_NAME: &str = "garrison-orchestrator";
+pub(super) const DEFAULT_NAME: &str = "garrison-orchestrator";
 
 /// What the sandbox needs, as found by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SandboxStep {
+pub(super) enum SandboxStep {
     /// None by that name (or only a terminated one): create it.
     Create,
     /// Suspended (by Tensorlake for idleness, or by hand): resume it.
@@ -33,7 +33,7 @@ pub enum SandboxStep {
     Ready,
 }
 
-pub fn sandbox_step(status: Option<&SandboxStatus>) -> SandboxStep {
+pub(super) fn sandbox_step(status: Option<&SandboxStatus>) -> SandboxStep {
     match status {
         None => SandboxStep::Create,
         Some(s) if s.is_final() => SandboxStep::Create,
@@ -45,7 +45,7 @@ pub fn sandbox_step(status: Option<&SandboxStatus>) -> SandboxStep {
 
 /// The generation of a serve process's managed name, `None` for other
 /// processes.
-pub fn generation(info: &ProcessInfo) -> Option<u32> {
+pub(super) fn generation(info: &ProcessInfo) -> Option<u32> {
     let name = info.managed.as_ref()?.name.as_deref()?;
     let digits = name.strip_prefix(PROCESS_PREFIX)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -55,7 +55,7 @@ pub fn generation(info: &ProcessInfo) -> Option<u32> {
 }
 
 /// The serve process of the highest generation.
-pub fn newest_serve(processes: &[ProcessInfo]) -> Option<&ProcessInfo> {
+pub(super) fn newest_serve(processes: &[ProcessInfo]) -> Option<&ProcessInfo> {
     processes
         .iter()
         .filter_map(|p| generation(p).map(|g| (g, p)))
@@ -65,14 +65,14 @@ pub fn newest_serve(processes: &[ProcessInfo]) -> Option<&ProcessInfo> {
 
 /// What the serve process needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProcessStep {
+pub(super) enum ProcessStep {
     /// It runs: leave it.
     Keep { name: String, pid: i64 },
     /// None runs: start one under this name.
     Start { name: String },
 }
 
-pub fn process_step(processes: &[ProcessInfo]) -> ProcessStep {
+pub(super) fn process_step(processes: &[ProcessInfo]) -> ProcessStep {
     let newest = newest_serve(processes);
     if let Some(p) = newest
         && p.status == ProcessState::Running
@@ -90,13 +90,13 @@ pub fn process_step(processes: &[ProcessInfo]) -> ProcessStep {
     }
 }
 
-pub fn process_name(generation: u32) -> String {
+pub(super) fn process_name(generation: u32) -> String {
     format!("{PROCESS_PREFIX}{generation}")
 }
 
 /// Tensorlake's sandbox names: DNS labels (lowercase letters, digits and
 /// hyphens, 1 to 63, not starting or ending with a hyphen).
-pub fn check_name(name: &str) -> Result<(), String> {
+pub(super) fn check_name(name: &str) -> Result<(), String> {
     let b = name.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 63
@@ -116,7 +116,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 /// Where the deployment keeps its files in the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub(super) struct Layout {
     /// `<TENSORLAKE_SANDBOX_ROOT>/deploy`.
     pub dir: String,
 }
@@ -124,7 +124,7 @@ pub struct Layout {
 impl Layout {
     /// `sandbox_root` is the backend's setting, `{id}` standing for the
     /// sandbox id (the mock keeps every sandbox in a host directory).
-    pub fn new(sandbox_root: &str, sandbox_id: &str) -> Self {
+    pub(super) fn new(sandbox_root: &str, sandbox_id: &str) -> Self {
         let root = sandbox_root
             .replace(tensorlake::backend::ID_PLACEHOLDER, sandbox_id)
             .trim_end_matches('/')
@@ -134,30 +134,30 @@ impl Layout {
         }
     }
 
-    pub fn binary(&self) -> String {
+    pub(super) fn binary(&self) -> String {
         format!("{}/bin/garrison", self.dir)
     }
 
-    pub fn state_dir(&self) -> String {
+    pub(super) fn state_dir(&self) -> String {
         format!("{}/state", self.dir)
     }
 
-    pub fn home(&self) -> String {
+    pub(super) fn home(&self) -> String {
         format!("{}/home", self.dir)
     }
 
     /// `GARRISON_CONFIG` of the inner serve: holds only the shipped
     /// settings file, never a credentials file.
-    pub fn config_dir(&self) -> String {
+    pub(super) fn config_dir(&self) -> String {
         format!("{}/config", self.dir)
     }
 
-    pub fn config_file(&self) -> String {
+    pub(super) fn config_file(&self) -> String {
         format!("{}/garrison.toml", self.config_dir())
     }
 
     /// Every directory to create before the files go in.
-    pub fn dirs(&self) -> Vec<String> {
+    pub(super) fn dirs(&self) -> Vec<String> {
         vec![
             format!("{}/bin", self.dir),
             self.state_dir(),
@@ -173,7 +173,7 @@ const OWN_FLAGS: &[&str] = &["--backend", "--state-dir", "--snapshot-dir", "--co
 
 /// Refuses forwarded serve arguments that `deploy` sets itself, and any
 /// that look like a secret.
-pub fn check_serve_args(args: &[String]) -> Result<(), String> {
+pub(super) fn check_serve_args(args: &[String]) -> Result<(), String> {
     for arg in args {
         let flag = arg.split('=').next().unwrap_or(arg);
         if OWN_FLAGS.contains(&flag) {
@@ -192,7 +192,7 @@ pub fn check_serve_args(args: &[String]) -> Result<(), String> {
 }
 
 /// The inner serve's command line: no secret is ever in it.
-pub fn serve_argv(layout: &Layout, has_config: bool, forwarded: &[String]) -> Vec<String> {
+pub(super) fn serve_argv(layout: &Layout, has_config: bool, forwarded: &[String]) -> Vec<String> {
     let mut argv = vec![
         "serve".to_owned(),
         "--backend".to_owned(),
@@ -234,7 +234,7 @@ pub(super) fn passed_through() -> impl Iterator<Item = &'static str> {
 }
 
 /// The Tensorlake settings `serve` resolved, if an outpost uses Tensorlake.
-pub fn tensorlake_settings(config: &ServeConfig) -> Option<&tensorlake::TensorlakeSettings> {
+pub(super) fn tensorlake_settings(config: &ServeConfig) -> Option<&tensorlake::TensorlakeSettings> {
     config
         .backends
         .get(tensorlake::PLUGIN.name())
@@ -248,7 +248,7 @@ pub fn tensorlake_settings(config: &ServeConfig) -> Option<&tensorlake::Tensorla
 /// What every deployed serve's environment holds, whatever it runs on: the
 /// host's passed-through variables, `GIT_TOKEN`, and Devin's settings as
 /// this host resolved them (token, API URL, outposts, static base URL).
-pub fn devin_env(
+pub(super) fn devin_env(
     config: &ServeConfig,
     host_vars: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
@@ -276,7 +276,7 @@ pub fn devin_env(
     env
 }
 
-pub fn serve_env(
+pub(super) fn serve_env(
     config: &ServeConfig,
     host_vars: &BTreeMap<String, String>,
     layout: &Layout,
@@ -310,7 +310,7 @@ pub fn serve_env(
 }
 
 /// `1d 02h 03m`, `4h 05m 06s`, `7m 08s` or `9s`.
-pub fn uptime(ms: i64) -> String {
+pub(super) fn uptime(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     let (d, h, m, s) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
     if d > 0 {
@@ -327,7 +327,7 @@ pub fn uptime(ms: i64) -> String {
 /// The settings `garrison serve` resolves from exactly these host
 /// variables, and the variables: what a deploy plan's tests start from.
 #[cfg(test)]
-pub fn resolved_from(vars: &[(&str, &str)]) -> (ServeConfig, BTreeMap<String, String>) {
+pub(super) fn resolved_from(vars: &[(&str, &str)]) -> (ServeConfig, BTreeMap<String, String>) {
     let vars: BTreeMap<String, String> = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

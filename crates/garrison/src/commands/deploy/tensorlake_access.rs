@@ -12,12 +12,12 @@ use tensorlake::TensorlakeSettings;
 use crate::backends;
 
 /// The settings file to read: `explicit`, else the default one if it exists.
-pub fn config_path(explicit: Option<&Path>) -> Option<PathBuf> {
+pub(super) fn config_path(explicit: Option<&Path>) -> Option<PathBuf> {
     backends::settings_file(&HostEnv::current(), explicit)
 }
 
 /// The Tensorlake settings; `None` when no API key is configured.
-pub fn settings(config: Option<&Path>) -> anyhow::Result<Option<TensorlakeSettings>> {
+pub(super) fn settings(config: Option<&Path>) -> anyhow::Result<Option<TensorlakeSettings>> {
     let host = HostEnv::current();
     let file = match config_path(config) {
         Some(path) => settings::load_file(&path, &backends::ALL)?.unwrap_or_default(),
@@ -31,7 +31,9 @@ pub fn settings(config: Option<&Path>) -> anyhow::Result<Option<TensorlakeSettin
 }
 
 /// A lifecycle client from [`settings`], or an error saying what to set.
-pub fn client(config: Option<&Path>) -> anyhow::Result<(tensorlake::Client, TensorlakeSettings)> {
+pub(super) fn client(
+    config: Option<&Path>,
+) -> anyhow::Result<(tensorlake::Client, TensorlakeSettings)> {
     let s = settings(config)?
         .ok_or_else(|| SettingsError::Missing(tensorlake::settings::NO_KEY.to_owned()))?;
     let client = s.client()?;

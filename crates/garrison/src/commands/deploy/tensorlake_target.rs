@@ -37,7 +37,7 @@ pub(super) struct ServeCli {
     pub(super) serve: ServeArgs,
 }
 
-pub async fn run(args: TensorlakeDeployArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: TensorlakeDeployArgs) -> anyhow::Result<()> {
     plan::check_name(&args.name).map_err(anyhow::Error::msg)?;
     if args.status || args.logs || args.terminate {
         let client = client_for_reading(&args)?;

@@ -18,7 +18,7 @@ use super::check::Check;
 
 /// Beyond this the clock is a warning: claim deadlines and token expiry are
 /// the server's times, compared with ours.
-pub const MAX_SKEW: Duration = Duration::from_secs(30);
+pub(super) const MAX_SKEW: Duration = Duration::from_secs(30);
 
 const MACHINE_SCOPE: &str = "account.outposts.machine";
 const ORCHESTRATOR_SCOPE: &str = "account.outposts.orchestrator";
@@ -26,7 +26,7 @@ const ORCHESTRATOR_SCOPE: &str = "account.outposts.orchestrator";
 /// Token validity and scopes, the outposts, and the clock, in that order.
 /// Later checks are skipped (with a line saying so) when the token is
 /// refused, since they could only fail the same way.
-pub async fn checks(
+pub(super) async fn checks(
     client: &FleetClient,
     api_url: &str,
     token: &Secret,
@@ -238,7 +238,7 @@ async fn clock(api_url: &str, token: &Secret) -> Check {
 /// The clock check's line for a measured skew (positive: ours is ahead).
 /// The `Date` header truncates to the second, hence the extra second of
 /// tolerance in what is called "in sync".
-pub fn describe_skew(skew_ms: i64) -> Check {
+pub(super) fn describe_skew(skew_ms: i64) -> Check {
     let secs = skew_ms as f64 / 1000.0;
     let direction = if skew_ms >= 0 { "ahead of" } else { "behind" };
     if skew_ms.unsigned_abs() > MAX_SKEW.as_millis() as u64 {

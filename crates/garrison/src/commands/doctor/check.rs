@@ -5,7 +5,7 @@ use std::fmt;
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Fine.
     Pass,
     /// Broken. Fails the run only when the check is required.
@@ -20,7 +20,7 @@ pub enum Outcome {
 /// fails on the required ones only, and `garrison demo` falls back from
 /// the local backend for them only: the two agree on what "missing" is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Decides whether it can run (runc installed, running as root).
     Required,
     /// Worth knowing, never a failure: a fact (the runtime's version), or
@@ -30,7 +30,7 @@ pub enum Kind {
 
 /// One check's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: String,
     pub outcome: Outcome,
     /// What was found, in a few words.
@@ -42,11 +42,11 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn pass(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn pass(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Outcome::Pass, detail, None)
     }
 
-    pub fn fail(
+    pub(crate) fn fail(
         name: impl Into<String>,
         detail: impl Into<String>,
         remedy: impl Into<String>,
@@ -54,7 +54,7 @@ impl Check {
         Self::new(name, Outcome::Fail, detail, Some(remedy.into()))
     }
 
-    pub fn warn(
+    pub(crate) fn warn(
         name: impl Into<String>,
         detail: impl Into<String>,
         remedy: impl Into<String>,
@@ -63,7 +63,7 @@ impl Check {
     }
 
     /// A fact, not a verdict: informational whatever it says.
-    pub fn info(name: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn info(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Outcome::Info, detail, None).optional()
     }
 
@@ -85,20 +85,20 @@ impl Check {
     /// Marks the check as advice only ([`Kind::Informational`]): its
     /// failure does not fail the run.
     #[must_use]
-    pub fn optional(mut self) -> Self {
+    pub(crate) fn optional(mut self) -> Self {
         self.kind = Kind::Informational;
         self
     }
 
     /// Tests only: what counts everywhere else is [`Check::is_blocking`].
     #[cfg(test)]
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.outcome == Outcome::Pass
     }
 
     /// A required check that failed: what doctor counts as a failure and
     /// the demo as a missing prerequisite.
-    pub fn is_blocking(&self) -> bool {
+    pub(crate) fn is_blocking(&self) -> bool {
         self.kind == Kind::Required && self.outcome == Outcome::Fail
     }
 }

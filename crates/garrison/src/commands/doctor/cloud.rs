@@ -14,7 +14,10 @@ use super::check::Check;
 const LIST_GUARD: Duration = Duration::from_secs(45);
 
 /// Checks for a cloud `backend` with the resolved settings.
-pub async fn checks(backend: &dyn BackendPlugin, config: Option<&ServeConfig>) -> Vec<Check> {
+pub(super) async fn checks(
+    backend: &dyn BackendPlugin,
+    config: Option<&ServeConfig>,
+) -> Vec<Check> {
     let name = format!("{} API", backend.name());
     let remedy = backend.setup_hint();
     let Some(config) = config else {

@@ -11,14 +11,14 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Its name in the configuration directory (`/etc/garrison` as root).
-pub const ENV_FILE_NAME: &str = "env";
+pub(super) const ENV_FILE_NAME: &str = "env";
 
 /// More than any real environment file; a bigger one is not read.
 const MAX_LEN: u64 = 256 * 1024;
 
 /// What became of the environment file.
 #[derive(Clone, PartialEq, Eq)]
-pub enum EnvFile {
+pub(super) enum EnvFile {
     /// Read: its variables (values may be secrets: `Debug` shows names
     /// only), and the numbers of lines that are not `KEY=VALUE`.
     Read {
@@ -58,7 +58,7 @@ impl std::fmt::Debug for EnvFile {
 
 /// Reads `path` if this process is root (`euid` 0) and the file is a
 /// regular file owned by root with no permission for group or others.
-pub fn load_env_file(path: &Path, euid: u32) -> EnvFile {
+pub(super) fn load_env_file(path: &Path, euid: u32) -> EnvFile {
     let ignored = |reason: String| EnvFile::Ignored {
         path: path.to_owned(),
         reason,
@@ -113,7 +113,7 @@ pub fn load_env_file(path: &Path, euid: u32) -> EnvFile {
 /// with `#` or `;` are skipped, spaces around the key and value trimmed,
 /// one pair of matching quotes removed. Returns the variables and the
 /// numbers (1-based) of lines that are none of these.
-pub fn parse(text: &str) -> (BTreeMap<String, String>, Vec<usize>) {
+pub(super) fn parse(text: &str) -> (BTreeMap<String, String>, Vec<usize>) {
     let mut vars = BTreeMap::new();
     let mut bad = Vec::new();
     for (i, line) in text.lines().enumerate() {

@@ -12,7 +12,7 @@ use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
 use super::check::Check;
 
 /// Below this, the state directory's free space is a warning.
-pub const LOW_DISK_BYTES: u64 = 5 << 30;
+pub(crate) const LOW_DISK_BYTES: u64 = 5 << 30;
 
 /// Where the local backend takes runc and tini from (`LocalConfig::for_state_dir`).
 const RUNC: &str = "/usr/sbin/runc";
@@ -24,7 +24,7 @@ const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
 
 /// Everything the `local` backend needs on `runtime`, one check each, in
 /// the order a user would fix them.
-pub fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
+pub(crate) fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
     let mut checks = vec![root()];
     match runtime {
         Runtime::Runc => {
@@ -214,7 +214,7 @@ fn runsc_usable(binary: &Path) -> Check {
 }
 
 /// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.
-pub fn seccomp_check(features: Option<&serde_json::Value>) -> Check {
+pub(crate) fn seccomp_check(features: Option<&serde_json::Value>) -> Check {
     match features.map(|f| &f["linux"]["seccomp"]["enabled"]) {
         Some(serde_json::Value::Bool(true)) => Check::pass(
             "seccomp",
@@ -272,7 +272,7 @@ fn static_shim() -> Check {
 
 /// `$GARRISON_STATIC_SHIM`, else `garrison-shim` beside this binary (as
 /// the local backend's plug-in resolves it).
-pub fn static_shim_path() -> PathBuf {
+pub(crate) fn static_shim_path() -> PathBuf {
     if let Some(path) = std::env::var_os(sandbox::local::STATIC_SHIM_ENV) {
         return PathBuf::from(path);
     }
@@ -282,7 +282,7 @@ pub fn static_shim_path() -> PathBuf {
 }
 
 /// Finds `name` on `PATH` or in the sbin directories.
-pub fn find_program(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(SBIN_DIRS.iter().map(PathBuf::from))
@@ -344,7 +344,7 @@ fn cgroups() -> Check {
 
 /// The `default` image, looked up without creating anything: an absent
 /// store is reported, never made.
-pub fn default_image(state_dir: &Path) -> Check {
+pub(crate) fn default_image(state_dir: &Path) -> Check {
     let name = format!("image {DEFAULT_IMAGE:?}");
     let images = state_dir.join("images");
     let remedy = format!(
@@ -369,7 +369,7 @@ pub fn default_image(state_dir: &Path) -> Check {
 
 /// Free space for Garrison's data: the state directory, or the nearest
 /// existing parent when it does not exist yet.
-pub fn disk_space(state_dir: &Path) -> Check {
+pub(crate) fn disk_space(state_dir: &Path) -> Check {
     let name = "disk space";
     let Some(existing) = state_dir.ancestors().find(|p| p.exists()) else {
         return Check::info(name, format!("{} is not reachable", state_dir.display()));

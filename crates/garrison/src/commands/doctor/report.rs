@@ -8,7 +8,7 @@ use super::Section;
 use super::check::{Check, Kind, Outcome};
 
 /// The sections, a blank line and the verdict.
-pub fn text(sections: &[Section], blocking: usize) -> String {
+pub(super) fn text(sections: &[Section], blocking: usize) -> String {
     let mut out = String::new();
     for (title, checks) in sections {
         out.push_str(title);
@@ -31,7 +31,7 @@ pub fn text(sections: &[Section], blocking: usize) -> String {
 }
 
 /// `{"ok", "required_failed", "sections": [{"title", "checks": [...]}]}`.
-pub fn json(sections: &[Section], blocking: usize) -> Value {
+pub(super) fn json(sections: &[Section], blocking: usize) -> Value {
     let sections: Vec<Value> = sections
         .iter()
         .map(|(title, checks)| {

@@ -13,7 +13,7 @@ const REMEDY: &str = "check the URL, the endpoint (AWS_ENDPOINT_URL, AWS_ALLOW_H
                       and that they may write, read and delete under the prefix";
 
 /// The section's title and its checks.
-pub async fn checks(config: &ServeConfig) -> (String, Vec<Check>) {
+pub(super) async fn checks(config: &ServeConfig) -> (String, Vec<Check>) {
     let Some(settings) = &config.snapshot_store else {
         return (
             format!("Snapshot store {}", config.snapshot_dir.display()),
@@ -57,7 +57,7 @@ pub async fn checks(config: &ServeConfig) -> (String, Vec<Check>) {
 /// Sessions whose snapshot this host cannot restore (kept, and not
 /// claimed here again), as the state store in `state_dir` records them;
 /// read beside a running daemon, never created.
-pub fn unrestorable(state_dir: &std::path::Path) -> Check {
+pub(super) fn unrestorable(state_dir: &std::path::Path) -> Check {
     let name = "unrestorable snapshots";
     let path = orchestrator::serve::db_path(state_dir);
     let marks = match orchestrator::store::Store::open_existing(&path)

@@ -6,7 +6,11 @@ use std::time::Instant;
 
 use sandbox::local::images::Recipe;
 
-pub async fn build(name: &str, recipe: Option<&Path>, state_dir: &Path) -> anyhow::Result<()> {
+pub(super) async fn build(
+    name: &str,
+    recipe: Option<&Path>,
+    state_dir: &Path,
+) -> anyhow::Result<()> {
     let recipe = match recipe {
         Some(path) => Recipe::load(path)?,
         None => Recipe::default_recipe(),

@@ -13,7 +13,7 @@ use tensorlake::{TensorlakeBackend, TensorlakeConfig, TensorlakeSettings};
 
 /// Overrides `PATH` for the build steps (wrappers put first, or a mock
 /// Tensorlake whose sandboxes run on this machine).
-pub const STEP_PATH_ENV: &str = "TENSORLAKE_BUILD_PATH";
+pub(super) const STEP_PATH_ENV: &str = "TENSORLAKE_BUILD_PATH";
 
 fn settings() -> anyhow::Result<TensorlakeSettings> {
     let host = orchestrator::settings::HostEnv::current();
@@ -28,7 +28,7 @@ fn catalog(settings: &TensorlakeSettings) -> anyhow::Result<ImageCatalog> {
     Ok(ImageCatalog::new(&client))
 }
 
-pub async fn build(
+pub(super) async fn build(
     name: &str,
     recipe: Option<&Path>,
     base: Option<&str>,
@@ -88,7 +88,7 @@ pub async fn build(
     Ok(())
 }
 
-pub async fn list(json: bool) -> anyhow::Result<()> {
+pub(super) async fn list(json: bool) -> anyhow::Result<()> {
     let images = catalog(&settings()?)?.list().await?;
     if json {
         crate::output::json(&images)?;
@@ -98,7 +98,7 @@ pub async fn list(json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn remove(name: &str) -> anyhow::Result<()> {
+pub(super) async fn remove(name: &str) -> anyhow::Result<()> {
     if !catalog(&settings()?)?.delete(name).await? {
         bail!("Tensorlake's catalog has no image {name}");
     }

@@ -9,7 +9,7 @@ use orchestrator::store::Event;
 use crate::format::printable;
 
 /// Writes output and event lines, keeping event lines on lines of their own.
-pub struct Printer {
+pub(super) struct Printer {
     out: crate::output::Stdout,
     tty: bool,
     at_line_start: bool,
@@ -18,7 +18,7 @@ pub struct Printer {
 }
 
 impl Printer {
-    pub fn new(json: bool) -> Self {
+    pub(super) fn new(json: bool) -> Self {
         Self {
             out: crate::output::Stdout::new(),
             tty: !json && std::io::stdout().is_terminal(),
@@ -45,7 +45,7 @@ impl Printer {
         self.out.flush()
     }
 
-    pub fn output(&mut self, text: &str) -> std::io::Result<()> {
+    pub(super) fn output(&mut self, text: &str) -> std::io::Result<()> {
         if text.is_empty() {
             return Ok(());
         }
@@ -62,7 +62,7 @@ impl Printer {
         self.out.flush()
     }
 
-    pub fn event(&mut self, event: &Event) -> std::io::Result<()> {
+    pub(super) fn event(&mut self, event: &Event) -> std::io::Result<()> {
         if self.json.is_some() {
             self.json_output("", true)?;
             self.json_line(&json_event(event))?;
@@ -81,7 +81,7 @@ impl Printer {
         self.out.flush()
     }
 
-    pub fn end(&mut self) -> std::io::Result<()> {
+    pub(super) fn end(&mut self) -> std::io::Result<()> {
         if self.json.is_some() {
             return self.json_output("", true);
         }
@@ -137,7 +137,7 @@ fn terminal_safe(text: &str) -> String {
 }
 
 /// `[garrison 12:03:04] remote_started process=remote-1 remote_sha=ab12`
-pub fn event_line(event: &Event) -> String {
+pub(super) fn event_line(event: &Event) -> String {
     use chrono::TimeZone;
     let time = chrono::Local
         .timestamp_millis_opt(event.at)

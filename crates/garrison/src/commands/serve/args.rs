@@ -78,7 +78,7 @@ Precedence:
 /// the fields below would only be overwritten.
 #[derive(Args, Clone, Debug, PartialEq)]
 #[command(after_help = after_help(), mut_args = setting_help)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[arg(long = "outpost", value_name = "ID")]
     pub outposts: Vec<String>,
     #[arg(long, value_name = "URL")]
@@ -141,7 +141,7 @@ pub struct ServeArgs {
 /// The flags of backends' settings, from each plug-in's table (those
 /// declared with a flag; never a secret), by the setting's file key.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct BackendFlags(pub BTreeMap<&'static str, String>);
+pub(crate) struct BackendFlags(pub BTreeMap<&'static str, String>);
 
 /// Backends' settings that have a flag.
 fn backend_flag_settings() -> impl Iterator<Item = &'static Setting> {
@@ -205,12 +205,12 @@ impl clap::Args for BackendFlags {
 
 impl ServeArgs {
     /// The flag layer and the environment layer, merged (flags first).
-    pub fn to_raw(&self, host: &HostEnv) -> RawSettings {
+    pub(crate) fn to_raw(&self, host: &HostEnv) -> RawSettings {
         self.flag_layer().or(RawSettings::from_env(host))
     }
 
     /// The values given as flags, and only those.
-    pub fn flag_layer(&self) -> RawSettings {
+    pub(crate) fn flag_layer(&self) -> RawSettings {
         let text = |value: &Option<String>, setting: Setting| Some(flag(value.clone()?, setting));
         let list = |values: &[String], setting: Setting| {
             (!values.is_empty()).then(|| flag(values.to_vec(), setting))
@@ -290,7 +290,7 @@ fn setting_of(arg: &clap::Arg) -> Option<&'static Setting> {
 /// A setting's flag as the table declares it: its help, accepted values,
 /// default and environment variable; numbers may be negative so that
 /// validation, not the parser, says what is wrong with `-1`.
-pub fn setting_help(arg: clap::Arg) -> clap::Arg {
+pub(super) fn setting_help(arg: clap::Arg) -> clap::Arg {
     let Some(setting) = setting_of(&arg) else {
         return arg;
     };
@@ -314,7 +314,7 @@ pub fn setting_help(arg: clap::Arg) -> clap::Arg {
 /// clap's own `env` would show it, from [`names::ALL`] (so the two cannot
 /// drift), for commands that take a few of serve's settings with help of
 /// their own. Flags that are not settings are left as they are.
-pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
+pub(crate) fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
     let Some(var) = setting_of(&arg).and_then(|s| s.env) else {
         return arg;
     };
@@ -335,7 +335,7 @@ pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
 /// `GARRISON_CONFIG_FILE` (which must exist), else the default file if
 /// there is one. (The file's name is not a setting of [`RawSettings`], so
 /// its variable is read here, next to its flag.)
-pub fn file_layer(
+pub(crate) fn file_layer(
     config_flag: Option<&Path>,
     host: &HostEnv,
 ) -> Result<RawSettings, SettingsError> {
@@ -362,14 +362,16 @@ pub fn file_layer(
 
 /// Everything `garrison serve` runs with: the command line and environment,
 /// the TOML file and the credentials file, validated.
-pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, SettingsError> {
+pub(crate) fn resolve(args: &ServeArgs) -> Result<ServeConfig, SettingsError> {
     resolve_all(args).map(|(config, _)| config)
 }
 
 /// [`resolve`], and the settings of the process itself (its log format and
 /// admin listener). Every error is a [`SettingsError`] naming the setting:
 /// a configuration error, which `main` reports with its own exit code.
-pub fn resolve_all(args: &ServeArgs) -> Result<(ServeConfig, ProcessSettings), SettingsError> {
+pub(crate) fn resolve_all(
+    args: &ServeArgs,
+) -> Result<(ServeConfig, ProcessSettings), SettingsError> {
     let host = HostEnv::current();
     let file = file_layer(args.config.as_deref(), &host)?;
 

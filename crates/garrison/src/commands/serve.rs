@@ -2,8 +2,15 @@
 //! stop signal.
 
 mod args;
+mod backend_flags;
+mod flags;
+mod resolve;
+#[cfg(test)]
+mod tests;
 
-pub use args::{ServeArgs, file_layer, resolve, resolve_all, with_environment_variable};
+pub use args::ServeArgs;
+pub use flags::with_environment_variable;
+pub use resolve::{file_layer, resolve, resolve_all};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {

@@ -40,16 +40,32 @@ pub fn configure_from_environment(
     backend: &dyn BackendPlugin,
     config: Option<&Path>,
 ) -> anyhow::Result<Option<Arc<dyn ConfiguredBackend>>> {
+    match configure(backend, config)? {
+        Ok(configured) => Ok(Some(configured)),
+        Err(SettingsError::Missing(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The same, with "not configured at all" an error saying what to set.
+pub fn configure_required(
+    backend: &dyn BackendPlugin,
+    config: Option<&Path>,
+) -> anyhow::Result<Arc<dyn ConfiguredBackend>> {
+    Ok(configure(backend, config)??)
+}
+
+/// The settings file's errors, then the backend's own.
+fn configure(
+    backend: &dyn BackendPlugin,
+    config: Option<&Path>,
+) -> anyhow::Result<Result<Arc<dyn ConfiguredBackend>, SettingsError>> {
     let host = HostEnv::current();
     let file = match settings_file(&host, config) {
         Some(path) => settings::load_file(&path, &ALL)?.unwrap_or_default(),
         None => RawSettings::default(),
     };
-    match backend.configure(&BackendSource::new(&host, &file.backend_keys)) {
-        Ok(configured) => Ok(Some(configured)),
-        Err(SettingsError::Missing(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(backend.configure(&BackendSource::new(&host, &file.backend_keys)))
 }
 
 /// Each backend with what a session gets, for `--help`: "host (no

@@ -4,8 +4,10 @@
 //! Adding a backend is a crate that implements [`sandbox::Sandbox`] and
 //! exports a [`BackendPlugin`], plus one line in [`ALL`]. Everything else
 //! (`--backend` and `backend =` validation, its settings and their errors,
-//! redaction of its secrets, `doctor`'s credentials check, `logs -f` from
-//! inside its sandboxes) follows from the plug-in.
+//! redaction of its secrets, `doctor`'s credentials check and its reading
+//! of the API's errors, `logs -f` from inside its sandboxes, `garrison
+//! deploy <backend>`, `garrison image ... --backend <backend>`) follows
+//! from the plug-in and the capabilities it offers.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -144,6 +144,7 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Snapshots kept in `snapshot_dir` (no object store).
     pub fn new(state_dir: &Path, snapshot_dir: &Path, exe: &Path) -> Self {
         Self {
             state_dir: state_dir.to_owned(),
@@ -200,6 +201,7 @@ impl dyn ConfiguredBackend {
 /// Where a [`LogFollower`] starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FollowStart {
+    /// From the first line.
     Beginning,
     /// The last N lines so far.
     LastLines(u64),

@@ -4,8 +4,10 @@
 //! Adding a backend is a crate that implements [`sandbox::Sandbox`] and
 //! exports a [`BackendPlugin`], plus one line in [`ALL`]. Everything else
 //! (`--backend` and `backend =` validation, its settings and their errors,
-//! redaction of its secrets, `doctor`'s credentials check, `logs -f` from
-//! inside its sandboxes) follows from the plug-in.
+//! redaction of its secrets, `doctor`'s credentials check and its reading
+//! of the API's errors, `logs -f` from inside its sandboxes, `garrison
+//! deploy <backend>`, `garrison image ... --backend <backend>`) follows
+//! from the plug-in and the capabilities it offers.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,16 +42,32 @@ pub(crate) fn configure_from_environment(
     backend: &dyn BackendPlugin,
     config: Option<&Path>,
 ) -> anyhow::Result<Option<Arc<dyn ConfiguredBackend>>> {
+    match configure(backend, config)? {
+        Ok(configured) => Ok(Some(configured)),
+        Err(SettingsError::Missing(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The same, with "not configured at all" an error saying what to set.
+pub fn configure_required(
+    backend: &dyn BackendPlugin,
+    config: Option<&Path>,
+) -> anyhow::Result<Arc<dyn ConfiguredBackend>> {
+    Ok(configure(backend, config)??)
+}
+
+/// The settings file's errors, then the backend's own.
+fn configure(
+    backend: &dyn BackendPlugin,
+    config: Option<&Path>,
+) -> anyhow::Result<Result<Arc<dyn ConfiguredBackend>, SettingsError>> {
     let host = HostEnv::current();
     let file = match settings_file(&host, config) {
         Some(path) => settings::load_file(&path, &ALL)?.unwrap_or_default(),
         None => RawSettings::default(),
     };
-    match backend.configure(&BackendSource::new(&host, &file.backend_keys)) {
-        Ok(configured) => Ok(Some(configured)),
-        Err(SettingsError::Missing(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(backend.configure(&BackendSource::new(&host, &file.backend_keys)))
 }
 
 /// Each backend with what a session gets, for `--help`: "host (no

@@ -8,8 +8,11 @@
 
 pub mod backend;
 pub mod client;
+mod deploy;
+mod doctor;
 pub mod exec;
 pub mod image;
+mod image_service;
 pub mod policy;
 pub mod router;
 pub mod scripts;

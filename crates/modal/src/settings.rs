@@ -35,7 +35,9 @@ pub use table::*;
 use common::Secret;
 use common::settings::{Origin, Setting, SettingsError, SettingsSource, unsigned};
 use sandbox::Sandbox;
-use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
+use sandbox::plugin::deploy::{DeployTarget, Deployment};
+use sandbox::plugin::images::ImageService;
+use sandbox::plugin::{ApiFailure, BackendPlugin, ConfiguredBackend, Placement};
 
 /// The token's id.
 pub const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
@@ -311,6 +313,18 @@ impl BackendPlugin for ModalPlugin {
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
         Ok(Arc::new(resolve(settings)?))
     }
+
+    fn deploy_target(&self) -> Option<&'static dyn DeployTarget> {
+        Some(&crate::deploy::TARGET)
+    }
+
+    fn images(&self) -> Option<&'static dyn ImageService> {
+        Some(&crate::image_service::IMAGES)
+    }
+
+    fn api_failure(&self, error: &anyhow::Error) -> Option<ApiFailure> {
+        crate::doctor::api_failure(error)
+    }
 }
 
 impl ConfiguredBackend for ModalEnv {
@@ -341,6 +355,10 @@ impl ConfiguredBackend for ModalEnv {
             runtime: self.runtime,
             environment: self.environment.clone(),
         })?))
+    }
+
+    fn deployment(&self) -> Option<&dyn Deployment> {
+        Some(self)
     }
 }
 

@@ -5,7 +5,8 @@
 //! trait itself: the names, defaults and validation of its settings (read
 //! through a [`SettingsSource`], so the errors name the variable or file
 //! key), the secrets the session logs must never show, and what commands
-//! other than `serve` need from it (a log follower, a credentials check).
+//! other than `serve` need from it (a log follower, a credentials check,
+//! Garrison deployed into it: [`deploy`], its session images: [`images`]).
 //! The orchestrator sees only [`ConfiguredBackend`]s and the sandboxes they
 //! build; it never names a backend.
 
@@ -20,6 +21,12 @@ use common::Secret;
 use common::settings::{Setting, SettingsError, SettingsSource};
 
 use crate::Sandbox;
+
+pub mod deploy;
+pub mod images;
+
+use deploy::{DeployTarget, Deployment};
+use images::ImageService;
 
 /// One backend, as the registry lists it.
 pub trait BackendPlugin: Sync {
@@ -75,6 +82,24 @@ pub trait BackendPlugin: Sync {
         false
     }
 
+    /// `garrison deploy <name>`: Garrison itself in a sandbox of this
+    /// backend, if it can host one.
+    fn deploy_target(&self) -> Option<&'static dyn DeployTarget> {
+        None
+    }
+
+    /// `garrison image ... --backend <name>`, if the backend builds
+    /// session images of its own.
+    fn images(&self) -> Option<&'static dyn ImageService> {
+        None
+    }
+
+    /// How an error of this backend's API (from [`Sandbox::list`], say)
+    /// failed, for `doctor`'s remedy; `None`: not one it recognises.
+    fn api_failure(&self, _error: &anyhow::Error) -> Option<ApiFailure> {
+        None
+    }
+
     /// Reads and validates the backend's settings. Called only when an
     /// outpost uses the backend, so a backend nobody uses needs nothing.
     /// [`SettingsError::Missing`] means "not configured at all".
@@ -82,6 +107,17 @@ pub trait BackendPlugin: Sync {
         &self,
         settings: &dyn SettingsSource,
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError>;
+}
+
+/// How a call to a provider's API failed, as far as what to fix goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiFailure {
+    /// No answer: connection refused, DNS, timeout, a proxy's 5xx.
+    Unreachable,
+    /// The provider answered that the credentials are not accepted.
+    Refused,
+    /// Any other answer.
+    Other,
 }
 
 impl fmt::Debug for dyn BackendPlugin {
@@ -108,6 +144,7 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Snapshots kept in `snapshot_dir` (no object store).
     pub fn new(state_dir: &Path, snapshot_dir: &Path, exe: &Path) -> Self {
         Self {
             state_dir: state_dir.to_owned(),
@@ -145,11 +182,17 @@ pub trait ConfiguredBackend: Send + Sync + fmt::Debug + Any {
     fn log_follower(&self, _session_id: &str) -> anyhow::Result<Option<Box<dyn LogFollower>>> {
         Ok(None)
     }
+
+    /// What `garrison deploy <name>` does with these settings, for a
+    /// backend whose plug-in has a [`BackendPlugin::deploy_target`].
+    fn deployment(&self) -> Option<&dyn Deployment> {
+        None
+    }
 }
 
 impl dyn ConfiguredBackend {
-    /// The backend's own settings type, for commands that serve one
-    /// backend only (`garrison deploy tensorlake`).
+    /// The backend's own settings type, for the backend's crate (commands
+    /// reach a backend through the capabilities above, never its types).
     pub fn downcast_ref<T: ConfiguredBackend>(&self) -> Option<&T> {
         (self as &dyn Any).downcast_ref()
     }
@@ -158,6 +201,7 @@ impl dyn ConfiguredBackend {
 /// Where a [`LogFollower`] starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FollowStart {
+    /// From the first line.
     Beginning,
     /// The last N lines so far.
     LastLines(u64),

@@ -22,10 +22,13 @@ pub mod backend;
 pub mod catalog;
 mod client;
 pub mod dataplane;
+mod deploy;
+mod doctor;
 mod error;
 pub mod follow;
 mod http;
 pub mod image_build;
+mod image_service;
 // The wire shapes are named as Tensorlake names them; documenting each
 // field is left to the rewrite of this module's open-enum macro.
 #[allow(missing_docs)]

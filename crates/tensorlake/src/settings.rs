@@ -24,7 +24,9 @@ use common::settings::{
     unsigned,
 };
 use sandbox::Sandbox;
-use sandbox::plugin::{BackendPlugin, ConfiguredBackend, LogFollower, Placement};
+use sandbox::plugin::deploy::{DeployTarget, Deployment};
+use sandbox::plugin::images::ImageService;
+use sandbox::plugin::{ApiFailure, BackendPlugin, ConfiguredBackend, LogFollower, Placement};
 
 use crate::backend::DEFAULT_SANDBOX_ROOT;
 
@@ -299,6 +301,18 @@ impl BackendPlugin for TensorlakePlugin {
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
         Ok(Arc::new(resolve(settings)?))
     }
+
+    fn deploy_target(&self) -> Option<&'static dyn DeployTarget> {
+        Some(&crate::deploy::TARGET)
+    }
+
+    fn images(&self) -> Option<&'static dyn ImageService> {
+        Some(&crate::image_service::IMAGES)
+    }
+
+    fn api_failure(&self, error: &anyhow::Error) -> Option<ApiFailure> {
+        crate::doctor::api_failure(error)
+    }
 }
 
 impl ConfiguredBackend for TensorlakeSettings {
@@ -326,6 +340,10 @@ impl ConfiguredBackend for TensorlakeSettings {
         Ok(Some(Box::new(crate::follow::Follower::new(
             client, self, session_id,
         ))))
+    }
+
+    fn deployment(&self) -> Option<&dyn Deployment> {
+        Some(self)
     }
 }
 

@@ -1,22 +1,24 @@
 //! `garrison image`: build, import, list and remove the `local` backend's
-//! images (see `sandbox::local::images`); build the same recipe on Modal,
-//! and build, list and remove images in Tensorlake's catalog.
+//! images (see `sandbox::local::images`); build the same recipe on another
+//! backend, and list and remove images in its catalog, through its
+//! plug-in (Modal builds; Tensorlake builds, lists and removes).
 
-mod modal_build;
-mod tensorlake_catalog;
+mod progress;
+mod remote;
+mod table;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
-use sandbox::local::images::{Image, ImageStore, ImageUsers, NoProgress, Progress, Recipe, names};
+use sandbox::local::images::{Image, ImageStore, ImageUsers, Recipe, names};
+
+use progress::progress;
+use table::{human_size, table};
 
 #[derive(Args)]
-pub(crate) struct ImageArgs {
+pub struct ImageArgs {
     /// Garrison's state directory; images live in `<state-dir>/images`.
     /// Default: /var/lib/garrison as root, else ~/.local/share/garrison.
     #[arg(long, env = "GARRISON_HOME", global = true, value_name = "DIR")]
@@ -123,7 +125,11 @@ enum ImageCommand {
     Prune,
 }
 
-pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
+/// `--backend`'s value for this machine's images (the others are the
+/// plug-ins' [`sandbox::plugin::images::ImageService`]s).
+const LOCAL: &str = "local";
+
+pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
         None => orchestrator::settings::HostEnv::current()
@@ -141,24 +147,18 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
             backend,
             base,
         } => match backend.as_str() {
-            "modal" => return modal_build::build(name, recipe.as_deref(), &state_dir).await,
-            "tensorlake" => {
-                return tensorlake_catalog::build(
-                    name,
-                    recipe.as_deref(),
-                    base.as_deref(),
-                    &state_dir,
-                )
-                .await;
+            LOCAL if base.is_some() => bail!("--base is for --backend tensorlake"),
+            LOCAL => {}
+            other => {
+                return remote::build(other, name, recipe.as_deref(), base.as_deref(), &state_dir)
+                    .await;
             }
-            _ if base.is_some() => bail!("--base is for --backend tensorlake"),
-            _ => {}
         },
-        ImageCommand::Ls { backend, json } if backend == "tensorlake" => {
-            return tensorlake_catalog::list(*json).await;
+        ImageCommand::Ls { backend, json } if backend != LOCAL => {
+            return remote::list(backend, *json).await;
         }
-        ImageCommand::Rm { name, backend } if backend == "tensorlake" => {
-            return tensorlake_catalog::remove(name).await;
+        ImageCommand::Rm { name, backend } if backend != LOCAL => {
+            return remote::remove(backend, name).await;
         }
         _ => {}
     }
@@ -263,217 +263,5 @@ impl<'a> From<&'a Image> for ImageView<'a> {
             source: &image.source,
             rootfs: &image.rootfs,
         }
-    }
-}
-
-/// `image ls`: NAME, ID (short), SIZE, CREATED, CHROME.
-fn table(images: &[Image]) -> String {
-    let mut rows = vec![[
-        "NAME".to_owned(),
-        "ID".to_owned(),
-        "SIZE".to_owned(),
-        "CREATED".to_owned(),
-        "CHROME".to_owned(),
-    ]];
-    for image in images {
-        let created = chrono::DateTime::from_timestamp_millis(image.created_at_ms)
-            .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
-            .unwrap_or_default();
-        rows.push([
-            if image.name.is_empty() {
-                "<none>".to_owned()
-            } else {
-                image.name.clone()
-            },
-            names::short_id(&image.id).to_owned(),
-            human_size(image.size_bytes),
-            created,
-            image.chrome_path.clone().unwrap_or_else(|| "-".to_owned()),
-        ]);
-    }
-    let widths: Vec<usize> = (0..5)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-fn human_size(bytes: u64) -> String {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let mib = bytes as f64 / MIB;
-    if mib >= 1024.0 {
-        format!("{:.1} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.0} MiB")
-    }
-}
-
-/// A progress bar on a terminal, plain lines otherwise (logs, CI).
-trait Reporter: Progress {
-    fn as_progress(&self) -> &dyn Progress;
-    fn finish(&self);
-}
-
-fn progress() -> Box<dyn Reporter> {
-    if crate::verbosity::quiet() {
-        Box::new(NoProgress)
-    } else if std::io::stderr().is_terminal() {
-        Box::new(Bar::new())
-    } else {
-        Box::new(Lines::default())
-    }
-}
-
-/// An indicatif bar (indicatif: the maintained terminal progress crate):
-/// a spinner with the latest tool output, or bytes against a total.
-struct Bar {
-    bar: ProgressBar,
-    /// Whether the style shows bytes against a total right now.
-    counting: Mutex<bool>,
-}
-
-impl Bar {
-    fn new() -> Self {
-        let bar = ProgressBar::new_spinner();
-        bar.enable_steady_tick(Duration::from_millis(120));
-        let this = Self {
-            bar,
-            counting: Mutex::new(true),
-        };
-        this.spinner();
-        this
-    }
-
-    fn spinner(&self) {
-        let mut counting = self.counting.lock().unwrap();
-        if *counting {
-            self.bar.set_style(
-                ProgressStyle::with_template("{spinner} {prefix:>10} {elapsed:>4} {wide_msg}")
-                    .expect("valid template"),
-            );
-            *counting = false;
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn stage(&self, what: &str) {
-        self.spinner();
-        self.bar.set_prefix(what.to_owned());
-        self.bar.set_message("");
-        self.bar.set_position(0);
-    }
-
-    fn bytes(&self, done: u64, total: Option<u64>) {
-        match total {
-            Some(total) => {
-                let mut counting = self.counting.lock().unwrap();
-                if !*counting {
-                    self.bar.set_style(
-                        ProgressStyle::with_template(
-                            "{prefix:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
-                        )
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                    );
-                    *counting = true;
-                }
-                self.bar.set_length(total);
-                self.bar.set_position(done);
-            }
-            None => self.bar.set_message(human_size(done)),
-        }
-    }
-
-    fn detail(&self, line: &str) {
-        self.bar.set_message(line.to_owned());
-    }
-}
-
-impl Reporter for Bar {
-    fn as_progress(&self) -> &dyn Progress {
-        self
-    }
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
-
-/// `-q`: none.
-impl Reporter for NoProgress {
-    fn as_progress(&self) -> &dyn Progress {
-        self
-    }
-    fn finish(&self) {}
-}
-
-/// One line per stage, and a bytes line at most every 5 seconds.
-#[derive(Default)]
-struct Lines {
-    last_bytes: Mutex<Option<Instant>>,
-}
-
-impl Progress for Lines {
-    fn stage(&self, what: &str) {
-        eprintln!("garrison image: {what}");
-        *self.last_bytes.lock().unwrap() = Some(Instant::now());
-    }
-
-    fn bytes(&self, done: u64, total: Option<u64>) {
-        let mut last = self.last_bytes.lock().unwrap();
-        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
-            return;
-        }
-        *last = Some(Instant::now());
-        match total {
-            Some(total) => eprintln!(
-                "garrison image:   {} of {}",
-                human_size(done),
-                human_size(total)
-            ),
-            None => eprintln!("garrison image:   {}", human_size(done)),
-        }
-    }
-}
-
-impl Reporter for Lines {
-    fn as_progress(&self) -> &dyn Progress {
-        self
-    }
-    fn finish(&self) {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_lines_up() {
-        let image = |name: &str, chrome: Option<&str>| Image {
-            id: format!("sha256-{}", "ab".repeat(32)),
-            name: name.to_owned(),
-            rootfs: PathBuf::from("/x"),
-            created_at_ms: 0,
-            size_bytes: 240 * 1024 * 1024,
-            chrome_path: chrome.map(str::to_owned),
-            xvfb_path: None,
-            source: "recipe:x".to_owned(),
-        };
-        let out = table(&[image("default", None), image("", Some("/usr/bin/chromium"))]);
-        assert_eq!(
-            out,
-            "NAME     ID                   SIZE     CREATED               CHROME\n\
-             default  sha256-abababababab  240 MiB  1970-01-01 00:00 UTC  -\n\
-             <none>   sha256-abababababab  240 MiB  1970-01-01 00:00 UTC  /usr/bin/chromium\n"
-        );
     }
 }

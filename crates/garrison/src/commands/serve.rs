@@ -2,11 +2,18 @@
 //! stop signal.
 
 mod args;
+mod backend_flags;
+mod flags;
+mod resolve;
+#[cfg(test)]
+mod tests;
 
-pub(crate) use args::{ServeArgs, file_layer, resolve, resolve_all, with_environment_variable};
+pub use args::ServeArgs;
+pub use flags::with_environment_variable;
+pub use resolve::{file_layer, resolve, resolve_all};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
+pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     // Resolved before the log is set up, as the log's format is a setting.
     // Whatever stops the settings from resolving is a configuration error.
     let (mut config, process) = resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use orchestrator::settings::ServeConfig;
-use sandbox::plugin::{BackendPlugin, Placement};
+use sandbox::plugin::{ApiFailure as Failure, BackendPlugin, Placement};
 
 use super::check::Check;
 
@@ -79,15 +79,9 @@ fn remedy_for(error: &sandbox::SandboxError, setup_hint: &str) -> String {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Failure {
-    /// No answer: connection refused, DNS, timeout, a proxy's 5xx.
-    Unreachable,
-    /// The provider answered that the credentials are not accepted.
-    Refused,
-    Other,
-}
-
+/// How listing failed: a transient failure never reached the provider's
+/// verdict on the credentials; a fatal one is classified by the backend
+/// whose API error it is.
 fn classify(error: &sandbox::SandboxError) -> Failure {
     use sandbox::SandboxError;
     let inner = match error {
@@ -97,25 +91,10 @@ fn classify(error: &sandbox::SandboxError) -> Failure {
         SandboxError::Fatal(e) => e,
         _ => return Failure::Other,
     };
-    if let Some(e) = inner.downcast_ref::<tensorlake::Error>() {
-        return match e {
-            tensorlake::Error::Transport(_) => Failure::Unreachable,
-            tensorlake::Error::Api {
-                status: 401 | 403, ..
-            } => Failure::Refused,
-            _ => Failure::Other,
-        };
-    }
-    // Modal's gRPC status, as the backend words it ("Modal said
-    // Unauthenticated: ...").
-    let text = format!("{inner:#}");
-    if text.contains("Unauthenticated") || text.contains("PermissionDenied") {
-        return Failure::Refused;
-    }
-    if text.contains("Unavailable") || text.contains("DeadlineExceeded") {
-        return Failure::Unreachable;
-    }
-    Failure::Other
+    crate::backends::ALL
+        .iter()
+        .find_map(|b| b.api_failure(inner))
+        .unwrap_or(Failure::Other)
 }
 
 #[cfg(test)]
@@ -128,25 +107,17 @@ mod tests {
     #[test]
     fn an_unreachable_endpoint_is_not_a_missing_key() {
         let hint = "set TENSORLAKE_API_KEY";
-        let down = SandboxError::Transient(
-            tensorlake::Error::Transport("connection refused".into()).into(),
-        );
+        let down = SandboxError::Transient(anyhow!("connection refused"));
         assert_eq!(classify(&down), Failure::Unreachable);
         assert!(!remedy_for(&down, hint).contains("TENSORLAKE_API_KEY"));
-        let down = SandboxError::Fatal(tensorlake::Error::Transport("dns".into()).into());
-        assert_eq!(classify(&down), Failure::Unreachable);
 
-        let refused = SandboxError::Fatal(
-            tensorlake::Error::Api {
-                status: 401,
-                code: None,
-                message: "bad key".into(),
-            }
-            .into(),
-        );
+        // Each backend classifies its own API's errors (the Tensorlake
+        // client's typed ones are tested in its crate).
+        let refused = SandboxError::Fatal(anyhow!("listing: Modal said Unauthenticated: no"));
+        assert_eq!(classify(&refused), Failure::Refused);
         assert_eq!(remedy_for(&refused, hint), hint);
-        let modal = SandboxError::Fatal(anyhow!("listing: Modal said Unauthenticated: no"));
-        assert_eq!(classify(&modal), Failure::Refused);
+        let down = SandboxError::Fatal(anyhow!("listing: Modal said Unavailable: later"));
+        assert_eq!(classify(&down), Failure::Unreachable);
         let other = SandboxError::Fatal(anyhow!("unexpected answer"));
         assert_eq!(classify(&other), Failure::Other);
         assert!(remedy_for(&other, hint).contains(hint));

@@ -1,42 +1,43 @@
 //! The read-only modes of `garrison deploy modal` (`--status`, `--logs`)
 //! and `--terminate`.
 
-use std::io::Write;
 use std::time::Duration;
 
 use anyhow::bail;
-use modal::Client;
+use sandbox::plugin::deploy::{DeployOutput, uptime};
 
-use super::modal_access::{
-    LOG_CHUNK, find, now, read_log, serve_state, task_id, terminate_sandbox,
-};
-use super::modal_plan as plan;
-use super::tensorlake_target::printable;
+use super::access::{LOG_CHUNK, find, now, read_log, serve_state, task_id, terminate_sandbox};
+use super::plan;
+use crate::Client;
 
 /// How often the log is looked at while following it.
 const FOLLOW_POLL: Duration = Duration::from_secs(1);
-/// Exit status of `--status` when serve is not running.
-pub(super) const NOT_RUNNING: i32 = 3;
-
-/// Prints the state; the exit status for the shell.
-pub(super) async fn status(client: &Client, environment: &str, name: &str) -> anyhow::Result<i32> {
+/// Reports the sandbox and the serve; whether serve runs.
+pub(super) async fn status(
+    client: &Client,
+    environment: &str,
+    name: &str,
+    out: &mut dyn DeployOutput,
+) -> anyhow::Result<bool> {
     let Some(found) = find(client, environment, name).await? else {
-        println!("sandbox:  none named {name} running (deploy with `garrison deploy modal`)");
-        return Ok(NOT_RUNNING);
+        out.say(&format!(
+            "sandbox:  none named {name} running (deploy with `garrison deploy modal`)"
+        ));
+        return Ok(false);
     };
-    let up = super::plan::uptime(((now() - found.created_at) * 1000.0) as i64);
-    let left = super::plan::uptime(plan::seconds_left(&found, now()) as i64 * 1000);
-    println!(
+    let up = uptime(((now() - found.created_at) * 1000.0) as i64);
+    let left = uptime(plan::seconds_left(&found, now()) as i64 * 1000);
+    out.say(&format!(
         "sandbox:  {name} (id {}): running; uptime {up}; {left} left of its lifetime \
          (the keep-alive creates the next one)",
         found.id
-    );
+    ));
     let Some(task) = task_id(client, &found.id).await? else {
-        println!("serve:    the sandbox has just ended");
-        return Ok(NOT_RUNNING);
+        out.say("serve:    the sandbox has just ended");
+        return Ok(false);
     };
     let state = serve_state(client, &task).await?;
-    println!(
+    out.say(&format!(
         "serve:    {}",
         match state.as_str() {
             "running" => "running",
@@ -44,28 +45,32 @@ pub(super) async fn status(client: &Client, environment: &str, name: &str) -> an
             "starting" => "starting",
             _ => "ended",
         }
-    );
-    Ok(if state == "running" { 0 } else { NOT_RUNNING })
+    ));
+    Ok(state == "running")
 }
 
+/// Ends the sandbox and deletes the Secret.
 pub(super) async fn terminate(
     client: &Client,
     environment: &str,
     name: &str,
+    out: &mut dyn DeployOutput,
 ) -> anyhow::Result<()> {
     match find(client, environment, name).await? {
         Some(found) => {
             terminate_sandbox(client, &found.id).await?;
-            println!("terminated sandbox {name} (id {})", found.id);
+            out.say(&format!("terminated sandbox {name} (id {})", found.id));
         }
-        None => println!("no sandbox named {name} running; nothing to terminate"),
+        None => out.say(&format!(
+            "no sandbox named {name} running; nothing to terminate"
+        )),
     }
     let secret = plan::secret_name(name);
-    let deleted = modal::secret::delete(client, &secret, environment)
+    let deleted = crate::secret::delete(client, &secret, environment)
         .await
         .map_err(|s| anyhow::anyhow!("deleting Modal Secret {secret}: {}", s.message()))?;
     if deleted {
-        println!("deleted Modal Secret {secret}");
+        out.say(&format!("deleted Modal Secret {secret}"));
     }
     Ok(())
 }
@@ -77,8 +82,8 @@ pub(super) async fn logs(
     environment: &str,
     name: &str,
     follow: bool,
+    out: &mut dyn DeployOutput,
 ) -> anyhow::Result<()> {
-    let mut out = std::io::stdout();
     let mut current: Option<String> = None;
     let mut offset = 0u64;
     let mut said_waiting = false;
@@ -93,9 +98,9 @@ pub(super) async fn logs(
                 bail!("no sandbox named {name} running");
             }
             if !said_waiting {
-                eprintln!(
+                out.note(&format!(
                     "no sandbox named {name} running; waiting for the keep-alive to create one"
-                );
+                ));
                 said_waiting = true;
             }
             tokio::time::sleep(FOLLOW_POLL * 2).await;
@@ -104,7 +109,7 @@ pub(super) async fn logs(
         said_waiting = false;
         if current.as_deref() != Some(found.id.as_str()) {
             if current.is_some() {
-                eprintln!("-- sandbox {} --", found.id);
+                out.note(&format!("-- sandbox {} --", found.id));
             }
             current = Some(found.id.clone());
             offset = 0;
@@ -120,8 +125,7 @@ pub(super) async fn logs(
         };
         offset += chunk.len() as u64;
         if !chunk.is_empty() {
-            write!(out, "{}", printable_text(&chunk))?;
-            out.flush()?;
+            out.log_text(&chunk)?;
             if chunk.len() == LOG_CHUNK {
                 continue;
             }
@@ -130,29 +134,5 @@ pub(super) async fn logs(
             return Ok(());
         }
         tokio::time::sleep(FOLLOW_POLL).await;
-    }
-}
-
-/// Log bytes without terminal control sequences, line ends kept.
-fn printable_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .split_inclusive('\n')
-        .map(|line| match line.strip_suffix('\n') {
-            Some(body) => format!("{}\n", printable(body)),
-            None => printable(line),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log_text_keeps_line_ends_and_drops_control_sequences() {
-        assert_eq!(
-            printable_text(b"\x1b[2mdim\x1b[0m\nnext\tcol\r\npartial"),
-            "?[2mdim?[0m\nnext\tcol?\npartial"
-        );
     }
 }

@@ -1,18 +1,15 @@
-//! Modal, as `garrison deploy modal` reaches it: the client from the
-//! Modal settings alone, the deployment's app and running sandbox, and
+//! Modal, as `garrison deploy modal` reaches it: the client, the
+//! deployment's app and running sandbox, and
 //! short helper commands in that sandbox (its serve state, its log).
 
 use std::time::Duration;
 
 use anyhow::bail;
-use modal::exec::{self, Command, Finished};
-use modal::{Client, ClientConfig, ModalEnv, RetryPolicy, wire};
-use orchestrator::settings::{self, BackendSource, HostEnv, RawSettings};
 use tonic::Code;
 
-use super::ModalDeployArgs;
-use super::modal_plan::{self as plan, Found};
-use crate::backends;
+use super::plan::{self, Found};
+use crate::exec::{self, Command, Finished};
+use crate::{Client, ClientConfig, ModalEnv, RetryPolicy, wire};
 
 /// Bounds a wait for a state change; never an expectation of speed.
 pub(super) const TRANSITION_GUARD: Duration = Duration::from_secs(600);
@@ -26,20 +23,7 @@ pub(super) const HELPER_OUTPUT: usize = 64 * 1024;
 /// Bytes of log read per exec.
 pub(super) const LOG_CHUNK: usize = 1024 * 1024;
 
-/// The Modal settings alone: `--status`, `--logs` and `--terminate` need
-/// no Devin token.
-pub(super) fn modal_only(args: &ModalDeployArgs) -> anyhow::Result<ModalEnv> {
-    let host = HostEnv::current();
-    let file = match backends::settings_file(&host, args.config.as_deref()) {
-        Some(path) => settings::load_file(&path, &backends::ALL)?.unwrap_or_default(),
-        None => RawSettings::default(),
-    };
-    Ok(modal::settings::resolve(&BackendSource::new(
-        &host,
-        &file.backend_keys,
-    ))?)
-}
-
+/// A client with these settings.
 pub(super) fn client_for(modal: &ModalEnv) -> anyhow::Result<Client> {
     Client::new(&ClientConfig {
         api_url: modal.api_url.clone(),
@@ -191,7 +175,7 @@ pub(super) async fn helper(
 }
 
 pub(super) fn sh(script: &str, args: &[&str]) -> Vec<String> {
-    modal::scripts::sh(script, args.iter().map(|a| (*a).to_owned()))
+    crate::scripts::sh(script, args.iter().map(|a| (*a).to_owned()))
 }
 
 /// `running`, `waiting` or `gone`, as [`plan::SERVE_STATE`] says.

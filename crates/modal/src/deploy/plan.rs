@@ -9,32 +9,32 @@
 
 use std::collections::BTreeMap;
 
-use modal::ModalEnv;
-use orchestrator::settings::ServeConfig;
-use sandbox::plugin::BackendPlugin;
+use sandbox::plugin::deploy::DeployRequest;
+
+use crate::ModalEnv;
 
 /// The default name of the deployment: its Modal app and its sandbox.
-pub(super) const DEFAULT_NAME: &str = "garrison-orchestrator";
+pub(crate) const DEFAULT_NAME: &str = "garrison-orchestrator";
 
 /// The directory, relative to the sandbox's starting directory, that holds
 /// the deployment's binary, settings file, state and log (spelled out in
 /// the scripts below).
 #[cfg(test)]
-pub(super) const DEPLOY_DIR: &str = "garrison-deploy";
+pub(crate) const DEPLOY_DIR: &str = "garrison-deploy";
 
 /// The deployed binary, relative to the sandbox's starting directory.
-pub(super) const BINARY: &str = "garrison-deploy/bin/garrison";
+pub(crate) const BINARY: &str = "garrison-deploy/bin/garrison";
 
 /// The settings file copied in, relative to the sandbox's starting directory.
-pub(super) const CONFIG_FILE: &str = "garrison-deploy/config/garrison.toml";
+pub(crate) const CONFIG_FILE: &str = "garrison-deploy/config/garrison.toml";
 
 /// The host's Modal image cache, copied in so image names resolve inside.
-pub(super) const IMAGE_CACHE: &str = "garrison-deploy/state/modal/images.json";
+pub(crate) const IMAGE_CACHE: &str = "garrison-deploy/state/modal/images.json";
 
 /// The serve's output (stdout and stderr), appended to by [`ENTRY`] and
 /// read by [`READ_LOG`].
 #[cfg(test)]
-pub(super) const LOG_FILE: &str = "garrison-deploy/serve.log";
+pub(crate) const LOG_FILE: &str = "garrison-deploy/serve.log";
 
 /// Modal object names are at most 64 characters; the Secret's name adds
 /// [`SECRET_SUFFIX`] to the deployment's.
@@ -48,7 +48,7 @@ const SECRET_SUFFIX: &str = "-env";
 /// never seen half-written), and becomes `garrison serve` with its output
 /// appended to the log. Credentials are in the environment Modal gives
 /// the container from the Secret; the script sets only paths.
-pub(super) const ENTRY: &str = r#"umask 077
+pub(crate) const ENTRY: &str = r#"umask 077
 mkdir -p garrison-deploy/bin garrison-deploy/state garrison-deploy/home garrison-deploy/config || exit 1
 cd garrison-deploy || exit 1
 export HOME="$PWD/home" GARRISON_CONFIG="$PWD/config"
@@ -59,7 +59,7 @@ exec bin/garrison "$@" >> serve.log 2>&1"#;
 /// `sh -c WRITE sh PATH MODE` with the content on stdin: written beside
 /// PATH (under a name of its own, so two deploys never mix their bytes)
 /// and renamed into place.
-pub(super) const WRITE: &str = r#"set -e
+pub(crate) const WRITE: &str = r#"set -e
 t="$1.deploy-tmp.$$"
 mkdir -p "$(dirname "$1")"
 rm -f "$t"
@@ -68,12 +68,12 @@ chmod "$2" "$t"
 mv -f "$t" "$1""#;
 
 /// `sh -c READ_LOG sh OFFSET MAX`: up to MAX bytes of the log from OFFSET.
-pub(super) const READ_LOG: &str = r#"[ -f garrison-deploy/serve.log ] || exit 0
+pub(crate) const READ_LOG: &str = r#"[ -f garrison-deploy/serve.log ] || exit 0
 tail -c +"$(($1 + 1))" garrison-deploy/serve.log | head -c "$2""#;
 
 /// `sh -c SERVE_STATE sh`: `running`, `waiting` (no binary yet),
 /// `starting` (the entry point has not seen it yet) or `gone`.
-pub(super) const SERVE_STATE: &str = r#"cd garrison-deploy 2>/dev/null || { echo waiting; exit 0; }
+pub(crate) const SERVE_STATE: &str = r#"cd garrison-deploy 2>/dev/null || { echo waiting; exit 0; }
 if [ -f serve.pid ]; then
   if kill -0 "$(cat serve.pid)" 2>/dev/null; then echo running; else echo gone; fi
   exit 0
@@ -81,13 +81,13 @@ fi
 if [ -x bin/garrison ]; then echo starting; else echo waiting; fi"#;
 
 /// The Modal Secret holding the deployment's environment.
-pub(super) fn secret_name(name: &str) -> String {
+pub(crate) fn secret_name(name: &str) -> String {
     format!("{name}{SECRET_SUFFIX}")
 }
 
 /// Modal's object names: letters, digits, `-`, `_` and `.`, short enough
 /// that `<name>-env` is one too.
-pub(super) fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -104,20 +104,20 @@ pub(super) fn check_name(name: &str) -> Result<(), String> {
 
 /// A sandbox of the deployment's app, as listed.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Found {
+pub(crate) struct Found {
     /// `sb-...`.
-    pub id: String,
+    pub(crate) id: String,
     /// Its Modal name.
-    pub name: String,
+    pub(crate) name: String,
     /// Unix seconds.
-    pub created_at: f64,
+    pub(crate) created_at: f64,
     /// Its maximum lifetime.
-    pub timeout_secs: u32,
+    pub(crate) timeout_secs: u32,
 }
 
 /// What a deploy does.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Step {
+pub(crate) enum Step {
     /// A sandbox of that name runs (and with it serve): leave it alone.
     Keep(Found),
     /// None runs: write the Secret, create the sandbox, upload the binary.
@@ -126,14 +126,14 @@ pub(super) enum Step {
 
 /// The running sandbox named `name` among `running` (Modal keeps names
 /// unique among running sandboxes of an app; the newest wins if not).
-pub(super) fn find<'a>(running: &'a [Found], name: &str) -> Option<&'a Found> {
+pub(crate) fn find<'a>(running: &'a [Found], name: &str) -> Option<&'a Found> {
     running
         .iter()
         .filter(|s| s.name == name)
         .max_by(|a, b| a.created_at.total_cmp(&b.created_at))
 }
 
-pub(super) fn step(running: &[Found], name: &str) -> Step {
+pub(crate) fn step(running: &[Found], name: &str) -> Step {
     match find(running, name) {
         Some(found) => Step::Keep(found.clone()),
         None => Step::Create,
@@ -141,14 +141,14 @@ pub(super) fn step(running: &[Found], name: &str) -> Step {
 }
 
 /// Seconds until Modal ends the sandbox at its lifetime, never negative.
-pub(super) fn seconds_left(found: &Found, now: f64) -> u64 {
+pub(crate) fn seconds_left(found: &Found, now: f64) -> u64 {
     let end = found.created_at + f64::from(found.timeout_secs);
     (end - now).max(0.0) as u64
 }
 
 /// The entry point's argv: the deployed serve's command line, no secret
 /// in it.
-pub(super) fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
+pub(crate) fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> {
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
@@ -171,29 +171,21 @@ pub(super) fn entrypoint(has_config: bool, forwarded: &[String]) -> Vec<String> 
 
 /// The acceptor id of every sandbox of the deployment `name` (a valid
 /// acceptor id for every valid name: see [`check_name`]).
-pub(super) fn acceptor_id(name: &str) -> String {
+pub(crate) fn acceptor_id(name: &str) -> String {
     format!("garrison-deploy-{name}")
-}
-
-/// The Modal settings `serve` resolved, if an outpost uses Modal.
-pub(super) fn modal_settings(config: &ServeConfig) -> Option<&ModalEnv> {
-    config
-        .backends
-        .get(modal::PLUGIN.name())
-        .and_then(|b| b.downcast_ref::<ModalEnv>())
 }
 
 /// The image of the orchestrator's sandbox: `--image`, else the sessions'
 /// image (`MODAL_IMAGE`, else `default`), a name looked up in `names`.
-pub(super) fn orchestrator_image(
+pub(crate) fn orchestrator_image(
     explicit: Option<&str>,
     modal: &ModalEnv,
-    names: &modal::image::ImageCache,
+    names: &crate::image::ImageCache,
 ) -> Result<String, String> {
     let wanted = explicit
         .or(modal.image.as_deref())
-        .unwrap_or(modal::backend::DEFAULT_IMAGE);
-    if modal::image::is_image_id(wanted) {
+        .unwrap_or(crate::backend::DEFAULT_IMAGE);
+    if crate::image::is_image_id(wanted) {
         return Ok(wanted.to_owned());
     }
     names.image_for(wanted).map(str::to_owned).ok_or_else(|| {
@@ -216,56 +208,47 @@ pub(super) fn orchestrator_image(
 /// sandbox starts with an empty state, and with the same id its serve
 /// knows its predecessor's claims as its own and adopts them (with the
 /// session sandboxes still running) instead of leaving them to lapse.
-pub(super) fn serve_env(
-    config: &ServeConfig,
-    host_vars: &BTreeMap<String, String>,
-    name: &str,
-) -> Result<BTreeMap<String, String>, String> {
-    let modal = modal_settings(config).ok_or_else(|| {
-        "no outpost is served with the modal backend (an [[outpost]] table names another \
-         backend)"
-            .to_owned()
-    })?;
-    let mut env = super::plan::devin_env(config, host_vars);
+pub(crate) fn serve_env(modal: &ModalEnv, request: &DeployRequest) -> BTreeMap<String, String> {
+    let mut env = request.serve_env.clone();
     // Modal's own variables name host files or this host's profile.
     for var in [
-        modal::settings::PROFILE_ENV,
-        modal::settings::CONFIG_PATH_ENV,
+        crate::settings::PROFILE_ENV,
+        crate::settings::CONFIG_PATH_ENV,
     ] {
         env.remove(var);
     }
     let mut set = |k: &str, v: &str| {
         env.insert(k.to_owned(), v.to_owned());
     };
-    let acceptor = config
+    let acceptor = request
         .acceptor_id
         .clone()
-        .unwrap_or_else(|| acceptor_id(name));
+        .unwrap_or_else(|| acceptor_id(&request.name));
     set("DEVIN_WORKER_ACCEPTOR_ID", &acceptor);
     set(
-        modal::settings::TOKEN_ID_ENV,
+        crate::settings::TOKEN_ID_ENV,
         modal.credentials.token_id.expose(),
     );
     set(
-        modal::settings::TOKEN_SECRET_ENV,
+        crate::settings::TOKEN_SECRET_ENV,
         modal.credentials.token_secret.expose(),
     );
-    set(modal::settings::API_URL_ENV, &modal.api_url);
+    set(crate::settings::API_URL_ENV, &modal.api_url);
     set(
-        modal::settings::TIMEOUT_ENV,
+        crate::settings::TIMEOUT_ENV,
         &modal.timeout.as_secs().to_string(),
     );
     if let Some(image) = &modal.image {
-        set(modal::settings::IMAGE_ENV, image);
+        set(crate::settings::IMAGE_ENV, image);
     }
     if !modal.regions.is_empty() {
-        set(modal::settings::REGION_ENV, &modal.regions.join(","));
+        set(crate::settings::REGION_ENV, &modal.regions.join(","));
     }
     set(
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     );
-    Ok(env)
+    env
 }
 
 #[cfg(test)]
@@ -380,28 +363,37 @@ mod tests {
 
     #[test]
     fn the_environment_carries_the_credentials_and_settings_but_no_host_paths() {
-        let (config, vars) = super::super::plan::resolved_from(&[
-            ("HOME", "/home/op"),
-            ("GARRISON_BACKEND", "modal"),
-            ("OUTPOST_ID", "op-a"),
-            ("DEVIN_OUTPOSTS_TOKEN", "cog_secret_token"),
+        let source = common::settings::MapSource::vars(&[
             ("MODAL_TOKEN_ID", "ak-secret-id"),
             ("MODAL_TOKEN_SECRET", "as-secret-secret"),
             ("MODAL_IMAGE", "im-abc"),
-            ("MODAL_PROFILE", "mine"),
-            ("GIT_TOKEN", "ghp_secret"),
-            ("MAX_CONCURRENT_SESSIONS", "7"),
-            ("GARRISON_HOME", "/var/lib/here"),
-            ("UNRELATED", "x"),
         ]);
-        let env = serve_env(&config, &vars, DEFAULT_NAME).unwrap();
+        let modal = crate::settings::resolve(&source).unwrap();
+        let mut request = DeployRequest {
+            name: DEFAULT_NAME.into(),
+            image: None,
+            cpus: 1.0,
+            memory_mb: 2048,
+            disk_mb: None,
+            timeout_secs: 86_400,
+            binary: None,
+            config_file: None,
+            serve_args: Vec::new(),
+            serve_env: [
+                ("DEVIN_OUTPOSTS_TOKEN", "cog_secret_token"),
+                ("MODAL_PROFILE", "mine"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            acceptor_id: None,
+            state_dir: "/var/lib/here".into(),
+        };
+        let env = serve_env(&modal, &request);
         let get = |k: &str| env.get(k).map(String::as_str);
         assert_eq!(get("DEVIN_OUTPOSTS_TOKEN"), Some("cog_secret_token"));
         assert_eq!(get("MODAL_TOKEN_ID"), Some("ak-secret-id"));
         assert_eq!(get("MODAL_TOKEN_SECRET"), Some("as-secret-secret"));
-        assert_eq!(get("GIT_TOKEN"), Some("ghp_secret"));
-        assert_eq!(get("OUTPOST_ID"), Some("op-a"));
-        assert_eq!(get("MAX_CONCURRENT_SESSIONS"), Some("7"));
         assert_eq!(get("MODAL_IMAGE"), Some("im-abc"));
         assert_eq!(get("MODAL_SANDBOX_TIMEOUT_SECS"), Some("86400"));
         // One acceptor id for the deployment, whatever sandbox runs it.
@@ -409,49 +401,28 @@ mod tests {
             get("DEVIN_WORKER_ACCEPTOR_ID"),
             Some("garrison-deploy-garrison-orchestrator")
         );
-        let mut own = vars.clone();
-        own.insert("DEVIN_WORKER_ACCEPTOR_ID".into(), "mine".into());
-        let host = orchestrator::settings::HostEnv::new(1000, own.clone());
-        let raw = orchestrator::settings::RawSettings::from_env(&host);
-        let configured =
-            orchestrator::settings::resolve(raw, None, &host, &crate::backends::ALL).unwrap();
-        assert_eq!(
-            serve_env(&configured, &own, DEFAULT_NAME).unwrap()["DEVIN_WORKER_ACCEPTOR_ID"],
-            "mine"
-        );
-        for absent in [
-            "HOME",
-            "GARRISON_HOME",
-            "GARRISON_BACKEND",
-            "MODAL_PROFILE",
-            "UNRELATED",
-        ] {
+        for absent in ["HOME", "GARRISON_HOME", "MODAL_PROFILE"] {
             assert_eq!(get(absent), None, "{absent}");
         }
+        request.acceptor_id = Some("mine".into());
+        assert_eq!(
+            serve_env(&modal, &request)["DEVIN_WORKER_ACCEPTOR_ID"],
+            "mine"
+        );
         let argv = entrypoint(false, &[]).join(" ");
-        for secret in [
-            "cog_secret_token",
-            "ak-secret-id",
-            "as-secret-secret",
-            "ghp_secret",
-        ] {
+        for secret in ["cog_secret_token", "ak-secret-id", "as-secret-secret"] {
             assert!(!argv.contains(secret));
         }
     }
 
     #[test]
     fn the_orchestrator_image_is_explicit_else_the_sessions_image_by_id_or_built_name() {
-        let host = orchestrator::settings::HostEnv::new(
-            1000,
-            [("MODAL_TOKEN_ID", "a"), ("MODAL_TOKEN_SECRET", "b")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-        );
-        let file = BTreeMap::new();
-        let source = orchestrator::settings::BackendSource::new(&host, &file);
-        let mut modal = modal::settings::resolve(&source).unwrap();
-        let mut names = modal::image::ImageCache::default();
+        let source = common::settings::MapSource::vars(&[
+            ("MODAL_TOKEN_ID", "a"),
+            ("MODAL_TOKEN_SECRET", "b"),
+        ]);
+        let mut modal = crate::settings::resolve(&source).unwrap();
+        let mut names = crate::image::ImageCache::default();
         assert!(orchestrator_image(None, &modal, &names).is_err());
         names.names.insert("default".into(), "k1".into());
         names.by_recipe.insert("k1".into(), "im-built".into());

@@ -50,7 +50,7 @@ pub(crate) fn configure_from_environment(
 }
 
 /// The same, with "not configured at all" an error saying what to set.
-pub fn configure_required(
+pub(super) fn configure_required(
     backend: &dyn BackendPlugin,
     config: Option<&Path>,
 ) -> anyhow::Result<Arc<dyn ConfiguredBackend>> {

@@ -33,7 +33,7 @@ const NOT_RUNNING: i32 = 3;
 
 /// `garrison deploy`'s subcommand: which target, with its options.
 #[derive(Debug)]
-pub struct DeployArgs {
+pub(crate) struct DeployArgs {
     backend: &'static dyn BackendPlugin,
     args: TargetArgs,
 }
@@ -87,7 +87,7 @@ impl FromArgMatches for DeployArgs {
 }
 
 /// Runs `garrison deploy <backend>`.
-pub async fn run(deploy: DeployArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(deploy: DeployArgs) -> anyhow::Result<()> {
     let DeployArgs { backend, args } = deploy;
     let target = backend.deploy_target().context("no deploy target")?;
     target.check_name(&args.name).map_err(anyhow::Error::msg)?;

@@ -18,7 +18,7 @@ use progress::progress;
 use table::{human_size, table};
 
 #[derive(Args)]
-pub struct ImageArgs {
+pub(crate) struct ImageArgs {
     /// Garrison's state directory; images live in `<state-dir>/images`.
     /// Default: /var/lib/garrison as root, else ~/.local/share/garrison.
     #[arg(long, env = "GARRISON_HOME", global = true, value_name = "DIR")]
@@ -129,7 +129,7 @@ enum ImageCommand {
 /// plug-ins' [`sandbox::plugin::images::ImageService`]s).
 const LOCAL: &str = "local";
 
-pub async fn run(args: ImageArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
         None => orchestrator::settings::HostEnv::current()

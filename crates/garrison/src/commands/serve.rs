@@ -8,12 +8,12 @@ mod resolve;
 #[cfg(test)]
 mod tests;
 
-pub use args::ServeArgs;
-pub use flags::with_environment_variable;
-pub use resolve::{file_layer, resolve, resolve_all};
+pub(crate) use args::ServeArgs;
+pub(crate) use flags::with_environment_variable;
+pub(crate) use resolve::{file_layer, resolve, resolve_all};
 use tokio_util::sync::CancellationToken;
 
-pub async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     // Resolved before the log is set up, as the log's format is a setting.
     // Whatever stops the settings from resolving is a configuration error.
     let (mut config, process) = resolve_all(&args).map_err(|e| crate::exit::config(e.into()))?;

@@ -80,7 +80,7 @@ Precedence:
 /// the fields below would only be overwritten.
 #[derive(Args, Clone, Debug, PartialEq)]
 #[command(after_help = after_help(), mut_args = setting_help)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[arg(long = "outpost", value_name = "ID")]
     pub outposts: Vec<String>,
     #[arg(long, value_name = "URL")]
@@ -142,12 +142,12 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The flag layer and the environment layer, merged (flags first).
-    pub fn to_raw(&self, host: &HostEnv) -> RawSettings {
+    pub(crate) fn to_raw(&self, host: &HostEnv) -> RawSettings {
         self.flag_layer().or(RawSettings::from_env(host))
     }
 
     /// The values given as flags, and only those.
-    pub fn flag_layer(&self) -> RawSettings {
+    pub(crate) fn flag_layer(&self) -> RawSettings {
         let text = |value: &Option<String>, setting: Setting| Some(flag(value.clone()?, setting));
         let list = |values: &[String], setting: Setting| {
             (!values.is_empty()).then(|| flag(values.to_vec(), setting))

@@ -10,7 +10,7 @@ use orchestrator::settings::names::Kind;
 /// The flags of backends' settings, from each plug-in's table (those
 /// declared with a flag; never a secret), by the setting's file key.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct BackendFlags(pub BTreeMap<&'static str, String>);
+pub(crate) struct BackendFlags(pub BTreeMap<&'static str, String>);
 
 /// Backends' settings that have a flag.
 pub(super) fn backend_flag_settings() -> impl Iterator<Item = &'static Setting> {

@@ -18,7 +18,7 @@ fn setting_of(arg: &clap::Arg) -> Option<&'static Setting> {
 /// A setting's flag as the table declares it: its help, accepted values,
 /// default and environment variable; numbers may be negative so that
 /// validation, not the parser, says what is wrong with `-1`.
-pub fn setting_help(arg: clap::Arg) -> clap::Arg {
+pub(super) fn setting_help(arg: clap::Arg) -> clap::Arg {
     let Some(setting) = setting_of(&arg) else {
         return arg;
     };
@@ -42,7 +42,7 @@ pub fn setting_help(arg: clap::Arg) -> clap::Arg {
 /// clap's own `env` would show it, from [`names::ALL`] (so the two cannot
 /// drift), for commands that take a few of serve's settings with help of
 /// their own. Flags that are not settings are left as they are.
-pub fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
+pub(crate) fn with_environment_variable(arg: clap::Arg) -> clap::Arg {
     let Some(var) = setting_of(&arg).and_then(|s| s.env) else {
         return arg;
     };

@@ -14,7 +14,7 @@ use super::flags::flag;
 /// `GARRISON_CONFIG_FILE` (which must exist), else the default file if
 /// there is one. (The file's name is not a setting of [`RawSettings`], so
 /// its variable is read here, next to its flag.)
-pub fn file_layer(
+pub(crate) fn file_layer(
     config_flag: Option<&Path>,
     host: &HostEnv,
 ) -> Result<RawSettings, SettingsError> {
@@ -41,14 +41,16 @@ pub fn file_layer(
 
 /// Everything `garrison serve` runs with: the command line and environment,
 /// the TOML file and the credentials file, validated.
-pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, SettingsError> {
+pub(crate) fn resolve(args: &ServeArgs) -> Result<ServeConfig, SettingsError> {
     resolve_all(args).map(|(config, _)| config)
 }
 
 /// [`resolve`], and the settings of the process itself (its log format and
 /// admin listener). Every error is a [`SettingsError`] naming the setting:
 /// a configuration error, which `main` reports with its own exit code.
-pub fn resolve_all(args: &ServeArgs) -> Result<(ServeConfig, ProcessSettings), SettingsError> {
+pub(crate) fn resolve_all(
+    args: &ServeArgs,
+) -> Result<(ServeConfig, ProcessSettings), SettingsError> {
     let host = HostEnv::current();
     let file = file_layer(args.config.as_deref(), &host)?;
 

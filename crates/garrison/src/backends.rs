@@ -15,8 +15,8 @@ use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 
 /// Every backend, in the order `--help` and errors list them.
 pub static ALL: [&dyn BackendPlugin; 4] = [
-    &sandbox::host::PLUGIN,
-    &sandbox::local::PLUGIN,
+    &host::PLUGIN,
+    &local::PLUGIN,
     &tensorlake::PLUGIN,
     &modal::PLUGIN,
 ];

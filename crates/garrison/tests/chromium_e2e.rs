@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use common::*;
 use emulator::Then;
 use fleet::SessionStatus;
-use sandbox::local::images::ImageStore;
+use local::images::ImageStore;
 
 /// The image `scripts/setup` builds from `tests/fixtures/chromium.toml`.
 const IMAGE: &str = "chromium";

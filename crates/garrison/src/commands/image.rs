@@ -1,5 +1,5 @@
 //! `garrison image`: build, import, list and remove the `local` backend's
-//! images (see `sandbox::local::images`); build the same recipe on Modal,
+//! images (see `local::images`); build the same recipe on Modal,
 //! and build, list and remove images in Tensorlake's catalog.
 
 mod modal_build;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use sandbox::local::images::{Image, ImageStore, ImageUsers, NoProgress, Progress, Recipe, names};
+use local::images::{Image, ImageStore, ImageUsers, NoProgress, Progress, Recipe, names};
 
 #[derive(Args)]
 pub struct ImageArgs {

@@ -3,7 +3,7 @@
 //! look at what Garrison left in it.
 #![allow(dead_code)]
 
-#[path = "../../../sandbox/tests/s3_support/mod.rs"]
+#[path = "../../../sandbox/src/s3_support.rs"]
 mod s3_support;
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 
 pub async fn build(name: &str, recipe: Option<&Path>, state_dir: &Path) -> anyhow::Result<()> {
     let recipe = match recipe {

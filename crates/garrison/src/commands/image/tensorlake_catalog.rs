@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 use tensorlake::catalog::{CatalogImage, ImageCatalog};
 use tensorlake::image_build::{BuildRequest, DEFAULT_STEP_PATH, build_image};
 use tensorlake::{TensorlakeBackend, TensorlakeConfig, TensorlakeSettings};

@@ -2,7 +2,7 @@
 //! shims, snapshots as archives (the layout is in the crate's documentation).
 
 use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use sandbox::names::is_plain_id;
@@ -21,7 +20,7 @@ use sandbox::{
     Capabilities, Handle, MachineInfo, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result,
     Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
 };
-use shim::{self, CHILD_PID_FILE, EXIT_FILE, OUTPUT_FILE, ShimRequest};
+use shim::{self, OUTPUT_FILE, ShimRequest};
 
 use crate::archive::{pack, unpack};
 use crate::executables::Executables;
@@ -49,6 +48,7 @@ pub struct HostConfig {
     pub shim_exe: PathBuf,
 }
 
+/// The host backend: see the crate documentation.
 pub struct HostBackend {
     config: HostConfig,
     snapshots: SnapshotStore,
@@ -56,6 +56,8 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
+    /// Opens the backend, creating its directories (readable by Garrison's
+    /// user only) and its snapshot store.
     pub fn new(config: HostConfig) -> anyhow::Result<Self> {
         for dir in [config.root.join("sandboxes"), config.snapshot_dir.clone()] {
             fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

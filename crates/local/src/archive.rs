@@ -31,11 +31,11 @@ mod watchdog;
 /// tens of MB a second; an archive of links and directories alone
 /// (hundreds of thousands of members in a few MB) is the slow kind, and
 /// 3 million hard links (about 10 MB) took 79 s, well inside it.
-pub const RESTORE_BASE: Duration = Duration::from_secs(300);
-pub const RESTORE_PER_MIB: Duration = Duration::from_secs(2);
+pub(crate) const RESTORE_BASE: Duration = Duration::from_secs(300);
+pub(crate) const RESTORE_PER_MIB: Duration = Duration::from_secs(2);
 
 /// How long restoring an archive of `bytes` may take.
-pub fn restore_bound(bytes: u64) -> Duration {
+pub(crate) fn restore_bound(bytes: u64) -> Duration {
     RESTORE_BASE + RESTORE_PER_MIB * u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
 }
 
@@ -66,7 +66,7 @@ const UNTAR_FLAGS: &[&str] = &[
 
 /// What one pack may cost.
 #[derive(Clone, Copy, Debug)]
-pub struct PackLimits {
+pub(crate) struct PackLimits {
     /// Bytes of archive written at most.
     pub max_bytes: u64,
     /// Time the whole pack may take.
@@ -75,7 +75,7 @@ pub struct PackLimits {
 
 /// Archives `upper` (minus `exclude`, relative to it) into `archive`.
 /// Returns the archive's size.
-pub async fn pack(
+pub(crate) async fn pack(
     upper: &Path,
     exclude: &str,
     archive: &Path,
@@ -172,7 +172,7 @@ async fn pack_to(
 /// `PATH_MAX`, or one whose restore outlasts [`restore_bound`] (its tars
 /// are killed then; a bound this generous is only passed by an archive
 /// shaped to cost, and another attempt would cost as much again).
-pub async fn unpack(archive: &Path, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
+pub(crate) async fn unpack(archive: &Path, upper: &Path, scratch: &Path) -> anyhow::Result<()> {
     let bytes = std::fs::metadata(archive)
         .with_context(|| format!("reading {}", archive.display()))?
         .len();
@@ -180,7 +180,7 @@ pub async fn unpack(archive: &Path, upper: &Path, scratch: &Path) -> anyhow::Res
 }
 
 /// [`unpack`] with the time bound given.
-pub async fn unpack_within(
+pub(crate) async fn unpack_within(
     archive: &Path,
     upper: &Path,
     scratch: &Path,

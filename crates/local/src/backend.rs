@@ -77,6 +77,7 @@ pub struct LocalConfig {
     pub snapshot_dir: PathBuf,
     /// Keeps snapshots in an object store instead.
     pub snapshot_store: Option<ObjectStoreSettings>,
+    /// The images sessions start from.
     pub images: ImageStore,
     /// The image used when a session names none.
     pub default_image: String,
@@ -84,6 +85,7 @@ pub struct LocalConfig {
     pub shim_exe: PathBuf,
     /// A statically linked tini, the containers' init.
     pub tini: PathBuf,
+    /// runc.
     pub runc: PathBuf,
     /// gVisor's runsc.
     pub runsc: PathBuf,
@@ -129,6 +131,7 @@ impl LocalConfig {
 /// Longest a snapshot may take; its size is bounded by the disk.
 const SNAPSHOT_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
+/// The local backend: see the crate documentation.
 pub struct LocalBackend {
     config: LocalConfig,
     snapshots: SnapshotStore,
@@ -146,6 +149,8 @@ fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
 }
 
 impl LocalBackend {
+    /// Opens the backend: checks its tools, recovers the state of sandboxes
+    /// made by an earlier run, and opens its snapshot store.
     pub fn new(config: LocalConfig) -> anyhow::Result<Self> {
         crate::reaper::start()?;
         let runc = Self::oci(&config, config.runtime);

@@ -7,13 +7,17 @@ use anyhow::{Context, bail};
 use sandbox::bounded_output;
 
 /// Runs `program args extra`, failing with its stderr when it fails.
-pub async fn run(program: &str, args: &[&str], extra: &[&OsStr]) -> anyhow::Result<()> {
+pub(crate) async fn run(program: &str, args: &[&str], extra: &[&OsStr]) -> anyhow::Result<()> {
     output(program, args, extra).await.map(drop)
 }
 
 /// Runs a tool and returns its stdout (bounded, as its stderr is: see
 /// [`bounded_output`]).
-pub async fn output(program: &str, args: &[&str], extra: &[&OsStr]) -> anyhow::Result<Vec<u8>> {
+pub(crate) async fn output(
+    program: &str,
+    args: &[&str],
+    extra: &[&OsStr],
+) -> anyhow::Result<Vec<u8>> {
     let out = bounded_output::output(tokio::process::Command::new(program).args(args).args(extra))
         .await
         .with_context(|| format!("running {program}"))?;

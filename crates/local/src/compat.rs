@@ -15,7 +15,7 @@ use crate::oci::GARRISON_DIR;
 use crate::rootfs::Root;
 
 /// Where the library goes in every sandbox's root.
-pub const LIB: &str = "/.garrison/lib/runsc-compat.so";
+pub(crate) const LIB: &str = "/.garrison/lib/runsc-compat.so";
 const PRELOAD: &str = "/etc/ld.so.preload";
 
 /// The library, built for this machine by `build.rs`.
@@ -26,7 +26,7 @@ static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/runsc_compat.s
 /// every sandbox, runc's too: a snapshot made under runsc keeps its
 /// `/etc/ld.so.preload` (`/.garrison` is not snapshotted), and a restore
 /// under runc must find what it names.
-pub fn install(root: &Root, preload: bool) -> io::Result<()> {
+pub(crate) fn install(root: &Root, preload: bool) -> io::Result<()> {
     root.create_dir_all(&format!("{GARRISON_DIR}/lib"), 0o755)?;
     root.write(LIB, LIBRARY, 0o644)?;
     if !preload {

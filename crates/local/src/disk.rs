@@ -11,7 +11,7 @@ use crate::cmd::run;
 /// Creates a sparse image of `size_mb` and formats it. No journal (the
 /// layer is disposable: a crash loses nothing a snapshot did not keep) and
 /// no reserved blocks (the whole size is the sandbox's).
-pub async fn create(image: &Path, size_mb: u64) -> anyhow::Result<()> {
+pub(crate) async fn create(image: &Path, size_mb: u64) -> anyhow::Result<()> {
     let file =
         std::fs::File::create(image).with_context(|| format!("creating {}", image.display()))?;
     file.set_len(size_mb.saturating_mul(1024 * 1024))
@@ -37,7 +37,7 @@ pub async fn create(image: &Path, size_mb: u64) -> anyhow::Result<()> {
 
 /// Mounts the image at `target` through a loop device that is freed when it
 /// is unmounted.
-pub async fn mount(image: &Path, target: &Path) -> anyhow::Result<()> {
+pub(crate) async fn mount(image: &Path, target: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(target)?;
     run(
         "mount",
@@ -51,7 +51,7 @@ pub async fn mount(image: &Path, target: &Path) -> anyhow::Result<()> {
 /// Mounts the overlay root: the image read-only below, the session's layer
 /// above. `owner`: the host uid of the container's root when the layers are
 /// idmapped (see `idmap`).
-pub async fn mount_overlay(
+pub(crate) async fn mount_overlay(
     lower: &Path,
     upper: &Path,
     work: &Path,
@@ -83,7 +83,7 @@ pub async fn mount_overlay(
 /// hangs on a process that still holds a file. Asks the kernel directly
 /// rather than reading the mount table, whose size grows with every
 /// sandbox on the host.
-pub fn unmount(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn unmount(path: &Path) -> anyhow::Result<()> {
     use nix::errno::Errno;
     use nix::mount::{MntFlags, umount2};
     match umount2(path, MntFlags::empty()) {

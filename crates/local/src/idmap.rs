@@ -46,7 +46,7 @@ fn check(result: libc::c_long) -> io::Result<libc::c_long> {
 
 /// Mounts a copy of the tree at `source` on `target` (a directory), its ids
 /// mapped through the user namespace pinned at `userns`.
-pub fn mount_idmapped(source: &Path, target: &Path, userns: &Path) -> io::Result<()> {
+pub(crate) fn mount_idmapped(source: &Path, target: &Path, userns: &Path) -> io::Result<()> {
     let source_c = cstring(source)?;
     let target_c = cstring(target)?;
     let userns = File::open(userns)?;
@@ -96,7 +96,7 @@ pub fn mount_idmapped(source: &Path, target: &Path, userns: &Path) -> io::Result
 /// File system ids are per thread, so nothing else in the process is
 /// affected; the guard must be dropped on the thread that made it (it is
 /// neither `Send` nor held across an `.await`).
-pub struct ActingAs {
+pub(crate) struct ActingAs {
     active: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -142,7 +142,7 @@ fn raise_effective() -> io::Result<()> {
 }
 
 /// See [`ActingAs`].
-pub fn acting_as(owner: Option<u32>) -> io::Result<ActingAs> {
+pub(crate) fn acting_as(owner: Option<u32>) -> io::Result<ActingAs> {
     let Some(id) = owner else {
         return Ok(ActingAs {
             active: false,
@@ -184,7 +184,7 @@ impl Drop for ActingAs {
 /// Mounts overlayfs at `target` with `options`, acting as `owner` (see the
 /// module's documentation). Always `nodev`: a device node made in the root
 /// must not open a host device when the host reads the root.
-pub fn mount_overlay_as(owner: Option<u32>, options: &str, target: &Path) -> io::Result<()> {
+pub(crate) fn mount_overlay_as(owner: Option<u32>, options: &str, target: &Path) -> io::Result<()> {
     let _as = acting_as(owner)?;
     nix::mount::mount(
         Some("overlay"),

@@ -68,7 +68,7 @@ use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
 use self::enforced::{enforced, resolver_policy};
-use self::links::{link_addresses, non_loopback};
+use self::links::non_loopback;
 use self::tools::Tools;
 use sandbox::names::hashed_id;
 use sandbox::{Result, SandboxError, SandboxName};

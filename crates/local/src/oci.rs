@@ -13,12 +13,19 @@ use sandbox::Resources;
 /// snapshots; the agent can see them but they hold nothing secret after a
 /// process has started.
 pub const GARRISON_DIR: &str = "/.garrison";
+/// Binaries put in by Garrison and the orchestrator.
 pub const BIN_DIR: &str = "/.garrison/bin";
+/// One directory per process, kept by its shim.
 pub const PROC_DIR: &str = "/.garrison/proc";
+/// tini, the container's init.
 pub const INIT: &str = "/.garrison/bin/tini";
+/// The shim that starts and supervises each process.
 pub const SHIM: &str = "/.garrison/bin/garrison-shim";
+/// The remote's working directory (the session's repositories).
 pub const WORKDIR: &str = "/workspace";
+/// `DEVIN_REMOTE_STATE_DIR`.
 pub const STATE_DIR: &str = "/var/lib/devin-remote";
+/// `HOME` of processes in the container.
 pub const HOME: &str = "/root";
 
 /// Tasks one sandbox may run at once: enough for builds, a wall against fork
@@ -47,7 +54,9 @@ pub const CAPABILITIES: &[&str] = &[
 
 /// Inputs of [`config`].
 pub struct ContainerConfig<'a> {
+    /// The container's hostname.
     pub hostname: &'a str,
+    /// Its CPU, memory and disk.
     pub resources: &'a Resources,
     /// `/garrison/<name>` under each cgroup controller.
     pub cgroups_path: &'a str,
@@ -73,6 +82,7 @@ pub fn swap_limit_supported() -> bool {
 /// A user namespace made (and pinned) by Garrison, with its maps.
 #[derive(Clone, Copy)]
 pub struct UserNs<'a> {
+    /// The pinned namespace file.
     pub path: &'a Path,
     /// Container id 0 is this host id; the range is `userns::IDS` long.
     pub host_base: u32,

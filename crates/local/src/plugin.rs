@@ -18,14 +18,14 @@ use crate::runc::Runtime;
 pub const STATIC_SHIM_ENV: &str = "GARRISON_STATIC_SHIM";
 
 /// Turns on a desktop (Xvfb) in every sandbox; see [`LocalConfig::desktop`].
-pub const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
+pub(crate) const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
 /// The `garrison.toml` key of [`DESKTOP_ENV`].
-pub const DESKTOP_KEY: &str = "desktop";
+pub(crate) const DESKTOP_KEY: &str = "desktop";
 
 /// Runs each container in a user namespace; see [`LocalConfig::userns`].
 pub const USERNS_ENV: &str = "SANDBOX_USERNS";
 /// The `garrison.toml` key of [`USERNS_ENV`].
-pub const USERNS_KEY: &str = "userns";
+pub(crate) const USERNS_KEY: &str = "userns";
 /// The OCI runtime new sandboxes run on: `runc` or `runsc` (gVisor); see
 /// [`Runtime`].
 pub const RUNTIME_ENV: &str = "SANDBOX_RUNTIME";
@@ -33,7 +33,7 @@ pub const RUNTIME_ENV: &str = "SANDBOX_RUNTIME";
 pub const RUNTIME_KEY: &str = "runtime";
 
 /// The local backend's settings.
-pub const SETTINGS: &[Setting] = &[
+pub(crate) const SETTINGS: &[Setting] = &[
     Setting::new(
         RUNTIME_KEY,
         "--runtime",

@@ -52,7 +52,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 /// The cgroup (below each hierarchy's root) under which every sandbox's
 /// cgroup is made (see `runc::cgroups_path`).
-pub const SANDBOX_CGROUPS: &str = "/garrison";
+pub(crate) const SANDBOX_CGROUPS: &str = "/garrison";
 
 /// Sessions of adopted processes kept for [`sweep`]: the most recent, far
 /// more than the sandboxes a host runs at once.
@@ -76,7 +76,7 @@ static REAPER: OnceLock<Result<Reaper, String>> = OnceLock::new();
 
 /// Makes this process the subreaper of its descendants and starts the
 /// reaping thread; later calls only report how the first one went.
-pub fn start() -> anyhow::Result<()> {
+pub(crate) fn start() -> anyhow::Result<()> {
     REAPER
         .get_or_init(|| start_reaper().map_err(|e| format!("{e:#}")))
         .as_ref()
@@ -114,7 +114,7 @@ fn start_reaper() -> anyhow::Result<Reaper> {
 /// Reaps `pid` as soon as it ends, if it is this process's child (a process
 /// runc left behind, adopted as its subreaper). Anything else is left to
 /// its parent.
-pub fn adopt(pid: u32) {
+pub(crate) fn adopt(pid: u32) {
     let Some(Ok(reaper)) = REAPER.get() else {
         return;
     };
@@ -141,7 +141,7 @@ pub fn adopt(pid: u32) {
 /// its cgroup is gone. Under runsc the ptrace stubs are in the session of
 /// the first stub, which is the Sentry's child, not Garrison's: a destroy
 /// records it before the runtime removes the cgroup.
-pub fn remember_sessions(pids: &[u32]) {
+pub(crate) fn remember_sessions(pids: &[u32]) {
     let Some(Ok(reaper)) = REAPER.get() else {
         return;
     };
@@ -189,13 +189,13 @@ fn stat_field(stat: &str, n: usize) -> Option<&str> {
 
 /// A pidfd of `pid`, which becomes readable when it dies, whoever its
 /// parent is.
-pub fn pidfd(pid: u32) -> Option<OwnedFd> {
+pub(crate) fn pidfd(pid: u32) -> Option<OwnedFd> {
     pidfd_open(pid)
 }
 
 /// Waits until the process behind `pidfd` has died (a zombie counts), at
 /// most `limit`; whether it has.
-pub fn wait_exit(pidfd: &OwnedFd, limit: std::time::Duration) -> bool {
+pub(crate) fn wait_exit(pidfd: &OwnedFd, limit: std::time::Duration) -> bool {
     let timeout = PollTimeout::try_from(limit).unwrap_or(PollTimeout::MAX);
     let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, timeout), Ok(n) if n > 0)
@@ -213,7 +213,7 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 
 /// Reaps the process behind `pidfd` if it has ended; true once it is no
 /// longer ours to wait for (reaped now, or by someone else).
-pub fn reap(pidfd: &OwnedFd) -> bool {
+pub(crate) fn reap(pidfd: &OwnedFd) -> bool {
     waitid_pidfd(pidfd).unwrap_or(true)
 }
 
@@ -275,7 +275,7 @@ fn reap_forever(wake: OwnedFd, adopted: std::sync::mpsc::Receiver<OwnedFd>) {
 
 /// Reaps every child of this process that has ended in a sandbox's cgroup
 /// (see the module's doc); how many it reaped.
-pub fn sweep() -> usize {
+pub(crate) fn sweep() -> usize {
     let me = std::process::id();
     let sessions: Vec<u32> = match REAPER.get() {
         Some(Ok(reaper)) => reaper

@@ -54,6 +54,7 @@ fn cstring(path: &Path) -> io::Result<CString> {
 }
 
 impl Root {
+    /// Opens a root whose new files are owned by the caller.
     pub fn open(root: &Path) -> io::Result<Self> {
         Self::open_as(root, None)
     }
@@ -71,8 +72,8 @@ impl Root {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: fd was just opened and is owned by nobody else.
         Ok(Self {
+            // SAFETY: fd was just opened and is owned by nobody else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             owner,
         })
@@ -162,6 +163,7 @@ impl Root {
         unsafe {
             libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0);
         }
+        // SAFETY: as above; the result is checked.
         let fd = unsafe {
             libc::openat(
                 dir.as_raw_fd(),
@@ -217,6 +219,7 @@ impl Root {
         Ok(out)
     }
 
+    /// Whether `path` exists inside the root (a link is not followed).
     pub fn exists(&self, path: &str) -> bool {
         container_relative(path)
             .and_then(|r| self.openat2(&r, libc::O_PATH, 0))

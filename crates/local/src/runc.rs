@@ -15,7 +15,7 @@ use crate::cmd::{output, run};
 use crate::reaper;
 
 /// The cgroup (below each hierarchy's root) of container `id`.
-pub fn cgroups_path(id: &str) -> String {
+pub(crate) fn cgroups_path(id: &str) -> String {
     format!("{}/{id}", reaper::SANDBOX_CGROUPS)
 }
 
@@ -127,7 +127,7 @@ impl std::str::FromStr for Runtime {
 
 /// An OCI runtime's command line, with Garrison's state root for it.
 #[derive(Clone, Debug)]
-pub struct Runc {
+pub(crate) struct Runc {
     pub runtime: Runtime,
     pub binary: PathBuf,
     pub state_root: PathBuf,
@@ -135,7 +135,7 @@ pub struct Runc {
 
 /// What `runc state` reports.
 #[derive(Debug, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     /// `created`, `running`, `paused` or `stopped`.
     #[serde(default)]
     pub status: String,
@@ -205,7 +205,7 @@ impl Runc {
     }
 
     /// Starts the container's init detached: it outlives Garrison.
-    pub async fn run_detached(
+    pub(crate) async fn run_detached(
         &self,
         id: &str,
         bundle: &Path,
@@ -278,7 +278,7 @@ impl Runc {
 
     /// Starts a process in the container, detached; returns when it runs.
     /// Its pid is in `pid_file`; Garrison reaps it when it ends.
-    pub async fn exec_detached(
+    pub(crate) async fn exec_detached(
         &self,
         id: &str,
         log: &Path,
@@ -309,7 +309,7 @@ impl Runc {
     /// The program is the sandbox's own file, which the sandbox can replace:
     /// its output is not read, and after [`EXEC_WAIT_GUARD`] it is given up
     /// on (its `exec` killed), so it can neither flood nor hang the host.
-    pub async fn exec_wait(&self, id: &str, argv: &[&str]) -> anyhow::Result<()> {
+    pub(crate) async fn exec_wait(&self, id: &str, argv: &[&str]) -> anyhow::Result<()> {
         let mut rest = vec!["exec", id];
         rest.extend_from_slice(argv);
         let mut child = tokio::process::Command::new(&self.binary)
@@ -340,21 +340,21 @@ impl Runc {
         }
     }
 
-    pub async fn state(&self, id: &str) -> Option<State> {
+    pub(crate) async fn state(&self, id: &str) -> Option<State> {
         let out = self.call(&["state", id]).await.ok()?;
         serde_json::from_slice(&out).ok()
     }
 
     /// Whether the container exists and runs (not paused, not stopped).
-    pub async fn is_running(&self, id: &str) -> bool {
+    pub(crate) async fn is_running(&self, id: &str) -> bool {
         self.state(id).await.is_some_and(|s| s.status == "running")
     }
 
-    pub async fn pause(&self, id: &str) -> anyhow::Result<()> {
+    pub(crate) async fn pause(&self, id: &str) -> anyhow::Result<()> {
         self.call(&["pause", id]).await.map(drop)
     }
 
-    pub async fn resume(&self, id: &str) -> anyhow::Result<()> {
+    pub(crate) async fn resume(&self, id: &str) -> anyhow::Result<()> {
         self.call(&["resume", id]).await.map(drop)
     }
 
@@ -364,7 +364,7 @@ impl Runc {
     /// runc's own `delete --force` checks every 100 ms whether the init has
     /// died; waiting for it here, on a pidfd, ends that wait the moment it
     /// dies, and `runc delete` then finds a stopped container.
-    pub async fn delete(&self, id: &str, init_pid: Option<u32>) -> anyhow::Result<()> {
+    pub(crate) async fn delete(&self, id: &str, init_pid: Option<u32>) -> anyhow::Result<()> {
         let cgroup = cgroups_path(id);
         let init = init_pid.and_then(reaper::pidfd).filter(|_| {
             let pid = init_pid.unwrap_or_default();

@@ -17,7 +17,7 @@
 use serde_json::{Value, json};
 
 /// Refused with EPERM, as Docker refuses them.
-pub const DENIED: &[&str] = &[
+pub(crate) const DENIED: &[&str] = &[
     // Namespaces: a new user namespace is root again (CAP_SYS_ADMIN inside
     // it), the door to most kernel bugs; the others need that or SYS_ADMIN.
     "unshare",
@@ -109,7 +109,7 @@ fn architectures() -> &'static [&'static str] {
 }
 
 /// The `linux.seccomp` section of `config.json`.
-pub fn profile() -> Value {
+pub(crate) fn profile() -> Value {
     let mut rules = vec![json!({
         "names": DENIED,
         "action": "SCMP_ACT_ERRNO",

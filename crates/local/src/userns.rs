@@ -41,16 +41,19 @@ pub const SLOTS: u32 = (1 << 30) / IDS;
 /// The ids of one sandbox: container id `n` is host id `host_base + n`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdRange {
+    /// The host id of container id 0.
     pub host_base: u32,
 }
 
 impl IdRange {
+    /// The range of slot `slot` (wrapping around the slots there are).
     pub fn of_slot(slot: u32) -> Self {
         Self {
             host_base: FIRST_HOST_ID + (slot % SLOTS) * IDS,
         }
     }
 
+    /// The slot of this range, when it is one of the slots' ranges.
     pub fn slot(self) -> Option<u32> {
         let offset = self.host_base.checked_sub(FIRST_HOST_ID)?;
         (offset % IDS == 0 && offset / IDS < SLOTS).then_some(offset / IDS)

@@ -20,6 +20,7 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Short backend name: `host`, `local`, `tensorlake`, `modal`.
     fn kind(&self) -> &'static str;
 
+    /// What the backend's sandboxes are and can do.
     fn capabilities(&self) -> Capabilities;
 
     /// Creates and starts a sandbox, restored from `spec.restore_from` when
@@ -59,6 +60,7 @@ pub trait Sandbox: Send + Sync + 'static {
     /// exits, and [`Sandbox::status`] still reports its exit code afterwards.
     async fn spawn(&self, handle: &Handle, process: &ProcessSpec) -> Result<ProcessRef>;
 
+    /// What became of a process.
     async fn status(&self, handle: &Handle, process: &ProcessRef) -> Result<ProcessStatus>;
 
     /// Sends SIGTERM, waits up to `grace`, then SIGKILL. A process that is
@@ -173,6 +175,7 @@ pub trait Sandbox: Send + Sync + 'static {
         Err(SandboxError::Unsupported("suspend"))
     }
 
+    /// Wakes a sandbox [`Sandbox::suspend`] put to sleep.
     async fn resume(&self, _handle: &Handle) -> Result<()> {
         Err(SandboxError::Unsupported("resume"))
     }

@@ -13,6 +13,7 @@ pub enum SandboxError {
     /// Retrying will not help: a bad spec, a missing prerequisite.
     #[error("{0:#}")]
     Fatal(anyhow::Error),
+    /// The operation named does not exist on this backend.
     #[error("{0} is not supported by this backend")]
     Unsupported(&'static str),
     /// A snapshot failed its integrity check (its content hash, its
@@ -28,18 +29,23 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
+    /// Whether the thing asked about no longer exists.
     pub fn is_gone(&self) -> bool {
         matches!(self, Self::Gone(_))
     }
+    /// Whether retrying later may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Transient(_))
     }
+    /// Whether a snapshot failed its integrity check.
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Self::Corrupt(_))
     }
+    /// Whether a snapshot is intact but cannot be restored.
     pub fn is_unrestorable(&self) -> bool {
         matches!(self, Self::Unrestorable(_))
     }
 }
 
+/// A result of a backend operation.
 pub type Result<T, E = SandboxError> = std::result::Result<T, E>;

@@ -46,6 +46,7 @@ pub use recipe::Recipe;
 /// Label keys every backend stores with a sandbox, so `list` can map a
 /// leftover sandbox back to its session.
 pub const LABEL_SESSION_ID: &str = "garrison.session_id";
+/// See [`LABEL_SESSION_ID`]: the outpost the session belongs to.
 pub const LABEL_OUTPOST_ID: &str = "garrison.outpost_id";
 /// The acceptor id of the Garrison that made the sandbox: on a cloud
 /// account several Garrisons share, each cleans up only its own orphans.

@@ -12,7 +12,9 @@ use crate::os::Os;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arch {
+    /// 64-bit x86.
     X86_64,
+    /// 64-bit ARM.
     Aarch64,
 }
 

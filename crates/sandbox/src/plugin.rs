@@ -108,6 +108,8 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// The places under a state directory and a snapshot directory, with
+    /// `exe` as the shim; no object store.
     pub fn new(state_dir: &Path, snapshot_dir: &Path, exe: &Path) -> Self {
         Self {
             state_dir: state_dir.to_owned(),
@@ -158,6 +160,7 @@ impl dyn ConfiguredBackend {
 /// Where a [`LogFollower`] starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FollowStart {
+    /// From the first line.
     Beginning,
     /// The last N lines so far.
     LastLines(u64),

@@ -51,8 +51,10 @@ const RECIPE_FORMAT: &str = "garrison-recipe-v1";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Recipe {
+    /// The Debian suite (default bookworm).
     #[serde(default = "default_suite")]
     pub suite: String,
+    /// The Debian mirror; mmdebstrap's default when `None`.
     #[serde(default)]
     pub mirror: Option<String>,
     /// Debian packages on top of [`BASE_PACKAGES`].
@@ -62,8 +64,10 @@ pub struct Recipe {
     /// image, after the packages are installed.
     #[serde(default)]
     pub steps: Vec<String>,
+    /// Installs Debian's chromium and sets `DEVIN_CHROME_PATH`.
     #[serde(default)]
     pub chromium: bool,
+    /// Installs Debian's ffmpeg.
     #[serde(default)]
     pub ffmpeg: bool,
     /// Installs Xvfb, the X server a sandbox's desktop runs on (started

@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 
 /// Test credentials: moto accepts any.
 pub const ACCESS_KEY: &str = "garrison-test-access";
+/// See [`ACCESS_KEY`].
 pub const SECRET_KEY: &str = "garrison-test-secret";
+/// The region the test buckets are in.
 pub const REGION: &str = "us-east-1";
 
+/// A running `moto_server`, stopped when dropped.
 pub struct S3Server {
     child: Child,
     /// `http://HOST:PORT`.

@@ -13,6 +13,7 @@ use anyhow::anyhow;
 use crate::names::is_plain_id;
 use crate::{Result, SandboxError, SandboxName, SnapshotRef};
 
+/// A directory of snapshot archives and their manifests.
 #[derive(Clone, Debug)]
 pub struct SnapshotDir {
     dir: PathBuf,
@@ -23,10 +24,12 @@ fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
 }
 
 impl SnapshotDir {
+    /// The snapshots in `dir` (created when the first is written).
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -75,6 +78,7 @@ impl SnapshotDir {
         shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
     }
 
+    /// Whether the archive of `snapshot` exists.
     pub fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         Ok(self.archive_path(snapshot)?.exists())
     }

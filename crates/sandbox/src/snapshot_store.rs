@@ -23,7 +23,10 @@ use crate::{Result, SandboxName, SnapshotRef};
 /// One backend's snapshots.
 #[derive(Debug)]
 pub enum SnapshotStore {
+    /// Archives in a directory on this machine (which several Garrisons
+    /// may share).
     Dir(SnapshotDir),
+    /// Objects in S3, GCS or Azure Blob.
     Object(ObjectSnapshots),
 }
 
@@ -73,6 +76,7 @@ impl SnapshotStore {
         }
     }
 
+    /// Whether `snapshot` is still stored.
     pub async fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         match self {
             Self::Dir(dir) => dir.exists(snapshot),
@@ -80,6 +84,7 @@ impl SnapshotStore {
         }
     }
 
+    /// Deletes `snapshot`; a missing one is not an error.
     pub async fn delete(&self, snapshot: &SnapshotRef) -> Result<()> {
         match self {
             Self::Dir(dir) => dir.delete(snapshot),

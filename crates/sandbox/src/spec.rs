@@ -13,8 +13,11 @@ use crate::error::{Result, SandboxError};
 /// Compute and disk given to one sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resources {
+    /// Virtual CPUs.
     pub cpus: f64,
+    /// Memory, MiB.
     pub memory_mb: u64,
+    /// Disk, MiB.
     pub disk_mb: u64,
 }
 
@@ -33,6 +36,7 @@ impl Default for Resources {
 /// policy must say so in their documentation; `gateway` is always allowed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSpec {
+    /// What egress is allowed.
     pub policy: common::NetworkPolicy,
     /// The gateway URL the remote must reach (host and port are allowed
     /// whatever the policy says).
@@ -42,23 +46,30 @@ pub struct NetworkSpec {
 /// Everything needed to create one sandbox.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SandboxSpec {
+    /// The sandbox's name, derived from the session.
     pub name: SandboxName,
+    /// Stored with the sandbox (see [`crate::session_labels`]).
     pub labels: BTreeMap<String, String>,
     /// Backend-specific image reference; `None` is the backend's default.
     pub image: Option<String>,
     /// Start from this snapshot's filesystem instead of a fresh one.
     pub restore_from: Option<SnapshotRef>,
+    /// Compute and disk.
     pub resources: Resources,
+    /// What the network may reach.
     pub network: NetworkSpec,
 }
 
 /// A created sandbox, as stored by the orchestrator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handle {
+    /// The backend that made it ([`Sandbox::kind`](crate::Sandbox::kind)).
     pub backend: String,
     /// The backend's own id for the sandbox.
     pub id: String,
+    /// The sandbox's name ([`SandboxSpec::name`]).
     pub name: String,
+    /// The labels it was made with.
     pub labels: BTreeMap<String, String>,
     /// The directory, as seen by processes in the sandbox, that holds the
     /// session's repositories: the remote's working directory.
@@ -82,9 +93,11 @@ pub struct ProcessSpec {
     /// unknown process: after a restart, `status` of that name tells.
     /// Spawning a name that exists is an error.
     pub name: String,
+    /// The program and its arguments.
     pub argv: Vec<String>,
     /// The complete environment: nothing else is inherited.
     pub env: BTreeMap<String, String>,
+    /// The working directory, as the sandbox sees it.
     pub cwd: String,
 }
 
@@ -103,6 +116,7 @@ impl fmt::Debug for ProcessSpec {
 /// A detached process, as stored by the orchestrator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessRef {
+    /// The process's name within its sandbox ([`ProcessSpec::name`]).
     pub id: String,
 }
 
@@ -110,6 +124,7 @@ pub struct ProcessRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "code")]
 pub enum ProcessStatus {
+    /// Still running.
     Running,
     /// Exited with this code (128 + N for death by signal N).
     Exited(i32),
@@ -121,8 +136,11 @@ pub enum ProcessStatus {
 /// A saved sandbox filesystem.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRef {
+    /// The backend that made it ([`Sandbox::kind`](crate::Sandbox::kind)).
     pub backend: String,
+    /// The backend's id for it; starts with the sandbox's name.
     pub id: String,
+    /// Its stored size.
     pub size_bytes: u64,
     /// Unix milliseconds.
     pub created_at_ms: i64,
@@ -154,6 +172,7 @@ impl SnapshotRef {
 /// A chunk of a process's combined output.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutputChunk {
+    /// The bytes read.
     pub data: Vec<u8>,
     /// Offset to pass to the next read.
     pub next_offset: u64,

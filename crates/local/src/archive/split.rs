@@ -76,7 +76,7 @@ const BLOCKING_FACTOR: &str = "256";
 
 /// How many workers of each kind (root's files, others') a restore uses on
 /// this machine.
-pub fn workers() -> usize {
+pub(super) fn workers() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
@@ -88,7 +88,7 @@ pub fn workers() -> usize {
 /// many for the others, then one for the rest. `scratch` is a private
 /// directory for the last pass's spool. `dog` kills the tars when the
 /// restore's time bound passes.
-pub fn unpack(
+pub(super) fn unpack(
     archive: &Path,
     upper: &Path,
     scratch: &Path,

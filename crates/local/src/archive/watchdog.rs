@@ -25,14 +25,14 @@ struct Shared {
 }
 
 /// Kills the registered children once `bound` has passed.
-pub struct Watchdog {
+pub(super) struct Watchdog {
     shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
-    pub fn start(bound: Duration) -> io::Result<Self> {
+    pub(super) fn start(bound: Duration) -> io::Result<Self> {
         let shared = Arc::new(Shared::default());
         // A bound of nothing has passed already.
         shared.expired.store(bound.is_zero(), Ordering::SeqCst);
@@ -60,13 +60,13 @@ impl Watchdog {
     }
 
     /// The bound has passed: the restore is being stopped.
-    pub fn expired(&self) -> bool {
+    pub(super) fn expired(&self) -> bool {
         self.shared.expired.load(Ordering::SeqCst)
     }
 
     /// Registers a child just spawned; one spawned after the bound passed
     /// is killed at once.
-    pub fn watch(&self, child: &mut Child) {
+    pub(super) fn watch(&self, child: &mut Child) {
         let mut children = self.lock();
         if self.expired() {
             let _ = child.kill();
@@ -75,7 +75,7 @@ impl Watchdog {
     }
 
     /// Waits for `child` (registered with [`Self::watch`]) to end.
-    pub fn wait(&self, child: &mut Child) -> io::Result<ExitStatus> {
+    pub(super) fn wait(&self, child: &mut Child) -> io::Result<ExitStatus> {
         let mut pause = Duration::from_millis(1);
         loop {
             {

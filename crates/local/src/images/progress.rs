@@ -76,7 +76,7 @@ pub(crate) struct CountingReader<'a, R> {
 }
 
 impl<'a, R> CountingReader<'a, R> {
-    pub fn new(inner: R, progress: &'a dyn Progress, done: u64, total: Option<u64>) -> Self {
+    pub(super) fn new(inner: R, progress: &'a dyn Progress, done: u64, total: Option<u64>) -> Self {
         Self {
             inner,
             progress,

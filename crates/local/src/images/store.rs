@@ -333,12 +333,12 @@ pub(crate) struct TempDir {
 }
 
 impl TempDir {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.path.as_deref().expect("TempDir used after keep")
     }
 
     /// The root filesystem being made in this directory.
-    pub fn rootfs(&self) -> PathBuf {
+    pub(crate) fn rootfs(&self) -> PathBuf {
         self.path().join(ROOTFS_DIR)
     }
 

@@ -62,6 +62,7 @@ impl ImageUsers {
         self.by_id.get(id).map(Vec::as_slice).unwrap_or_default()
     }
 
+    /// Whether anybody uses image `id`.
     pub fn in_use(&self, id: &str) -> bool {
         !self.users(id).is_empty()
     }

@@ -74,7 +74,7 @@ use sandbox::{Result, SandboxError};
 
 /// Where the resolver listens inside each sandbox's namespace (its own
 /// loopback, which the ruleset accepts before any policy).
-pub const RESOLVER_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
+pub(super) const RESOLVER_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
 const PORT: u16 = 53;
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// Queries in flight per sandbox; more are dropped (the client retries).

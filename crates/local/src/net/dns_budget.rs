@@ -37,6 +37,7 @@ const UPDATE_BURST: f64 = 40.0;
 /// answered upstream or locally, so every upstream query and answer), and
 /// the burst allowed above it; see the module's doc for why these.
 pub const QUERIES_PER_SEC: f64 = 100.0;
+/// See [`QUERIES_PER_SEC`].
 pub const QUERY_BURST: f64 = 400.0;
 
 /// A token bucket: `rate` tokens a second, holding at most `burst`; starts

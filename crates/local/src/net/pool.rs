@@ -7,4 +7,4 @@ use std::net::Ipv4Addr;
 /// that already uses it is refused with an error naming the link.
 pub const POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 213, 0, 0), 16);
 /// Host-side link names start with this, so host rules can match them all.
-pub const HOST_IF_PREFIX: &str = "gv";
+pub(super) const HOST_IF_PREFIX: &str = "gv";

@@ -44,7 +44,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::ranges::{BLOCKED_V4, BLOCKED_V6, INTERNAL_V4, INTERNAL_V6};
 use sandbox::policy::{Cidr, Parsed};

@@ -20,7 +20,7 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    pub fn find() -> Result<Self> {
+    pub(super) fn find() -> Result<Self> {
         Ok(Self {
             nft: find("nft", "nftables")?,
             ip: find("ip", "iproute2")?,

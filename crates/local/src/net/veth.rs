@@ -29,20 +29,20 @@ const SLOTS: u32 = 1 << (SLOT_PREFIX - POOL.1);
 /// Taken while a slot is chosen and its addresses are put in place.
 const LOCK_FILE: &str = "/run/garrison-net.lock";
 /// The sandbox's side of the pair, inside its namespace.
-pub const SANDBOX_IF: &str = "eth0";
+pub(super) const SANDBOX_IF: &str = "eth0";
 
 /// One sandbox's link, as stored with its network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slot(u32);
+pub(super) struct Slot(u32);
 
 impl Slot {
     /// The host's end: the sandbox's gateway and default route.
-    pub fn host_addr(self) -> Ipv4Addr {
+    pub(super) fn host_addr(self) -> Ipv4Addr {
         self.addr(1)
     }
 
     /// The sandbox's own address.
-    pub fn sandbox_addr(self) -> Ipv4Addr {
+    pub(super) fn sandbox_addr(self) -> Ipv4Addr {
         self.addr(2)
     }
 
@@ -57,14 +57,14 @@ impl Slot {
 }
 
 /// Whether `addr` is in [`POOL`].
-pub fn in_pool(addr: Ipv4Addr) -> bool {
+pub(super) fn in_pool(addr: Ipv4Addr) -> bool {
     let mask = u32::MAX << (32 - POOL.1);
     u32::from(addr) & mask == u32::from(POOL.0)
 }
 
 /// The host-side link name of the namespace `netns_name`: short enough for
 /// the kernel's 15 characters, and the same after a Garrison restart.
-pub fn host_ifname(netns_name: &str) -> String {
+pub(super) fn host_ifname(netns_name: &str) -> String {
     format!("{HOST_IF_PREFIX}{}", &hashed_id(netns_name)[..10])
 }
 

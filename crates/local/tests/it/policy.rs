@@ -74,8 +74,8 @@ fn serve_in(path: &Path, f: impl FnOnce() + Send + 'static) {
     let ns = File::open(path).expect("open netns");
     let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
             0
         );
@@ -303,6 +303,7 @@ fn ping(sb: &SandboxNet, ip: Ipv4Addr) -> bool {
         // SAFETY: plain socket call; the fd is owned right away.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
         assert!(fd >= 0, "raw socket: {}", io::Error::last_os_error());
+        // SAFETY: fd was just opened and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // A new id each time: an old echo's conntrack entry must not let
         // a new one through as "established".

@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use local::Runtime;
+pub(crate) use local::Runtime;
 use local::images::ImageStore;
 use local::{LocalBackend, LocalConfig};
 use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, SandboxSpec};
 
-pub fn environment() -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn environment() -> Option<(PathBuf, PathBuf)> {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: the local backend needs root");
         return None;
@@ -34,14 +34,14 @@ pub fn environment() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// A configuration for runc sandboxes.
-pub fn config() -> Option<LocalConfig> {
+pub(crate) fn config() -> Option<LocalConfig> {
     config_for(Runtime::Runc)
 }
 
 /// A configuration for sandboxes on `runtime`. A missing runsc is not a
 /// reason to skip, like a missing runc: `LocalBackend::new` refuses it,
 /// naming scripts/setup.
-pub fn config_for(runtime: Runtime) -> Option<LocalConfig> {
+pub(crate) fn config_for(runtime: Runtime) -> Option<LocalConfig> {
     let (images, shim) = environment()?;
     let root: PathBuf = tempfile::tempdir().unwrap().keep();
     Some(LocalConfig {
@@ -60,13 +60,13 @@ pub fn config_for(runtime: Runtime) -> Option<LocalConfig> {
     })
 }
 
-pub struct Sized {
+pub(crate) struct Sized {
     pub backend: std::sync::Arc<LocalBackend>,
     pub handle: sandbox::Handle,
 }
 
 /// Resources of a test sandbox.
-pub fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
+pub(crate) fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
     Resources {
         cpus,
         memory_mb,
@@ -75,7 +75,7 @@ pub fn sized(cpus: f64, memory_mb: u64, disk_mb: u64) -> Resources {
 }
 
 /// A sandbox for a fresh session called `<label>-<random>`.
-pub fn spec(
+pub(crate) fn spec(
     label: &str,
     resources: Resources,
     restore_from: Option<sandbox::SnapshotRef>,
@@ -91,19 +91,19 @@ pub fn spec(
     }
 }
 
-pub async fn sandbox_with(resources: Resources) -> Option<Sized> {
+pub(crate) async fn sandbox_with(resources: Resources) -> Option<Sized> {
     sandbox_on(Runtime::Runc, resources).await
 }
 
 /// A sandbox on `runtime`.
-pub async fn sandbox_on(runtime: Runtime, resources: Resources) -> Option<Sized> {
+pub(crate) async fn sandbox_on(runtime: Runtime, resources: Resources) -> Option<Sized> {
     let backend = std::sync::Arc::new(LocalBackend::new(config_for(runtime)?).unwrap());
     Some(sandbox_in(&backend, "local-limits", resources, None).await)
 }
 
 /// A sandbox made by `backend` for a fresh session (see [`spec`]),
 /// restored from `restore_from` when given.
-pub async fn sandbox_in(
+pub(crate) async fn sandbox_in(
     backend: &std::sync::Arc<LocalBackend>,
     label: &str,
     resources: Resources,
@@ -122,7 +122,7 @@ pub async fn sandbox_in(
 /// The capabilities in the `CapEff:` line of a `/proc/<pid>/status` text
 /// that would reach past a sandbox: rewriting or bypassing its network
 /// rules (NET_ADMIN, NET_RAW) and mounting (SYS_ADMIN). 0 when none.
-pub fn dangerous_capabilities(status: &str) -> u64 {
+pub(crate) fn dangerous_capabilities(status: &str) -> u64 {
     const NET_ADMIN: u64 = 1 << 12;
     const NET_RAW: u64 = 1 << 13;
     const SYS_ADMIN: u64 = 1 << 21;
@@ -134,7 +134,7 @@ pub fn dangerous_capabilities(status: &str) -> u64 {
     effective & (NET_ADMIN | NET_RAW | SYS_ADMIN)
 }
 
-pub async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
+pub(crate) async fn sh(s: &Sized, script: &str) -> (ProcessStatus, String) {
     let spec = ProcessSpec {
         name: format!("sh-{:08x}", rand::random::<u32>()),
         argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
@@ -189,7 +189,7 @@ macro_rules! under_both_runtimes {
 }
 
 /// The host pids in sandbox `name`'s cgroup (cgroup v1 or v2).
-pub fn sandbox_pids(name: &str) -> Vec<u32> {
+pub(crate) fn sandbox_pids(name: &str) -> Vec<u32> {
     ["/sys/fs/cgroup/pids/garrison", "/sys/fs/cgroup/garrison"]
         .iter()
         .find_map(|base| std::fs::read_to_string(format!("{base}/{name}/cgroup.procs")).ok())

@@ -6,6 +6,8 @@ use sha2::{Digest, Sha256};
 use super::harness::Harness;
 use crate::{Handle, ProcessStatus};
 
+/// `put_file` writes a file with the mode asked for, runnable when it
+/// is executable.
 pub async fn put_file_writes_an_executable(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("files").await?;
     let path = format!("{}/tool", sandbox.bin_dir);
@@ -33,6 +35,7 @@ pub async fn put_file_writes_an_executable(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `put_executable` places a runnable copy of the bytes it is given.
 pub async fn put_executable_places_a_runnable_copy(h: &Harness) -> anyhow::Result<()> {
     let script: &[u8] = b"#!/bin/sh\necho executable-ran \"$1\"\n";
     let sha256 = hex::encode(Sha256::digest(script));
@@ -95,6 +98,7 @@ pub async fn put_executable_places_a_runnable_copy(h: &Harness) -> anyhow::Resul
     Ok(())
 }
 
+/// `put_file` refuses paths outside the sandbox's filesystem.
 pub async fn put_file_refuses_paths_outside(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("escape").await?;
     for bad in [

@@ -14,7 +14,9 @@ use crate::{
 /// configuration, nothing kept in memory) to prove that sandboxes and
 /// processes survive an orchestrator restart.
 pub struct Harness {
+    /// The backend under test.
     pub backend: Arc<dyn Sandbox>,
+    /// A fresh instance of the same backend, as after a restart.
     pub reopen: Box<dyn Fn() -> Arc<dyn Sandbox> + Send + Sync>,
     /// Passed as the image of every sandbox the suite creates.
     pub image: Option<String>,

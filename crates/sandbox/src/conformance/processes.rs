@@ -9,6 +9,7 @@ use anyhow::ensure;
 use super::harness::Harness;
 use crate::{ProcessRef, ProcessSpec, ProcessStatus};
 
+/// A process runs and its exit code is reported.
 pub async fn runs_a_process_and_reports_its_exit_code(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("exit").await?;
     let (status, output) = h.run(&sandbox, "echo hello; echo oops >&2; exit 3").await?;
@@ -21,6 +22,7 @@ pub async fn runs_a_process_and_reports_its_exit_code(h: &Harness) -> anyhow::Re
     Ok(())
 }
 
+/// A process sees exactly the environment it was given.
 pub async fn process_sees_exactly_the_given_environment(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("env").await?;
     let spec = ProcessSpec {
@@ -49,6 +51,7 @@ pub async fn process_sees_exactly_the_given_environment(h: &Harness) -> anyhow::
     Ok(())
 }
 
+/// A process runs in the sandbox's working directory.
 pub async fn runs_in_the_workdir(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("cwd").await?;
     let (_, output) = h.run(&sandbox, "pwd").await?;
@@ -93,6 +96,7 @@ pub async fn runs_below_the_workdir_and_keeps_state_outside(h: &Harness) -> anyh
     Ok(())
 }
 
+/// `kill` stops a running process.
 pub async fn kill_stops_a_running_process(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("kill").await?;
     let process = h.sh(&sandbox, "sleep 1000 & sleep 1000").await?;
@@ -110,6 +114,8 @@ pub async fn kill_stops_a_running_process(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A process keeps running, and its status and output stay readable,
+/// through a fresh instance of the backend.
 pub async fn processes_survive_a_restart_of_the_orchestrator(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("restart").await?;
     let go = format!("{}/go", sandbox.workdir);
@@ -147,6 +153,7 @@ pub async fn processes_survive_a_restart_of_the_orchestrator(h: &Harness) -> any
     Ok(())
 }
 
+/// Spawning a process name that exists is an error.
 pub async fn process_names_are_unique(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("names").await?;
     let spec = ProcessSpec {

@@ -6,6 +6,7 @@ use anyhow::{Context, bail, ensure};
 use super::harness::Harness;
 use crate::{ProcessStatus, SandboxName};
 
+/// A snapshot restores the workspace into a new sandbox.
 pub async fn snapshot_restores_the_workspace(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("snap").await?;
     let script = "mkdir -p repo/sub && echo kept > repo/sub/file && echo gone > repo/deleted \
@@ -56,6 +57,7 @@ pub async fn snapshot_restores_the_workspace(h: &Harness) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Restoring from a snapshot that no longer exists is gone.
 pub async fn restore_from_a_missing_snapshot_is_gone(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("nosnap").await?;
     let mut snapshot = h.backend.snapshot(&sandbox).await?;
@@ -81,6 +83,7 @@ pub async fn restore_from_a_missing_snapshot_is_gone(h: &Harness) -> anyhow::Res
     Ok(())
 }
 
+/// `list` finds sandboxes with their labels, and `destroy` is idempotent.
 pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -118,6 +121,7 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
     Ok(())
 }
 
+/// `destroy` stops the processes, whose status is then gone.
 pub async fn destroy_stops_processes_and_status_is_gone(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("destroy").await?;
     let process = h.sh(&sandbox, "sleep 1000").await?;

@@ -254,6 +254,7 @@ impl ObjectSnapshots {
         Ok(snapshot)
     }
 
+    /// Whether the object of `snapshot` exists.
     pub async fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         match self.store.head(&self.object(&snapshot.id, ARCHIVE)?).await {
             Ok(_) => Ok(true),

@@ -20,6 +20,7 @@ pub mod userns;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{
-    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, USERNS_ENV, configured_runtime,
+    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
 };
 pub use runc::Runtime;
+pub use userns::USERNS_ENV;

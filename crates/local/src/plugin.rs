@@ -12,6 +12,7 @@ use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
 use crate::backend::{LocalBackend, LocalConfig};
 use crate::runc::Runtime;
+use crate::userns::USERNS_ENV;
 
 /// Where the statically linked `garrison-shim` is, if not next to the
 /// running binary (tests and development builds).
@@ -22,8 +23,6 @@ pub(crate) const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
 /// The `garrison.toml` key of [`DESKTOP_ENV`].
 pub(crate) const DESKTOP_KEY: &str = "desktop";
 
-/// Runs each container in a user namespace; see [`LocalConfig::userns`].
-pub const USERNS_ENV: &str = "SANDBOX_USERNS";
 /// The `garrison.toml` key of [`USERNS_ENV`].
 pub(crate) const USERNS_KEY: &str = "userns";
 /// The OCI runtime new sandboxes run on: `runc` or `runsc` (gVisor); see

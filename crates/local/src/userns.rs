@@ -29,6 +29,10 @@ use anyhow::Context;
 use nix::mount::{MsFlags, mount};
 use nix::sched::CloneFlags;
 
+/// Runs each container in a user namespace; see
+/// [`LocalConfig::userns`](crate::LocalConfig::userns).
+pub const USERNS_ENV: &str = "SANDBOX_USERNS";
+
 /// Ids per sandbox: the 16-bit range images use (`nobody` is 65534).
 pub const IDS: u32 = 65_536;
 /// The first host id given to sandboxes. Far above the ids distributions

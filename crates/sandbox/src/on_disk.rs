@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use crate::{Handle, OutputChunk, Result, SandboxError, SandboxName};
+use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
+use crate::spec::{Handle, OutputChunk};
 
 fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
     SandboxError::Fatal(e.into())

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use common::Secret;
 use common::settings::{Setting, SettingsError, SettingsSource};
 
-use crate::Sandbox;
+use crate::contract::Sandbox;
 
 /// One backend, as the registry lists it.
 pub trait BackendPlugin: Sync {

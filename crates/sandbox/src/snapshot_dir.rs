@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
+use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
 use crate::names::is_plain_id;
-use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 /// A directory of snapshot archives and their manifests.
 #[derive(Clone, Debug)]

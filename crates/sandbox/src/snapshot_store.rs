@@ -17,8 +17,10 @@ use std::path::PathBuf;
 pub use crypt::SnapshotKey;
 pub use object::{Fetched, ObjectSnapshots, ObjectStoreSettings};
 
+use crate::error::Result;
+use crate::names::SandboxName;
 use crate::snapshot_dir::SnapshotDir;
-use crate::{Result, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 /// One backend's snapshots.
 #[derive(Debug)]

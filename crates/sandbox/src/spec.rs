@@ -7,8 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::SandboxName;
 use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
 
 /// Compute and disk given to one sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -172,7 +172,7 @@ impl LocalBackend {
                              (the file system must support idmapped mounts; \
                              or turn user namespaces off with {})",
                             source.display(),
-                            crate::plugin::USERNS_ENV
+                            crate::userns::USERNS_ENV
                         )
                     })?;
                 }

@@ -45,8 +45,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::collect::is_fresh;
 use super::crypt::{Opener, Sealer, SnapshotKey};
+use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
 use crate::names::is_plain_id;
-use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 mod lease;
 mod retention;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use emulator::Emulator;
+use host::{HostBackend, HostConfig};
 use orchestrator::remote::RemoteResolver;
-use sandbox::host::{HostBackend, HostConfig};
 use sandbox::{ProcessSpec, Sandbox, SandboxName, SandboxSpec};
 
 use crate::report::{StartSteps, Summary};

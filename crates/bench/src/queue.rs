@@ -358,7 +358,7 @@ fn serve_config(
         policy: Default::default(),
         outposts: vec![OutpostConfig {
             outpost_id: outpost.to_owned(),
-            backend: sandbox::host::PLUGIN.name(),
+            backend: host::PLUGIN.name(),
             max_concurrent,
             resources: Default::default(),
             image: None,
@@ -367,8 +367,8 @@ fn serve_config(
         }],
         admin_listen: None,
         backends: std::collections::BTreeMap::from([(
-            sandbox::host::PLUGIN.name(),
-            sandbox::host::PLUGIN
+            host::PLUGIN.name(),
+            host::PLUGIN
                 .configure(&common::settings::MapSource::default())
                 .expect("the host backend has no settings to refuse"),
         )]),

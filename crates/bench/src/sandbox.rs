@@ -50,9 +50,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use sandbox::host::{HostBackend, HostConfig};
-use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
-use sandbox::local::{LocalBackend, LocalConfig, Runtime};
+use host::{HostBackend, HostConfig};
+use local::images::{DEFAULT_IMAGE, ImageStore};
+use local::{LocalBackend, LocalConfig, Runtime};
 use sandbox::{Resources, Sandbox};
 
 use self::figures::Setup;

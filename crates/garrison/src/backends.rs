@@ -17,8 +17,8 @@ use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 
 /// Every backend, in the order `--help` and errors list them.
 pub(crate) static ALL: [&dyn BackendPlugin; 4] = [
-    &sandbox::host::PLUGIN,
-    &sandbox::local::PLUGIN,
+    &::host::PLUGIN,
+    &::local::PLUGIN,
     &tensorlake::PLUGIN,
     &modal::PLUGIN,
 ];

@@ -60,7 +60,7 @@ fn main() -> std::process::ExitCode {
     // The host backend starts each session process through this binary: the
     // shim must not parse arguments, start a runtime or log anything.
     let args: Vec<String> = std::env::args().collect();
-    if let Some(code) = sandbox::shim::dispatch(&args) {
+    if let Some(code) = shim::dispatch(&args) {
         std::process::exit(code);
     }
     limits::raise_open_files();

@@ -9,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -35,6 +35,7 @@ pub struct Tail {
 }
 
 impl Tail {
+    /// Keeps at most `cap` bytes.
     pub fn new(cap: usize) -> Self {
         Self {
             kept: Vec::new(),
@@ -43,6 +44,7 @@ impl Tail {
         }
     }
 
+    /// Appends `data`, dropping the oldest bytes beyond the cap.
     pub fn push(&mut self, data: &[u8]) {
         if data.len() >= self.cap {
             self.cut += (self.kept.len() + data.len() - self.cap) as u64;
@@ -63,6 +65,7 @@ impl Tail {
         self.cut
     }
 
+    /// The bytes kept.
     pub fn bytes(&self) -> &[u8] {
         &self.kept
     }
@@ -82,6 +85,7 @@ impl Tail {
 /// The first bytes of a stream, and how many came after them.
 #[derive(Clone, Debug)]
 pub struct Head {
+    /// The first bytes, up to the cap.
     pub kept: Vec<u8>,
     cap: usize,
     /// Bytes dropped after the kept head.
@@ -89,6 +93,7 @@ pub struct Head {
 }
 
 impl Head {
+    /// Keeps at most `cap` bytes.
     pub fn new(cap: usize) -> Self {
         Self {
             kept: Vec::new(),
@@ -97,6 +102,7 @@ impl Head {
         }
     }
 
+    /// Keeps what fits of `data` after what is kept already.
     pub fn push(&mut self, data: &[u8]) {
         let room = self.cap.saturating_sub(self.kept.len()).min(data.len());
         self.kept.extend_from_slice(&data[..room]);
@@ -179,11 +185,13 @@ pub fn tail_on_thread(
 /// stderr's tail.
 #[derive(Debug)]
 pub struct Output {
+    /// How the helper exited.
     pub status: ExitStatus,
     /// Up to [`STDOUT_MAX`] bytes (empty when stdout was not piped).
     pub stdout: Vec<u8>,
     /// Stdout bytes past [`STDOUT_MAX`], dropped.
     pub stdout_cut: u64,
+    /// The last bytes of its stderr.
     pub stderr: Tail,
 }
 

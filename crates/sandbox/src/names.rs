@@ -30,6 +30,7 @@ impl SandboxName {
         Self(format!("{PREFIX}{}", hashed_id(session_id)))
     }
 
+    /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

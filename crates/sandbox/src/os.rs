@@ -10,9 +10,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Os {
+    /// Linux.
     #[default]
     Linux,
+    /// macOS.
     Macos,
+    /// Windows.
     Windows,
 }
 

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use common::Secret;
 use common::settings::{Setting, SettingsError, SettingsSource};
 
-use crate::Sandbox;
+use crate::contract::Sandbox;
 
 pub mod deploy;
 pub mod images;
@@ -144,7 +144,8 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Snapshots kept in `snapshot_dir` (no object store).
+    /// The places under a state directory and a snapshot directory, with
+    /// `exe` as the shim; no object store.
     pub fn new(state_dir: &Path, snapshot_dir: &Path, exe: &Path) -> Self {
         Self {
             state_dir: state_dir.to_owned(),

@@ -18,6 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// itself). Stored lowercase, without a trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HostPattern {
+    /// That name only.
     Exact(String),
     /// The suffix without the `*.`: `github.com`.
     Subdomains(String),
@@ -46,6 +47,7 @@ impl HostPattern {
         }
     }
 
+    /// Whether it is a `*.` pattern.
     pub fn is_glob(&self) -> bool {
         matches!(self, Self::Subdomains(_))
     }
@@ -79,7 +81,9 @@ fn valid_hostname(name: &str) -> bool {
 /// An address range; host bits are cleared, so `10.1.2.3/8` is `10.0.0.0/8`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cidr {
+    /// The first address of the range.
     pub addr: IpAddr,
+    /// The prefix length.
     pub len: u8,
 }
 
@@ -116,6 +120,7 @@ impl Cidr {
         Some(Self { addr, len })
     }
 
+    /// The network of the one address `addr`.
     pub fn host(addr: IpAddr) -> Self {
         Self {
             addr,
@@ -123,6 +128,7 @@ impl Cidr {
         }
     }
 
+    /// Whether `ip` is in the range.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -149,7 +155,9 @@ impl fmt::Display for Cidr {
 /// One validated allow rule.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rule {
+    /// Names matching a pattern.
     Host(HostPattern),
+    /// Addresses in a range.
     Net(Cidr),
 }
 
@@ -158,6 +166,7 @@ pub enum Rule {
 pub struct Rejected {
     /// The rule as the server sent it (JSON).
     pub rule: String,
+    /// Why it allows nothing.
     pub reason: &'static str,
 }
 
@@ -166,7 +175,9 @@ pub struct Rejected {
 pub struct Parsed {
     /// Whether egress is open (the policy is disabled).
     pub open: bool,
+    /// The names allowed.
     pub hosts: Vec<HostPattern>,
+    /// The networks allowed.
     pub nets: Vec<Cidr>,
     /// Rules that allow nothing: unknown shapes and values that do not parse.
     pub rejected: Vec<Rejected>,
@@ -216,7 +227,9 @@ pub fn parse(policy: &common::NetworkPolicy) -> Parsed {
 /// (a name or an address literal, IPv6 without brackets) and port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gateway {
+    /// A name or an address literal (IPv6 without brackets).
     pub host: String,
+    /// The port, when the URL names one.
     pub port: Option<u16>,
 }
 
@@ -240,7 +253,9 @@ impl Gateway {
 /// Something a provider cannot express, left out of its controls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unsupported {
+    /// The rule, as the server sent it.
     pub rule: String,
+    /// Why the provider leaves it out.
     pub reason: String,
 }
 
@@ -261,6 +276,7 @@ pub fn gateway_destination(g: &Gateway) -> String {
     }
 }
 
+/// `c` as `addr/len`.
 pub fn cidr_text(c: &Cidr) -> String {
     c.to_string()
 }
@@ -278,15 +294,19 @@ pub mod examples {
 
     use super::Gateway;
 
+    /// A policy with these rules.
     pub fn policy(enabled: bool, allow: Vec<AllowRule>) -> NetworkPolicy {
         NetworkPolicy { enabled, allow }
     }
+    /// A hostname rule.
     pub fn host(h: &str) -> AllowRule {
         AllowRule::Hostname(h.into())
     }
+    /// An IPv4 rule.
     pub fn v4(a: &str) -> AllowRule {
         AllowRule::Ipv4(a.into())
     }
+    /// An IPv6 rule.
     pub fn v6(a: &str) -> AllowRule {
         AllowRule::Ipv6(a.into())
     }

@@ -10,9 +10,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
+use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
 use crate::names::is_plain_id;
-use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
+/// A directory of snapshot archives and their manifests.
 #[derive(Clone, Debug)]
 pub struct SnapshotDir {
     dir: PathBuf,
@@ -23,10 +26,12 @@ fn fatal(e: impl Into<anyhow::Error>) -> SandboxError {
 }
 
 impl SnapshotDir {
+    /// The snapshots in `dir` (created when the first is written).
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -72,9 +77,10 @@ impl SnapshotDir {
     /// Records the finished snapshot so others can find it by name.
     fn write_manifest(&self, snapshot: &SnapshotRef) -> Result<()> {
         let bytes = serde_json::to_vec(snapshot).map_err(fatal)?;
-        crate::shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
+        shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
     }
 
+    /// Whether the archive of `snapshot` exists.
     pub fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         Ok(self.archive_path(snapshot)?.exists())
     }
@@ -146,37 +152,6 @@ pub fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> Snapsho
         base_image,
         sha256: None,
     }
-}
-
-/// Every [`crate::Handle`] recorded as `<dir>/<sandbox name>/<file>`, for
-/// `list`: only directories named like Garrison's sandboxes count.
-pub fn list_handles(dir: &Path, file: &str) -> Result<Vec<crate::Handle>> {
-    let mut handles = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(fatal)?.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if SandboxName::parse(&name).is_none() {
-            continue;
-        }
-        if let Ok(bytes) = std::fs::read(entry.path().join(file))
-            && let Ok(handle) = serde_json::from_slice::<crate::Handle>(&bytes)
-        {
-            handles.push(handle);
-        }
-    }
-    handles.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(handles)
-}
-
-/// Reads up to `max` bytes of `file` from `offset`.
-pub fn read_chunk(mut file: std::fs::File, offset: u64, max: usize) -> Result<crate::OutputChunk> {
-    use std::io::{Read, Seek, SeekFrom};
-    file.seek(SeekFrom::Start(offset)).map_err(fatal)?;
-    let mut data = Vec::new();
-    file.take(max as u64)
-        .read_to_end(&mut data)
-        .map_err(fatal)?;
-    let next_offset = offset + data.len() as u64;
-    Ok(crate::OutputChunk { data, next_offset })
 }
 
 #[cfg(test)]

@@ -17,13 +17,18 @@ use std::path::PathBuf;
 pub use crypt::SnapshotKey;
 pub use object::{Fetched, ObjectSnapshots, ObjectStoreSettings};
 
+use crate::error::Result;
+use crate::names::SandboxName;
 use crate::snapshot_dir::SnapshotDir;
-use crate::{Result, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 /// One backend's snapshots.
 #[derive(Debug)]
 pub enum SnapshotStore {
+    /// Archives in a directory on this machine (which several Garrisons
+    /// may share).
     Dir(SnapshotDir),
+    /// Objects in S3, GCS or Azure Blob.
     Object(ObjectSnapshots),
 }
 
@@ -73,6 +78,7 @@ impl SnapshotStore {
         }
     }
 
+    /// Whether `snapshot` is still stored.
     pub async fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         match self {
             Self::Dir(dir) => dir.exists(snapshot),
@@ -80,6 +86,7 @@ impl SnapshotStore {
         }
     }
 
+    /// Deletes `snapshot`; a missing one is not an error.
     pub async fn delete(&self, snapshot: &SnapshotRef) -> Result<()> {
         match self {
             Self::Dir(dir) => dir.delete(snapshot),

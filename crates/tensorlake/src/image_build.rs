@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 use sandbox::{
     Handle, NetworkSpec, ProcessRef, ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName,
     SandboxSpec,

@@ -44,7 +44,7 @@ impl Garrison {
             .args(["--outpost", outpost])
             .args(["--api-url", &emu.base_url()])
             .args(["--static-base-url", &emu.static_base_url()])
-            .args(["--backend", sandbox::host::PLUGIN.name()])
+            .args(["--backend", ::host::PLUGIN.name()])
             .args(["--max-concurrent", &max_concurrent.to_string()])
             .arg("--state-dir")
             .arg(&state_dir)
@@ -144,9 +144,9 @@ fn kill_leftovers(dir: &Path) {
         };
         if kind.is_dir() {
             kill_leftovers(&path);
-        } else if entry.file_name() == sandbox::shim::CHILD_PID_FILE
+        } else if entry.file_name() == ::shim::CHILD_PID_FILE
             && let Ok(record) = std::fs::read_to_string(&path)
-            && sandbox::shim::is_alive(&record)
+            && ::shim::is_alive(&record)
             && let Some(pid) = record
                 .split_whitespace()
                 .next()

@@ -199,17 +199,17 @@ async fn choose_backend(
     requested: Option<&'static dyn BackendPlugin>,
     state_dir: &Path,
 ) -> anyhow::Result<(backend::Choice, Arc<dyn ConfiguredBackend>)> {
-    let local_plugin: &'static dyn BackendPlugin = &sandbox::local::PLUGIN;
+    let local_plugin: &'static dyn BackendPlugin = &local::PLUGIN;
     // Its settings (SANDBOX_RUNTIME) decide what is checked.
     let local = configure(local_plugin);
-    let host_asked = requested.is_some_and(|b| b.name() == sandbox::host::PLUGIN.name());
+    let host_asked = requested.is_some_and(|b| b.name() == host::PLUGIN.name());
     let (checks, mmdebstrap) = if host_asked {
         (Vec::new(), false)
     } else {
         let runtime = local
             .as_ref()
             .ok()
-            .and_then(|b| sandbox::local::configured_runtime(b.as_ref()))
+            .and_then(|b| local::configured_runtime(b.as_ref()))
             .unwrap_or_default();
         backend::checks_here(state_dir, runtime)
     };

@@ -421,18 +421,18 @@ async fn backend_sections(
     config: Option<&ServeConfig>,
 ) -> Vec<Section> {
     let mut sections = Vec::new();
-    let local = sandbox::local::PLUGIN.name();
+    let local = local::PLUGIN.name();
     for &kind in backends {
         let checks = match crate::backends::find(kind) {
             Some(b) if b.has_remote_api() => cloud::checks(b, config).await,
             Some(b) if b.name() == local => {
                 let runtime = config
                     .and_then(|c| c.backends.get(local))
-                    .and_then(|b| sandbox::local::configured_runtime(b.as_ref()))
+                    .and_then(|b| local::configured_runtime(b.as_ref()))
                     .unwrap_or_default();
                 host::local_prerequisites(state_dir, runtime)
             }
-            Some(b) if b.name() == sandbox::host::PLUGIN.name() => vec![Check::pass(
+            Some(b) if b.name() == ::host::PLUGIN.name() => vec![Check::pass(
                 "host backend",
                 "nothing to install; it isolates nothing, so use it only on machines you \
                  would give the agent anyway",

@@ -1,5 +1,5 @@
 //! `garrison image`: build, import, list and remove the `local` backend's
-//! images (see `sandbox::local::images`); build the same recipe on another
+//! images (see `::local::images`); build the same recipe on another
 //! backend, and list and remove images in its catalog, through its
 //! plug-in (Modal builds; Tensorlake builds, lists and removes).
 
@@ -10,9 +10,9 @@ mod table;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use ::local::images::{Image, ImageStore, ImageUsers, Recipe, names};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use sandbox::local::images::{Image, ImageStore, ImageUsers, Recipe, names};
 
 use progress::progress;
 use table::{human_size, table};

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use crate::common::*;
 use emulator::Then;
 use fleet::SessionStatus;
-use sandbox::local::images::ImageStore;
+use local::images::ImageStore;
 
 /// The image `scripts/setup` builds from `tests/fixtures/chromium.toml`.
 const IMAGE: &str = "chromium";

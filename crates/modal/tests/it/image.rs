@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use modal::image::{self, ImageCache};
 use modal::{Client, ModalBackend};
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 use sandbox::{Resources, Sandbox, SandboxName, SandboxSpec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

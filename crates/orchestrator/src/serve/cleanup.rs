@@ -229,7 +229,7 @@ mod tests {
     #[tokio::test]
     async fn snapshots_expire_by_age_only() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+        let backend = host::HostBackend::new(host::HostConfig {
             root: dir.path().join("host"),
             snapshot_dir: dir.path().join("snapshots"),
             snapshot_store: None,
@@ -288,7 +288,7 @@ mod tests {
     #[tokio::test]
     async fn recovery_snapshots_of_an_ended_session_expire_like_the_rest() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+        let backend = host::HostBackend::new(host::HostConfig {
             root: dir.path().join("host"),
             snapshot_dir: dir.path().join("snapshots"),
             snapshot_store: None,
@@ -349,7 +349,7 @@ mod tests {
     async fn a_shared_store_loses_old_snapshots_whichever_host_made_them() {
         let dir = tempfile::tempdir().unwrap();
         let host = |name: &str| {
-            sandbox::host::HostBackend::new(sandbox::host::HostConfig {
+            host::HostBackend::new(host::HostConfig {
                 root: dir.path().join(name),
                 snapshot_dir: dir.path().join("shared"),
                 snapshot_store: None,

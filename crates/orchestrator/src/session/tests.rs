@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, SessionKind, SessionStatus, Timestamp};
-use sandbox::host::{HostBackend, HostConfig};
+use host::{HostBackend, HostConfig};
 use sandbox::{Handle, ProcessRef, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
@@ -393,7 +393,7 @@ fn fake_output(world: &World, handle: &Handle, process: &str, bytes: &[u8]) -> P
         .join("proc")
         .join(process);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(sandbox::shim::OUTPUT_FILE), bytes).unwrap();
+    std::fs::write(dir.join(shim::OUTPUT_FILE), bytes).unwrap();
     ProcessRef { id: process.into() }
 }
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use common::settings::SettingsSource;
 
-use crate::local::images::Recipe;
+use crate::Recipe;
 
 /// A build of one session image.
 #[derive(Clone, Debug)]

@@ -15,6 +15,7 @@ pub struct SnapshotSeen {
 /// What to do with one snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// Leave it.
     Keep,
     /// Old and unleased: write this collector's tombstone, look at its
     /// leases again, and delete it only if none is fresh.

@@ -173,6 +173,8 @@ pub struct Opener {
 }
 
 impl Opener {
+    /// Opens the object of snapshot `id`: decrypts with `key`, or passes
+    /// plaintext through when there is none.
     pub fn new(key: Option<&SnapshotKey>, id: &str) -> Self {
         Self {
             key: key.cloned(),

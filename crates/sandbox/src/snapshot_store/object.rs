@@ -45,8 +45,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::collect::is_fresh;
 use super::crypt::{Opener, Sealer, SnapshotKey};
+use crate::error::{Result, SandboxError};
+use crate::names::SandboxName;
 use crate::names::is_plain_id;
-use crate::{Result, SandboxError, SandboxName, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 mod lease;
 mod retention;
@@ -254,6 +256,7 @@ impl ObjectSnapshots {
         Ok(snapshot)
     }
 
+    /// Whether the object of `snapshot` exists.
     pub async fn exists(&self, snapshot: &SnapshotRef) -> Result<bool> {
         match self.store.head(&self.object(&snapshot.id, ARCHIVE)?).await {
             Ok(_) => Ok(true),

@@ -6,7 +6,7 @@ use crate::common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::{KEY, World};
-use sandbox::local::images::Recipe;
+use sandbox::Recipe;
 use sandbox::{Resources, Sandbox, SandboxName, SandboxSpec};
 use tensorlake::catalog::ImageCatalog;
 use tensorlake::image_build::{BuildRequest, DEFAULT_STEP_PATH, build_image};

@@ -1,5 +1,5 @@
 //! Throughput out of a sandbox, in a world of namespaces made for it (as
-//! `crates/sandbox/tests/local_policy.rs` does), so the stream cannot reach
+//! `crates/local/tests/it/policy.rs` does), so the stream cannot reach
 //! anything but the sink this module starts:
 //!
 //! - a thread of the bench moves into a fresh network namespace, the
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use fleet::NetworkPolicy;
-use sandbox::local::{LocalBackend, LocalConfig};
+use local::{LocalBackend, LocalConfig};
 use sandbox::{Resources, Sandbox};
 
 use super::super::phases::{self, Bench};

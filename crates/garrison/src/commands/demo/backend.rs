@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use sandbox::local::images::{DEFAULT_IMAGE, ImageStore, Recipe};
+use ::local::images::{DEFAULT_IMAGE, ImageStore, Recipe};
 use sandbox::plugin::BackendPlugin;
 
 use crate::commands::doctor::check::Check;
@@ -125,7 +125,7 @@ pub(super) async fn choose(
     match plan(asked, checks, mmdebstrap, rerun) {
         Plan::Local => Ok(local(asked)),
         Plan::Host(None) => Ok(Choice {
-            backend: &sandbox::host::PLUGIN,
+            backend: &::host::PLUGIN,
             message: "using the host backend (--backend host): sessions are not isolated"
                 .to_owned(),
         }),
@@ -165,10 +165,7 @@ pub(super) async fn build_default_image(state_dir: &Path) -> anyhow::Result<()> 
 
 /// Doctor's checks of the local backend on `runtime`, and whether the image
 /// builder is installed.
-pub(super) fn checks_here(
-    state_dir: &Path,
-    runtime: sandbox::local::Runtime,
-) -> (Vec<Check>, bool) {
+pub(super) fn checks_here(state_dir: &Path, runtime: ::local::Runtime) -> (Vec<Check>, bool) {
     (
         host::local_prerequisites(state_dir, runtime),
         host::find_program("mmdebstrap").is_some(),
@@ -185,7 +182,7 @@ fn build_command(state_dir: &Path) -> String {
 
 fn local(asked: Option<&str>) -> Choice {
     Choice {
-        backend: &sandbox::local::PLUGIN,
+        backend: &::local::PLUGIN,
         message: match asked {
             Some(_) => "using the local backend (containers; --backend local)".to_owned(),
             None => "using the local backend (containers)".to_owned(),
@@ -195,7 +192,7 @@ fn local(asked: Option<&str>) -> Choice {
 
 fn host_because(missing: &Missing) -> Choice {
     Choice {
-        backend: &sandbox::host::PLUGIN,
+        backend: &::host::PLUGIN,
         message: format!(
             "using the host backend, which isolates nothing: the local backend (containers) \
              needs {}\n  for containers: {}",
@@ -365,7 +362,7 @@ mod tests {
     #[test]
     fn when_the_image_is_all_that_is_missing_it_is_built_into_the_state_dir() {
         let state_dir = Path::new("/var/lib/garrison/demo");
-        for requested in [None, Some(&sandbox::local::PLUGIN as &dyn BackendPlugin)] {
+        for requested in [None, Some(&::local::PLUGIN as &dyn BackendPlugin)] {
             let built = Cell::new(None);
             let choice = run(choose(
                 requested,
@@ -435,7 +432,7 @@ mod tests {
         );
 
         let err = run(choose(
-            Some(&sandbox::local::PLUGIN),
+            Some(&::local::PLUGIN),
             Path::new("/tmp/d"),
             &ready_but_the_image(),
             true,

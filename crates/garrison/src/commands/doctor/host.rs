@@ -6,8 +6,8 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use sandbox::local::Runtime;
-use sandbox::local::images::{DEFAULT_IMAGE, ImageStore};
+use ::local::Runtime;
+use ::local::images::{DEFAULT_IMAGE, ImageStore};
 
 use super::check::Check;
 
@@ -102,8 +102,7 @@ fn isolation(runc: &Path) -> Vec<Check> {
 /// state directory's file system.
 fn user_namespaces(state_dir: &Path) -> Check {
     let name = "user namespaces";
-    let off =
-        std::env::var(sandbox::local::USERNS_ENV).is_ok_and(|v| matches!(v.trim(), "false" | "0"));
+    let off = std::env::var(::local::USERNS_ENV).is_ok_and(|v| matches!(v.trim(), "false" | "0"));
     if off {
         return Check::warn(
             name,
@@ -120,14 +119,14 @@ fn user_namespaces(state_dir: &Path) -> Check {
             "not probed: no directory on the state directory's path",
         );
     };
-    match sandbox::local::userns::probe(existing) {
+    match ::local::userns::probe(existing) {
         Ok(()) => Check::pass(
             name,
             format!(
                 "active: a sandbox's root is an unprivileged host uid (from {}, {} ids per sandbox), \
                  its image and layer shown through idmapped mounts",
-                sandbox::local::userns::FIRST_HOST_ID,
-                sandbox::local::userns::IDS
+                ::local::userns::FIRST_HOST_ID,
+                ::local::userns::IDS
             ),
         ),
         Err(e) => Check::fail(
@@ -273,7 +272,7 @@ fn static_shim() -> Check {
 /// `$GARRISON_STATIC_SHIM`, else `garrison-shim` beside this binary (as
 /// the local backend's plug-in resolves it).
 pub(crate) fn static_shim_path() -> PathBuf {
-    if let Some(path) = std::env::var_os(sandbox::local::STATIC_SHIM_ENV) {
+    if let Some(path) = std::env::var_os(::local::STATIC_SHIM_ENV) {
         return PathBuf::from(path);
     }
     std::env::current_exe()
@@ -359,7 +358,7 @@ pub(crate) fn default_image(state_dir: &Path) -> Check {
             name,
             format!(
                 "{} ({} MiB)",
-                sandbox::local::images::names::short_id(&image.id),
+                ::local::images::names::short_id(&image.id),
                 image.size_bytes >> 20
             ),
         ),

@@ -5,8 +5,8 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ::local::images::{NoProgress, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
-use sandbox::local::images::{NoProgress, Progress};
 
 use super::table::human_size;
 

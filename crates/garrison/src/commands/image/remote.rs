@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ::local::images::Recipe;
 use anyhow::Context;
 use orchestrator::settings::{BackendSource, HostEnv};
-use sandbox::local::images::Recipe;
 use sandbox::plugin::images::{ImageBuild, ImageService};
 
 use super::table::catalog_table;

@@ -1,7 +1,7 @@
 //! The tables of `garrison image ls`: this machine's images, or a
 //! backend's catalog; and how sizes are spelled.
 
-use sandbox::local::images::{Image, names};
+use ::local::images::{Image, names};
 use sandbox::plugin::images::CatalogEntry;
 
 /// `image ls`: NAME, ID (short), SIZE, CREATED, CHROME.

@@ -3,8 +3,9 @@
 //! look at what Garrison left in it.
 #![allow(dead_code)]
 
-// The sandbox crate's tests share this file; its `pub` is theirs to keep.
-#[path = "../../../../sandbox/tests/s3_support/mod.rs"]
+// The sandbox crate's conformance support shares this file; its `pub` is
+// theirs to keep.
+#[path = "../../../../sandbox/src/s3_support.rs"]
 #[allow(unreachable_pub)]
 mod s3_support;
 

@@ -452,14 +452,12 @@ pub(crate) fn destroy_local_sandboxes(state_dir: &Path) {
             let shim = std::env::var_os("GARRISON_STATIC_SHIM")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(garrison_bin()).with_file_name("garrison-shim"));
-            let Ok(config) = sandbox::local::LocalConfig::for_state_dir(
-                &state_dir,
-                &state_dir.join("snapshots"),
-                shim,
-            ) else {
+            let Ok(config) =
+                local::LocalConfig::for_state_dir(&state_dir, &state_dir.join("snapshots"), shim)
+            else {
                 return;
             };
-            let Ok(backend) = sandbox::local::LocalBackend::new(config) else {
+            let Ok(backend) = local::LocalBackend::new(config) else {
                 return;
             };
             use sandbox::Sandbox;
@@ -594,7 +592,7 @@ pub(crate) fn sandbox_dirs(state_dir: &Path) -> usize {
 pub(crate) fn write_as_workspace_owner(workdir: &Path, name: &str, bytes: &[u8]) {
     use std::os::unix::fs::MetadataExt as _;
     let uid = std::fs::metadata(workdir).unwrap().uid();
-    sandbox::local::rootfs::Root::open_as(workdir, (uid != 0).then_some(uid))
+    local::rootfs::Root::open_as(workdir, (uid != 0).then_some(uid))
         .and_then(|root| root.write(&format!("/{name}"), bytes, 0o644))
         .unwrap_or_else(|e| panic!("writing {name} into {}: {e}", workdir.display()));
 }

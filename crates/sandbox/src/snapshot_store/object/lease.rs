@@ -74,10 +74,12 @@ impl Fetched {
         Self { path, lease: None }
     }
 
+    /// Where the archive is.
     pub fn path(&self) -> &FsPath {
         &self.path
     }
 
+    /// Gives up the lease, if any, and removes a fetched copy.
     pub async fn release(mut self) {
         if let Some(lease) = self.lease.take() {
             let _ = tokio::fs::remove_file(&self.path).await;

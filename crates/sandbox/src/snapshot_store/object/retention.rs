@@ -6,9 +6,10 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 
 use super::{ObjectSnapshots, now_ms, transient};
+use crate::error::Result;
 use crate::names::is_plain_id;
 use crate::snapshot_store::collect::{SnapshotSeen, Verdict, is_fresh, verdict};
-use crate::{Result, SnapshotRef};
+use crate::spec::SnapshotRef;
 
 impl ObjectSnapshots {
     /// Deletes every snapshot whose objects were last modified before

@@ -38,6 +38,7 @@ impl std::fmt::Debug for ObjectStoreSettings {
 }
 
 impl ObjectStoreSettings {
+    /// Snapshots under `url`, with no encryption key.
     pub fn new(url: Url) -> Self {
         Self {
             url,

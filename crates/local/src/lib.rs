@@ -1,0 +1,26 @@
+//! The `local` backend: one OCI container per session on this host, built
+//! from standard parts (runc or gVisor's runsc, overlayfs, tini, a veth
+//! pair and nftables).
+
+mod archive;
+mod backend;
+mod cmd;
+mod compat;
+mod disk;
+mod idmap;
+pub mod images;
+pub mod net;
+pub mod oci;
+mod plugin;
+mod reaper;
+pub mod rootfs;
+mod runc;
+mod seccomp;
+pub mod userns;
+
+pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
+pub use plugin::{
+    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
+};
+pub use runc::Runtime;
+pub use userns::USERNS_ENV;

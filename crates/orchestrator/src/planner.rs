@@ -48,7 +48,7 @@ pub use renewal::{
 };
 pub use stage::{Finish, Stage, StageLabel};
 pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
-pub use wind_down::{SandboxEnd, WindDown, WindDownObs, plan_wind_down};
+pub use wind_down::{SandboxEnd, SnapshotReason, WindDown, WindDownObs, plan_wind_down};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;

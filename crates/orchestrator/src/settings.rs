@@ -49,8 +49,9 @@ pub use file::{load_file, parse_file};
 pub use host::{HostEnv, credentials_path};
 pub use layer::{OutpostTable, RawSettings};
 pub use names::Setting;
-pub use resolve::{BackendSource, Backends, resolve, resolve_process};
+pub use resolve::{BackendSource, resolve, resolve_process};
 pub use resolved::*;
+pub use validate::Backends;
 
 /// The backend used when none is configured: a container per session on
 /// this machine. `host` (no isolation) must be asked for.

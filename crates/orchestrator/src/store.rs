@@ -25,7 +25,8 @@ mod history;
 mod sessions;
 mod unrestorable;
 
-pub use history::{Event, SnapshotReason, StoredSnapshot};
+pub use crate::planner::SnapshotReason;
+pub use history::{Event, StoredSnapshot};
 pub use sessions::{SessionRecord, stage_label};
 pub use unrestorable::Unrestorable;
 

@@ -24,7 +24,7 @@ use crate::api::{
     LogChunk, OutpostView, SessionDetail, SessionPage, SessionSummary, StatusView, TerminateRequest,
 };
 use crate::queue::QueueView;
-use crate::serve::TerminateError;
+use crate::serving::TerminateError;
 use crate::session_log::REMOTE_LOG;
 use crate::settings::OutpostConfig;
 use crate::store::SessionRecord;

@@ -1,8 +1,20 @@
 //! How a session is wound down: what is kept of its workspace, whether its
 //! sandbox waits suspended or goes, what is given back.
 
+use serde::{Deserialize, Serialize};
+
 use super::Finish;
-use crate::store::SnapshotReason;
+
+/// Why a snapshot was kept (the wind-down decides it; the store records
+/// it beside the snapshot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotReason {
+    Suspend,
+    Recovery,
+    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
+    Operator,
+}
 
 /// Everything [`plan_wind_down`] looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::settings::SettingsSource;
 use fleet::Platform;
 use sandbox::Resources;
-use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
+use sandbox::plugin::ConfiguredBackend;
 use sandbox::snapshot_store::ObjectStoreSettings;
 
 use super::names;
@@ -22,10 +22,6 @@ use super::{
     Sourced,
 };
 use crate::planner::Policy;
-
-/// The backends Garrison was built with, in the order `--help` and errors
-/// list them: the `garrison` crate's registry.
-pub type Backends = [&'static dyn BackendPlugin];
 
 /// Validates the merged layers and fills in defaults.
 ///
@@ -217,11 +213,6 @@ fn configure_backends(
         configured.insert(plugin.name(), plugin.configure(source)?);
     }
     Ok(configured)
-}
-
-/// The backend called `name`.
-pub(super) fn find(backends: &Backends, name: &str) -> Option<&'static dyn BackendPlugin> {
-    backends.iter().copied().find(|b| b.name() == name)
 }
 
 /// What a backend reads its settings from: the flags of its settings

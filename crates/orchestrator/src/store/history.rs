@@ -7,17 +7,7 @@ use sandbox::SnapshotRef;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, json, parse};
-use crate::planner::Millis;
-
-/// Why a snapshot was kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SnapshotReason {
-    Suspend,
-    Recovery,
-    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
-    Operator,
-}
+use crate::planner::{Millis, SnapshotReason};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredSnapshot {

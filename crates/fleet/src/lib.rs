@@ -28,6 +28,7 @@ mod http;
 mod outposts;
 pub mod pkce;
 pub mod retry;
+mod session_id;
 mod sse;
 pub mod stats;
 pub mod watch;

@@ -7,7 +7,9 @@
 
 pub mod admin;
 pub mod api;
+mod clock;
 pub mod contract;
+mod deps;
 pub mod metrics;
 pub mod planner;
 pub mod queue;
@@ -15,6 +17,7 @@ pub mod redact;
 pub mod remote;
 pub mod repos;
 pub mod serve;
+mod serving;
 pub mod session;
 pub mod session_log;
 pub mod settings;

@@ -21,18 +21,19 @@
 //! # let _ = entries; Ok(()) }
 //! ```
 
-pub mod cause;
-pub mod client;
-pub mod error;
+mod cause;
+mod client;
+mod error;
 mod http;
 mod outposts;
 pub mod pkce;
-pub mod retry;
+mod retry;
 mod session_id;
 mod sse;
 pub mod stats;
-pub mod watch;
-pub mod wire;
+mod timestamp;
+mod watch;
+mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -8,14 +8,15 @@
 
 use std::fmt;
 
-use chrono::{DateTime, TimeZone, Utc};
-use serde::de::{self, Deserializer};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize, Serializer};
 
 use common::Secret;
 pub use common::{AllowRule, NetworkPolicy};
 
 pub use crate::session_id::{InvalidEntry, MAX_SESSION_ID_LEN, SessionId, validate_session_id};
+use crate::timestamp::lenient_timestamp;
+pub use crate::timestamp::{Timestamp, TimestampFormat};
 
 /// Declares a string enum with a catch-all `Unknown(String)` variant that
 /// round-trips the server's spelling.
@@ -24,12 +25,13 @@ macro_rules! wire_enum {
         $(#[$meta])*
         #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub enum $name {
-            $($variant,)+
+            $(#[doc = concat!("`", $wire, "` on the wire.")] $variant,)+
             /// A value this client does not know; kept verbatim.
             Unknown(String),
         }
 
         impl $name {
+            /// The server's spelling.
             pub fn as_str(&self) -> &str {
                 match self {
                     $(Self::$variant => $wire,)+
@@ -117,102 +119,6 @@ impl SessionStatus {
     }
 }
 
-/// An instant on the wire. Accepts Unix seconds (integer or fractional),
-/// Unix milliseconds, numeric strings and ISO-8601 / RFC 3339 strings;
-/// serializes as fractional Unix seconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp(pub DateTime<Utc>);
-
-/// Numbers at or above this are taken as milliseconds: 1e11 seconds is the
-/// year 5138, 1e11 milliseconds is 1973.
-const MILLIS_THRESHOLD: f64 = 1e11;
-
-/// Which encoding to write a timestamp in; the emulator uses this to exercise
-/// all three spellings seen in the wild.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TimestampFormat {
-    #[default]
-    Seconds,
-    Millis,
-    Iso8601,
-}
-
-impl Timestamp {
-    pub fn now() -> Self {
-        Self(Utc::now())
-    }
-
-    pub fn from_unix_millis(ms: i64) -> Option<Self> {
-        Utc.timestamp_millis_opt(ms).single().map(Self)
-    }
-
-    pub fn unix_millis(&self) -> i64 {
-        self.0.timestamp_millis()
-    }
-
-    /// Interprets a bare number as seconds or milliseconds by magnitude.
-    pub fn from_number(n: f64) -> Option<Self> {
-        if !n.is_finite() || n < 0.0 {
-            return None;
-        }
-        let ms = if n >= MILLIS_THRESHOLD { n } else { n * 1000.0 };
-        if ms > i64::MAX as f64 {
-            return None;
-        }
-        Self::from_unix_millis(ms.round() as i64)
-    }
-
-    pub fn parse_str(s: &str) -> Option<Self> {
-        let s = s.trim();
-        if let Ok(n) = s.parse::<f64>() {
-            return Self::from_number(n);
-        }
-        if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
-            return Some(Self(dt.with_timezone(&Utc)));
-        }
-        // ISO-8601 without an offset: taken as UTC.
-        chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-            .ok()
-            .map(|n| Self(n.and_utc()))
-    }
-
-    pub fn to_json(&self, format: TimestampFormat) -> serde_json::Value {
-        match format {
-            TimestampFormat::Seconds => serde_json::json!(self.unix_millis() as f64 / 1000.0),
-            TimestampFormat::Millis => serde_json::json!(self.unix_millis()),
-            TimestampFormat::Iso8601 => {
-                serde_json::json!(self.0.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            }
-        }
-    }
-}
-
-impl Serialize for Timestamp {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(self.unix_millis() as f64 / 1000.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Timestamp {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        let parsed = match &value {
-            serde_json::Value::Number(n) => n.as_f64().and_then(Timestamp::from_number),
-            serde_json::Value::String(s) => Timestamp::parse_str(s),
-            _ => None,
-        };
-        parsed.ok_or_else(|| de::Error::custom(format!("not a timestamp: {value}")))
-    }
-}
-
-/// Deserializes an optional timestamp, treating an unparseable value as absent
-/// rather than failing the whole entry.
-fn lenient_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
-    let value = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
-}
-
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
@@ -235,10 +141,13 @@ fn platform_or_default<'de, D: Deserializer<'de>>(d: D) -> Result<Platform, D::E
 /// One queued Devin session ("devin" in the API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueEntry {
+    /// Who the entry is and when it changed.
     pub metadata: EntryMetadata,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// What the session asks for.
     pub spec: EntrySpec,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// Where it is in the queue.
     pub status: EntryStatus,
 }
 
@@ -265,61 +174,78 @@ pub struct EntryMetadata {
     /// The session's id (checked as it is read: see [`SessionId`]).
     pub session_id: SessionId,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// The outpost whose queue holds it.
     pub outpost_id: String,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it was queued.
     pub created_at: Option<Timestamp>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it last changed.
     pub updated_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What a session asks of its outpost.
 pub struct EntrySpec {
     #[serde(default)]
+    /// New, or a resume of an earlier session.
     pub kind: SessionKind,
     /// Null on the wire means the default platform, linux.
     #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The `devin-remote` build pinned for it, if any.
     pub remote_binary_sha: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// What the sandbox may reach.
     pub network_policy: NetworkPolicy,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Where an entry is in the queue.
 pub struct EntryStatus {
     #[serde(default)]
+    /// Pending, claimed, ...
     pub phase: Phase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Who holds the claim, if anyone.
     pub acceptor_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When the claim expires, on the server's clock.
     pub claim_deadline: Option<Timestamp>,
     #[serde(default)]
+    /// The Devin session's own status.
     pub session_status: SessionStatus,
     /// Present only in a successful claim response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_token: Option<Secret>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The gateway the remote dials, when the claim names one.
     pub gateway_url: Option<String>,
 }
 
 /// A page of `GET /devins`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListPage {
+    /// The entries of this page.
     pub items: Vec<QueueEntry>,
+    /// Where the next page starts.
     pub cursor: Option<String>,
+    /// Whether another page follows.
     pub has_next_page: bool,
+    /// How many entries match, when the server says.
     pub total: Option<u64>,
     /// Items dropped because they failed validation (logged by the client).
     pub skipped: usize,
@@ -328,8 +254,11 @@ pub struct ListPage {
 /// One server-sent event of a watch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WatchEvent {
+    /// Added, modified or deleted.
     pub event_type: EventType,
+    /// The entry as it is now (as it was, for a delete).
     pub object: QueueEntry,
+    /// Where to resume the watch after this event.
     pub cursor: Option<String>,
 }
 
@@ -340,8 +269,11 @@ pub struct WatchEvent {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "OutpostWire")]
 pub struct Outpost {
+    /// Who the outpost is.
     pub metadata: OutpostMetadata,
+    /// What it is.
     pub spec: OutpostSpec,
+    /// How busy its queue is.
     pub status: OutpostStatus,
 }
 
@@ -353,27 +285,34 @@ impl Outpost {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Who an outpost is.
 pub struct OutpostMetadata {
     #[serde(default, alias = "id", deserialize_with = "null_as_default")]
+    /// The outpost's id.
     pub outpost_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The account that owns it.
     pub account_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it was made.
     pub created_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What an outpost is.
 pub struct OutpostSpec {
     #[serde(default, deserialize_with = "null_as_default")]
+    /// Its name.
     pub name: String,
     /// Null on the wire means the default platform, linux.
     #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for, if said.
     pub description: Option<String>,
 }
 
@@ -414,41 +353,55 @@ impl From<OutpostWire> for Outpost {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// An outpost's queue, counted.
 pub struct OutpostStatus {
     #[serde(default)]
+    /// Sessions waiting.
     pub queue_depth: u64,
     #[serde(default)]
+    /// Sessions claimed.
     pub active_claims: u64,
 }
 
 /// Body of `POST /outposts`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreateOutpost {
+    /// Its name.
     pub name: String,
+    /// The platform its sessions run on.
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for.
     pub description: Option<String>,
 }
 
 /// Body of claim and release.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AcceptorBody {
+    /// Who claims or releases.
     pub acceptor_id: String,
 }
 
 /// Response of `POST /outposts/connection-token`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConnectionToken {
+    /// The outpost connected.
     pub outpost_id: String,
     #[serde(default)]
+    /// The account that owns it.
     pub account_id: String,
     #[serde(default)]
+    /// The outpost's name.
     pub outpost_name: String,
     #[serde(default)]
+    /// The service user the token acts as.
     pub service_user_id: String,
+    /// The API base the token is for.
     pub api_base_url: String,
+    /// The token.
     pub access_token: Secret,
     #[serde(default)]
+    /// Its type (`Bearer`).
     pub token_type: String,
 }
 

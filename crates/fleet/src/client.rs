@@ -27,10 +27,10 @@ pub use queue::{ListQuery, ReleaseOutcome};
 pub(crate) use request::{Call, Raw};
 
 /// The path prefix of the fleet API under the API base URL.
-pub const API_PREFIX: &str = "/opbeta/outposts";
+pub(crate) const API_PREFIX: &str = "/opbeta/outposts";
 
 /// Largest `first` the list accepts.
-pub const MAX_PAGE_SIZE: u32 = 200;
+pub(crate) const MAX_PAGE_SIZE: u32 = 200;
 
 /// Scope hints for 403 errors.
 pub(crate) const SCOPE_MACHINE: &str = "account.outposts.machine";
@@ -65,6 +65,7 @@ pub struct ClientOptions {
     /// [`FleetClient::list_all`] gives up once it holds more distinct
     /// entries than this, for the same reason.
     pub max_list_items: usize,
+    /// The `User-Agent` sent with every request.
     pub user_agent: String,
 }
 
@@ -170,6 +171,7 @@ impl FleetClient {
         &self.inner.api_url
     }
 
+    /// The options the client was built with.
     pub fn options(&self) -> &ClientOptions {
         &self.inner.options
     }

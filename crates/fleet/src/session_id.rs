@@ -90,10 +90,13 @@ impl PartialEq<&str> for SessionId {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidEntry {
     #[error("session id is empty")]
+    /// Empty.
     EmptySessionId,
     #[error("session id is {0} bytes long (limit {MAX_SESSION_ID_LEN})")]
+    /// Longer than [`MAX_SESSION_ID_LEN`] bytes.
     SessionIdTooLong(usize),
     #[error("session id contains a control character")]
+    /// Holds a control character.
     SessionIdControlChar,
 }
 

@@ -43,19 +43,24 @@ const FRESH_INTERVALS: u32 = 3;
 
 /// What the handlers share.
 pub struct AdminState {
+    /// What the running `serve` shares.
     pub serving: Arc<Serving>,
+    /// The outposts served.
     pub outposts: Vec<OutpostConfig>,
     /// `<state-dir>/sessions`: the per-session logs.
     pub sessions_dir: PathBuf,
     /// How recently every queue view must have synced for `/readyz`.
     pub fresh_within: Duration,
+    /// When serving started.
     pub started_at_ms: i64,
+    /// Garrison's version.
     pub version: &'static str,
     /// What a request that needs it must present (see [`token`]).
     pub token: Secret,
 }
 
 impl AdminState {
+    /// The state for `config`, answering with `serving` and checking `token`.
     pub fn new(config: &ServeConfig, serving: Arc<Serving>, token: Secret) -> Self {
         let every = match config.queue_mode {
             QueueMode::Watch => config.relist_interval,
@@ -114,6 +119,7 @@ impl AdminState {
 
 /// A running admin listener; stops when dropped.
 pub struct AdminServer {
+    /// Where it listens.
     pub addr: SocketAddr,
     task: JoinHandle<()>,
 }
@@ -169,6 +175,7 @@ fn bind_failure(addr: SocketAddr, e: &std::io::Error) -> String {
     format!("cannot start the admin listener on {addr} (--listen): {why}")
 }
 
+/// The admin routes; `loopback_only` refuses other peers.
 pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
     let token = state.token.clone();
     let router = Router::new()

@@ -6,11 +6,17 @@ use std::collections::BTreeMap;
 
 use fleet::Secret;
 
+/// The gateway the remote dials.
 pub const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
+/// The token the remote connects with.
 pub const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
+/// The session the remote serves.
 pub const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
+/// Where the remote keeps its state.
 pub const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
+/// The browser the remote drives.
 pub const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
+/// The desktop the remote shows.
 pub const DESKTOP: &str = "DEVIN_OUTPOST_DESKTOP";
 /// The X display of the sandbox's desktop, set with [`DESKTOP`].
 pub const DISPLAY: &str = "DISPLAY";
@@ -22,9 +28,13 @@ pub(crate) const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 
 /// What the remote needs to know, from the claim and the sandbox.
 pub struct RemoteLaunch<'a> {
+    /// The gateway to dial.
     pub gateway_url: &'a str,
+    /// The connect token.
     pub connect_token: &'a Secret,
+    /// The session.
     pub session_id: &'a str,
+    /// The remote's state directory.
     pub state_dir: &'a str,
     /// The sandbox's `HOME` ([`sandbox::Handle::home`]).
     pub home: &'a str,

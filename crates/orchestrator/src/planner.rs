@@ -56,14 +56,18 @@ pub type Millis = i64;
 /// An operator's request to stop a session (`garrison terminate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorStop {
+    /// Keep a snapshot of the workspace.
     pub keep_snapshot: bool,
 }
 
 /// The remote process as last observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RemoteObs {
+    /// No remote started in this sandbox yet.
     NotStarted,
+    /// The remote runs.
     Running,
+    /// The remote exited with this code.
     Exited(i32),
     /// Stopped with no known exit code (its sandbox or supervisor was lost).
     Lost,
@@ -76,6 +80,7 @@ pub enum EntryObs {
     Unknown,
     /// Removed from the queue (a `DELETED` event or a 404).
     Gone,
+    /// The entry is in the queue, with this session status.
     Present(SessionStatus),
 }
 
@@ -123,10 +128,12 @@ pub struct Policy {
     pub max_restarts: u32,
     /// First restart delay; doubles per restart.
     pub restart_backoff_ms: Millis,
+    /// The longest wait between restarts.
     pub restart_backoff_max_ms: Millis,
     /// Re-reads of the entry after a clean exit before the final state is
     /// declared unknown (the status lags the exit by seconds).
     pub confirm_attempts: u32,
+    /// How often the end of a session is confirmed.
     pub confirm_interval_ms: Millis,
     /// Failed attempts to start a sandbox before the claim is released.
     pub max_start_failures: u32,
@@ -156,6 +163,7 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The wait before restart number `restarts`.
     pub fn restart_delay_ms(&self, restarts: u32) -> Millis {
         let factor = 1i64.checked_shl(restarts.min(20)).unwrap_or(i64::MAX);
         self.restart_backoff_ms
@@ -167,7 +175,9 @@ impl Policy {
 /// Everything [`plan_session`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionObs {
+    /// The time of the observation.
     pub now: Millis,
+    /// The recorded stage.
     pub stage: Stage,
     /// When the claim expires, on `now`'s clock: the arrival of the last
     /// claim answer plus the lifetime it implied (see [`claim_lifetime`]),
@@ -183,16 +193,22 @@ pub struct SessionObs {
     /// The connect token from the claim is in memory (it is never stored, so
     /// after a restart the claim must be renewed to get a fresh one).
     pub has_connect_token: bool,
+    /// What the queue says.
     pub entry: EntryObs,
+    /// The remote's state.
     pub remote: RemoteObs,
     /// When the current remote was seen to have stopped.
     pub remote_stopped_at: Option<Millis>,
     /// Since when `suspended` has been read continuously while the remote
     /// ran (see [`track_suspended`]).
     pub suspended_since: Option<Millis>,
+    /// Restarts so far.
     pub restarts: u32,
+    /// Failed starts so far.
     pub start_failures: u32,
+    /// Tries to confirm the end so far.
     pub confirm_attempts: u32,
+    /// The last try to confirm the end.
     pub last_confirm_at: Option<Millis>,
     /// The orchestrator is shutting down and must not start new sandboxes.
     pub stopping: bool,

@@ -38,7 +38,9 @@ pub struct QueueView {
     session_generations: Mutex<HashMap<String, watch::Sender<u64>>>,
     /// When the view was last confirmed by the server (Unix ms).
     synced_at: AtomicI64,
+    /// Watch reconnections.
     pub watch_reconnects: AtomicU64,
+    /// Full relists.
     pub relists: AtomicU64,
     /// Whether the fleet API's last word on this queue was a refusal that
     /// only an operator can fix (see [`refusal`]).
@@ -50,6 +52,7 @@ fn now_ms() -> i64 {
 }
 
 impl QueueView {
+    /// An empty view of `outpost_id`.
     pub fn new(outpost_id: &str) -> Arc<Self> {
         Arc::new(Self {
             outpost_id: outpost_id.to_owned(),
@@ -63,6 +66,7 @@ impl QueueView {
         })
     }
 
+    /// The outpost.
     pub fn outpost_id(&self) -> &str {
         &self.outpost_id
     }
@@ -71,6 +75,7 @@ impl QueueView {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every entry, by session id.
     pub fn snapshot(&self) -> BTreeMap<String, QueueEntry> {
         self.lock().clone()
     }
@@ -93,10 +98,12 @@ impl QueueView {
         self.lock().len()
     }
 
+    /// Whether no entry is seen.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The session's entry, if seen.
     pub fn get(&self, session_id: &str) -> Option<QueueEntry> {
         self.lock().get(session_id).cloned()
     }
@@ -106,10 +113,12 @@ impl QueueView {
         self.synced_at.load(Ordering::Relaxed) > 0
     }
 
+    /// When the view was last in sync.
     pub fn synced_at(&self) -> i64 {
         self.synced_at.load(Ordering::Relaxed)
     }
 
+    /// Notified whenever the view changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
     }
@@ -176,6 +185,7 @@ impl QueueView {
         }
     }
 
+    /// Forgets the entry.
     pub fn remove(&self, session_id: &str) {
         if self.lock().remove(session_id).is_some() {
             self.bump_sessions([session_id]);

@@ -30,32 +30,41 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct ResolvedRemote {
     /// The Devin commit SHA that names the build.
     pub sha: String,
+    /// Where it is.
     pub path: PathBuf,
     /// Hex SHA-256 of the file.
     pub sha256: String,
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why no verified binary could be had.
 pub enum ResolveError {
     /// The binary does not match its published checksum: refused.
     #[error("devin-remote {sha} failed verification: expected sha256 {expected}, got {actual}")]
     ChecksumMismatch {
+        /// The build.
         sha: String,
+        /// The published SHA-256.
         expected: String,
+        /// What the download hashed to.
         actual: String,
     },
     #[error("devin-remote {0} is not published")]
+    /// No such build is published.
     NotFound(String),
     #[error("invalid devin-remote reference: {0}")]
+    /// The reference is not a build.
     Invalid(String),
     /// Network trouble or a server error: worth trying again.
     #[error("fetching devin-remote: {0:#}")]
     Transient(anyhow::Error),
     #[error("devin-remote cache: {0:#}")]
+    /// The cache failed.
     Cache(anyhow::Error),
 }
 
 impl ResolveError {
+    /// Whether the binary failed verification.
     pub fn is_checksum_mismatch(&self) -> bool {
         matches!(self, Self::ChecksumMismatch { .. })
     }
@@ -187,6 +196,7 @@ fn hex_sha256(bytes: &[u8]) -> String {
 }
 
 impl RemoteResolver {
+    /// A resolver downloading from `static_base_url` into `cache_dir`.
     pub fn new(static_base_url: &str, cache_dir: PathBuf) -> anyhow::Result<Self> {
         let mut base = Url::parse(static_base_url)
             .map_err(|e| anyhow::anyhow!("invalid static base URL {static_base_url:?}: {e}"))?;

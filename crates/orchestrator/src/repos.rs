@@ -23,6 +23,7 @@ pub use credentials::{check_config, clone_argv, clone_env};
 pub use layout::{LEGACY_PROBE, LEGACY_REPOS_DIR, remote_cwd};
 pub use urls::{dir_name, validate_url};
 
+/// The variable the clone reads the git user name from.
 pub const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
 /// Never a flag, never a file key: the environment only.
 pub const GIT_TOKEN_ENV: &str = "GIT_TOKEN";
@@ -38,6 +39,7 @@ pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
 /// of the remote's working directory (the sandbox's workdir), `<name>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedClone {
+    /// The clone URL, without credentials.
     pub url: String,
     /// Relative to the remote's working directory: `<name>`.
     pub dir: String,

@@ -168,6 +168,7 @@ pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
     }))
 }
 
+/// Serves with what [`prepare`] made until `stop`.
 pub async fn run_prepared(
     config: ServeConfig,
     serving: Arc<Serving>,

@@ -16,10 +16,15 @@ use crate::store::Store;
 
 /// What a running `serve` shares with the admin listener and commands.
 pub struct Serving {
+    /// Who this Garrison is.
     pub acceptor_id: String,
+    /// The state store.
     pub store: Arc<Store>,
+    /// The counters.
     pub metrics: Arc<Metrics>,
+    /// The fleet API.
     pub client: FleetClient,
+    /// Each outpost's queue.
     pub views: Vec<Arc<QueueView>>,
     /// The runners of held sessions, for operator requests.
     pub operator_stops: Arc<OperatorStops>,

@@ -58,6 +58,7 @@ pub use validate::Backends;
 pub const DEFAULT_BACKEND: &str = "local";
 /// Restarts of a crashing remote before the session is given up.
 pub const DEFAULT_MAX_RESTARTS: u32 = 3;
+/// The default cap of a session log, in MiB.
 pub const DEFAULT_SESSION_LOG_MAX_MB: u64 = crate::planner::DEFAULT_SESSION_LOG_MAX_BYTES >> 20;
 /// The environment variable holding the Devin token.
 pub const TOKEN_ENV: &str = "DEVIN_OUTPOSTS_TOKEN";

@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS unrestorable (
 );
 "#;
 
+/// Garrison's state: sessions, their history, cursors.
 pub struct Store {
     conn: Mutex<Connection>,
     /// Statements that changed the database, since it was opened here.
@@ -153,6 +154,7 @@ impl Store {
         })
     }
 
+    /// A store in memory, for tests.
     pub fn in_memory() -> Result<Self> {
         Self::init(Connection::open_in_memory()?)
     }
@@ -224,6 +226,7 @@ impl Store {
         })
     }
 
+    /// Sets a key of the store's own.
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.write(|c| {
             c.execute(
@@ -234,6 +237,7 @@ impl Store {
         })
     }
 
+    /// A key of the store's own.
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         self.with(|c| {
             c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
@@ -241,6 +245,7 @@ impl Store {
         })
     }
 
+    /// Keeps the outpost's watch cursor.
     pub fn save_cursor(&self, outpost_id: &str, cursor: &str) -> Result<()> {
         self.write(|c| {
             c.execute(
@@ -252,6 +257,7 @@ impl Store {
         })
     }
 
+    /// The outpost's watch cursor.
     pub fn cursor(&self, outpost_id: &str) -> Result<Option<String>> {
         self.with(|c| {
             c.query_row(

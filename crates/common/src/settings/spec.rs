@@ -17,9 +17,21 @@ pub enum Kind {
     /// `true` or `false`.
     Bool,
     /// A whole number in `min..=max` (`max == i64::MAX`: no upper bound).
-    Int { min: i64, max: i64 },
+    /// A whole number within bounds.
+    Int {
+        /// The smallest accepted.
+        min: i64,
+        /// The largest accepted.
+        max: i64,
+    },
     /// A number more than `above` and at most `max`.
-    Float { above: f64, max: f64 },
+    /// A number within bounds.
+    Float {
+        /// Values must be above this.
+        above: f64,
+        /// The largest accepted.
+        max: f64,
+    },
     /// One of these words.
     Choice(&'static [&'static str]),
     /// A duration such as `30d` (see the setting's help).
@@ -90,7 +102,9 @@ pub struct Setting {
     pub per_outpost: bool,
     /// A secret: never a flag, never in the file, never shown.
     pub secret: bool,
+    /// What values it takes.
     pub kind: Kind,
+    /// What it is when not given.
     pub default: DefaultValue,
     /// A value shown (commented out) in `garrison.toml.example` when the
     /// default is not a value.
@@ -140,21 +154,25 @@ impl Setting {
         self
     }
 
+    /// The default, as the file would spell it.
     pub const fn default(mut self, value: &'static str) -> Self {
         self.default = DefaultValue::Value(value);
         self
     }
 
+    /// The default, described in words.
     pub const fn described_default(mut self, text: &'static str) -> Self {
         self.default = DefaultValue::Described(text);
         self
     }
 
+    /// An example value, as the file would spell it.
     pub const fn example(mut self, value: &'static str) -> Self {
         self.example = Some(value);
         self
     }
 
+    /// May be set per `[[outpost]]` table.
     pub const fn per_outpost(mut self) -> Self {
         self.per_outpost = true;
         self

@@ -62,6 +62,7 @@ fn number(v: f64) -> String {
 }
 
 impl Exposition {
+    /// An empty exposition.
     pub fn new() -> Self {
         Self::default()
     }
@@ -81,6 +82,7 @@ impl Exposition {
         self.sample(name, &[], value as f64);
     }
 
+    /// Adds a gauge.
     pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.header(name, "gauge", help);
         self.sample(name, &[], value);
@@ -116,6 +118,7 @@ impl Exposition {
         self.sample(&format!("{name}_count"), &[], h.count as f64);
     }
 
+    /// The exposition text.
     pub fn finish(self) -> String {
         self.out
     }
@@ -124,23 +127,35 @@ impl Exposition {
 /// What `/metrics` shows besides [`Metrics`]: read from the store, the
 /// fleet client and the queue views at scrape time.
 pub struct Scrape<'a> {
+    /// Garrison's counters.
     pub metrics: &'a Metrics,
     /// Recorded sessions by stage label.
     pub sessions_by_stage: BTreeMap<String, u64>,
+    /// The fleet API requests, per route.
     pub fleet: fleet::RequestStats,
+    /// Each outpost's queue.
     pub outposts: Vec<OutpostScrape>,
+    /// Whether every outpost is synced.
     pub ready: bool,
+    /// Garrison's version.
     pub version: &'a str,
+    /// When serving started.
     pub started_at_ms: i64,
     /// Writes to the state store since this process opened it.
     pub store_writes: u64,
 }
 
+/// One outpost's queue, for the exposition.
 pub struct OutpostScrape {
+    /// The outpost.
     pub outpost_id: String,
+    /// Watch reconnections.
     pub watch_reconnects: u64,
+    /// Full relists.
     pub relists: u64,
+    /// When the view was last in sync.
     pub synced_at_ms: i64,
+    /// Sessions waiting.
     pub pending: u64,
 }
 

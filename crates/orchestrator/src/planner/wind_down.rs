@@ -10,7 +10,9 @@ use super::Finish;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SnapshotReason {
+    /// Taken as the session went to sleep.
     Suspend,
+    /// Taken of a failed session.
     Recovery,
     /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
     Operator,
@@ -19,6 +21,7 @@ pub enum SnapshotReason {
 /// Everything [`plan_wind_down`] looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindDownObs {
+    /// How the session ends.
     pub finish: Finish,
     /// A remote ran in the session's sandbox in this claim.
     pub ran_remote: bool,
@@ -38,6 +41,7 @@ pub struct WindDownObs {
 pub struct WindDown {
     /// Snapshot the workspace, for this reason, before the sandbox goes.
     pub snapshot: Option<SnapshotReason>,
+    /// What becomes of the sandbox.
     pub sandbox: SandboxEnd,
     /// Delete every snapshot of the session.
     pub delete_snapshots: bool,
@@ -51,6 +55,7 @@ pub enum SandboxEnd {
     /// Suspended: it waits for the resume claim with its memory (the
     /// snapshot is the fallback).
     Suspend,
+    /// Destroy it.
     Destroy,
 }
 

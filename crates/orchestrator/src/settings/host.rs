@@ -29,6 +29,7 @@ impl fmt::Debug for HostEnv {
 }
 
 impl HostEnv {
+    /// A host with this user and these variables.
     pub fn new(euid: u32, vars: BTreeMap<String, String>) -> Self {
         Self { euid, vars }
     }
@@ -65,6 +66,7 @@ impl HostEnv {
             .filter(|p| p.is_absolute())
     }
 
+    /// The home directory, if known.
     pub fn home(&self) -> Option<PathBuf> {
         self.var("HOME").map(PathBuf::from)
     }

@@ -226,6 +226,7 @@ pub struct BackendSource<'a> {
 }
 
 impl<'a> BackendSource<'a> {
+    /// Reads from `host` and the file keys `file`.
     pub fn new(host: &'a HostEnv, file: &'a BTreeMap<&'static str, Sourced<String>>) -> Self {
         Self {
             host,

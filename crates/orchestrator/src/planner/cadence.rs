@@ -10,7 +10,8 @@
 
 use fleet::SessionStatus;
 
-use super::{EntryObs, Millis, RemoteObs, Stage};
+use super::stage::Stage;
+use super::terms::{EntryObs, Millis, RemoteObs};
 
 /// The cadence of a session that is not settled.
 pub const LOOK_MS: Millis = 100;

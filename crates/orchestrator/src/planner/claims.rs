@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
 
-use super::{Finish, Millis, Stage};
+use super::stage::{Finish, Stage};
+use super::terms::Millis;
 
 /// How long a session this orchestrator gave back (a refused binary, start
 /// failures, a failed session) is left to others.

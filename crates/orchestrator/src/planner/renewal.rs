@@ -10,7 +10,7 @@
 //! than [`MIN_RENEW_INTERVAL_MS`], so no answer can make Garrison re-claim
 //! in a loop.
 
-use super::{Millis, Policy};
+use super::terms::{Millis, Policy};
 
 /// The claim lifetime taken when an answer says nothing usable (observed:
 /// about 5 minutes). Also the longest lifetime believed: a longer one can

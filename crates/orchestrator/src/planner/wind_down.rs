@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Finish;
+use super::stage::Finish;
 
 /// Why a snapshot was kept (the wind-down decides it; the store records
 /// it beside the snapshot).

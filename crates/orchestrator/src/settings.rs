@@ -53,25 +53,5 @@ pub use resolve::{BackendSource, resolve, resolve_process};
 pub use resolved::*;
 pub use validate::Backends;
 
-/// The backend used when none is configured: a container per session on
-/// this machine. `host` (no isolation) must be asked for.
-pub const DEFAULT_BACKEND: &str = "local";
-/// Restarts of a crashing remote before the session is given up.
-pub const DEFAULT_MAX_RESTARTS: u32 = 3;
-/// The default cap of a session log, in MiB.
-pub const DEFAULT_SESSION_LOG_MAX_MB: u64 = crate::planner::DEFAULT_SESSION_LOG_MAX_BYTES >> 20;
-/// The environment variable holding the Devin token.
-pub const TOKEN_ENV: &str = "DEVIN_OUTPOSTS_TOKEN";
-/// The environment variable holding the snapshot encryption key (64 hex
-/// digits); never a flag or a file key, like the token.
-pub const SNAPSHOT_KEY_ENV: &str = "GARRISON_SNAPSHOT_KEY";
-/// The environment variable naming the configuration directory.
-pub const CONFIG_DIR_ENV: &str = "GARRISON_CONFIG";
-/// The TOML file read from the configuration directory when `--config` is
-/// not given.
-pub const CONFIG_FILE_NAME: &str = "garrison.toml";
-/// The file `garrison connect` writes in the configuration directory.
-pub const CREDENTIALS_FILE_NAME: &str = "credentials.json";
-
 #[cfg(test)]
 mod tests;

@@ -18,8 +18,8 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::AdminState;
 use super::listing::{self, SessionQuery};
+use super::state::AdminState;
 use crate::api::{
     LogChunk, OutpostView, SessionDetail, SessionPage, SessionSummary, StatusView, TerminateRequest,
 };

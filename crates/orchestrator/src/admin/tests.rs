@@ -1,6 +1,9 @@
 use std::path::Path;
 
+use std::time::Duration;
+
 use super::*;
+use crate::serving::Serving;
 
 /// The routes as a listener beyond loopback serves them (`router`'s
 /// flag; bound to loopback here, as tests must be).

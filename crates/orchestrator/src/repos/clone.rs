@@ -17,8 +17,8 @@ use anyhow::{Context, anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
 use tokio::io::AsyncReadExt;
 
-use super::PlannedClone;
 use super::credentials::{check_config, clone_argv, clone_env};
+use super::plan::PlannedClone;
 use crate::session_log::SessionLogs;
 use crate::settings::Repos;
 

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone};
+use super::plan::{GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone};
 use crate::settings::Repos;
 
 /// Answers git's `get` with the two variables of its own environment and

@@ -10,7 +10,7 @@ use common::settings::read_owner_only_if_present;
 use fleet::Secret;
 use serde::{Deserialize, Serialize};
 
-use super::SettingsError;
+use common::settings::SettingsError;
 
 /// What `garrison connect` saves: `credentials.json`, mode 0600.
 ///

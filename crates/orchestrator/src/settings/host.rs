@@ -6,7 +6,9 @@ use std::fmt;
 use std::fs;
 use std::path::PathBuf;
 
-use super::{CONFIG_DIR_ENV, CONFIG_FILE_NAME, CREDENTIALS_FILE_NAME, SettingsError};
+use common::settings::SettingsError;
+
+use super::resolved::{CONFIG_DIR_ENV, CONFIG_FILE_NAME, CREDENTIALS_FILE_NAME};
 
 /// What defaults depend on: the effective user and the environment. Gathered
 /// once at the edge ([`HostEnv::current`]) so the logic here stays pure.

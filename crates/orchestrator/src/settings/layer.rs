@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use fleet::Secret;
 
 use super::names::{self, Setting};
-use super::{HostEnv, Origin, Sourced};
+use common::settings::{Origin, Sourced};
+
+use super::host::HostEnv;
 
 /// One layer of settings (flags, environment or file), every field optional.
 ///

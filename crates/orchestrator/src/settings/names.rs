@@ -295,7 +295,7 @@ pub const GIT_TOKEN: Setting = Setting::secret(
 /// The `token` setting: The Devin token (else the credentials file `garrison connect` writes).
 pub const TOKEN: Setting = Setting::secret(
     "token",
-    super::TOKEN_ENV,
+    super::resolved::TOKEN_ENV,
     "The Devin token (else the credentials file `garrison connect` writes)",
 );
 /// The `log_format` setting: Log line format.

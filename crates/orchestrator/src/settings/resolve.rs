@@ -14,12 +14,16 @@ use sandbox::snapshot_store::ObjectStoreSettings;
 
 use super::names;
 use super::validate::*;
-use super::{
-    Credentials, DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_RESTARTS, DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB,
-    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, HostEnv, LogFormat, Origin, OutpostConfig,
-    OutpostTable, ProcessSettings, QueueMode, RawSettings, Repos, ServeConfig, SettingsError,
-    Sourced,
+use common::settings::{Origin, SettingsError, Sourced};
+
+use super::credentials::Credentials;
+use super::host::HostEnv;
+use super::layer::{OutpostTable, RawSettings};
+use super::resolved::{
+    DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_RESTARTS,
+    DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB, DEFAULT_SNAPSHOT_RETENTION,
+    DEFAULT_STATIC_BASE_URL, LogFormat, OutpostConfig, ProcessSettings, QueueMode, Repos,
+    ServeConfig,
 };
 use crate::planner::Policy;
 

@@ -9,7 +9,10 @@ use fleet::{Platform, Secret};
 use sandbox::plugin::BackendPlugin;
 
 use super::names::{self, Kind, Setting};
-use super::{Credentials, DEFAULT_API_URL, Origin, SettingsError, Sourced};
+use common::settings::{Origin, SettingsError, Sourced};
+
+use super::credentials::Credentials;
+use super::resolved::DEFAULT_API_URL;
 
 /// The backends Garrison was built with, in the order `--help` and errors
 /// list them: the `garrison` crate's registry.

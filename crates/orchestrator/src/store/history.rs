@@ -6,7 +6,7 @@ use rusqlite::params;
 use sandbox::SnapshotRef;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, json, parse};
+use super::db::{Store, json, parse};
 use crate::planner::{Millis, SnapshotReason};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

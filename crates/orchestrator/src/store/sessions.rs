@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use sandbox::{Handle, ProcessRef};
 use serde::{Deserialize, Serialize};
 
-use super::{Store, json, opt_json, parse, parse_opt};
+use super::db::{Store, json, opt_json, parse, parse_opt};
 use crate::planner::{Millis, Stage};
 
 /// One held (or once held) session, as recorded.

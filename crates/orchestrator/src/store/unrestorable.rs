@@ -12,7 +12,7 @@ use anyhow::Result;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::Store;
+use super::db::Store;
 use crate::planner::Millis;
 
 /// Why a session is not claimed here again.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::Secret;
 
 pub mod spec;
-pub use spec::{DefaultValue, Kind, Setting};
+pub use spec::{DefaultValue, Kind, Setting, or_list};
 
 /// Where a value came from; its `Display` is the name a user would look
 /// for, e.g. `SANDBOX_CPUS (environment)` or `cpus in /etc/garrison/garrison.toml`.
@@ -310,19 +310,6 @@ pub fn image(value: &Sourced<String>) -> Result<String, SettingsError> {
         return Err(value.invalid("the image name is empty"));
     }
     Ok(image.to_owned())
-}
-
-/// `["a", "b", "c"]` as "a, b or c", for messages that list the accepted
-/// values; empty for none.
-pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
-    match items.split_last() {
-        Some((last, [])) => last.as_ref().to_owned(),
-        Some((last, rest)) => {
-            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
-            format!("{} or {}", rest.join(", "), last.as_ref())
-        }
-        None => String::new(),
-    }
 }
 
 /// A [`SettingsSource`] over plain maps, for tests and for callers that

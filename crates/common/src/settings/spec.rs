@@ -59,7 +59,7 @@ impl Kind {
             Kind::Int { min, max } if max == i64::MAX => Some(format!("at least {min}")),
             Kind::Int { min, max } => Some(format!("{min}-{max}")),
             Kind::Float { above, max } => Some(format!("more than {above} and at most {max}")),
-            Kind::Choice(words) => Some(super::or_list(words)),
+            Kind::Choice(words) => Some(or_list(words)),
             Kind::Bool => Some("true or false".to_owned()),
             Kind::Text | Kind::Path | Kind::Duration | Kind::List | Kind::Backend => None,
         }
@@ -211,6 +211,19 @@ impl Setting {
 /// The setting called `name` in `table`.
 pub fn find<'t>(table: &'t [Setting], name: &str) -> Option<&'t Setting> {
     table.iter().find(|s| s.name == name)
+}
+
+/// `["a", "b", "c"]` as "a, b or c", for messages that list the accepted
+/// values; empty for none.
+pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
+    match items.split_last() {
+        Some((last, [])) => last.as_ref().to_owned(),
+        Some((last, rest)) => {
+            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
+            format!("{} or {}", rest.join(", "), last.as_ref())
+        }
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use tracing::{debug, warn};
 
+use super::base::{FleetClient, MAX_PAGE_SIZE, SCOPE_MACHINE};
 use super::page::{RawPage, parse_entry};
 use super::request::Call;
-use super::{FleetClient, MAX_PAGE_SIZE, SCOPE_MACHINE};
 use crate::error::{ClaimError, FleetError};
 use crate::http;
 use crate::stats::route;

@@ -9,7 +9,6 @@ pub mod admin;
 pub mod api;
 mod clock;
 pub mod contract;
-mod deps;
 pub mod metrics;
 pub mod planner;
 pub mod queue;

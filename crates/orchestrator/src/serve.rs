@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::clock::now_ms;
-use crate::deps::Deps;
 use crate::metrics::Metrics;
 use crate::planner::{RunnerEnd, cooldown_until};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
+use crate::session::Deps;
 use crate::session::{OperatorStops, SessionRunner};
 use crate::session_log::SessionLogs;
 use crate::settings::ServeConfig;

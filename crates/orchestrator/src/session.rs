@@ -15,19 +15,19 @@ use serde_json::json;
 use tracing::{error, info};
 
 pub use crate::clock::now_ms;
-pub use crate::deps::Deps;
 use crate::planner::{
     EntryObs, LookObs, Millis, OperatorStop, RemoteObs, RunnerEnd, SessionAction, SessionObs,
     Stage, look_again_in, plan_session,
 };
 use crate::store::SessionRecord;
 
-pub(crate) mod claim_keeper;
+mod claim_keeper;
 mod clone_repos;
+mod deps;
 mod finish;
 mod observe;
 mod provision;
-pub(crate) mod registry;
+mod registry;
 mod renew;
 mod run;
 mod snapshots;
@@ -37,6 +37,7 @@ mod wind_down;
 
 use claim_keeper::ClaimKeeper;
 pub use claim_keeper::LearnedLifetime;
+pub use deps::Deps;
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
 

@@ -19,8 +19,8 @@ use tokio::io::AsyncReadExt;
 
 use super::credentials::{check_config, clone_argv, clone_env};
 use super::plan::PlannedClone;
+use super::plan::Repos;
 use crate::session_log::SessionLogs;
-use crate::settings::Repos;
 
 /// A clone (or its unpacking) that takes longer than this is stopped and
 /// the start fails.

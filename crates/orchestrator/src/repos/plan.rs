@@ -1,7 +1,10 @@
-//! The clone plan: which directory each repository is cloned into, and the
-//! names of the variables the clone reads its credentials from.
+//! The clone plan: the repositories configured ([`Repos`]), which
+//! directory each is cloned into, and the names of the variables the clone
+//! reads its credentials from.
 
 use std::collections::HashSet;
+
+use common::Secret;
 
 use super::urls::{dir_name, validate_url};
 
@@ -25,6 +28,18 @@ pub struct PlannedClone {
     pub url: String,
     /// Relative to the remote's working directory: `<name>`.
     pub dir: String,
+}
+
+/// Repositories to clone into a fresh sandbox, and the credentials given to
+/// the clone command only. `Debug` never shows the token.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Repos {
+    /// Validated clone URLs, without credentials.
+    pub urls: Vec<String>,
+    /// The git user name given to clones.
+    pub git_username: Option<String>,
+    /// The git token given to clones.
+    pub git_token: Option<Secret>,
 }
 
 /// Validates the URLs and gives each its directory, `<name>`; two URLs

@@ -12,11 +12,11 @@ use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
 use crate::clock::now_ms;
-use crate::deps::Deps;
 use crate::metrics::Metrics;
 use crate::planner::{
     ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay, cooldown_until, plan_claims,
 };
+use crate::session::Deps;
 use crate::session::SessionRunner;
 use crate::store::SessionRecord;
 

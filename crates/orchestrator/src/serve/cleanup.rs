@@ -12,8 +12,8 @@ use sandbox::Sandbox;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
-use crate::deps::Deps;
 use crate::planner::{Finish, Stage};
+use crate::session::Deps;
 use crate::store::Store;
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left

@@ -14,6 +14,7 @@ use sandbox::plugin::ConfiguredBackend;
 use sandbox::snapshot_store::ObjectStoreSettings;
 
 use crate::planner::Policy;
+pub use crate::repos::Repos;
 
 /// The backend used when none is configured: a container per session on
 /// this machine. `host` (no isolation) must be asked for.
@@ -81,18 +82,6 @@ pub struct OutpostConfig {
     pub platform: Platform,
     /// Cloned into every sandbox created fresh (see [`crate::repos`]).
     pub repos: Repos,
-}
-
-/// Repositories to clone into a fresh sandbox, and the credentials given to
-/// the clone command only. `Debug` never shows the token.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Repos {
-    /// Validated clone URLs, without credentials.
-    pub urls: Vec<String>,
-    /// The git user name given to clones.
-    pub git_username: Option<String>,
-    /// The git token given to clones.
-    pub git_token: Option<Secret>,
 }
 
 /// Everything `garrison serve` needs, validated.

@@ -7,12 +7,12 @@ use fleet::FleetClient;
 use sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
 
+use super::claim_keeper::LearnedLifetime;
+use super::registry::OperatorStops;
 use crate::metrics::Metrics;
 use crate::planner::Policy;
 use crate::queue::QueueView;
 use crate::remote::RemoteResolver;
-use crate::session::claim_keeper::LearnedLifetime;
-use crate::session::registry::OperatorStops;
 use crate::session_log::SessionLogs;
 use crate::settings::OutpostConfig;
 use crate::store::Store;

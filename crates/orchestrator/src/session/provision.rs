@@ -29,8 +29,6 @@ pub(super) struct ProvisionInput<'a> {
     pub(super) acceptor_id: &'a str,
     pub(super) image: Option<String>,
     pub(super) resources: Resources,
-    /// The gateway the remote reaches (the claim's, else the configured).
-    pub(super) gateway_url: Option<String>,
     /// `snapshot_integrity_fallback = fresh`.
     pub(super) corrupt_snapshot_starts_fresh: bool,
 }
@@ -226,7 +224,7 @@ async fn create_sandbox(
         resources: input.resources,
         network: sandbox::NetworkSpec {
             policy: policy.clone(),
-            gateway_url: input.gateway_url.clone(),
+            gateway_url: keeper.gateway_url(),
         },
     };
     // A restore from an object store can take longer than the claim

@@ -108,4 +108,8 @@ impl KeepClaim for SessionRunner {
     fn claim_lost(&self) -> bool {
         matches!(self.rec.stage, Stage::Finishing(_) | Stage::Done(_))
     }
+
+    fn gateway_url(&self) -> Option<String> {
+        SessionRunner::gateway_url(self)
+    }
 }

@@ -157,7 +157,6 @@ impl SessionRunner {
             acceptor_id: &self.deps.acceptor_id.clone(),
             image: self.deps.outpost.image.clone(),
             resources: self.deps.outpost.resources,
-            gateway_url: self.gateway_url(),
             corrupt_snapshot_starts_fresh: self.deps.policy.corrupt_snapshot_starts_fresh,
         };
         let provisioned = provision(&ctx, self, input).await?;

@@ -128,6 +128,9 @@ pub(super) trait KeepClaim {
     /// Whether a renewal during the step found the claim lost (the session
     /// is winding down).
     fn claim_lost(&self) -> bool;
+    /// The gateway the remote dials as of now: the claim's (a renewal may
+    /// name a new one), else the configured one.
+    fn gateway_url(&self) -> Option<String>;
 }
 
 /// Runs `step` while `keeper` keeps the claim alive.

@@ -1,3 +1,6 @@
+//! The wire types read leniently: unknown values kept, timestamps in every
+//! spelling, session ids checked.
+
 use super::*;
 use serde_json::json;
 

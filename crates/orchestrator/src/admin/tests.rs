@@ -1,3 +1,6 @@
+//! The admin listener: what needs the token beyond loopback, the session
+//! page's bounds, readiness, a port in use, the Host headers let through.
+
 use std::path::Path;
 
 use std::time::Duration;

@@ -1,3 +1,6 @@
+//! The queue view: what a list changes, which session is woken, where the
+//! watch resumes, and an expired cursor against the emulator.
+
 use super::*;
 use emulator::{Emulator, EmulatorConfig, NewSession};
 use fleet::{ClientOptions, Platform, Secret};

@@ -1,3 +1,6 @@
+//! Resolving devin-remote: the checksum file, the sandbox's architecture,
+//! one download for a burst of sessions, what a SHA may be.
+
 use super::*;
 
 #[test]

@@ -1,3 +1,6 @@
+//! The Prometheus exposition: help and type for every family, numeric
+//! values, cumulative histogram buckets.
+
 use super::*;
 
 /// One parsed sample line.

@@ -3,6 +3,6 @@
 use crate::planner::Millis;
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> Millis {
+pub(crate) fn now_ms() -> Millis {
     chrono::Utc::now().timestamp_millis()
 }

@@ -8,16 +8,20 @@
 pub mod admin;
 pub mod api;
 mod clock;
-pub mod contract;
-pub mod metrics;
+mod contract;
+mod metrics;
 pub mod planner;
 pub mod queue;
-pub mod redact;
+mod redact;
 pub mod remote;
 pub mod repos;
 pub mod serve;
 mod serving;
-pub mod session;
+mod session;
 pub mod session_log;
 pub mod settings;
 pub mod store;
+
+pub use metrics::{Histogram, HistogramSnapshot, Metrics};
+pub use redact::Redactor;
+pub use session::OperatorStops;

@@ -8,7 +8,7 @@ use std::sync::RwLock;
 const MIN_SECRET_LEN: usize = 8;
 
 /// What a secret is replaced with.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// A set of known secret values (the account token, connect tokens) that are
 /// replaced wherever they appear.

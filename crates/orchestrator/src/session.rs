@@ -14,7 +14,7 @@ use fleet::{NetworkPolicy, QueueEntry, SessionId};
 use serde_json::json;
 use tracing::{error, info};
 
-pub use crate::clock::now_ms;
+pub(crate) use crate::clock::now_ms;
 use crate::planner::{
     EntryObs, LookObs, Millis, OperatorStop, RemoteObs, RunnerEnd, SessionAction, SessionObs,
     Stage, look_again_in, plan_session,
@@ -36,14 +36,13 @@ mod step;
 mod wind_down;
 
 use claim_keeper::ClaimKeeper;
-pub use claim_keeper::LearnedLifetime;
-pub use deps::Deps;
+pub(crate) use deps::Deps;
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
 
 /// Drives one held session: observes, asks the planner, does the step,
 /// records the outcome.
-pub struct SessionRunner {
+pub(crate) struct SessionRunner {
     deps: Arc<Deps>,
     /// The session's id (the record's, checked).
     session_id: SessionId,
@@ -73,7 +72,7 @@ pub struct SessionRunner {
 
 impl SessionRunner {
     /// A runner for a fresh claim: `entry` is the claim response.
-    pub fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
+    pub(crate) fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
         let mut runner = Self::adopted(deps, entry.id().clone(), rec);
         runner.claim.take_answer(&entry);
         if let Some(token) = runner.claim.connect_token() {
@@ -91,7 +90,7 @@ impl SessionRunner {
     /// A runner for a session found in the state store (or adopted from the
     /// server's word that we hold it): no connect token in memory.
     /// `id` is the record's session id.
-    pub fn adopted(deps: Arc<Deps>, id: SessionId, rec: SessionRecord) -> Self {
+    pub(crate) fn adopted(deps: Arc<Deps>, id: SessionId, rec: SessionRecord) -> Self {
         debug_assert_eq!(id.as_str(), rec.session_id);
         let claim = ClaimKeeper::new(
             id.clone(),
@@ -149,7 +148,7 @@ impl SessionRunner {
     /// store leads back to, and a release would let a second remote start
     /// beside ours. Either way this process does not claim the session
     /// again for a while ([`crate::planner::cooldown_until`]).
-    pub async fn run(self) -> RunnerEnd {
+    pub(crate) async fn run(self) -> RunnerEnd {
         let logs = self.deps.logs.clone();
         let session_id = self.id().to_owned();
         let end = self.drive().await;

@@ -38,7 +38,7 @@ struct Claim {
 /// of an outpost: the lifetime is the server's, not a session's, so an
 /// answer without a deadline is read with what any answer taught.
 #[derive(Debug, Default)]
-pub struct LearnedLifetime(AtomicI64);
+pub(crate) struct LearnedLifetime(AtomicI64);
 
 impl LearnedLifetime {
     fn get(&self) -> Option<Millis> {

@@ -18,7 +18,7 @@ use crate::settings::OutpostConfig;
 use crate::store::Store;
 
 /// Everything a runner needs, shared by all runners of an outpost.
-pub struct Deps {
+pub(crate) struct Deps {
     /// The fleet API, for claims, renewals and releases.
     pub client: FleetClient,
     /// The outpost's sandbox backend.

@@ -95,7 +95,7 @@ pub enum FleetError {
 
     /// Connection refused, reset, DNS or TLS failure, ... The message names
     /// the reason first, then reqwest's whole chain of causes (see
-    /// [`crate::cause`]), which is why `error` is not also its `source()`:
+    /// `cause.rs`), which is why `error` is not also its `source()`:
     /// a report walking sources would print the chain twice. The reqwest
     /// error may name the URL; URLs never carry the token.
     #[error("{route}: transport error: {}", crate::cause::describe(error))]

@@ -1,6 +1,6 @@
 //! Client for the Devin Outposts fleet API (`/opbeta/outposts`).
 //!
-//! [`wire`] holds the tolerant JSON types, [`FleetClient`] the typed calls
+//! `wire.rs` holds the tolerant JSON types ([`QueueEntry`], [`SessionId`], ...), [`FleetClient`] the typed calls
 //! (list, watch, get, claim, release, outposts), [`pkce`] the partner
 //! connection exchange. The crate knows nothing about sandboxes.
 //!

@@ -1,7 +1,7 @@
 //! Garrison's control loop.
 //!
 //! Data flows one way: the [`queue`] view observes the fleet API, the
-//! [`planner`] decides, the executor ([`session`], [`serve`]) performs
+//! [`planner`] decides, the executor (`session`, [`serve`]) performs
 //! through a [`sandbox::Sandbox`], and the [`store`] records every step
 //! before and after it happens.
 

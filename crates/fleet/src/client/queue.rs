@@ -168,7 +168,7 @@ impl FleetClient {
     /// page boundary can repeat; the later copy wins, in first-seen order).
     ///
     /// Returns the entries and the last cursor the server gave, to start
-    /// [`FleetClient::watch`] from. Pages of [`ClientOptions::list_page_size`].
+    /// [`FleetClient::watch`] from. Pages of [`crate::ClientOptions::list_page_size`].
     pub async fn list_all(
         &self,
         outpost: &str,

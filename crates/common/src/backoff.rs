@@ -11,11 +11,14 @@ use rand::Rng;
 /// Delays between attempts: `base * 2^attempt`, capped at `max`, jittered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
+    /// The first delay.
     pub base: Duration,
+    /// The longest delay.
     pub max: Duration,
 }
 
 impl Backoff {
+    /// Delays from `base`, doubling up to `max`.
     pub const fn new(base: Duration, max: Duration) -> Self {
         Self { base, max }
     }

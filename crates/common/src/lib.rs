@@ -4,9 +4,9 @@
 //! session may reach), [`Backoff`] (jittered retry delays) and the
 //! [`settings`] vocabulary every owner of a setting validates it with.
 
-pub mod backoff;
-pub mod network_policy;
-pub mod secret;
+mod backoff;
+mod network_policy;
+mod secret;
 pub mod settings;
 
 pub use backoff::Backoff;

@@ -11,8 +11,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkPolicy {
     #[serde(default)]
+    /// Whether the policy restricts egress at all.
     pub enabled: bool,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// What the sandbox may reach when it does.
     pub allow: Vec<AllowRule>,
 }
 
@@ -22,9 +24,13 @@ pub struct NetworkPolicy {
 /// must treat `Unknown` as "allows nothing".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AllowRule {
+    /// A host name (with its subdomains as the server means them).
     Hostname(String),
+    /// An IPv4 address or CIDR range.
     Ipv4(String),
+    /// An IPv6 address or CIDR range.
     Ipv6(String),
+    /// A rule this version does not know; kept verbatim.
     Unknown(serde_json::Value),
 }
 

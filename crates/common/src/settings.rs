@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::Secret;
 
 pub mod spec;
-pub use spec::{DefaultValue, Kind, Setting};
+pub use spec::{DefaultValue, Kind, Setting, or_list};
 
 /// Where a value came from; its `Display` is the name a user would look
 /// for, e.g. `SANDBOX_CPUS (environment)` or `cpus in /etc/garrison/garrison.toml`.
@@ -30,15 +30,24 @@ pub enum Origin {
     /// A key of the TOML file; `outpost` is the id of the `[[outpost]]`
     /// table holding it, if any.
     File {
+        /// The file.
         path: PathBuf,
+        /// The key.
         key: &'static str,
+        /// The `[[outpost]]` table holding the key, if any.
         outpost: Option<String>,
     },
     /// A field of the credentials file.
-    Credentials { path: PathBuf, key: &'static str },
+    Credentials {
+        /// The credentials file.
+        path: PathBuf,
+        /// The field.
+        key: &'static str,
+    },
 }
 
 impl Origin {
+    /// A key of the TOML file at `path`.
     pub fn file(path: &Path, key: &'static str, outpost: Option<&str>) -> Self {
         Self::File {
             path: path.to_owned(),
@@ -71,11 +80,14 @@ impl fmt::Display for Origin {
 /// A value and where it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sourced<T> {
+    /// The value.
     pub value: T,
+    /// Where it came from.
     pub origin: Origin,
 }
 
 impl<T> Sourced<T> {
+    /// A value from `origin`.
     pub fn new(value: T, origin: Origin) -> Self {
         Self { value, origin }
     }
@@ -95,27 +107,56 @@ impl<T> Sourced<T> {
 pub enum SettingsError {
     /// A value was given but is not acceptable.
     #[error("invalid {origin}: {reason}")]
-    Invalid { origin: Origin, reason: String },
+    Invalid {
+        /// Where the value came from.
+        origin: Origin,
+        /// Why it is refused.
+        reason: String,
+    },
     /// A file could not be parsed; `reason` names the key or position.
     #[error("invalid {}: {reason}", path.display())]
-    Parse { path: PathBuf, reason: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        reason: String,
+    },
     #[error("cannot read {}: {error}", path.display())]
-    Read { path: PathBuf, error: io::Error },
+    /// A file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
     #[error("cannot write {}: {error}", path.display())]
-    Write { path: PathBuf, error: io::Error },
+    /// A file could not be written.
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
     /// A file holding a secret grants access to other users.
     #[error(
         "refusing to read {path}: its mode {mode:04o} lets other users read or change it; \
          run `chmod 600 {path}`",
         path = path.display()
     )]
-    InsecureCredentials { path: PathBuf, mode: u32 },
+    InsecureCredentials {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     #[error(
         "no outpost to serve: pass --outpost, set OUTPOST_ID, add an [[outpost]] table, \
          or run `garrison connect`"
     )]
+    /// No outpost was given and none can be found.
     NoOutpost,
     #[error("no Devin token: set DEVIN_OUTPOSTS_TOKEN or run `garrison connect`")]
+    /// No Devin token was given and none was saved.
     NoToken,
     /// A setting that has no default was not given; the message says how
     /// to give it.
@@ -124,7 +165,9 @@ pub enum SettingsError {
     /// A default directory depends on `HOME`, which is not set.
     #[error("cannot choose the {what}: HOME is not set; {hint}")]
     NoHome {
+        /// The directory that could not be chosen.
         what: &'static str,
+        /// How to give it instead.
         hint: &'static str,
     },
 }
@@ -269,25 +312,15 @@ pub fn image(value: &Sourced<String>) -> Result<String, SettingsError> {
     Ok(image.to_owned())
 }
 
-/// `["a", "b", "c"]` as "a, b or c", for messages that list the accepted
-/// values; empty for none.
-pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
-    match items.split_last() {
-        Some((last, [])) => last.as_ref().to_owned(),
-        Some((last, rest)) => {
-            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
-            format!("{} or {}", rest.join(", "), last.as_ref())
-        }
-        None => String::new(),
-    }
-}
-
 /// A [`SettingsSource`] over plain maps, for tests and for callers that
 /// assemble settings themselves.
 #[derive(Clone, Debug, Default)]
 pub struct MapSource {
+    /// The environment variables.
     pub vars: std::collections::BTreeMap<String, String>,
+    /// The file keys, with their origins.
     pub file: std::collections::BTreeMap<String, Sourced<String>>,
+    /// The home directory, if any.
     pub home: Option<PathBuf>,
 }
 

@@ -12,7 +12,7 @@ use std::io::ErrorKind;
 /// (Connect): tcp connect error: Connection refused (os error 111)"`: the
 /// reason in plain words when it can be told, then every message of the
 /// chain.
-pub fn describe(err: &(dyn Error + 'static)) -> String {
+pub(crate) fn describe(err: &(dyn Error + 'static)) -> String {
     let chain = chain(err);
     match reason(err, &chain) {
         Some(reason) => format!("{reason}: {chain}"),
@@ -23,7 +23,7 @@ pub fn describe(err: &(dyn Error + 'static)) -> String {
 /// The messages of `err` and its sources joined with `": "`, leaving out a
 /// message its predecessor already contains (some errors repeat their
 /// source's text in their own).
-pub fn chain(err: &(dyn Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next: Option<&(dyn Error + 'static)> = Some(err);
     while let Some(e) = next {

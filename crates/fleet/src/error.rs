@@ -10,44 +10,63 @@ use std::time::Duration;
 use common::Secret;
 
 /// Longest server body kept in an error, in characters.
-pub const MAX_SNIPPET_CHARS: usize = 512;
+pub(crate) const MAX_SNIPPET_CHARS: usize = 512;
 
 /// A failed call to the fleet API.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     /// 401: the token is missing, malformed, expired or revoked.
     #[error("{route}: unauthorized (401): the fleet API refused the token")]
-    Unauthorized { route: &'static str },
+    Unauthorized {
+        /// The route called.
+        route: &'static str,
+    },
 
     /// 403: the token is valid but lacks a scope.
     #[error("{route}: forbidden (403): the token probably lacks scope {scope_hint}: {body}")]
     Forbidden {
+        /// The route called.
         route: &'static str,
         /// The scope this route needs (`account.outposts.machine` or
         /// `account.outposts.orchestrator`).
         scope_hint: &'static str,
+        /// What the server said, bounded and scrubbed.
         body: String,
     },
 
     /// 404 where the caller did not ask for "absent" as a value.
     #[error("{route}: not found (404)")]
-    NotFound { route: &'static str },
+    NotFound {
+        /// The route called.
+        route: &'static str,
+    },
 
     /// 409 where the route has no typed conflict outcome of its own.
     #[error("{route}: conflict (409): {body}")]
-    Conflict { route: &'static str, body: String },
+    Conflict {
+        /// The route called.
+        route: &'static str,
+        /// What the server said, bounded and scrubbed.
+        body: String,
+    },
 
     /// 410 on a list or watch: the server no longer keeps events after the
     /// cursor (or never issued it, e.g. after a server restart). Changes were
     /// missed: list again and watch from the new list's cursor.
     #[error("{route}: cursor expired (410): list again")]
-    CursorExpired { route: &'static str },
+    CursorExpired {
+        /// The route called.
+        route: &'static str,
+    },
 
     /// Any other non-success status, with a bounded, token-scrubbed body.
     #[error("{route}: HTTP {code}: {body}")]
     Status {
+        /// The route called.
         route: &'static str,
+        /// The HTTP status.
         code: u16,
+        /// What the server said, bounded and scrubbed.
         body: String,
         /// How long the server asked to be left alone (`Retry-After` on a
         /// 429 or 503), capped; callers that try again wait at least this.
@@ -56,32 +75,43 @@ pub enum FleetError {
 
     /// The response (or one SSE line/event) exceeded the configured cap.
     #[error("{route}: response body exceeds {limit} bytes")]
-    BodyTooLarge { route: &'static str, limit: usize },
+    BodyTooLarge {
+        /// The route called.
+        route: &'static str,
+        /// The cap, in bytes.
+        limit: usize,
+    },
 
     /// A request, or a watch stream that went silent, ran out of time.
     #[error("{route}: timed out ({what} after {after:?})")]
     Timeout {
+        /// The route called.
         route: &'static str,
         /// What timed out: `"request"` or `"watch idle"`.
         what: &'static str,
+        /// How long it waited.
         after: Duration,
     },
 
     /// Connection refused, reset, DNS or TLS failure, ... The message names
     /// the reason first, then reqwest's whole chain of causes (see
-    /// [`crate::cause`]), which is why `error` is not also its `source()`:
+    /// `cause.rs`), which is why `error` is not also its `source()`:
     /// a report walking sources would print the chain twice. The reqwest
     /// error may name the URL; URLs never carry the token.
     #[error("{route}: transport error: {}", crate::cause::describe(error))]
     Transport {
+        /// The route called.
         route: &'static str,
+        /// What reqwest reported.
         error: reqwest::Error,
     },
 
     /// The server answered 2xx with a body this client cannot use.
     #[error("{route}: cannot decode response: {message}")]
     Decode {
+        /// The route called.
         route: &'static str,
+        /// What could not be used.
         message: String,
     },
 
@@ -89,7 +119,9 @@ pub enum FleetError {
     /// a cursor.
     #[error("{route}: paging did not end: {message}")]
     Paging {
+        /// The route called.
         route: &'static str,
+        /// What went wrong.
         message: String,
     },
 
@@ -162,6 +194,7 @@ pub enum ClaimError {
 }
 
 impl ClaimError {
+    /// Whether another acceptor holds the session.
     pub fn is_conflict(&self) -> bool {
         matches!(self, Self::Conflict)
     }

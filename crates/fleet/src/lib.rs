@@ -1,6 +1,6 @@
 //! Client for the Devin Outposts fleet API (`/opbeta/outposts`).
 //!
-//! [`wire`] holds the tolerant JSON types, [`FleetClient`] the typed calls
+//! `wire.rs` holds the tolerant JSON types ([`QueueEntry`], [`SessionId`], ...), [`FleetClient`] the typed calls
 //! (list, watch, get, claim, release, outposts), [`pkce`] the partner
 //! connection exchange. The crate knows nothing about sandboxes.
 //!
@@ -21,17 +21,19 @@
 //! # let _ = entries; Ok(()) }
 //! ```
 
-pub mod cause;
-pub mod client;
-pub mod error;
+mod cause;
+mod client;
+mod error;
 mod http;
 mod outposts;
 pub mod pkce;
-pub mod retry;
+mod retry;
+mod session_id;
 mod sse;
 pub mod stats;
-pub mod watch;
-pub mod wire;
+mod timestamp;
+mod watch;
+mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -43,6 +43,7 @@ const EXCHANGE_MAX_BODY: usize = 1 << 20;
 /// the challenge goes to the browser.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pkce {
+    /// The secret the challenge was made from; sent with the code.
     pub verifier: Secret,
     /// `base64url_nopad(sha256(verifier))`.
     pub challenge: String,
@@ -80,21 +81,46 @@ pub enum ConnectError {
     /// The code is expired, already used, or does not match the verifier.
     /// Terminal: start the flow again with a new [`Pkce`].
     #[error("invalid_grant: the authorization code was refused; start the connection again ({})", description.as_deref().unwrap_or("no description"))]
-    InvalidGrant { description: Option<String> },
+    InvalidGrant {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     #[error("invalid_request: {}", description.as_deref().unwrap_or("no description"))]
-    InvalidRequest { description: Option<String> },
+    /// `invalid_request`.
+    InvalidRequest {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     #[error("invalid_client: {}", description.as_deref().unwrap_or("no description"))]
-    InvalidClient { description: Option<String> },
+    /// `invalid_client`.
+    InvalidClient {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     #[error("unauthorized_client: {}", description.as_deref().unwrap_or("no description"))]
-    UnauthorizedClient { description: Option<String> },
+    /// `unauthorized_client`.
+    UnauthorizedClient {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     #[error("unsupported_grant_type: {}", description.as_deref().unwrap_or("no description"))]
-    UnsupportedGrantType { description: Option<String> },
+    /// `unsupported_grant_type`.
+    UnsupportedGrantType {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     #[error("invalid_scope: {}", description.as_deref().unwrap_or("no description"))]
-    InvalidScope { description: Option<String> },
+    /// `invalid_scope`.
+    InvalidScope {
+        /// The server's `error_description`.
+        description: Option<String>,
+    },
     /// Another RFC 6749 error code, or one from the callback (`access_denied`).
     #[error("{error}: {}", description.as_deref().unwrap_or("no description"))]
     OAuth {
+        /// The error code.
         error: String,
+        /// The server's `error_description`.
         description: Option<String>,
     },
     /// A malformed URL or callback, transport failure, unexpected status, ...
@@ -124,9 +150,11 @@ impl ConnectError {
 /// suggestions the admin may edit, and the partner's icon.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnectRequest<'a> {
+    /// The outpost name suggested.
     pub outpost_name: Option<&'a str>,
     /// URL of a PNG icon shown for the outpost.
     pub outpost_image: Option<&'a str>,
+    /// The platform suggested.
     pub platform: Option<&'a Platform>,
 }
 

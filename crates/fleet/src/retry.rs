@@ -11,6 +11,7 @@ pub use common::Backoff;
 pub struct RetryPolicy {
     /// Total attempts including the first; 1 disables retries.
     pub attempts: u32,
+    /// The delays between attempts.
     pub backoff: Backoff,
 }
 
@@ -36,12 +37,12 @@ impl RetryPolicy {
 /// The longest a `Retry-After` is waited out within one call: a server that
 /// asks for more gets the call back after this long (its caller's own
 /// backoff then spaces further tries).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): delay-seconds or an HTTP-date,
 /// the date read against `now`; capped at [`MAX_RETRY_AFTER`]. A date in the
 /// past is no wait; anything unreadable is `None`.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     let wait = if let Ok(secs) = value.parse::<u64>() {
         Duration::from_secs(secs)

@@ -10,15 +10,25 @@ use std::sync::Mutex;
 /// Route templates, used in errors, logs and [`RequestStats`]. Templates, not
 /// URLs, so label cardinality stays fixed whatever the session ids are.
 pub mod route {
+    /// Listing the queue.
     pub const LIST: &str = "GET /devins";
+    /// Watching the queue.
     pub const WATCH: &str = "GET /devins?watch=true";
+    /// Reading one entry.
     pub const GET: &str = "GET /devins/{session_id}";
+    /// Claiming (or renewing) a session.
     pub const CLAIM: &str = "POST /devins/{session_id}/claim";
+    /// Releasing a claim.
     pub const RELEASE: &str = "POST /devins/{session_id}/release";
+    /// Listing outposts.
     pub const LIST_OUTPOSTS: &str = "GET /outposts";
+    /// Creating an outpost.
     pub const CREATE_OUTPOST: &str = "POST /outposts";
+    /// Reading one outpost.
     pub const GET_OUTPOST: &str = "GET /outposts/{id}";
+    /// Deleting an outpost.
     pub const DELETE_OUTPOST: &str = "DELETE /outposts/{id}";
+    /// Exchanging a connect code for a token.
     pub const CONNECTION_TOKEN: &str = "POST /outposts/connection-token";
 }
 
@@ -44,6 +54,7 @@ pub struct RouteStats {
 /// A snapshot of all counters, by route template (see [`route`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestStats {
+    /// Counts per route template.
     pub routes: BTreeMap<&'static str, RouteStats>,
 }
 

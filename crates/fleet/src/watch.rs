@@ -51,14 +51,18 @@ pub enum WatchItem {
     /// [`FleetError::Unauthorized`] repeat forever; the caller decides when
     /// to give up by dropping the stream.
     Disconnected {
+        /// Why it ended; `None` when the server closed it.
         error: Option<FleetError>,
+        /// When the next attempt starts.
         retry_in: Duration,
     },
     /// A connection opened after a [`WatchItem::Disconnected`]. `reconnects`
     /// counts them (1 for the first); `cursor` is where it resumed. The very
     /// first connection is not announced.
     Reconnected {
+        /// Reconnections so far, 1 for the first.
         reconnects: u64,
+        /// Where the stream resumed.
         cursor: Option<String>,
     },
 }

@@ -8,15 +8,15 @@
 
 use std::fmt;
 
-use chrono::{DateTime, TimeZone, Utc};
-use serde::de::{self, Deserializer};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize, Serializer};
 
 use common::Secret;
 pub use common::{AllowRule, NetworkPolicy};
 
-/// Longest session id accepted from the server. Real ids are ~40 characters.
-pub const MAX_SESSION_ID_LEN: usize = 256;
+pub use crate::session_id::{InvalidEntry, MAX_SESSION_ID_LEN, SessionId, validate_session_id};
+use crate::timestamp::lenient_timestamp;
+pub use crate::timestamp::{Timestamp, TimestampFormat};
 
 /// Declares a string enum with a catch-all `Unknown(String)` variant that
 /// round-trips the server's spelling.
@@ -25,12 +25,13 @@ macro_rules! wire_enum {
         $(#[$meta])*
         #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub enum $name {
-            $($variant,)+
+            $(#[doc = concat!("`", $wire, "` on the wire.")] $variant,)+
             /// A value this client does not know; kept verbatim.
             Unknown(String),
         }
 
         impl $name {
+            /// The server's spelling.
             pub fn as_str(&self) -> &str {
                 match self {
                     $(Self::$variant => $wire,)+
@@ -118,102 +119,6 @@ impl SessionStatus {
     }
 }
 
-/// An instant on the wire. Accepts Unix seconds (integer or fractional),
-/// Unix milliseconds, numeric strings and ISO-8601 / RFC 3339 strings;
-/// serializes as fractional Unix seconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp(pub DateTime<Utc>);
-
-/// Numbers at or above this are taken as milliseconds: 1e11 seconds is the
-/// year 5138, 1e11 milliseconds is 1973.
-const MILLIS_THRESHOLD: f64 = 1e11;
-
-/// Which encoding to write a timestamp in; the emulator uses this to exercise
-/// all three spellings seen in the wild.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TimestampFormat {
-    #[default]
-    Seconds,
-    Millis,
-    Iso8601,
-}
-
-impl Timestamp {
-    pub fn now() -> Self {
-        Self(Utc::now())
-    }
-
-    pub fn from_unix_millis(ms: i64) -> Option<Self> {
-        Utc.timestamp_millis_opt(ms).single().map(Self)
-    }
-
-    pub fn unix_millis(&self) -> i64 {
-        self.0.timestamp_millis()
-    }
-
-    /// Interprets a bare number as seconds or milliseconds by magnitude.
-    pub fn from_number(n: f64) -> Option<Self> {
-        if !n.is_finite() || n < 0.0 {
-            return None;
-        }
-        let ms = if n >= MILLIS_THRESHOLD { n } else { n * 1000.0 };
-        if ms > i64::MAX as f64 {
-            return None;
-        }
-        Self::from_unix_millis(ms.round() as i64)
-    }
-
-    pub fn parse_str(s: &str) -> Option<Self> {
-        let s = s.trim();
-        if let Ok(n) = s.parse::<f64>() {
-            return Self::from_number(n);
-        }
-        if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
-            return Some(Self(dt.with_timezone(&Utc)));
-        }
-        // ISO-8601 without an offset: taken as UTC.
-        chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-            .ok()
-            .map(|n| Self(n.and_utc()))
-    }
-
-    pub fn to_json(&self, format: TimestampFormat) -> serde_json::Value {
-        match format {
-            TimestampFormat::Seconds => serde_json::json!(self.unix_millis() as f64 / 1000.0),
-            TimestampFormat::Millis => serde_json::json!(self.unix_millis()),
-            TimestampFormat::Iso8601 => {
-                serde_json::json!(self.0.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            }
-        }
-    }
-}
-
-impl Serialize for Timestamp {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(self.unix_millis() as f64 / 1000.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Timestamp {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        let parsed = match &value {
-            serde_json::Value::Number(n) => n.as_f64().and_then(Timestamp::from_number),
-            serde_json::Value::String(s) => Timestamp::parse_str(s),
-            _ => None,
-        };
-        parsed.ok_or_else(|| de::Error::custom(format!("not a timestamp: {value}")))
-    }
-}
-
-/// Deserializes an optional timestamp, treating an unparseable value as absent
-/// rather than failing the whole entry.
-fn lenient_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
-    let value = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
-}
-
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
@@ -236,83 +141,111 @@ fn platform_or_default<'de, D: Deserializer<'de>>(d: D) -> Result<Platform, D::E
 /// One queued Devin session ("devin" in the API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueEntry {
+    /// Who the entry is and when it changed.
     pub metadata: EntryMetadata,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// What the session asks for.
     pub spec: EntrySpec,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// Where it is in the queue.
     pub status: EntryStatus,
 }
 
 impl QueueEntry {
+    /// The session's id, as text.
     pub fn session_id(&self) -> &str {
+        self.metadata.session_id.as_str()
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &SessionId {
         &self.metadata.session_id
     }
 
     /// Checks the fields later used to name things; see [`validate_session_id`].
     pub fn validate(&self) -> Result<(), InvalidEntry> {
-        validate_session_id(&self.metadata.session_id)
+        validate_session_id(self.metadata.session_id.as_str())
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Who an entry is and when it changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EntryMetadata {
-    pub session_id: String,
+    /// The session's id (checked as it is read: see [`SessionId`]).
+    pub session_id: SessionId,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// The outpost whose queue holds it.
     pub outpost_id: String,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it was queued.
     pub created_at: Option<Timestamp>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it last changed.
     pub updated_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What a session asks of its outpost.
 pub struct EntrySpec {
     #[serde(default)]
+    /// New, or a resume of an earlier session.
     pub kind: SessionKind,
     /// Null on the wire means the default platform, linux.
     #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The `devin-remote` build pinned for it, if any.
     pub remote_binary_sha: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
+    /// What the sandbox may reach.
     pub network_policy: NetworkPolicy,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Where an entry is in the queue.
 pub struct EntryStatus {
     #[serde(default)]
+    /// Pending, claimed, ...
     pub phase: Phase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Who holds the claim, if anyone.
     pub acceptor_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When the claim expires, on the server's clock.
     pub claim_deadline: Option<Timestamp>,
     #[serde(default)]
+    /// The Devin session's own status.
     pub session_status: SessionStatus,
     /// Present only in a successful claim response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_token: Option<Secret>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The gateway the remote dials, when the claim names one.
     pub gateway_url: Option<String>,
 }
 
 /// A page of `GET /devins`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListPage {
+    /// The entries of this page.
     pub items: Vec<QueueEntry>,
+    /// Where the next page starts.
     pub cursor: Option<String>,
+    /// Whether another page follows.
     pub has_next_page: bool,
+    /// How many entries match, when the server says.
     pub total: Option<u64>,
     /// Items dropped because they failed validation (logged by the client).
     pub skipped: usize,
@@ -321,8 +254,11 @@ pub struct ListPage {
 /// One server-sent event of a watch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WatchEvent {
+    /// Added, modified or deleted.
     pub event_type: EventType,
+    /// The entry as it is now (as it was, for a delete).
     pub object: QueueEntry,
+    /// Where to resume the watch after this event.
     pub cursor: Option<String>,
 }
 
@@ -333,8 +269,11 @@ pub struct WatchEvent {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "OutpostWire")]
 pub struct Outpost {
+    /// Who the outpost is.
     pub metadata: OutpostMetadata,
+    /// What it is.
     pub spec: OutpostSpec,
+    /// How busy its queue is.
     pub status: OutpostStatus,
 }
 
@@ -346,27 +285,34 @@ impl Outpost {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Who an outpost is.
 pub struct OutpostMetadata {
     #[serde(default, alias = "id", deserialize_with = "null_as_default")]
+    /// The outpost's id.
     pub outpost_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The account that owns it.
     pub account_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient_timestamp",
         skip_serializing_if = "Option::is_none"
     )]
+    /// When it was made.
     pub created_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What an outpost is.
 pub struct OutpostSpec {
     #[serde(default, deserialize_with = "null_as_default")]
+    /// Its name.
     pub name: String,
     /// Null on the wire means the default platform, linux.
     #[serde(default, deserialize_with = "platform_or_default")]
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for, if said.
     pub description: Option<String>,
 }
 
@@ -407,274 +353,57 @@ impl From<OutpostWire> for Outpost {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// An outpost's queue, counted.
 pub struct OutpostStatus {
     #[serde(default)]
+    /// Sessions waiting.
     pub queue_depth: u64,
     #[serde(default)]
+    /// Sessions claimed.
     pub active_claims: u64,
 }
 
 /// Body of `POST /outposts`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreateOutpost {
+    /// Its name.
     pub name: String,
+    /// The platform its sessions run on.
     pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What it is for.
     pub description: Option<String>,
 }
 
 /// Body of claim and release.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AcceptorBody {
+    /// Who claims or releases.
     pub acceptor_id: String,
 }
 
 /// Response of `POST /outposts/connection-token`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConnectionToken {
+    /// The outpost connected.
     pub outpost_id: String,
     #[serde(default)]
+    /// The account that owns it.
     pub account_id: String,
     #[serde(default)]
+    /// The outpost's name.
     pub outpost_name: String,
     #[serde(default)]
+    /// The service user the token acts as.
     pub service_user_id: String,
+    /// The API base the token is for.
     pub api_base_url: String,
+    /// The token.
     pub access_token: Secret,
     #[serde(default)]
+    /// Its type (`Bearer`).
     pub token_type: String,
 }
 
-/// Why a server value was refused at the boundary.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidEntry {
-    #[error("session id is empty")]
-    EmptySessionId,
-    #[error("session id is {0} bytes long (limit {MAX_SESSION_ID_LEN})")]
-    SessionIdTooLong(usize),
-    #[error("session id contains a control character")]
-    SessionIdControlChar,
-}
-
-/// Accepts any id the server may reasonably send (ids are percent-encoded in
-/// URLs and hashed before they name a file), but refuses empty, oversized and
-/// control-character ids that could only be an attack or a bug.
-pub fn validate_session_id(id: &str) -> Result<(), InvalidEntry> {
-    if id.is_empty() {
-        return Err(InvalidEntry::EmptySessionId);
-    }
-    if id.len() > MAX_SESSION_ID_LEN {
-        return Err(InvalidEntry::SessionIdTooLong(id.len()));
-    }
-    if id.chars().any(char::is_control) {
-        return Err(InvalidEntry::SessionIdControlChar);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn entry(status: serde_json::Value) -> QueueEntry {
-        serde_json::from_value(json!({
-            "metadata": {"session_id": "devin-1", "outpost_id": "outpost_env-1"},
-            "spec": {"kind": "new", "platform": "linux"},
-            "status": status,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn deadline_in_all_three_formats_is_the_same_instant() {
-        let secs = entry(json!({"claim_deadline": 1_700_000_000}));
-        let frac = entry(json!({"claim_deadline": 1_700_000_000.0}));
-        let millis = entry(json!({"claim_deadline": 1_700_000_000_000u64}));
-        let iso = entry(json!({"claim_deadline": "2023-11-14T22:13:20Z"}));
-        let iso_offset = entry(json!({"claim_deadline": "2023-11-14T23:13:20+01:00"}));
-        let iso_naive = entry(json!({"claim_deadline": "2023-11-14T22:13:20"}));
-        let want = Timestamp::from_unix_millis(1_700_000_000_000);
-        for e in [secs, frac, millis, iso, iso_offset, iso_naive] {
-            assert_eq!(e.status.claim_deadline, want);
-        }
-    }
-
-    #[test]
-    fn fractional_seconds_keep_millisecond_precision() {
-        let e = entry(json!({"claim_deadline": 1_700_000_000.25}));
-        assert_eq!(
-            e.status.claim_deadline.unwrap().unix_millis(),
-            1_700_000_000_250
-        );
-    }
-
-    #[test]
-    fn timestamp_json_round_trips_in_each_format() {
-        let t = Timestamp::from_unix_millis(1_700_000_000_500).unwrap();
-        for format in [
-            TimestampFormat::Seconds,
-            TimestampFormat::Millis,
-            TimestampFormat::Iso8601,
-        ] {
-            let back: Timestamp = serde_json::from_value(t.to_json(format)).unwrap();
-            assert_eq!(back, t, "{format:?}");
-        }
-    }
-
-    #[test]
-    fn garbage_deadline_is_absent_not_an_error() {
-        let e = entry(json!({"claim_deadline": "soon"}));
-        assert_eq!(e.status.claim_deadline, None);
-        let e = entry(json!({"claim_deadline": -5}));
-        assert_eq!(e.status.claim_deadline, None);
-    }
-
-    #[test]
-    fn unknown_enum_values_are_kept_not_rejected() {
-        let e: QueueEntry = serde_json::from_value(json!({
-            "metadata": {"session_id": "devin-1", "outpost_id": "o", "future_field": 1},
-            "spec": {"kind": "fork", "platform": "plan9"},
-            "status": {"phase": "frozen", "session_status": "hibernating"},
-            "extra": {"anything": true},
-        }))
-        .unwrap();
-        assert_eq!(e.spec.kind, SessionKind::Unknown("fork".into()));
-        assert_eq!(e.spec.platform, Platform::Unknown("plan9".into()));
-        assert_eq!(e.status.phase, Phase::Unknown("frozen".into()));
-        assert_eq!(
-            e.status.session_status,
-            SessionStatus::Unknown("hibernating".into())
-        );
-        assert_eq!(
-            serde_json::to_value(&e.status.session_status).unwrap(),
-            json!("hibernating")
-        );
-    }
-
-    #[test]
-    fn observed_statuses_are_known() {
-        for s in ["new", "claimed", "resuming", "exit", "error"] {
-            assert!(
-                !matches!(SessionStatus::from(s), SessionStatus::Unknown(_)),
-                "{s}"
-            );
-        }
-    }
-
-    #[test]
-    fn nulls_and_missing_blocks_take_defaults() {
-        let e: QueueEntry = serde_json::from_value(json!({
-            "metadata": {"session_id": "devin-1", "outpost_id": null},
-            "spec": {"remote_binary_sha": null, "network_policy": null, "kind": null},
-            "status": null,
-        }))
-        .unwrap();
-        assert_eq!(e.spec.kind, SessionKind::Unknown(String::new()));
-        assert_eq!(e.spec.network_policy, NetworkPolicy::default());
-        assert_eq!(e.status.phase, Phase::Pending);
-    }
-
-    #[test]
-    fn network_policy_rules_parse_and_unknown_shapes_survive() {
-        let p: NetworkPolicy = serde_json::from_value(json!({
-            "enabled": true,
-            "allow": [
-                {"hostname": "*.github.com"},
-                {"ipv4": "10.0.0.0/8"},
-                {"ipv6": "fd00::/8"},
-                {"port": 22},
-            ],
-        }))
-        .unwrap();
-        assert!(p.enabled);
-        assert_eq!(p.allow[0], AllowRule::Hostname("*.github.com".into()));
-        assert_eq!(p.allow[1], AllowRule::Ipv4("10.0.0.0/8".into()));
-        assert_eq!(p.allow[2], AllowRule::Ipv6("fd00::/8".into()));
-        assert_eq!(p.allow[3], AllowRule::Unknown(json!({"port": 22})));
-        let back: NetworkPolicy =
-            serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
-        assert_eq!(back, p);
-    }
-
-    #[test]
-    fn connect_token_is_redacted_in_debug() {
-        let e = entry(json!({"connect_token": "ct_secret_value", "gateway_url": "wss://g"}));
-        assert!(!format!("{e:?}").contains("ct_secret_value"));
-        assert_eq!(e.status.connect_token.unwrap().expose(), "ct_secret_value");
-    }
-
-    #[test]
-    fn outpost_accepts_id_alias() {
-        let o: Outpost = serde_json::from_value(json!({
-            "metadata": {"id": "outpost_env-9", "name": "lab"},
-            "status": {"queue_depth": 3, "active_claims": 1}
-        }))
-        .unwrap();
-        assert_eq!(o.metadata.outpost_id, "outpost_env-9");
-        assert_eq!(o.status.queue_depth, 3);
-    }
-
-    /// Protocol page, fleet API, outposts row: the name is `spec.name`, the
-    /// metadata has `account_id`, and a null platform means linux.
-    #[test]
-    fn outpost_reads_the_real_shape() {
-        let o: Outpost = serde_json::from_value(json!({
-            "metadata": {"outpost_id": "outpost_env-1", "account_id": "acc_1", "created_at": 1_700_000_000},
-            "spec": {"name": "lab", "platform": null, "description": null},
-            "status": {"queue_depth": 2, "active_claims": 1}
-        }))
-        .unwrap();
-        assert_eq!(o.name(), "lab");
-        assert_eq!(o.spec.name, "lab");
-        assert_eq!(o.metadata.account_id.as_deref(), Some("acc_1"));
-        assert_eq!(o.spec.platform, Platform::Linux);
-        let back = serde_json::to_value(&o).unwrap();
-        assert_eq!(back["spec"]["name"], json!("lab"));
-        assert_eq!(back["metadata"]["account_id"], json!("acc_1"));
-    }
-
-    #[test]
-    fn outpost_still_reads_a_legacy_metadata_name() {
-        let o: Outpost = serde_json::from_value(json!({
-            "metadata": {"outpost_id": "outpost_env-1", "name": "old"},
-            "spec": {"platform": "linux"},
-        }))
-        .unwrap();
-        assert_eq!(o.name(), "old");
-    }
-
-    /// A null or missing platform is the default, linux, on entries too.
-    #[test]
-    fn null_platform_is_linux() {
-        let e: QueueEntry = serde_json::from_value(json!({
-            "metadata": {"session_id": "devin-1", "outpost_id": "o"},
-            "spec": {"kind": "new", "platform": null},
-        }))
-        .unwrap();
-        assert_eq!(e.spec.platform, Platform::Linux);
-        let o: Outpost = serde_json::from_value(json!({
-            "metadata": {"outpost_id": "o"}, "spec": {"name": "n"}
-        }))
-        .unwrap();
-        assert_eq!(o.spec.platform, Platform::Linux);
-    }
-
-    #[test]
-    fn session_id_validation() {
-        assert!(validate_session_id("devin-abc").is_ok());
-        assert!(
-            validate_session_id("../../etc").is_ok(),
-            "hashed before use, so allowed here"
-        );
-        assert_eq!(validate_session_id(""), Err(InvalidEntry::EmptySessionId));
-        assert!(matches!(
-            validate_session_id(&"a".repeat(10_000)),
-            Err(InvalidEntry::SessionIdTooLong(10_000))
-        ));
-        assert_eq!(
-            validate_session_id("a\nb"),
-            Err(InvalidEntry::SessionIdControlChar)
-        );
-    }
-}
+mod tests;

@@ -12,12 +12,13 @@
 pub mod listing;
 pub mod prometheus;
 mod routes;
+mod state;
 pub mod token;
 
+pub use state::AdminState;
+
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -31,89 +32,13 @@ use tracing::{info, warn};
 
 use common::Secret;
 
-use crate::serve::Serving;
-use crate::settings::{OutpostConfig, QueueMode, ServeConfig};
-
 const INDEX_HTML: &str = include_str!("admin/assets/index.html");
 const APP_JS: &str = include_str!("admin/assets/app.js");
 const STYLE_CSS: &str = include_str!("admin/assets/style.css");
 
-/// A queue view is fresh when synced within this many re-list intervals.
-const FRESH_INTERVALS: u32 = 3;
-
-/// What the handlers share.
-pub struct AdminState {
-    pub serving: Arc<Serving>,
-    pub outposts: Vec<OutpostConfig>,
-    /// `<state-dir>/sessions`: the per-session logs.
-    pub sessions_dir: PathBuf,
-    /// How recently every queue view must have synced for `/readyz`.
-    pub fresh_within: Duration,
-    pub started_at_ms: i64,
-    pub version: &'static str,
-    /// What a request that needs it must present (see [`token`]).
-    pub token: Secret,
-}
-
-impl AdminState {
-    pub fn new(config: &ServeConfig, serving: Arc<Serving>, token: Secret) -> Self {
-        let every = match config.queue_mode {
-            QueueMode::Watch => config.relist_interval,
-            QueueMode::Poll(every) => every,
-        };
-        Self {
-            serving,
-            outposts: config.outposts.clone(),
-            sessions_dir: config.state_dir.join("sessions"),
-            fresh_within: (every * FRESH_INTERVALS).max(Duration::from_secs(1)),
-            started_at_ms: chrono::Utc::now().timestamp_millis(),
-            version: env!("CARGO_PKG_VERSION"),
-            token,
-        }
-    }
-
-    /// `Ok` when ready; else why not. Every queue view is confirmed only by
-    /// a successful fleet API answer (a list or a watch event), so a fresh
-    /// view also means the API was reachable that recently. A queue the API
-    /// refuses (401, 403, 404) is not ready however fresh its view: a watch
-    /// opened before the refusal may still be delivering events.
-    pub fn readiness(&self, now_ms: i64) -> Result<(), String> {
-        let limit = self.fresh_within.as_millis() as i64;
-        let stale: Vec<String> = self
-            .serving
-            .views
-            .iter()
-            .filter_map(|v| {
-                let at = v.synced_at();
-                if let Some(refused) = v.refusal.current() {
-                    Some(format!("outpost {}: {refused}", v.outpost_id()))
-                } else if at == 0 {
-                    Some(format!(
-                        "outpost {}: the queue has not been listed yet",
-                        v.outpost_id()
-                    ))
-                } else if now_ms - at > limit {
-                    Some(format!(
-                        "outpost {}: the queue view was last confirmed by the fleet API {} s ago (limit {} s)",
-                        v.outpost_id(),
-                        (now_ms - at) / 1000,
-                        limit / 1000
-                    ))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        if stale.is_empty() {
-            Ok(())
-        } else {
-            Err(stale.join("; "))
-        }
-    }
-}
-
 /// A running admin listener; stops when dropped.
 pub struct AdminServer {
+    /// Where it listens.
     pub addr: SocketAddr,
     task: JoinHandle<()>,
 }
@@ -169,6 +94,7 @@ fn bind_failure(addr: SocketAddr, e: &std::io::Error) -> String {
     format!("cannot start the admin listener on {addr} (--listen): {why}")
 }
 
+/// The admin routes; `loopback_only` refuses other peers.
 pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
     let token = state.token.clone();
     let router = Router::new()
@@ -369,204 +295,4 @@ async fn style_css() -> impl IntoResponse {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::*;
-
-    /// The routes as a listener beyond loopback serves them (`router`'s
-    /// flag; bound to loopback here, as tests must be).
-    async fn exposed_listener(dir: &Path, token: &str) -> String {
-        let serving = Arc::new(Serving {
-            acceptor_id: "me".into(),
-            store: Arc::new(crate::store::Store::open(&dir.join("garrison.db")).unwrap()),
-            metrics: Default::default(),
-            client: fleet::FleetClient::new("http://127.0.0.1:9", "t".into(), Default::default())
-                .unwrap(),
-            views: vec![],
-            operator_stops: Default::default(),
-        });
-        let state = AdminState {
-            serving,
-            outposts: vec![],
-            sessions_dir: dir.join("sessions"),
-            fresh_within: Duration::from_secs(1),
-            started_at_ms: 0,
-            version: "test",
-            token: Secret::new(token),
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let app = router(Arc::new(state), false);
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        base
-    }
-
-    #[tokio::test]
-    async fn beyond_loopback_everything_but_health_and_the_dashboard_shell_needs_the_token() {
-        let dir = tempfile::tempdir().unwrap();
-        let token = "t".repeat(64);
-        let base = exposed_listener(dir.path(), &token).await;
-        let http = reqwest::Client::new();
-        let status = |path: &str, token: Option<&str>| {
-            let mut req = http.get(format!("{base}{path}"));
-            if let Some(t) = token {
-                req = req.bearer_auth(t);
-            }
-            async move { req.send().await.unwrap().status().as_u16() }
-        };
-        for open in ["/healthz", "/", "/assets/app.js", "/sessions/devin-1"] {
-            assert_eq!(status(open, None).await, 200, "{open}");
-        }
-        for guarded in [
-            "/api/status",
-            "/api/sessions",
-            "/api/session-page",
-            "/metrics",
-            "/readyz",
-        ] {
-            assert_eq!(status(guarded, None).await, 401, "{guarded}");
-            assert_eq!(status(guarded, Some("wrong")).await, 401, "{guarded}");
-            assert_ne!(status(guarded, Some(&token)).await, 401, "{guarded}");
-        }
-    }
-
-    #[tokio::test]
-    async fn the_session_page_is_bounded_and_refuses_bad_parameters() {
-        let dir = tempfile::tempdir().unwrap();
-        let token = "t".repeat(64);
-        let base = exposed_listener(dir.path(), &token).await;
-        let store = crate::store::Store::open(&dir.path().join("garrison.db")).unwrap();
-        for i in 0..120 {
-            let rec = crate::store::SessionRecord::new(
-                &format!("s-{i:03}"),
-                "op",
-                fleet::SessionKind::New,
-                "host",
-                i,
-            );
-            store.put_session(&rec).unwrap();
-        }
-        let http = reqwest::Client::new();
-        let get = |query: &str| {
-            let req = http
-                .get(format!("{base}/api/session-page{query}"))
-                .bearer_auth(&token);
-            async move {
-                let res = req.send().await.unwrap();
-                (
-                    res.status().as_u16(),
-                    res.json::<serde_json::Value>().await.unwrap(),
-                )
-            }
-        };
-        let (code, page) = get("").await;
-        assert_eq!(code, 200);
-        let page: crate::api::SessionPage = serde_json::from_value(page).unwrap();
-        assert_eq!(page.sessions.len(), listing::DEFAULT_LIMIT);
-        assert_eq!((page.total, page.matched), (120, 120));
-        assert_eq!(page.counts["claimed"], 120);
-        assert_eq!(page.sessions[0].session_id, "s-119");
-
-        let (_, page) = get("?offset=15&limit=50&q=S-1").await;
-        let page: crate::api::SessionPage = serde_json::from_value(page).unwrap();
-        assert_eq!(
-            (page.sessions.len(), page.matched, page.total),
-            (5, 20, 120)
-        );
-        assert_eq!(page.sessions[0].session_id, "s-104");
-
-        let (code, body) = get("?limit=0").await;
-        assert_eq!(code, 400);
-        assert_eq!(body["error"], "limit must be between 1 and 500, not 0");
-        let (code, body) = get("?stage=asleep").await;
-        assert_eq!(code, 400);
-        assert!(
-            body["error"]
-                .as_str()
-                .unwrap()
-                .starts_with("stage \"asleep\"")
-        );
-    }
-
-    #[test]
-    fn a_refused_queue_is_not_ready_however_fresh_its_view() {
-        let dir = tempfile::tempdir().unwrap();
-        let view = crate::queue::QueueView::new("op");
-        let state = AdminState {
-            serving: Arc::new(Serving {
-                acceptor_id: "me".into(),
-                store: Arc::new(crate::store::Store::open(&dir.path().join("g.db")).unwrap()),
-                metrics: Default::default(),
-                client: fleet::FleetClient::new(
-                    "http://127.0.0.1:9",
-                    "t".into(),
-                    Default::default(),
-                )
-                .unwrap(),
-                views: vec![view.clone()],
-                operator_stops: Default::default(),
-            }),
-            outposts: vec![],
-            sessions_dir: dir.path().join("sessions"),
-            fresh_within: Duration::from_secs(3600),
-            started_at_ms: 0,
-            version: "test",
-            token: Secret::new("t"),
-        };
-        let now = || chrono::Utc::now().timestamp_millis();
-        assert!(
-            state
-                .readiness(now())
-                .unwrap_err()
-                .contains("not been listed")
-        );
-        view.mark_synced();
-        assert_eq!(state.readiness(now()), Ok(()));
-        let refused = fleet::FleetError::Unauthorized {
-            route: "GET /devins",
-        };
-        assert!(view.refusal.note("op", "http://127.0.0.1:9", &refused));
-        let why = state.readiness(now()).unwrap_err();
-        assert!(
-            why.starts_with("outpost op: ") && why.contains("(401)"),
-            "{why}"
-        );
-        view.refusal.clear("op");
-        assert_eq!(state.readiness(now()), Ok(()));
-    }
-
-    #[test]
-    fn a_port_in_use_names_the_flag_that_sets_it() {
-        let addr: SocketAddr = "127.0.0.1:9180".parse().unwrap();
-        let text = bind_failure(addr, &std::io::Error::from(std::io::ErrorKind::AddrInUse));
-        assert!(
-            text.starts_with("cannot start the admin listener on 127.0.0.1:9180 (--listen): the address is in use"),
-            "{text}"
-        );
-        assert!(text.contains("--listen 127.0.0.1:9181"), "{text}");
-    }
-
-    #[test]
-    fn only_local_host_headers_pass() {
-        for ok in [
-            "127.0.0.1:9180",
-            "127.0.0.1",
-            "localhost:9180",
-            "LOCALHOST",
-            "[::1]:9180",
-            "app.localhost:1",
-        ] {
-            assert!(local_host_header(ok), "{ok}");
-        }
-        for bad in [
-            "evil.example:9180",
-            "evil.example",
-            "127.0.0.1.nip.io:80",
-            "[::1",
-            "[::1]x",
-        ] {
-            assert!(!local_host_header(bad), "{bad}");
-        }
-    }
-}
+mod tests;

@@ -28,8 +28,11 @@ use crate::store::SessionRecord;
 /// The orchestrator's health and what it serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusView {
+    /// Who this Garrison is to the fleet API.
     pub acceptor_id: String,
+    /// Garrison's version.
     pub version: String,
+    /// When serving started.
     pub started_at_ms: Millis,
     /// Fleet API reachable and every queue view fresh.
     pub ready: bool,
@@ -37,18 +40,24 @@ pub struct StatusView {
     /// daemons older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_ready: Option<String>,
+    /// Each outpost served.
     pub outposts: Vec<OutpostView>,
     /// Sessions by [`StageLabel`](crate::planner::StageLabel) (its text).
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One outpost, as `status` shows it.
 pub struct OutpostView {
+    /// The outpost.
     pub outpost_id: String,
+    /// Its backend.
     pub backend: String,
+    /// The most sessions it holds at once.
     pub max_concurrent: usize,
     /// When the queue view was last confirmed by the server (0: never).
     pub queue_synced_at_ms: Millis,
+    /// Watch reconnections.
     pub watch_reconnects: u64,
     /// Pending entries of the served platform in the queue view.
     pub pending: u64,
@@ -59,22 +68,34 @@ pub struct OutpostView {
 /// One row of `garrison sessions` and the dashboard.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
+    /// The session.
     pub session_id: String,
+    /// Its outpost.
     pub outpost_id: String,
+    /// New or resume.
     pub kind: SessionKind,
+    /// The backend it runs on.
     pub backend: String,
     /// The stage's [`StageLabel`](crate::planner::StageLabel) (its text; [`StageLabel::parse`](crate::planner::StageLabel::parse) reads
     /// it back).
     pub stage: String,
+    /// When it was claimed.
     pub claimed_at_ms: Millis,
+    /// When its remote first ran.
     pub running_at_ms: Option<Millis>,
+    /// When its record last changed.
     pub updated_at_ms: Millis,
+    /// Restarts of its remote.
     pub restarts: u32,
+    /// CPUs of its sandbox.
     pub cpus: Option<f64>,
+    /// Memory of its sandbox.
     pub memory_mb: Option<u64>,
+    /// Disk of its sandbox.
     pub disk_mb: Option<u64>,
     /// Size of the newest snapshot, if any.
     pub snapshot_bytes: Option<u64>,
+    /// The last error, if any.
     pub error: Option<String>,
 }
 
@@ -105,6 +126,7 @@ impl SessionSummary {
 /// shows without fetching every row.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionPage {
+    /// The sessions of this page.
     pub sessions: Vec<SessionSummary>,
     /// Rows skipped before this page (of the matching ones).
     pub offset: u64,
@@ -120,21 +142,28 @@ pub struct SessionPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One session with its history.
 pub struct SessionDetail {
     #[serde(flatten)]
+    /// The session.
     pub summary: SessionSummary,
+    /// Its events, oldest first.
     pub events: Vec<crate::store::Event>,
     /// Bytes in `remote.log` so far.
     pub log_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A piece of a session's log.
 pub struct LogChunk {
+    /// The text.
     pub text: String,
+    /// Where the next piece starts.
     pub next_offset: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What `terminate` asks.
 pub struct TerminateRequest {
     /// Keep the workspace snapshot (taken before the sandbox is destroyed)
     /// instead of dropping every snapshot of the session.

@@ -6,25 +6,35 @@ use std::collections::BTreeMap;
 
 use fleet::Secret;
 
-pub const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
-pub const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
-pub const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
-pub const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
-pub const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
-pub const DESKTOP: &str = "DEVIN_OUTPOST_DESKTOP";
+/// The gateway the remote dials.
+pub(crate) const GATEWAY_URL: &str = "DEVIN_OUTPOST_GATEWAY_URL";
+/// The token the remote connects with.
+pub(crate) const CONNECT_TOKEN: &str = "DEVIN_OUTPOST_CONNECT_TOKEN";
+/// The session the remote serves.
+pub(crate) const SESSION_ID: &str = "DEVIN_OUTPOST_SESSION_ID";
+/// Where the remote keeps its state.
+pub(crate) const STATE_DIR: &str = "DEVIN_REMOTE_STATE_DIR";
+/// The browser the remote drives.
+pub(crate) const CHROME_PATH: &str = "DEVIN_CHROME_PATH";
+/// The desktop the remote shows.
+pub(crate) const DESKTOP: &str = "DEVIN_OUTPOST_DESKTOP";
 /// The X display of the sandbox's desktop, set with [`DESKTOP`].
-pub const DISPLAY: &str = "DISPLAY";
+pub(crate) const DISPLAY: &str = "DISPLAY";
 
 /// The remote binary's file name inside the sandbox's bin directory.
-pub const REMOTE_BINARY: &str = "devin-remote";
+pub(crate) const REMOTE_BINARY: &str = "devin-remote";
 
 pub(crate) const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What the remote needs to know, from the claim and the sandbox.
-pub struct RemoteLaunch<'a> {
+pub(crate) struct RemoteLaunch<'a> {
+    /// The gateway to dial.
     pub gateway_url: &'a str,
+    /// The connect token.
     pub connect_token: &'a Secret,
+    /// The session.
     pub session_id: &'a str,
+    /// The remote's state directory.
     pub state_dir: &'a str,
     /// The sandbox's `HOME` ([`sandbox::Handle::home`]).
     pub home: &'a str,
@@ -39,7 +49,7 @@ pub struct RemoteLaunch<'a> {
 }
 
 /// The complete environment of `devin-remote serve`.
-pub fn remote_env(launch: &RemoteLaunch<'_>) -> BTreeMap<String, String> {
+pub(crate) fn remote_env(launch: &RemoteLaunch<'_>) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let mut set = |k: &str, v: &str| {
         env.insert(k.to_owned(), v.to_owned());
@@ -68,7 +78,7 @@ pub fn remote_env(launch: &RemoteLaunch<'_>) -> BTreeMap<String, String> {
 }
 
 /// `devin-remote serve`, run from the binary put into the sandbox.
-pub fn remote_argv(bin_dir: &str) -> Vec<String> {
+pub(crate) fn remote_argv(bin_dir: &str) -> Vec<String> {
     vec![format!("{bin_dir}/{REMOTE_BINARY}"), "serve".to_owned()]
 }
 

@@ -7,7 +7,8 @@ use std::sync::RwLock;
 /// would make it unreadable and protect nothing.
 const MIN_SECRET_LEN: usize = 8;
 
-pub const REDACTED: &str = "[redacted]";
+/// What a secret is replaced with.
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// A set of known secret values (the account token, connect tokens) that are
 /// replaced wherever they appear.
@@ -120,10 +121,12 @@ impl Redactor {
             .len()
     }
 
+    /// Whether no secret is known.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// `text` with every known secret replaced.
     pub fn scrub(&self, text: &str) -> String {
         let secrets = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let mut out = text.to_owned();

@@ -8,75 +8,17 @@
 //! credentials reach the clone command and nothing else is in
 //! `repos/credentials.rs`; cloning on Garrison's side and copying the clone
 //! into the sandbox (so the token never enters it) in `repos/clone.rs`.
-//! This file holds the plan that ties a list of URLs to directories.
-
-use std::collections::HashSet;
+//! The plan that ties a list of URLs to directories is in `repos/plan.rs`.
 
 mod clone;
 mod credentials;
 mod layout;
+mod plan;
 mod urls;
 
 pub use clone::clone_one;
 pub(crate) use clone::run_to_end;
 pub use credentials::{check_config, clone_argv, clone_env};
 pub use layout::{LEGACY_PROBE, LEGACY_REPOS_DIR, remote_cwd};
+pub use plan::{DEFAULT_GIT_USERNAME, GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone, Repos, plan};
 pub use urls::{dir_name, validate_url};
-
-pub const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
-/// Never a flag, never a file key: the environment only.
-pub const GIT_TOKEN_ENV: &str = "GIT_TOKEN";
-/// The user name given with a token when `GIT_USERNAME` is unset (what
-/// GitHub expects; GitLab and others accept any name with a token).
-pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
-
-/// One repository and the directory it is cloned into.
-///
-/// Devin's reference says to "launch the remote from the directory
-/// containing the session's repositories", and its quickstart clones
-/// straight into the worker's `WORKDIR`: each repository is a direct child
-/// of the remote's working directory (the sandbox's workdir), `<name>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedClone {
-    pub url: String,
-    /// Relative to the remote's working directory: `<name>`.
-    pub dir: String,
-}
-
-/// Validates the URLs and gives each its directory, `<name>`; two URLs
-/// with the same name get `name`, `name-2`, ...
-pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
-    let mut taken = HashSet::new();
-    let mut planned = Vec::new();
-    for url in urls {
-        let url = validate_url(url)?;
-        let base = dir_name(&url)?;
-        let mut dir = base.clone();
-        let mut n = 2;
-        while !taken.insert(dir.clone()) {
-            dir = format!("{base}-{n}");
-            n += 1;
-        }
-        planned.push(PlannedClone { url, dir });
-    }
-    Ok(planned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_plan_dedupes_directories() {
-        let urls = [
-            "https://github.com/a/repo.git",
-            "https://gitlab.com/b/repo",
-            "git@host:c/repo.git",
-            "https://github.com/a/other",
-        ]
-        .map(String::from);
-        let dirs: Vec<String> = plan(&urls).unwrap().into_iter().map(|c| c.dir).collect();
-        assert_eq!(dirs, ["repo", "repo-2", "repo-3", "other"]);
-        assert!(plan(&["ftp://x/y".to_owned()]).is_err());
-    }
-}

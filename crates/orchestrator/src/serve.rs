@@ -16,12 +16,14 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::planner::{OperatorStop, RunnerEnd, Stage, cooldown_until};
+use crate::planner::{RunnerEnd, cooldown_until};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
-use crate::session::{Deps, OperatorStops, SessionRunner, now_ms};
+use crate::session::Deps;
+use crate::session::{OperatorStops, SessionRunner};
 use crate::session_log::SessionLogs;
 use crate::settings::ServeConfig;
 use crate::store::Store;
@@ -30,6 +32,8 @@ mod claims;
 mod cleanup;
 mod platform;
 mod start_check;
+
+pub use crate::serving::{Serving, TerminateError};
 
 pub use platform::PlatformRefused;
 
@@ -41,66 +45,6 @@ pub use start_check::Misconfigured;
 /// How often the claim loop looks at the queue when nothing wakes it.
 const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
-
-/// What a running `serve` shares with the admin listener and commands.
-pub struct Serving {
-    pub acceptor_id: String,
-    pub store: Arc<Store>,
-    pub metrics: Arc<Metrics>,
-    pub client: FleetClient,
-    pub views: Vec<Arc<QueueView>>,
-    /// The runners of held sessions, for operator requests.
-    pub operator_stops: Arc<OperatorStops>,
-}
-
-/// Why [`Serving::request_terminate`] refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TerminateError {
-    /// No such session in the state store.
-    NotFound,
-    /// Known, but not held and running here now (done, already winding
-    /// down, or left to the next Garrison).
-    NotActive,
-}
-
-impl std::fmt::Display for TerminateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::NotFound => "no such session",
-            Self::NotActive => "the session is not active here",
-        })
-    }
-}
-
-impl std::error::Error for TerminateError {}
-
-impl Serving {
-    /// Asks the session's runner to stop the sandbox, keep or drop the
-    /// snapshot as asked, and release the claim (`garrison terminate`). The
-    /// runner does it at its next step; the request itself returns at once.
-    pub fn request_terminate(
-        &self,
-        session_id: &str,
-        keep_snapshot: bool,
-    ) -> Result<(), TerminateError> {
-        match self.store.session(session_id) {
-            Ok(None) => return Err(TerminateError::NotFound),
-            Ok(Some(rec)) if matches!(rec.stage, Stage::Done(_) | Stage::Finishing(_)) => {
-                return Err(TerminateError::NotActive);
-            }
-            Ok(Some(_)) => {}
-            Err(e) => warn!(session_id, error = %e, "reading the state store failed"),
-        }
-        if self
-            .operator_stops
-            .request(session_id, OperatorStop { keep_snapshot })
-        {
-            Ok(())
-        } else {
-            Err(TerminateError::NotActive)
-        }
-    }
-}
 
 /// Where the per-process pieces live under the state directory.
 pub fn db_path(state_dir: &std::path::Path) -> PathBuf {
@@ -224,6 +168,7 @@ pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
     }))
 }
 
+/// Serves with what [`prepare`] made until `stop`.
 pub async fn run_prepared(
     config: ServeConfig,
     serving: Arc<Serving>,
@@ -344,9 +289,17 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     match deps.store.active_sessions(&outpost_id) {
         Ok(records) => {
             for rec in records {
+                // Every recorded id was checked when its entry was read.
+                let id = match fleet::SessionId::new(rec.session_id.clone()) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        error!(session_id = rec.session_id, error = %e, "the state store holds a session id that is not one; not re-adopting it");
+                        continue;
+                    }
+                };
                 info!(session_id = rec.session_id, stage = %rec.stage, "re-adopting session");
                 state.held.insert(rec.session_id.clone());
-                let runner = SessionRunner::adopted(deps.clone(), rec.clone());
+                let runner = SessionRunner::adopted(deps.clone(), id, rec.clone());
                 runners.spawn(async move { (rec.session_id, runner.run().await) });
             }
         }

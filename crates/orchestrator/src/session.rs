@@ -10,73 +10,44 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{FleetClient, NetworkPolicy, QueueEntry};
-use sandbox::Sandbox;
+use fleet::{NetworkPolicy, QueueEntry, SessionId};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
-use crate::metrics::Metrics;
+pub(crate) use crate::clock::now_ms;
 use crate::planner::{
-    EntryObs, LookObs, Millis, OperatorStop, Policy, RemoteObs, RunnerEnd, SessionAction,
-    SessionObs, Stage, look_again_in, plan_session,
+    EntryObs, LookObs, Millis, OperatorStop, RemoteObs, RunnerEnd, SessionAction, SessionObs,
+    Stage, look_again_in, plan_session,
 };
-use crate::queue::QueueView;
-use crate::remote::RemoteResolver;
-use crate::session_log::SessionLogs;
-use crate::settings::OutpostConfig;
-use crate::store::{SessionRecord, Store};
+use crate::store::SessionRecord;
 
-mod claim;
+mod claim_keeper;
 mod clone_repos;
+mod deps;
 mod finish;
 mod observe;
 mod provision;
 mod registry;
+mod renew;
 mod run;
+mod snapshots;
 mod start;
+mod step;
+mod wind_down;
 
+use claim_keeper::ClaimKeeper;
+pub(crate) use deps::Deps;
 pub use registry::OperatorStops;
+use step::{RecordFailed, StepCtx};
 
-use claim::Claim;
-pub use claim::LearnedLifetime;
-use claim::keep_claim_alive;
-use start::StartError;
-
-const KILL_GRACE: Duration = Duration::from_secs(10);
-
-/// Everything a runner needs, shared by all runners of an outpost.
-pub struct Deps {
-    pub client: FleetClient,
-    pub backend: Arc<dyn Sandbox>,
-    pub store: Arc<Store>,
-    pub resolver: Arc<RemoteResolver>,
-    pub view: Arc<QueueView>,
-    pub logs: SessionLogs,
-    pub metrics: Arc<Metrics>,
-    pub acceptor_id: String,
-    pub outpost: OutpostConfig,
-    pub policy: Policy,
-    /// The gateway for a claim that carries none (`gateway_url`).
-    pub gateway_url: Option<String>,
-    /// Set when Garrison is shutting down.
-    pub stopping: CancellationToken,
-    /// With `stopping`: keep serving running sessions until they end.
-    pub drain: bool,
-    /// Where operator requests reach the runners (shared by all outposts).
-    pub operator_stops: Arc<OperatorStops>,
-    /// The claim lifetime this outpost's server grants, as learned.
-    pub learned_lifetime: LearnedLifetime,
-}
-
-pub fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
-
-pub struct SessionRunner {
+/// Drives one held session: observes, asks the planner, does the step,
+/// records the outcome.
+pub(crate) struct SessionRunner {
     deps: Arc<Deps>,
+    /// The session's id (the record's, checked).
+    session_id: SessionId,
     rec: SessionRecord,
-    claim: Claim,
+    claim: ClaimKeeper,
     entry: Option<QueueEntry>,
     entry_obs: EntryObs,
     remote: RemoteObs,
@@ -99,33 +70,18 @@ pub struct SessionRunner {
     failed_record: Option<RecordFailed>,
 }
 
-/// A write to the state store failed: the step it recorded must not run,
-/// and the runner stops (see [`SessionRunner::run`]).
-#[derive(Debug, thiserror::Error)]
-#[error("recording the session in the state store failed: {0:#}")]
-struct RecordFailed(anyhow::Error);
-
-/// Sets a record failure apart from a step's other errors: it stops the
-/// runner, where the others are retried.
-fn record_failure(e: anyhow::Error) -> Result<anyhow::Error, RecordFailed> {
-    match e.downcast::<RecordFailed>() {
-        Ok(failed) => Err(failed),
-        Err(other) => Ok(other),
-    }
-}
-
 impl SessionRunner {
     /// A runner for a fresh claim: `entry` is the claim response.
-    pub fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
-        let mut claim = Claim::default();
-        claim.take_answer(&entry, tokio::time::Instant::now(), &deps.learned_lifetime);
-        if let Some(token) = &claim.connect_token {
-            deps.logs
+    pub(crate) fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
+        let mut runner = Self::adopted(deps, entry.id().clone(), rec);
+        runner.claim.take_answer(&entry);
+        if let Some(token) = runner.claim.connect_token() {
+            runner
+                .deps
+                .logs
                 .redactor()
-                .add_claim_token(&rec.session_id, token.expose());
+                .add_claim_token(&runner.rec.session_id, token.expose());
         }
-        let mut runner = Self::adopted(deps, rec);
-        runner.claim = claim;
         runner.entry_obs = EntryObs::Present(entry.status.session_status.clone());
         runner.note_entry(entry);
         runner
@@ -133,13 +89,23 @@ impl SessionRunner {
 
     /// A runner for a session found in the state store (or adopted from the
     /// server's word that we hold it): no connect token in memory.
-    pub fn adopted(deps: Arc<Deps>, rec: SessionRecord) -> Self {
+    /// `id` is the record's session id.
+    pub(crate) fn adopted(deps: Arc<Deps>, id: SessionId, rec: SessionRecord) -> Self {
+        debug_assert_eq!(id.as_str(), rec.session_id);
+        let claim = ClaimKeeper::new(
+            id.clone(),
+            deps.client.clone(),
+            &deps.acceptor_id,
+            deps.learned_lifetime.clone(),
+            deps.policy.clone(),
+        );
         Self {
             deps,
+            session_id: id,
             recorded_stage: rec.stage,
             failed_record: None,
             rec,
-            claim: Claim::default(),
+            claim,
             entry: None,
             entry_obs: EntryObs::Unknown,
             remote: RemoteObs::NotStarted,
@@ -155,15 +121,15 @@ impl SessionRunner {
     }
 
     fn id(&self) -> &str {
-        &self.rec.session_id
+        self.session_id.as_str()
     }
 
     /// The claim's gateway, else the configured one (Devin's orchestration
     /// docs: `--gateway-url` is for a claim that carries none).
     fn gateway_url(&self) -> Option<String> {
         self.claim
-            .gateway_url
-            .clone()
+            .gateway_url()
+            .map(str::to_owned)
             .or_else(|| self.deps.gateway_url.clone())
     }
 
@@ -182,7 +148,7 @@ impl SessionRunner {
     /// store leads back to, and a release would let a second remote start
     /// beside ours. Either way this process does not claim the session
     /// again for a while ([`crate::planner::cooldown_until`]).
-    pub async fn run(self) -> RunnerEnd {
+    pub(crate) async fn run(self) -> RunnerEnd {
         let logs = self.deps.logs.clone();
         let session_id = self.id().to_owned();
         let end = self.drive().await;
@@ -273,7 +239,7 @@ impl SessionRunner {
             entry: self.entry_obs.clone(),
             operator_stop: self.operator_stop.is_some(),
             quiet_looks,
-            renewal_due_in_ms: self.renewal_due_in().as_millis() as Millis,
+            renewal_due_in_ms: self.claim.due_in().as_millis() as Millis,
         });
         Duration::from_millis(ms.max(0) as u64)
     }
@@ -305,10 +271,10 @@ impl SessionRunner {
         SessionObs {
             now,
             stage: self.rec.stage,
-            claim_deadline: self.claim.expires_at(now, at, &self.deps.learned_lifetime),
-            claim_lifetime_ms: self.claim.lifetime(&self.deps.learned_lifetime),
+            claim_deadline: self.claim.expires_at(now, at),
+            claim_lifetime_ms: self.claim.lifetime(),
             last_renewal_at: self.claim.last_attempt_at(now, at),
-            has_connect_token: self.claim.connect_token.is_some(),
+            has_connect_token: self.claim.connect_token().is_some(),
             entry: self.entry_obs.clone(),
             remote: self.remote,
             remote_stopped_at: self.remote_stopped_at,
@@ -342,33 +308,25 @@ impl SessionRunner {
         self.save()
     }
 
-    /// Adds to the session's history. Events tell what happened; none is
-    /// the record a step depends on (that is the session row, see
-    /// [`Self::save`], and the snapshot rows), so a failed write is logged
-    /// and the step goes on.
-    fn event(&self, kind: &str, detail: serde_json::Value) {
-        let at = now_ms();
-        if let Err(e) = self.deps.store.add_event(self.id(), at, kind, &detail) {
-            warn!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
-        }
-        if let Err(e) = self.deps.logs.event(self.id(), at, kind, &detail) {
-            warn!(session_id = self.id(), event = kind, error = %e, "writing an event to the session log failed");
+    /// What the step functions need of the runner's dependencies.
+    fn ctx(&self) -> StepCtx {
+        StepCtx {
+            session_id: self.session_id.clone(),
+            backend: self.deps.backend.clone(),
+            store: self.deps.store.clone(),
+            logs: self.deps.logs.clone(),
+            metrics: self.deps.metrics.clone(),
+            stopping: self.deps.stopping.clone(),
         }
     }
 
-    /// Stops on a record that failed during a slow step's renewals.
-    fn check_renewals(&mut self) -> Result<(), RecordFailed> {
-        match self.failed_record.take() {
-            Some(failed) => Err(failed),
-            None => Ok(()),
-        }
+    /// Adds to the session's history (see [`StepCtx::event`]).
+    fn event(&self, kind: &str, detail: serde_json::Value) {
+        self.ctx().event(kind, detail);
     }
 
     async fn pause(&self, duration: Duration) {
-        tokio::select! {
-            _ = tokio::time::sleep(duration) => {}
-            _ = self.deps.stopping.cancelled(), if !self.deps.stopping.is_cancelled() => {}
-        }
+        self.ctx().pause(duration).await;
     }
 }
 

@@ -14,22 +14,27 @@ use std::sync::Arc;
 
 use crate::redact::Redactor;
 
+/// The remote's output.
 pub const REMOTE_LOG: &str = "remote.log";
+/// The session's events.
 pub const EVENTS_LOG: &str = "events.log";
 
 #[derive(Clone)]
+/// Each session's log directory: events and the remote's output.
 pub struct SessionLogs {
     root: PathBuf,
     redactor: Arc<Redactor>,
 }
 
 impl SessionLogs {
+    /// Logs under `root`, scrubbed by `redactor`.
     pub fn new(root: PathBuf, redactor: Arc<Redactor>) -> std::io::Result<Self> {
         std::fs::create_dir_all(&root)?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self { root, redactor })
     }
 
+    /// The secrets kept out of the logs.
     pub fn redactor(&self) -> &Arc<Redactor> {
         &self.redactor
     }
@@ -81,6 +86,7 @@ impl SessionLogs {
         self.append(session_id, EVENTS_LOG, line.as_bytes())
     }
 
+    /// Where the session's `file` is.
     pub fn path(&self, session_id: &str, file: &str) -> PathBuf {
         self.dir(session_id).join(file)
     }

@@ -49,27 +49,9 @@ pub use file::{load_file, parse_file};
 pub use host::{HostEnv, credentials_path};
 pub use layer::{OutpostTable, RawSettings};
 pub use names::Setting;
-pub use resolve::{BackendSource, Backends, resolve, resolve_process};
+pub use resolve::{BackendSource, resolve, resolve_process};
 pub use resolved::*;
-
-/// The backend used when none is configured: a container per session on
-/// this machine. `host` (no isolation) must be asked for.
-pub const DEFAULT_BACKEND: &str = "local";
-/// Restarts of a crashing remote before the session is given up.
-pub const DEFAULT_MAX_RESTARTS: u32 = 3;
-pub const DEFAULT_SESSION_LOG_MAX_MB: u64 = crate::planner::DEFAULT_SESSION_LOG_MAX_BYTES >> 20;
-/// The environment variable holding the Devin token.
-pub const TOKEN_ENV: &str = "DEVIN_OUTPOSTS_TOKEN";
-/// The environment variable holding the snapshot encryption key (64 hex
-/// digits); never a flag or a file key, like the token.
-pub const SNAPSHOT_KEY_ENV: &str = "GARRISON_SNAPSHOT_KEY";
-/// The environment variable naming the configuration directory.
-pub const CONFIG_DIR_ENV: &str = "GARRISON_CONFIG";
-/// The TOML file read from the configuration directory when `--config` is
-/// not given.
-pub const CONFIG_FILE_NAME: &str = "garrison.toml";
-/// The file `garrison connect` writes in the configuration directory.
-pub const CREDENTIALS_FILE_NAME: &str = "credentials.json";
+pub use validate::Backends;
 
 #[cfg(test)]
 mod tests;

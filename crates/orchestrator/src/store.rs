@@ -6,265 +6,27 @@
 //! connect token is never stored: after a restart the claim is renewed for a
 //! fresh one. The database file is created with mode 0600.
 //!
-//! This file holds the schema, the connection and the small keyed tables
-//! (meta, cursors); the session records are in `store/sessions.rs`, the
+//! The schema, the connection and the small keyed tables (meta, cursors)
+//! are in `store/db.rs`; the session records in `store/sessions.rs`, the
 //! snapshots and event history in `store/history.rs`.
-
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use anyhow::{Context, Result};
-use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
 pub mod bound;
 mod checkpoint;
+mod db;
 mod history;
 mod sessions;
 mod unrestorable;
 
-pub use history::{Event, SnapshotReason, StoredSnapshot};
+pub use crate::planner::SnapshotReason;
+pub use db::Store;
+pub use history::{Event, StoredSnapshot};
 pub use sessions::{SessionRecord, stage_label};
 pub use unrestorable::Unrestorable;
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS cursors (
-    outpost_id TEXT PRIMARY KEY,
-    cursor     TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id      TEXT PRIMARY KEY,
-    outpost_id      TEXT NOT NULL,
-    kind            TEXT NOT NULL,
-    backend         TEXT NOT NULL,
-    stage           TEXT NOT NULL,
-    claim_deadline  INTEGER,
-    remote_sha      TEXT,
-    handle          TEXT,
-    process         TEXT,
-    restarts        INTEGER NOT NULL DEFAULT 0,
-    start_failures  INTEGER NOT NULL DEFAULT 0,
-    output_offset   INTEGER NOT NULL DEFAULT 0,
-    error           TEXT,
-    claimed_at      INTEGER NOT NULL,
-    running_at      INTEGER,
-    updated_at      INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS snapshots (
-    id          TEXT PRIMARY KEY,
-    session_id  TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    snapshot    TEXT NOT NULL,
-    created_at  INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS snapshots_by_session ON snapshots(session_id);
-CREATE TABLE IF NOT EXISTS events (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id  TEXT NOT NULL,
-    at          INTEGER NOT NULL,
-    kind        TEXT NOT NULL,
-    detail      TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_session ON events(session_id, id);
-CREATE TABLE IF NOT EXISTS unrestorable (
-    session_id  TEXT PRIMARY KEY,
-    snapshot_id TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    at          INTEGER NOT NULL
-);
-"#;
-
-pub struct Store {
-    conn: Mutex<Connection>,
-    /// Statements that changed the database, since it was opened here.
-    writes: AtomicU64,
-    /// Checkpoints the log off the writers' threads (a database file
-    /// opened by the daemon only).
-    _checkpointer: Option<checkpoint::Checkpointer>,
-}
-
-fn json<T: Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).context("encoding a state value")
-}
-
-fn opt_json<T: Serialize>(value: &Option<T>) -> Result<Option<String>> {
-    value.as_ref().map(json).transpose()
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Result<T> {
-    serde_json::from_str(text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-    })
-}
-
-fn parse_opt<T: for<'de> Deserialize<'de>>(text: Option<String>) -> rusqlite::Result<Option<T>> {
-    text.as_deref().map(parse).transpose()
-}
-
-impl Store {
-    /// Opens (creating) the database at `path`, mode 0600.
-    pub fn open(path: &Path) -> Result<Self> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        let conn = Connection::open(path)
-            .with_context(|| format!("opening state store {}", path.display()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("restricting {}", path.display()))?;
-        let mut store = Self::init(conn)?;
-        match checkpoint::Checkpointer::start(path) {
-            Ok(checkpointer) => {
-                store.with(|c| c.pragma_update(None, "wal_autocheckpoint", 0))?;
-                store._checkpointer = Some(checkpointer);
-            }
-            // SQLite's own checkpoints stay on: slower, never unbounded.
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "checkpointing the state store in the background")
-            }
-        }
-        Ok(store)
-    }
-
-    /// Opens an existing database for reading beside a running daemon (the
-    /// `garrison status`-like commands): never creates the file, never
-    /// changes its mode or schema.
-    pub fn open_existing(path: &Path) -> Result<Self> {
-        use rusqlite::OpenFlags;
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .with_context(|| format!("opening state store {}", path.display()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-            writes: AtomicU64::new(0),
-            _checkpointer: None,
-        })
-    }
-
-    pub fn in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?)
-    }
-
-    fn init(conn: Connection) -> Result<Self> {
-        // WAL survives a kill -9 at any point and lets readers (status
-        // commands) run beside the daemon.
-        // The busy timeout first: switching to WAL needs a lock that a
-        // status command reading beside the daemon may briefly hold.
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(SCHEMA)
-            .context("creating the state schema")?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-            writes: AtomicU64::new(0),
-            _checkpointer: None,
-        })
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let conn = self
-            .conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&conn).context("state store")
-    }
-
-    /// A statement that changes the database (each one its own commit).
-    fn write<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.with(f)
-    }
-
-    /// Writes sent to the database since it was opened here (for the
-    /// metrics: what a thousand sessions cost the disk).
-    pub fn writes(&self) -> u64 {
-        self.writes.load(Ordering::Relaxed)
-    }
-
-    /// Makes every later write fail as on a read-only database (reads still
-    /// work), for tests of what a failed record stops.
-    #[cfg(test)]
-    pub(crate) fn fail_writes(&self) {
-        self.with(|c| c.pragma_update(None, "query_only", true))
-            .expect("setting query_only");
-    }
-
-    /// The acceptor id, generated once and stable across restarts.
-    pub fn acceptor_id(&self, generate: impl FnOnce() -> String) -> Result<String> {
-        self.with(|c| {
-            if let Some(id) = c
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'acceptor_id'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()?
-            {
-                return Ok(id);
-            }
-            let id = generate();
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES ('acceptor_id', ?1)",
-                [&id],
-            )?;
-            Ok(id)
-        })
-    }
-
-    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.write(|c| {
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, value],
-            )
-            .map(drop)
-        })
-    }
-
-    pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        self.with(|c| {
-            c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-                .optional()
-        })
-    }
-
-    pub fn save_cursor(&self, outpost_id: &str, cursor: &str) -> Result<()> {
-        self.write(|c| {
-            c.execute(
-                "INSERT INTO cursors (outpost_id, cursor) VALUES (?1, ?2)
-                 ON CONFLICT(outpost_id) DO UPDATE SET cursor = excluded.cursor",
-                params![outpost_id, cursor],
-            )
-            .map(drop)
-        })
-    }
-
-    pub fn cursor(&self, outpost_id: &str) -> Result<Option<String>> {
-        self.with(|c| {
-            c.query_row(
-                "SELECT cursor FROM cursors WHERE outpost_id = ?1",
-                [outpost_id],
-                |r| r.get(0),
-            )
-            .optional()
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
     use fleet::SessionKind;
 

@@ -17,9 +17,21 @@ pub enum Kind {
     /// `true` or `false`.
     Bool,
     /// A whole number in `min..=max` (`max == i64::MAX`: no upper bound).
-    Int { min: i64, max: i64 },
+    /// A whole number within bounds.
+    Int {
+        /// The smallest accepted.
+        min: i64,
+        /// The largest accepted.
+        max: i64,
+    },
     /// A number more than `above` and at most `max`.
-    Float { above: f64, max: f64 },
+    /// A number within bounds.
+    Float {
+        /// Values must be above this.
+        above: f64,
+        /// The largest accepted.
+        max: f64,
+    },
     /// One of these words.
     Choice(&'static [&'static str]),
     /// A duration such as `30d` (see the setting's help).
@@ -47,7 +59,7 @@ impl Kind {
             Kind::Int { min, max } if max == i64::MAX => Some(format!("at least {min}")),
             Kind::Int { min, max } => Some(format!("{min}-{max}")),
             Kind::Float { above, max } => Some(format!("more than {above} and at most {max}")),
-            Kind::Choice(words) => Some(super::or_list(words)),
+            Kind::Choice(words) => Some(or_list(words)),
             Kind::Bool => Some("true or false".to_owned()),
             Kind::Text | Kind::Path | Kind::Duration | Kind::List | Kind::Backend => None,
         }
@@ -90,7 +102,9 @@ pub struct Setting {
     pub per_outpost: bool,
     /// A secret: never a flag, never in the file, never shown.
     pub secret: bool,
+    /// What values it takes.
     pub kind: Kind,
+    /// What it is when not given.
     pub default: DefaultValue,
     /// A value shown (commented out) in `garrison.toml.example` when the
     /// default is not a value.
@@ -140,21 +154,25 @@ impl Setting {
         self
     }
 
+    /// The default, as the file would spell it.
     pub const fn default(mut self, value: &'static str) -> Self {
         self.default = DefaultValue::Value(value);
         self
     }
 
+    /// The default, described in words.
     pub const fn described_default(mut self, text: &'static str) -> Self {
         self.default = DefaultValue::Described(text);
         self
     }
 
+    /// An example value, as the file would spell it.
     pub const fn example(mut self, value: &'static str) -> Self {
         self.example = Some(value);
         self
     }
 
+    /// May be set per `[[outpost]]` table.
     pub const fn per_outpost(mut self) -> Self {
         self.per_outpost = true;
         self
@@ -193,6 +211,19 @@ impl Setting {
 /// The setting called `name` in `table`.
 pub fn find<'t>(table: &'t [Setting], name: &str) -> Option<&'t Setting> {
     table.iter().find(|s| s.name == name)
+}
+
+/// `["a", "b", "c"]` as "a, b or c", for messages that list the accepted
+/// values; empty for none.
+pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
+    match items.split_last() {
+        Some((last, [])) => last.as_ref().to_owned(),
+        Some((last, rest)) => {
+            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
+            format!("{} or {}", rest.join(", "), last.as_ref())
+        }
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -45,7 +45,8 @@ impl State {
             .unwrap_or_default();
         Some(QueueEntry {
             metadata: EntryMetadata {
-                session_id: e.session_id.clone(),
+                session_id: fleet::SessionId::new(e.session_id.clone())
+                    .expect("the emulator checks an id when it makes the session"),
                 outpost_id: e.outpost_id.clone(),
                 created_at: ts(e.created_ms),
                 updated_at: ts(e.updated_ms),

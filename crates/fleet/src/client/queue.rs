@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use tracing::{debug, warn};
 
+use super::base::{FleetClient, MAX_PAGE_SIZE, SCOPE_MACHINE};
 use super::page::{RawPage, parse_entry};
 use super::request::Call;
-use super::{FleetClient, MAX_PAGE_SIZE, SCOPE_MACHINE};
 use crate::error::{ClaimError, FleetError};
 use crate::http;
 use crate::stats::route;
@@ -21,14 +21,18 @@ pub struct ListQuery {
     /// The `outpost` filter; empty lists the whole account's queue (Devin's
     /// reference: "Filter by outpost ID").
     pub outpost: String,
+    /// Only entries in this phase.
     pub phase: Option<Phase>,
+    /// Only entries claimed by this acceptor.
     pub acceptor_id: Option<String>,
     /// Page size, clamped to 1..=200; the server's default (100) when `None`.
     pub first: Option<u32>,
+    /// Where the previous page ended.
     pub cursor: Option<String>,
 }
 
 impl ListQuery {
+    /// Every entry of `outpost`.
     pub fn new(outpost: impl Into<String>) -> Self {
         Self {
             outpost: outpost.into(),
@@ -41,21 +45,25 @@ impl ListQuery {
         Self::default()
     }
 
+    /// Only entries in `phase`.
     pub fn phase(mut self, phase: Phase) -> Self {
         self.phase = Some(phase);
         self
     }
 
+    /// Only entries claimed by `acceptor_id`.
     pub fn acceptor_id(mut self, acceptor_id: impl Into<String>) -> Self {
         self.acceptor_id = Some(acceptor_id.into());
         self
     }
 
+    /// At most `first` entries per page.
     pub fn first(mut self, first: u32) -> Self {
         self.first = Some(first);
         self
     }
 
+    /// Continue after `cursor`.
     pub fn cursor(mut self, cursor: impl Into<String>) -> Self {
         self.cursor = Some(cursor.into());
         self
@@ -160,7 +168,7 @@ impl FleetClient {
     /// page boundary can repeat; the later copy wins, in first-seen order).
     ///
     /// Returns the entries and the last cursor the server gave, to start
-    /// [`FleetClient::watch`] from. Pages of [`ClientOptions::list_page_size`].
+    /// [`FleetClient::watch`] from. Pages of [`crate::ClientOptions::list_page_size`].
     pub async fn list_all(
         &self,
         outpost: &str,

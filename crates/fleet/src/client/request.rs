@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 use url::Url;
 
-use super::{API_PREFIX, FleetClient};
+use super::base::{API_PREFIX, FleetClient};
 use crate::error::{FleetError, MAX_SNIPPET_CHARS, snippet};
 use crate::http;
 use crate::retry::parse_retry_after;

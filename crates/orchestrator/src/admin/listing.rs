@@ -44,10 +44,13 @@ pub enum StatusFilter {
 /// One request's page and filter, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionQuery {
+    /// Rows to skip.
     pub offset: usize,
+    /// Rows to return at most.
     pub limit: usize,
     /// Any of these stages; empty: any stage.
     pub stages: Vec<StageLabel>,
+    /// Only sessions in this state.
     pub status: Option<StatusFilter>,
     /// Lowercased; a row matches when its lowercased id contains it.
     pub search: Option<String>,

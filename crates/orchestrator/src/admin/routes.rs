@@ -18,13 +18,13 @@ use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::AdminState;
 use super::listing::{self, SessionQuery};
+use super::state::AdminState;
 use crate::api::{
     LogChunk, OutpostView, SessionDetail, SessionPage, SessionSummary, StatusView, TerminateRequest,
 };
 use crate::queue::QueueView;
-use crate::serve::TerminateError;
+use crate::serving::TerminateError;
 use crate::session_log::REMOTE_LOG;
 use crate::settings::OutpostConfig;
 use crate::store::SessionRecord;

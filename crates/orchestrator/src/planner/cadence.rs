@@ -10,7 +10,8 @@
 
 use fleet::SessionStatus;
 
-use super::{EntryObs, Millis, RemoteObs, Stage};
+use super::stage::Stage;
+use super::terms::{EntryObs, Millis, RemoteObs};
 
 /// The cadence of a session that is not settled.
 pub const LOOK_MS: Millis = 100;
@@ -21,9 +22,13 @@ pub const SETTLED_LOOK_MAX_MS: Millis = 5_000;
 /// What [`look_again_in`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LookObs {
+    /// The recorded stage.
     pub stage: Stage,
+    /// The remote's state.
     pub remote: RemoteObs,
+    /// What the queue says.
     pub entry: EntryObs,
+    /// An operator asked to stop the session.
     pub operator_stop: bool,
     /// Looks in a row that found nothing new.
     pub quiet_looks: u32,

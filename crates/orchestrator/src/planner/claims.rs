@@ -5,18 +5,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
 
-use super::{Finish, Millis, Stage};
+use super::stage::{Finish, Stage};
+use super::terms::Millis;
 
 /// How long a session this orchestrator gave back (a refused binary, start
 /// failures, a failed session) is left to others.
-pub const RELEASE_COOLDOWN_MS: Millis = 30_000;
+pub(super) const RELEASE_COOLDOWN_MS: Millis = 30_000;
 /// How long a session the operator terminated here is not claimed again by
 /// this process (its entry returns to the queue, still running for Devin).
-pub const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
+pub(super) const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
 
 /// The first wait after a claim call failed (a 5xx, a timeout); it doubles
 /// per failure in a row, up to [`CLAIM_RETRY_MAX_MS`].
 pub const CLAIM_RETRY_BASE_MS: Millis = 1_000;
+/// The longest wait before a failed claim is tried again.
 pub const CLAIM_RETRY_MAX_MS: Millis = 60_000;
 
 /// How long a session whose claim call failed `failures` times in a row is
@@ -61,12 +63,17 @@ pub fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
 
 /// Everything [`plan_claims`] looks at.
 pub struct ClaimObs<'a> {
+    /// The time of the observation.
     pub now: Millis,
+    /// Who this Garrison is.
     pub acceptor_id: &'a str,
+    /// The platform served.
     pub platform: &'a Platform,
     /// Sessions the orchestrator may still take on.
     pub capacity: usize,
+    /// Garrison is stopping.
     pub stopping: bool,
+    /// The queue, by session id.
     pub entries: &'a BTreeMap<String, QueueEntry>,
     /// Sessions this orchestrator holds (any stage but done).
     pub held: &'a BTreeSet<String>,
@@ -91,6 +98,7 @@ pub struct ClaimObs<'a> {
 /// What to do about one queue entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimAction {
+    /// Claim this session.
     Claim(String),
     /// The server says we hold it but the state store does not know it (a
     /// crash between claim and record): take it back into our care.

@@ -10,7 +10,7 @@
 //! than [`MIN_RENEW_INTERVAL_MS`], so no answer can make Garrison re-claim
 //! in a loop.
 
-use super::{Millis, Policy};
+use super::terms::{Millis, Policy};
 
 /// The claim lifetime taken when an answer says nothing usable (observed:
 /// about 5 minutes). Also the longest lifetime believed: a longer one can
@@ -95,7 +95,9 @@ pub fn step_budget(lifetime: Option<Millis>, policy: &Policy) -> Millis {
 /// Whether to renew now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
+    /// Not yet.
     NotDue,
+    /// Renew now.
     Due,
     /// Due, but the last attempt was less than [`MIN_RENEW_INTERVAL_MS`]
     /// ago: wait.
@@ -104,7 +106,7 @@ pub enum Renewal {
 
 /// Whether the claim needs renewing at `now`: no connect token in memory, no
 /// known expiry, or the expiry within the margin; paced by the last attempt.
-pub fn renewal(
+pub(super) fn renewal(
     now: Millis,
     expires_at: Option<Millis>,
     lifetime: Option<Millis>,

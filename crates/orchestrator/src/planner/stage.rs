@@ -22,6 +22,7 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Whether the session is done.
     pub fn is_done(&self) -> bool {
         matches!(self, Self::Done(_))
     }
@@ -70,7 +71,10 @@ pub enum Finish {
     /// terminate`): the sandbox is destroyed and the claim released; the
     /// workspace is snapshotted when `keep_snapshot`, else every snapshot of
     /// the session is deleted.
-    Stopped { keep_snapshot: bool },
+    Stopped {
+        /// Keep a snapshot of the workspace.
+        keep_snapshot: bool,
+    },
 }
 
 /// The short name of a stage, as shown in tables, counted in metrics and
@@ -79,15 +83,25 @@ pub enum Finish {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageLabel {
+    /// Claimed.
     Claimed,
+    /// Starting.
     Starting,
+    /// Running.
     Running,
+    /// Winding down.
     Finishing,
+    /// Done: suspended.
     Suspended,
+    /// Done: terminated.
     Terminated,
+    /// Done: vanished.
     Vanished,
+    /// Done: failed.
     Failed,
+    /// Done: released.
     Released,
+    /// Done: stopped by the operator.
     Stopped,
 }
 
@@ -106,6 +120,7 @@ impl StageLabel {
         Self::Stopped,
     ];
 
+    /// The label as stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Claimed => "claimed",

@@ -19,6 +19,7 @@ pub struct StartObs {
     /// The backend's suspend keeps memory, so a suspended session's sandbox
     /// itself waits for the resume.
     pub suspend_keeps_memory: bool,
+    /// What is known of the snapshot.
     pub snapshot: SnapshotObs,
     /// The operator lets a session whose snapshot fails its integrity check
     /// start fresh (else it fails, and the snapshot is kept).
@@ -30,8 +31,11 @@ pub struct StartObs {
 /// The session's newest snapshot that still exists, as far as looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotObs {
+    /// Not looked for yet.
     NotLookedUp,
+    /// None exists.
     None,
+    /// One exists.
     Available,
 }
 

@@ -1,12 +1,27 @@
 //! How a session is wound down: what is kept of its workspace, whether its
 //! sandbox waits suspended or goes, what is given back.
 
-use super::Finish;
-use crate::store::SnapshotReason;
+use serde::{Deserialize, Serialize};
+
+use super::stage::Finish;
+
+/// Why a snapshot was kept (the wind-down decides it; the store records
+/// it beside the snapshot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotReason {
+    /// Taken as the session went to sleep.
+    Suspend,
+    /// Taken of a failed session.
+    Recovery,
+    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
+    Operator,
+}
 
 /// Everything [`plan_wind_down`] looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindDownObs {
+    /// How the session ends.
     pub finish: Finish,
     /// A remote ran in the session's sandbox in this claim.
     pub ran_remote: bool,
@@ -26,6 +41,7 @@ pub struct WindDownObs {
 pub struct WindDown {
     /// Snapshot the workspace, for this reason, before the sandbox goes.
     pub snapshot: Option<SnapshotReason>,
+    /// What becomes of the sandbox.
     pub sandbox: SandboxEnd,
     /// Delete every snapshot of the session.
     pub delete_snapshots: bool,
@@ -39,6 +55,7 @@ pub enum SandboxEnd {
     /// Suspended: it waits for the resume claim with its memory (the
     /// snapshot is the fallback).
     Suspend,
+    /// Destroy it.
     Destroy,
 }
 

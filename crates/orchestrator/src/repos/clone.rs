@@ -17,10 +17,10 @@ use anyhow::{Context, anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
 use tokio::io::AsyncReadExt;
 
-use super::PlannedClone;
 use super::credentials::{check_config, clone_argv, clone_env};
+use super::plan::PlannedClone;
+use super::plan::Repos;
 use crate::session_log::SessionLogs;
-use crate::settings::Repos;
 
 /// A clone (or its unpacking) that takes longer than this is stopped and
 /// the start fails.

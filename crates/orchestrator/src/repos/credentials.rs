@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone};
-use crate::settings::Repos;
+use super::plan::Repos;
+use super::plan::{GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone};
 
 /// Answers git's `get` with the two variables of its own environment and
 /// ignores `store` and `erase`.

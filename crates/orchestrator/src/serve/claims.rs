@@ -11,11 +11,13 @@ use serde_json::json;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::planner::{
     ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay, cooldown_until, plan_claims,
 };
-use crate::session::{Deps, SessionRunner, now_ms};
+use crate::session::Deps;
+use crate::session::SessionRunner;
 use crate::store::SessionRecord;
 
 /// What a loop keeps between its claim rounds.
@@ -123,7 +125,7 @@ pub(super) async fn claim_round(
                 }
                 info!(session_id, "adopting a claim the state store did not know");
                 held.insert(session_id.clone());
-                let runner = SessionRunner::adopted(deps.clone(), rec);
+                let runner = SessionRunner::adopted(deps.clone(), entry.id().clone(), rec);
                 runners.spawn(async move { (session_id, runner.run().await) });
             }
             ClaimAction::Release(session_id) => {

@@ -11,8 +11,9 @@ use std::time::Duration;
 use sandbox::Sandbox;
 use tracing::{info, warn};
 
+use crate::clock::now_ms;
 use crate::planner::{Finish, Stage};
-use crate::session::{Deps, now_ms};
+use crate::session::Deps;
 use crate::store::Store;
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left

@@ -8,7 +8,7 @@ use sandbox::Capabilities;
 
 /// Where the platform that was refused was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlatformSource {
+pub(super) enum PlatformSource {
     /// The outpost's `platform` setting.
     Setting,
     /// The outpost as the fleet API describes it (`spec.platform`).
@@ -24,15 +24,19 @@ pub enum PlatformSource {
      {platform} machine with Devin's own worker, or give Garrison a {serves} outpost"
 )]
 pub struct PlatformRefused {
+    /// The outpost.
     pub outpost: String,
+    /// Its platform.
     pub platform: String,
+    /// The backend.
     pub backend: &'static str,
+    /// The platforms the backend serves.
     pub serves: &'static str,
     from: &'static str,
 }
 
 /// Refuses an outpost whose platform the backend's sandboxes do not run.
-pub fn check(
+pub(super) fn check(
     outpost: &str,
     platform: &Platform,
     source: PlatformSource,

@@ -26,7 +26,7 @@ pub struct Misconfigured(pub String);
 /// How long the start waits for the fleet API's answers before serving
 /// anyway: sessions left running by the last start are not supervised
 /// until serving begins.
-pub const API_CHECK_LIMIT: Duration = Duration::from_secs(20);
+pub(super) const API_CHECK_LIMIT: Duration = Duration::from_secs(20);
 
 /// Lists one entry of each outpost's queue, the call `serve` makes first
 /// and the one the machine scope allows, then reads the outpost itself
@@ -34,7 +34,7 @@ pub const API_CHECK_LIMIT: Duration = Duration::from_secs(20);
 /// first refusal (401, 403 on the queue, 404) is the error; the first outpost the API does
 /// not answer for ends the check, since the others would wait the same
 /// way, and so does running out of `limit`.
-pub async fn check_api(
+pub(super) async fn check_api(
     client: &FleetClient,
     outposts: &[&str],
     limit: Duration,
@@ -124,7 +124,7 @@ async fn known_outpost(client: &FleetClient, id: &str, empty: bool) -> Result<()
 /// Creates the state directory if needed and proves this user can write
 /// in it, so the failure names the directory and the user rather than
 /// surfacing as SQLite's "unable to open database file" (error code 14).
-pub fn writable_state_dir(dir: &Path) -> Result<(), Misconfigured> {
+pub(super) fn writable_state_dir(dir: &Path) -> Result<(), Misconfigured> {
     let fail = |verb: &str, e: &std::io::Error| {
         Misconfigured(format!(
             "cannot {verb} {}: {} (garrison runs as {}); make it writable by that user \
@@ -148,7 +148,7 @@ pub fn writable_state_dir(dir: &Path) -> Result<(), Misconfigured> {
 }
 
 /// The I/O error in words, without Rust's "(os error N)".
-pub fn io_reason(e: &std::io::Error) -> String {
+pub(super) fn io_reason(e: &std::io::Error) -> String {
     match e.kind() {
         ErrorKind::PermissionDenied => "permission denied".to_owned(),
         ErrorKind::ReadOnlyFilesystem => "read-only file system".to_owned(),

@@ -6,7 +6,9 @@ use sandbox::{Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{RecordFailed, SessionRunner, now_ms};
+use super::SessionRunner;
+use super::step::RecordFailed;
+use crate::clock::now_ms;
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
     track_applied_policy, track_suspended,

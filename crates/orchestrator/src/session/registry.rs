@@ -11,7 +11,7 @@ type RunnerSlot = (u64, tokio::sync::watch::Sender<Option<OperatorStop>>);
 
 /// The runners that are running now, by session id, and a way to hand each
 /// an operator's request (`garrison terminate`). A runner registers itself
-/// for as long as [`SessionRunner::run`] runs.
+/// for as long as its `SessionRunner::run` runs.
 #[derive(Default)]
 pub struct OperatorStops {
     runners: Mutex<BTreeMap<String, RunnerSlot>>,

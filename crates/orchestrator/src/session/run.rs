@@ -3,11 +3,14 @@
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use sandbox::{ProcessRef, ProcessSpec};
+use fleet::Secret;
+use sandbox::{Handle, MachineInfo, ProcessRef, ProcessSpec};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms, record_failure};
+use super::SessionRunner;
+use super::step::{KILL_GRACE, RecordFailed, StepCtx, StepError};
+use crate::clock::now_ms;
 use crate::contract::{self, RemoteLaunch};
 use crate::metrics::Metrics;
 use crate::planner::{EntryObs, RemoteObs, Stage};
@@ -15,9 +18,8 @@ use crate::repos;
 
 impl SessionRunner {
     /// Starts a remote in the existing sandbox, recording its name first:
-    /// nothing is spawned when that record fails ([`RecordFailed`] in the
-    /// error).
-    pub(super) async fn spawn_remote(&mut self) -> anyhow::Result<()> {
+    /// nothing is spawned when that record fails ([`StepError::Record`]).
+    pub(super) async fn spawn_remote(&mut self) -> Result<(), StepError> {
         let handle = self
             .rec
             .handle
@@ -25,11 +27,11 @@ impl SessionRunner {
             .context("no sandbox to start the remote in")?;
         let token = self
             .claim
-            .connect_token
-            .clone()
+            .connect_token()
+            .cloned()
             .context("no connect token")?;
-        self.deps
-            .logs
+        let ctx = self.ctx();
+        ctx.logs
             .redactor()
             .add_handed_out(&self.rec.session_id, token.expose());
         let gateway_url = self.gateway_url().with_context(|| {
@@ -41,38 +43,21 @@ impl SessionRunner {
             )
         })?;
         // A sandbox may see the host under another address than loopback.
-        let gateway_url = self.deps.backend.gateway_url_for(&handle, &gateway_url);
+        let gateway_url = ctx.backend.gateway_url_for(&handle, &gateway_url);
         // The user, browser and desktop are the sandbox's: Garrison's own
         // `USER` names whoever started Garrison, not who runs the remote.
-        let machine = self
-            .deps
+        let machine = ctx
             .backend
             .machine(&handle)
             .await
             .map_err(|e| anyhow!(e).context("asking the backend about the sandbox"))?;
         let cwd = self.remote_cwd(&handle).await;
-        let name = format!("remote-{}", now_ms());
-        let env = contract::remote_env(&RemoteLaunch {
-            gateway_url: &gateway_url,
-            connect_token: &token,
-            session_id: self.id(),
-            state_dir: &handle.state_dir,
-            home: &handle.home,
-            user: &machine.user,
-            chrome_path: machine.chrome_path.as_deref(),
-            display: machine.display.as_deref(),
-        });
-        let spec = ProcessSpec {
-            name: name.clone(),
-            argv: contract::remote_argv(&handle.bin_dir),
-            env,
-            cwd,
-        };
+        let spec = remote_spec(&ctx, &handle, &machine, &token, &gateway_url, cwd);
+        let name = spec.name.clone();
         self.rec.process = Some(ProcessRef { id: name.clone() });
         self.rec.output_offset = 0;
         self.set_stage(Stage::Running)?;
-        self.deps
-            .backend
+        ctx.backend
             .spawn(&handle, &spec)
             .await
             .map_err(|e| anyhow!(e))?;
@@ -154,7 +139,10 @@ impl SessionRunner {
             );
         }
         if let Err(e) = self.spawn_remote().await {
-            let e = record_failure(e)?;
+            let e = match e {
+                StepError::Record(failed) => return Err(failed),
+                StepError::Failed(e) => e,
+            };
             warn!(session_id = self.id(), error = %e, "restarting the remote failed");
             self.remote = RemoteObs::Lost;
             self.remote_stopped_at = Some(now_ms());
@@ -181,5 +169,34 @@ impl SessionRunner {
                 self.pause(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+/// The remote's process: its argv, and the environment that tells it its
+/// gateway, token and sandbox (see [`contract::remote_env`]).
+fn remote_spec(
+    ctx: &StepCtx,
+    handle: &Handle,
+    machine: &MachineInfo,
+    token: &Secret,
+    gateway_url: &str,
+    cwd: String,
+) -> ProcessSpec {
+    let name = format!("remote-{}", now_ms());
+    let env = contract::remote_env(&RemoteLaunch {
+        gateway_url,
+        connect_token: token,
+        session_id: ctx.id(),
+        state_dir: &handle.state_dir,
+        home: &handle.home,
+        user: &machine.user,
+        chrome_path: machine.chrome_path.as_deref(),
+        display: machine.display.as_deref(),
+    });
+    ProcessSpec {
+        name,
+        argv: contract::remote_argv(&handle.bin_dir),
+        env,
+        cwd,
     }
 }

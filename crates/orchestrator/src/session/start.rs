@@ -1,6 +1,7 @@
-//! The start step: a sandbox for the session (the one kept suspended, one
-//! restored from a snapshot, or a fresh one), the remote binary in it, the
-//! repositories cloned, the remote started.
+//! The start step as the runner records it: the binary resolved, a sandbox
+//! for the session (see `provision.rs`), the remote binary in it, the
+//! repositories cloned (see `clone_repos.rs`), the remote started (see
+//! `run.rs`), each outcome written down before the next step.
 
 use std::time::Duration;
 
@@ -9,32 +10,15 @@ use fleet::QueueEntry;
 use serde_json::json;
 use tracing::{error, warn};
 
-use super::{RecordFailed, SessionRunner, now_ms, record_failure};
+use super::SessionRunner;
+use super::clone_repos::clone_repos;
+use super::provision::{ProvisionInput, provision};
+use super::step::{KeepClaim, RecordFailed, StartError};
+use crate::clock::now_ms;
 use crate::contract;
 use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
 use crate::store::Unrestorable;
-
-pub(super) enum StartError {
-    /// The session must not be started at all (the binary failed
-    /// verification): release the claim.
-    Refused(String),
-    /// Too little claim time left for the next slow step.
-    Deadline,
-    /// The step could not be recorded: the runner stops.
-    Record(RecordFailed),
-    Failed(anyhow::Error),
-    /// The snapshot to restore failed its integrity check: the session
-    /// fails (the snapshot is kept), since retrying cannot mend it.
-    Corrupt(String),
-    /// The snapshot is intact but this host cannot restore it: the session
-    /// is given up here once (marked in the store, so it is not claimed
-    /// here again), the claim released, the snapshot kept.
-    Unrestorable {
-        snapshot_id: String,
-        reason: String,
-    },
-}
 
 impl SessionRunner {
     /// The entry as claimed (for its pinned SHA and network policy).
@@ -114,7 +98,6 @@ impl SessionRunner {
             }
             Err(StartError::Record(failed)) => return Err(failed),
             Err(StartError::Failed(e)) => {
-                let e = record_failure(e)?;
                 self.rec.start_failures += 1;
                 let message = sandbox::bounded_output::clip_error(
                     &self.deps.logs.redactor().scrub(&format!("{e:#}")),
@@ -164,14 +147,30 @@ impl SessionRunner {
                 json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
             );
         }
-        let (handle, restored) = self.provision(&entry).await?;
+        let ctx = self.ctx();
+        let input = ProvisionInput {
+            entry: &entry,
+            kind: self.rec.kind.clone(),
+            recorded: self.rec.handle.clone(),
+            remote_recorded: self.rec.process.is_some(),
+            outpost_id: &self.rec.outpost_id.clone(),
+            acceptor_id: &self.deps.acceptor_id.clone(),
+            image: self.deps.outpost.image.clone(),
+            resources: self.deps.outpost.resources,
+            corrupt_snapshot_starts_fresh: self.deps.policy.corrupt_snapshot_starts_fresh,
+        };
+        let provisioned = provision(&ctx, self, input).await?;
+        if let Some(policy) = provisioned.applied_policy {
+            self.applied_policy = Some(policy);
+        }
+        let (handle, restored) = (provisioned.handle, provisioned.keeps_workspace);
         self.rec.handle = Some(handle.clone());
         self.save().map_err(StartError::Record)?;
         self.event("sandbox_created", json!({ "sandbox": handle.name }));
         self.check_renewals().map_err(StartError::Record)?;
         // A renewal while the sandbox was made found the claim lost: the
         // planner winds the session down (the sandbox is recorded).
-        if matches!(self.rec.stage, Stage::Finishing(_) | Stage::Done(_)) {
+        if self.claim_lost() {
             return Err(StartError::Deadline);
         }
 
@@ -198,12 +197,13 @@ impl SessionRunner {
             .map_err(|e| StartError::Failed(e.into()))?;
         // A restored or resumed workspace has its repositories already.
         if !restored {
-            self.clone_repos(&handle).await?;
+            let repos = self.deps.outpost.repos.clone();
+            clone_repos(&ctx, self, &handle, &repos).await?;
             self.remote_cwd = Some(handle.workdir.clone());
         }
         if !self.has_budget() {
             return Err(StartError::Deadline);
         }
-        self.spawn_remote().await.map_err(StartError::Failed)
+        Ok(self.spawn_remote().await?)
     }
 }

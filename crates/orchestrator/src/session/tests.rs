@@ -6,13 +6,22 @@ use std::sync::Mutex;
 
 use fleet::{EntryMetadata, EntrySpec, EntryStatus, Phase, SessionKind, SessionStatus, Timestamp};
 use host::{HostBackend, HostConfig};
-use sandbox::{Handle, ProcessRef, SandboxName, SandboxSpec};
+use sandbox::{Handle, ProcessRef, Sandbox, SandboxName, SandboxSpec};
 use sha2::{Digest, Sha256};
 
+use fleet::FleetClient;
+use tokio_util::sync::CancellationToken;
+
+use super::step::{KeepClaim, StepError};
 use super::*;
-use crate::planner::Finish;
+use crate::metrics::Metrics;
+use crate::planner::{Finish, Policy};
+use crate::queue::QueueView;
 use crate::redact::Redactor;
-use crate::settings::Repos;
+use crate::remote::RemoteResolver;
+use crate::session_log::SessionLogs;
+use crate::settings::{OutpostConfig, Repos};
+use crate::store::Store;
 
 mod unrestorable;
 
@@ -184,9 +193,10 @@ impl World {
 fn claim_response() -> QueueEntry {
     QueueEntry {
         metadata: EntryMetadata {
-            session_id: SESSION.into(),
+            session_id: fleet::SessionId::new(SESSION).unwrap(),
             outpost_id: "o".into(),
-            ..Default::default()
+            created_at: None,
+            updated_at: None,
         },
         spec: EntrySpec {
             remote_binary_sha: Some(SHA.into()),
@@ -243,7 +253,7 @@ async fn a_remote_that_cannot_be_recorded_is_not_spawned() {
 
     let err = runner.spawn_remote().await.unwrap_err();
 
-    assert!(err.downcast_ref::<RecordFailed>().is_some(), "{err:#}");
+    assert!(matches!(err, StepError::Record(_)), "{err:#}");
     let process = runner.rec.process.clone().unwrap();
     // The host backend makes a process's directory before anything else.
     let status = world.backend.status(&handle, &process).await;
@@ -361,7 +371,7 @@ async fn a_skewed_server_clock_neither_storms_nor_overstays() {
         record(Stage::Claimed, None),
         answer_at(now_ms() + 5 * 60_000, Some(300)),
     );
-    let left = ahead.claim_time_left().unwrap();
+    let left = ahead.claim.time_left().unwrap();
     assert!(left <= 300_000, "the claim is taken to last {left} ms");
 }
 

@@ -10,7 +10,7 @@ use common::settings::read_owner_only_if_present;
 use fleet::Secret;
 use serde::{Deserialize, Serialize};
 
-use super::SettingsError;
+use common::settings::SettingsError;
 
 /// What `garrison connect` saves: `credentials.json`, mode 0600.
 ///
@@ -21,6 +21,7 @@ pub struct Credentials {
     /// The API base the token was issued by (without `/opbeta`).
     pub api_url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The outpost `garrison connect` made.
     pub outpost_id: Option<String>,
     /// Serialized as a plain string; `Debug` shows `[redacted]`.
     pub token: Secret,

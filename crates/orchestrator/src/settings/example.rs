@@ -5,7 +5,8 @@
 
 use common::settings::{DefaultValue, Kind, Setting};
 
-use super::{Backends, names};
+use super::names;
+use super::validate::Backends;
 
 const HEADER: &str = "\
 # /etc/garrison/garrison.toml: settings of `garrison serve`.

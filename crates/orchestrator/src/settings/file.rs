@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
-use super::{Backends, Origin, OutpostTable, RawSettings, SettingsError, Sourced, names};
+use common::settings::{Origin, SettingsError, Sourced};
+
+use super::layer::{OutpostTable, RawSettings};
+use super::names;
+use super::validate::Backends;
 
 /// Garrison's own keys of `garrison.toml`. Unknown keys are errors: a typo
 /// such as `max_concurent` must not be silently ignored.

@@ -6,7 +6,9 @@ use std::fmt;
 use std::fs;
 use std::path::PathBuf;
 
-use super::{CONFIG_DIR_ENV, CONFIG_FILE_NAME, CREDENTIALS_FILE_NAME, SettingsError};
+use common::settings::SettingsError;
+
+use super::resolved::{CONFIG_DIR_ENV, CONFIG_FILE_NAME, CREDENTIALS_FILE_NAME};
 
 /// What defaults depend on: the effective user and the environment. Gathered
 /// once at the edge ([`HostEnv::current`]) so the logic here stays pure.
@@ -29,6 +31,7 @@ impl fmt::Debug for HostEnv {
 }
 
 impl HostEnv {
+    /// A host with this user and these variables.
     pub fn new(euid: u32, vars: BTreeMap<String, String>) -> Self {
         Self { euid, vars }
     }
@@ -65,6 +68,7 @@ impl HostEnv {
             .filter(|p| p.is_absolute())
     }
 
+    /// The home directory, if known.
     pub fn home(&self) -> Option<PathBuf> {
         self.var("HOME").map(PathBuf::from)
     }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use fleet::Secret;
 
 use super::names::{self, Setting};
-use super::{HostEnv, Origin, Sourced};
+use common::settings::{Origin, Sourced};
+
+use super::host::HostEnv;
 
 /// One layer of settings (flags, environment or file), every field optional.
 ///
@@ -19,38 +21,59 @@ use super::{HostEnv, Origin, Sourced};
 pub struct RawSettings {
     /// Outpost ids; each item may hold several, comma-separated.
     pub outposts: Option<Sourced<Vec<String>>>,
+    /// `api_url`, if this layer gives it.
     pub api_url: Option<Sourced<String>>,
+    /// `acceptor_id`, if this layer gives it.
     pub acceptor_id: Option<Sourced<String>>,
+    /// `static_base_url`, if this layer gives it.
     pub static_base_url: Option<Sourced<String>>,
+    /// `backend`, if this layer gives it.
     pub backend: Option<Sourced<String>>,
+    /// `max_concurrent`, if this layer gives it.
     pub max_concurrent: Option<Sourced<String>>,
+    /// `state_dir`, if this layer gives it.
     pub state_dir: Option<Sourced<PathBuf>>,
+    /// `snapshot_dir`, if this layer gives it.
     pub snapshot_dir: Option<Sourced<PathBuf>>,
     /// A directory, or an object-store URL.
     pub snapshot_store: Option<Sourced<String>>,
+    /// `snapshot_key_file`, if this layer gives it.
     pub snapshot_key_file: Option<Sourced<PathBuf>>,
     /// `GARRISON_SNAPSHOT_KEY`: only from the environment, like `token`.
     pub snapshot_key: Option<Sourced<Secret>>,
+    /// `snapshot_integrity_fallback`, if this layer gives it.
     pub snapshot_integrity_fallback: Option<Sourced<String>>,
+    /// `snapshot_retention`, if this layer gives it.
     pub snapshot_retention: Option<Sourced<String>>,
+    /// `relist_interval_secs`, if this layer gives it.
     pub relist_interval_secs: Option<Sourced<String>>,
     /// `true` or `false` (a flag given is `true`).
     pub drain: Option<Sourced<String>>,
+    /// `cpus`, if this layer gives it.
     pub cpus: Option<Sourced<String>>,
+    /// `memory_mb`, if this layer gives it.
     pub memory_mb: Option<Sourced<String>>,
+    /// `disk_mb`, if this layer gives it.
     pub disk_mb: Option<Sourced<String>>,
+    /// `image`, if this layer gives it.
     pub image: Option<Sourced<String>>,
+    /// `max_restarts`, if this layer gives it.
     pub max_restarts: Option<Sourced<String>>,
+    /// `suspend_exit_grace_secs`, if this layer gives it.
     pub suspend_exit_grace_secs: Option<Sourced<String>>,
+    /// `gateway_url`, if this layer gives it.
     pub gateway_url: Option<Sourced<String>>,
+    /// `session_log_max_mb`, if this layer gives it.
     pub session_log_max_mb: Option<Sourced<String>>,
     /// Only from the environment; `Secret` keeps it out of `Debug`.
     pub token: Option<Sourced<Secret>>,
     /// Clone URLs; each item may hold several, comma-separated.
     pub repos: Option<Sourced<Vec<String>>>,
+    /// `git_username`, if this layer gives it.
     pub git_username: Option<Sourced<String>>,
     /// `GIT_TOKEN`: only from the environment, like `token`.
     pub git_token: Option<Sourced<Secret>>,
+    /// `log_format`, if this layer gives it.
     pub log_format: Option<Sourced<String>>,
     /// The admin listener's address, as text until resolved.
     pub listen: Option<Sourced<String>>,
@@ -67,14 +90,23 @@ pub struct RawSettings {
 /// One `[[outpost]]` table: per-outpost overrides of the top-level settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutpostTable {
+    /// The outpost's id.
     pub id: Sourced<String>,
+    /// This outpost's `backend`, if given.
     pub backend: Option<Sourced<String>>,
+    /// This outpost's `max_concurrent`, if given.
     pub max_concurrent: Option<Sourced<String>>,
+    /// This outpost's `cpus`, if given.
     pub cpus: Option<Sourced<String>>,
+    /// This outpost's `memory_mb`, if given.
     pub memory_mb: Option<Sourced<String>>,
+    /// This outpost's `disk_mb`, if given.
     pub disk_mb: Option<Sourced<String>>,
+    /// This outpost's `image`, if given.
     pub image: Option<Sourced<String>>,
+    /// This outpost's `platform`, if given.
     pub platform: Option<Sourced<String>>,
+    /// This outpost's `repos`, if given.
     pub repos: Option<Sourced<Vec<String>>>,
 }
 

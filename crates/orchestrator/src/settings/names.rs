@@ -12,6 +12,7 @@ pub use common::settings::{Kind, Setting};
 /// thousand held with room to spare; ten times that is a typo.
 const MAX_CONCURRENT_LIMIT: i64 = 10_000;
 
+/// The `outpost` setting: Outpost to serve; repeat or separate with commas for several.
 pub const OUTPOST: Setting = Setting::new(
     "outpost",
     "--outpost",
@@ -22,6 +23,7 @@ pub const OUTPOST: Setting = Setting::new(
 .described_default("the file's [[outpost]] tables, else the one `garrison connect` saved")
 // The file lists outposts as [[outpost]] tables, each with its overrides.
 .not_in_file();
+/// The `api_url` setting: Devin API base, without /opbeta.
 pub const API_URL: Setting = Setting::new(
     "api_url",
     "--api-url",
@@ -30,6 +32,7 @@ pub const API_URL: Setting = Setting::new(
     "Devin API base, without /opbeta",
 )
 .default("\"https://api.devin.ai\"");
+/// The `acceptor_id` setting: This worker's identity when claiming sessions, 1-128 of [A-Za-z0-9._-].
 pub const ACCEPTOR_ID: Setting = Setting::new(
     "acceptor_id",
     "--acceptor-id",
@@ -39,6 +42,7 @@ pub const ACCEPTOR_ID: Setting = Setting::new(
 )
 .described_default("generated once and kept in the state directory")
 .example("\"garrison-lab-1\"");
+/// The `static_base_url` setting: Where devin-remote is downloaded from (each download is checked against its published SHA-256).
 pub const STATIC_BASE_URL: Setting = Setting::new(
     "static_base_url",
     "--static-base-url",
@@ -47,6 +51,7 @@ pub const STATIC_BASE_URL: Setting = Setting::new(
     "Where devin-remote is downloaded from (each download is checked against its published SHA-256)",
 )
 .default("\"https://static.devin.ai/devin-rs/remote/\"");
+/// The `backend` setting: Sandbox backend.
 pub const BACKEND: Setting = Setting::new(
     "backend",
     "--backend",
@@ -56,6 +61,7 @@ pub const BACKEND: Setting = Setting::new(
 )
 .default("\"local\"")
 .per_outpost();
+/// The `max_concurrent` setting: Sessions run at once, per outpost.
 pub const MAX_CONCURRENT: Setting = Setting::new(
     "max_concurrent",
     "--max-concurrent",
@@ -68,6 +74,7 @@ pub const MAX_CONCURRENT: Setting = Setting::new(
 )
 .default("5")
 .per_outpost();
+/// The `state_dir` setting: Database, session logs, caches and images.
 pub const STATE_DIR: Setting = Setting::new(
     "state_dir",
     "--state-dir",
@@ -77,6 +84,7 @@ pub const STATE_DIR: Setting = Setting::new(
 )
 .described_default("/var/lib/garrison as root, else ~/.local/share/garrison")
 .example("\"/var/lib/garrison\"");
+/// The `snapshot_dir` setting: Where snapshots are kept; may be shared by several Garrisons, so any of them resumes a session.
 pub const SNAPSHOT_DIR: Setting = Setting::new(
     "snapshot_dir",
     "--snapshot-dir",
@@ -86,6 +94,7 @@ pub const SNAPSHOT_DIR: Setting = Setting::new(
 )
 .described_default("<state-dir>/snapshots")
 .example("\"/var/lib/garrison/snapshots\"");
+/// The `snapshot_store` setting: Where snapshots are kept instead: a directory, or an object store every host reaches (s3://BUCKET/PREFIX, gs://…, az://…; credentials and endpoint from AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, … only).
 pub const SNAPSHOT_STORE: Setting = Setting::new(
     "snapshot_store",
     "--snapshot-store",
@@ -97,6 +106,7 @@ pub const SNAPSHOT_STORE: Setting = Setting::new(
 )
 .described_default("the snapshot directory")
 .example("\"s3://my-bucket/garrison\"");
+/// The `snapshot_key_file` setting: A file (mode 0600) holding the key that encrypts snapshots in the object store: 64 hex digits; or set GARRISON_SNAPSHOT_KEY.
 pub const SNAPSHOT_KEY_FILE: Setting = Setting::new(
     "snapshot_key_file",
     "--snapshot-key-file",
@@ -106,11 +116,13 @@ pub const SNAPSHOT_KEY_FILE: Setting = Setting::new(
      64 hex digits; or set GARRISON_SNAPSHOT_KEY",
 )
 .example("\"/etc/garrison/snapshot.key\"");
+/// The `snapshot_key` setting: The key that encrypts snapshots in the object store, 64 hex digits.
 pub const SNAPSHOT_KEY: Setting = Setting::secret(
     "snapshot_key",
     "GARRISON_SNAPSHOT_KEY",
     "The key that encrypts snapshots in the object store, 64 hex digits",
 );
+/// The `snapshot_integrity_fallback` setting: When a snapshot fails its integrity check: fail the session and keep the snapshot, or start it fresh.
 pub const SNAPSHOT_INTEGRITY_FALLBACK: Setting = Setting::new(
     "snapshot_integrity_fallback",
     "--snapshot-integrity-fallback",
@@ -120,6 +132,7 @@ pub const SNAPSHOT_INTEGRITY_FALLBACK: Setting = Setting::new(
      or start it fresh",
 )
 .default("\"fail\"");
+/// The `snapshot_retention` setting: How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited.
 pub const SNAPSHOT_RETENTION: Setting = Setting::new(
     "snapshot_retention",
     "--snapshot-retention",
@@ -128,6 +141,7 @@ pub const SNAPSHOT_RETENTION: Setting = Setting::new(
     "How long snapshots are kept: 30d, 12h, 90m, 3600s or unlimited",
 )
 .default("\"30d\"");
+/// The `relist_interval_secs` setting: Seconds between full re-lists of the queue behind the watch.
 pub const RELIST_INTERVAL_SECS: Setting = Setting::new(
     "relist_interval_secs",
     "--relist-interval-secs",
@@ -136,6 +150,7 @@ pub const RELIST_INTERVAL_SECS: Setting = Setting::new(
     "Seconds between full re-lists of the queue behind the watch",
 )
 .default("30");
+/// The `drain` setting: On SIGTERM, wait for running sessions to end instead of leaving them.
 pub const DRAIN: Setting = Setting::new(
     "drain",
     "--drain",
@@ -144,6 +159,7 @@ pub const DRAIN: Setting = Setting::new(
     "On SIGTERM, wait for running sessions to end instead of leaving them",
 )
 .default("false");
+/// The `cpus` setting: vCPUs per session sandbox.
 pub const CPUS: Setting = Setting::new(
     "cpus",
     "--cpus",
@@ -156,6 +172,7 @@ pub const CPUS: Setting = Setting::new(
 )
 .default("2")
 .per_outpost();
+/// The `memory_mb` setting: Memory per session sandbox in MiB.
 pub const MEMORY_MB: Setting = Setting::new(
     "memory_mb",
     "--memory-mb",
@@ -168,6 +185,7 @@ pub const MEMORY_MB: Setting = Setting::new(
 )
 .default("8192")
 .per_outpost();
+/// The `disk_mb` setting: Disk per session sandbox in MiB.
 pub const DISK_MB: Setting = Setting::new(
     "disk_mb",
     "--disk-mb",
@@ -180,6 +198,7 @@ pub const DISK_MB: Setting = Setting::new(
 )
 .default("10240")
 .per_outpost();
+/// The `image` setting: Sandbox image (for the local backend, one built with `garrison image build NAME`).
 pub const IMAGE: Setting = Setting::new(
     "image",
     "--image",
@@ -190,6 +209,7 @@ pub const IMAGE: Setting = Setting::new(
 .described_default("the backend's")
 .example("\"default\"")
 .per_outpost();
+/// The `max_restarts` setting: Restarts of a crashing remote before the session is given up.
 pub const MAX_RESTARTS: Setting = Setting::new(
     "max_restarts",
     "--max-restarts",
@@ -198,6 +218,7 @@ pub const MAX_RESTARTS: Setting = Setting::new(
     "Restarts of a crashing remote before the session is given up",
 )
 .default("3");
+/// The `suspend_exit_grace_secs` setting: Seconds the remote of a suspended session may take to exit by itself before it is killed.
 pub const SUSPEND_EXIT_GRACE_SECS: Setting = Setting::new(
     "suspend_exit_grace_secs",
     "--suspend-exit-grace-secs",
@@ -209,6 +230,7 @@ pub const SUSPEND_EXIT_GRACE_SECS: Setting = Setting::new(
     "Seconds the remote of a suspended session may take to exit by itself before it is killed",
 )
 .default("120");
+/// The `gateway_url` setting: Gateway (ws:// or wss://) for a claim that carries none (Devin's `--gateway-url`).
 pub const GATEWAY_URL: Setting = Setting::new(
     "gateway_url",
     "--gateway-url",
@@ -218,6 +240,7 @@ pub const GATEWAY_URL: Setting = Setting::new(
 )
 .described_default("none: such a claim cannot start")
 .example("\"wss://outpost-gateway.devin.ai\"");
+/// The `session_log_max_mb` setting: Output of a session's remote copied into its log, in MiB; past it the log says so and stops growing.
 pub const SESSION_LOG_MAX_MB: Setting = Setting::new(
     "session_log_max_mb",
     "--session-log-max-mb",
@@ -230,6 +253,7 @@ pub const SESSION_LOG_MAX_MB: Setting = Setting::new(
      and stops growing",
 )
 .default("256");
+/// The `config` setting: TOML settings file.
 pub const CONFIG: Setting = Setting::new(
     "config",
     "--config",
@@ -240,6 +264,7 @@ pub const CONFIG: Setting = Setting::new(
 .described_default("$GARRISON_CONFIG/garrison.toml, if it exists")
 // It names the file.
 .not_in_file();
+/// The `repos` setting: Repositories cloned into each new sandbox's workspace before the remote starts (https://, http://, ssh://, file:// or user@host:path, never with credentials in the URL); repeat or separate with commas.
 pub const REPOS: Setting = Setting::new(
     "repos",
     "--repos",
@@ -251,6 +276,7 @@ pub const REPOS: Setting = Setting::new(
 )
 .example("[\"https://github.com/acme/api.git\"]")
 .per_outpost();
+/// The `git_username` setting: User name for cloning private repositories with GIT_TOKEN.
 pub const GIT_USERNAME: Setting = Setting::new(
     "git_username",
     "--git-username",
@@ -260,16 +286,19 @@ pub const GIT_USERNAME: Setting = Setting::new(
 )
 .described_default("x-access-token")
 .example("\"x-access-token\"");
+/// The `git_token` setting: Token for cloning private repositories, given to the clone command only.
 pub const GIT_TOKEN: Setting = Setting::secret(
     "git_token",
     crate::repos::GIT_TOKEN_ENV,
     "Token for cloning private repositories, given to the clone command only",
 );
+/// The `token` setting: The Devin token (else the credentials file `garrison connect` writes).
 pub const TOKEN: Setting = Setting::secret(
     "token",
-    super::TOKEN_ENV,
+    super::resolved::TOKEN_ENV,
     "The Devin token (else the credentials file `garrison connect` writes)",
 );
+/// The `log_format` setting: Log line format.
 pub const LOG_FORMAT: Setting = Setting::new(
     "log_format",
     "--log-format",
@@ -278,6 +307,7 @@ pub const LOG_FORMAT: Setting = Setting::new(
     "Log line format",
 )
 .default("\"text\"");
+/// The `listen` setting: Address of the admin listener (health, metrics, JSON API, dashboard).
 pub const LISTEN: Setting = Setting::new(
     "listen",
     "--listen",

@@ -9,23 +9,23 @@ use std::time::Duration;
 use common::settings::SettingsSource;
 use fleet::Platform;
 use sandbox::Resources;
-use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
+use sandbox::plugin::ConfiguredBackend;
 use sandbox::snapshot_store::ObjectStoreSettings;
 
 use super::names;
 use super::validate::*;
-use super::{
-    Credentials, DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_RESTARTS, DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB,
-    DEFAULT_SNAPSHOT_RETENTION, DEFAULT_STATIC_BASE_URL, HostEnv, LogFormat, Origin, OutpostConfig,
-    OutpostTable, ProcessSettings, QueueMode, RawSettings, Repos, ServeConfig, SettingsError,
-    Sourced,
+use common::settings::{Origin, SettingsError, Sourced};
+
+use super::credentials::Credentials;
+use super::host::HostEnv;
+use super::layer::{OutpostTable, RawSettings};
+use super::resolved::{
+    DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_RESTARTS,
+    DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB, DEFAULT_SNAPSHOT_RETENTION,
+    DEFAULT_STATIC_BASE_URL, LogFormat, OutpostConfig, ProcessSettings, QueueMode, Repos,
+    ServeConfig,
 };
 use crate::planner::Policy;
-
-/// The backends Garrison was built with, in the order `--help` and errors
-/// list them: the `garrison` crate's registry.
-pub type Backends = [&'static dyn BackendPlugin];
 
 /// Validates the merged layers and fills in defaults.
 ///
@@ -219,11 +219,6 @@ fn configure_backends(
     Ok(configured)
 }
 
-/// The backend called `name`.
-pub(super) fn find(backends: &Backends, name: &str) -> Option<&'static dyn BackendPlugin> {
-    backends.iter().copied().find(|b| b.name() == name)
-}
-
 /// What a backend reads its settings from: the flags of its settings
 /// ([`RawSettings::backend_flags`]), the environment gathered once in
 /// [`HostEnv`], and the file keys it declared (from
@@ -235,6 +230,7 @@ pub struct BackendSource<'a> {
 }
 
 impl<'a> BackendSource<'a> {
+    /// Reads from `host` and the file keys `file`.
     pub fn new(host: &'a HostEnv, file: &'a BTreeMap<&'static str, Sourced<String>>) -> Self {
         Self {
             host,

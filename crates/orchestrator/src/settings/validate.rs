@@ -6,9 +6,22 @@ use std::time::Duration;
 
 pub(super) use common::settings::{http_url, image, integer};
 use fleet::{Platform, Secret};
+use sandbox::plugin::BackendPlugin;
 
 use super::names::{self, Kind, Setting};
-use super::{Backends, Credentials, DEFAULT_API_URL, Origin, SettingsError, Sourced};
+use common::settings::{Origin, SettingsError, Sourced};
+
+use super::credentials::Credentials;
+use super::resolved::DEFAULT_API_URL;
+
+/// The backends Garrison was built with, in the order `--help` and errors
+/// list them: the `garrison` crate's registry.
+pub type Backends = [&'static dyn BackendPlugin];
+
+/// The backend called `name`.
+pub(super) fn find(backends: &Backends, name: &str) -> Option<&'static dyn BackendPlugin> {
+    backends.iter().copied().find(|b| b.name() == name)
+}
 
 const RETENTION_EXAMPLES: &str = "e.g. \"30d\", \"12h\", \"90m\", \"3600s\" or \"unlimited\"";
 
@@ -202,7 +215,7 @@ pub(super) fn backend(
     known: &Backends,
 ) -> Result<&'static str, SettingsError> {
     let name = value.value.trim();
-    if let Some(plugin) = super::resolve::find(known, name) {
+    if let Some(plugin) = find(known, name) {
         return Ok(plugin.name());
     }
     let names: Vec<&str> = known.iter().map(|b| b.name()).collect();

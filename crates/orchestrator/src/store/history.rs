@@ -6,36 +6,37 @@ use rusqlite::params;
 use sandbox::SnapshotRef;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, json, parse};
-use crate::planner::Millis;
-
-/// Why a snapshot was kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SnapshotReason {
-    Suspend,
-    Recovery,
-    /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
-    Operator,
-}
+use super::db::{Store, json, parse};
+use crate::planner::{Millis, SnapshotReason};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A snapshot kept of a session.
 pub struct StoredSnapshot {
+    /// The session.
     pub session_id: String,
+    /// Why it was kept.
     pub reason: SnapshotReason,
+    /// The snapshot.
     pub snapshot: SnapshotRef,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// An entry of a session's history.
 pub struct Event {
+    /// Its order.
     pub id: i64,
+    /// The session.
     pub session_id: String,
+    /// When.
     pub at: Millis,
+    /// What happened.
     pub kind: String,
+    /// The details.
     pub detail: serde_json::Value,
 }
 
 impl Store {
+    /// Records a snapshot.
     pub fn add_snapshot(&self, stored: &StoredSnapshot) -> Result<()> {
         let snapshot = json(&stored.snapshot)?;
         let reason = json(&stored.reason)?;
@@ -125,6 +126,7 @@ impl Store {
         })
     }
 
+    /// Adds to the session's history.
     pub fn add_event(
         &self,
         session_id: &str,

@@ -8,34 +8,48 @@ use rusqlite::{OptionalExtension, params};
 use sandbox::{Handle, ProcessRef};
 use serde::{Deserialize, Serialize};
 
-use super::{Store, json, opt_json, parse, parse_opt};
+use super::db::{Store, json, opt_json, parse, parse_opt};
 use crate::planner::{Millis, Stage};
 
 /// One held (or once held) session, as recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
+    /// The session.
     pub session_id: String,
+    /// Its outpost.
     pub outpost_id: String,
     /// The entry's kind when claimed (stored as its wire spelling).
     pub kind: SessionKind,
+    /// The backend it runs on.
     pub backend: String,
+    /// Where it is.
     pub stage: Stage,
+    /// The claim's deadline, for display.
     pub claim_deadline: Option<Millis>,
+    /// The remote build.
     pub remote_sha: Option<String>,
+    /// Its sandbox.
     pub handle: Option<Handle>,
     /// The current remote process, recorded before it is spawned.
     pub process: Option<ProcessRef>,
+    /// Restarts of its remote.
     pub restarts: u32,
+    /// Failed starts.
     pub start_failures: u32,
     /// How much of the remote's output is already in the session log.
     pub output_offset: u64,
+    /// The last error.
     pub error: Option<String>,
+    /// When it was claimed.
     pub claimed_at: Millis,
+    /// When its remote first ran.
     pub running_at: Option<Millis>,
+    /// When the record last changed.
     pub updated_at: Millis,
 }
 
 impl SessionRecord {
+    /// The record of a session just claimed.
     pub fn new(
         session_id: &str,
         outpost_id: &str,
@@ -125,6 +139,7 @@ impl Store {
         })
     }
 
+    /// The session's record, if any.
     pub fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         self.with(|c| {
             c.prepare_cached(&format!(

@@ -12,20 +12,24 @@ use anyhow::Result;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::Store;
+use super::db::Store;
 use crate::planner::Millis;
 
 /// Why a session is not claimed here again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unrestorable {
+    /// The session.
     pub session_id: String,
+    /// The snapshot.
     pub snapshot_id: String,
     /// Bounded (`bound::error_text`).
     pub reason: String,
+    /// When.
     pub at: Millis,
 }
 
 impl Store {
+    /// Marks a session whose snapshot cannot be restored here.
     pub fn mark_unrestorable(&self, mark: &Unrestorable) -> Result<()> {
         let reason = super::bound::error_text(&mark.reason);
         self.write(|c| {
@@ -63,6 +67,7 @@ impl Store {
         })
     }
 
+    /// The session's mark, if any.
     pub fn unrestorable_session(&self, session_id: &str) -> Result<Option<Unrestorable>> {
         Ok(self
             .unrestorable()?

@@ -8,7 +8,7 @@ const ME: &str = "acceptor-me";
 fn entry(id: &str, created: i64, phase: Phase, session_status: SessionStatus) -> QueueEntry {
     QueueEntry {
         metadata: EntryMetadata {
-            session_id: id.into(),
+            session_id: fleet::SessionId::new(id).unwrap(),
             outpost_id: "o".into(),
             created_at: Timestamp::from_unix_millis(created),
             updated_at: Timestamp::from_unix_millis(created),
@@ -147,10 +147,10 @@ fn expired_foreign_claims_are_claimable_unless_the_session_runs() {
     expired.status.acceptor_id = Some("other".into());
     expired.status.claim_deadline = Timestamp::from_unix_millis(NOW - 1);
     let mut live = expired.clone();
-    live.metadata.session_id = "live".into();
+    live.metadata.session_id = fleet::SessionId::new("live").unwrap();
     live.status.session_status = SessionStatus::Running;
     let mut valid = expired.clone();
-    valid.metadata.session_id = "valid".into();
+    valid.metadata.session_id = fleet::SessionId::new("valid").unwrap();
     valid.status.claim_deadline = Timestamp::from_unix_millis(NOW + 1);
     let case = ClaimCase::new(vec![expired, live, valid]);
     assert_eq!(case.plan(), vec![claim("expired")]);

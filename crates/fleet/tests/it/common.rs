@@ -9,9 +9,9 @@ use gateway_proto::{RemoteMessage, SESSION_HEADER};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 
 /// Stops a hung test; no assertion depends on it.
-pub const HANG: Duration = Duration::from_secs(60);
+pub(crate) const HANG: Duration = Duration::from_secs(60);
 
-pub struct Env {
+pub(crate) struct Env {
     pub emu: Emulator,
     pub client: FleetClient,
     pub outpost: String,
@@ -19,7 +19,7 @@ pub struct Env {
 
 /// Client options with short backoffs, so retries and reconnects do not
 /// slow the suite.
-pub fn options() -> ClientOptions {
+pub(crate) fn options() -> ClientOptions {
     ClientOptions {
         retry: RetryPolicy {
             attempts: 8,
@@ -30,7 +30,7 @@ pub fn options() -> ClientOptions {
     }
 }
 
-pub async fn env(config: EmulatorConfig) -> Env {
+pub(crate) async fn env(config: EmulatorConfig) -> Env {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -45,13 +45,13 @@ pub async fn env(config: EmulatorConfig) -> Env {
     }
 }
 
-pub fn client(emu: &Emulator, token: &str) -> FleetClient {
+pub(crate) fn client(emu: &Emulator, token: &str) -> FleetClient {
     FleetClient::new(&emu.base_url(), Secret::new(token), options()).expect("client builds")
 }
 
 impl Env {
     /// Enqueues a session that stays running until told otherwise.
-    pub fn session(&self, id: Option<&str>) -> String {
+    pub(crate) fn session(&self, id: Option<&str>) -> String {
         self.emu
             .create_session(NewSession {
                 outpost_id: self.outpost.clone(),
@@ -67,7 +67,7 @@ impl Env {
 }
 
 /// Polls `check` until it returns `Some`; panics only after [`HANG`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -86,19 +86,19 @@ where
 }
 
 /// The next item of a never-ending stream, or a panic after [`HANG`].
-pub async fn next<S: Stream<Item = WatchItem> + Unpin>(watch: &mut S) -> WatchItem {
+pub(crate) async fn next<S: Stream<Item = WatchItem> + Unpin>(watch: &mut S) -> WatchItem {
     tokio::time::timeout(HANG, watch.next())
         .await
         .expect("watch item within the hang limit")
         .expect("watch_forever never ends")
 }
 
-pub type Socket =
+pub(crate) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Dials the gateway as `devin-remote` would with a claim's connect token,
 /// which makes the session `running`. Keep the socket to keep it running.
-pub async fn connect_remote(gateway_url: &str, session_id: &str, token: &Secret) -> Socket {
+pub(crate) async fn connect_remote(gateway_url: &str, session_id: &str, token: &Secret) -> Socket {
     let mut req = gateway_url.into_client_request().expect("gateway URL");
     let headers = req.headers_mut();
     headers.insert(

@@ -1,26 +1,27 @@
-//! Keeping the claim: renewing it, and how much of it is left for a slow
-//! step.
+//! Keeping a session's claim: the [`ClaimKeeper`] holds what the claim
+//! answers said, renews the claim when asked, and tells how much of it is
+//! left; [`keep_claim_alive`] renews it while a slow step runs. What a
+//! renewal means for the session (its record, its events, a lost claim's
+//! wind-down) is the runner's to record.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use fleet::{ClaimError, FleetError, QueueEntry, Secret};
-use serde_json::json;
+use fleet::{ClaimError, FleetClient, FleetError, QueueEntry, Secret, SessionId};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::{KILL_GRACE, RecordFailed, SessionRunner, now_ms};
-use crate::metrics::Metrics;
+use crate::clock::now_ms;
 use crate::planner::{
-    ClaimAnswer, EntryObs, LifetimeSource, Millis, Stage, claim_lifetime, finish_on_claim_lost,
-    renewal_due_in, step_budget,
+    ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, renewal_due_in, step_budget,
 };
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]
-pub(super) struct Claim {
-    pub(super) connect_token: Option<Secret>,
-    pub(super) gateway_url: Option<String>,
+struct Claim {
+    connect_token: Option<Secret>,
+    gateway_url: Option<String>,
     /// The lifetime the last answer granted (see [`claim_lifetime`]).
     lifetime_ms: Option<Millis>,
     /// The last answer had no usable deadline and nothing was learned yet:
@@ -30,17 +31,17 @@ pub(super) struct Claim {
     /// When the last answer arrived, on the monotonic clock.
     received: Option<Instant>,
     /// When a renewal was last tried.
-    pub(super) last_attempt: Option<Instant>,
+    last_attempt: Option<Instant>,
 }
 
 /// The claim lifetime the server's answers implied, shared by the runners
 /// of an outpost: the lifetime is the server's, not a session's, so an
 /// answer without a deadline is read with what any answer taught.
 #[derive(Debug, Default)]
-pub struct LearnedLifetime(AtomicI64);
+pub(crate) struct LearnedLifetime(AtomicI64);
 
 impl LearnedLifetime {
-    pub(super) fn get(&self) -> Option<Millis> {
+    fn get(&self) -> Option<Millis> {
         Some(self.0.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
@@ -51,12 +52,7 @@ impl LearnedLifetime {
 
 impl Claim {
     /// Takes in a claim answer that arrived at `received` (monotonic).
-    pub(super) fn take_answer(
-        &mut self,
-        entry: &QueueEntry,
-        received: Instant,
-        learned: &LearnedLifetime,
-    ) {
+    fn take_answer(&mut self, entry: &QueueEntry, received: Instant, learned: &LearnedLifetime) {
         let answer = ClaimAnswer {
             deadline: entry.status.claim_deadline.map(|d| d.unix_millis()),
             server_now: entry.metadata.updated_at.map(|t| t.unix_millis()),
@@ -90,7 +86,7 @@ impl Claim {
 
     /// The lifetime of the claim held: an assumed one gives way to what
     /// any answer taught since.
-    pub(super) fn lifetime(&self, learned: &LearnedLifetime) -> Option<Millis> {
+    fn lifetime(&self, learned: &LearnedLifetime) -> Option<Millis> {
         match learned.get() {
             Some(ms) if self.assumed => Some(ms),
             _ => self.lifetime_ms,
@@ -99,18 +95,13 @@ impl Claim {
 
     /// The expiry (the last answer's arrival plus its lifetime) on the
     /// clock whose reading is `now` at `at`.
-    pub(super) fn expires_at(
-        &self,
-        now: Millis,
-        at: Instant,
-        learned: &LearnedLifetime,
-    ) -> Option<Millis> {
+    fn expires_at(&self, now: Millis, at: Instant, learned: &LearnedLifetime) -> Option<Millis> {
         let received = self.received?;
         Some(now + signed_ms(received, at) + self.lifetime(learned)?)
     }
 
     /// The last renewal attempt on the clock whose reading is `now` at `at`.
-    pub(super) fn last_attempt_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+    fn last_attempt_at(&self, now: Millis, at: Instant) -> Option<Millis> {
         self.last_attempt.map(|t| now + signed_ms(t, at))
     }
 }
@@ -124,112 +115,119 @@ fn signed_ms(to: Instant, from: Instant) -> Millis {
     }
 }
 
-impl SessionRunner {
+/// What a renewal found; the runner records it.
+pub(super) enum Renewal {
+    /// The claim is ours for longer: the server's answer.
+    Renewed(Box<QueueEntry>),
+    /// Someone else holds the session now.
+    Lost,
+    /// The entry is gone from the queue.
+    Gone,
+    /// A passing failure: retried when the claim is next due.
+    Failed(FleetError),
+}
+
+/// Owns a session's claim: the state the answers left and the renew call.
+pub(super) struct ClaimKeeper {
+    session_id: SessionId,
+    client: FleetClient,
+    acceptor_id: String,
+    learned: Arc<LearnedLifetime>,
+    policy: Policy,
+    claim: Claim,
+}
+
+impl ClaimKeeper {
+    /// A keeper that has seen no answer yet (a session adopted from the
+    /// state store: no connect token in memory).
+    pub(super) fn new(
+        session_id: SessionId,
+        client: FleetClient,
+        acceptor_id: &str,
+        learned: Arc<LearnedLifetime>,
+        policy: Policy,
+    ) -> Self {
+        Self {
+            session_id,
+            client,
+            acceptor_id: acceptor_id.to_owned(),
+            learned,
+            policy,
+            claim: Claim::default(),
+        }
+    }
+
+    /// Takes in a claim answer that arrived just now.
+    pub(super) fn take_answer(&mut self, entry: &QueueEntry) {
+        self.claim.take_answer(entry, Instant::now(), &self.learned);
+    }
+
+    /// The connect token the claim handed out, if one is in memory.
+    pub(super) fn connect_token(&self) -> Option<&Secret> {
+        self.claim.connect_token.as_ref()
+    }
+
+    /// The gateway the claim named, if any.
+    pub(super) fn gateway_url(&self) -> Option<&str> {
+        self.claim.gateway_url.as_deref()
+    }
+
+    /// The lifetime of the claim held (see [`Claim::lifetime`]).
+    pub(super) fn lifetime(&self) -> Option<Millis> {
+        self.claim.lifetime(&self.learned)
+    }
+
+    /// The expiry on the clock whose reading is `now` at `at`.
+    pub(super) fn expires_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+        self.claim.expires_at(now, at, &self.learned)
+    }
+
+    /// The last renewal attempt on the clock whose reading is `now` at `at`.
+    pub(super) fn last_attempt_at(&self, now: Millis, at: Instant) -> Option<Millis> {
+        self.claim.last_attempt_at(now, at)
+    }
+
     /// Time left on the claim; `None` when no claim answer came yet.
-    pub(super) fn claim_time_left(&self) -> Option<Millis> {
-        self.claim
-            .expires_at(0, Instant::now(), &self.deps.learned_lifetime)
+    pub(super) fn time_left(&self) -> Option<Millis> {
+        self.expires_at(0, Instant::now())
     }
 
     /// How long until the claim must be renewed (see the planner's
     /// [`crate::planner::renewal_due_in`]).
-    pub(super) fn renewal_due_in(&self) -> Duration {
+    pub(super) fn due_in(&self) -> Duration {
         let at = Instant::now();
         let ms = renewal_due_in(
             0,
-            self.claim.expires_at(0, at, &self.deps.learned_lifetime),
-            self.claim.lifetime(&self.deps.learned_lifetime),
+            self.expires_at(0, at),
+            self.lifetime(),
             self.claim.connect_token.is_some(),
-            self.claim.last_attempt_at(0, at),
-            &self.deps.policy,
+            self.last_attempt_at(0, at),
+            &self.policy,
         );
         Duration::from_millis(ms as u64)
     }
 
     /// Whether enough claim time is left to begin a slow step.
     pub(super) fn has_budget(&self) -> bool {
-        let lifetime = self.claim.lifetime(&self.deps.learned_lifetime);
-        let budget = step_budget(lifetime, &self.deps.policy);
-        self.claim_time_left().is_none_or(|left| left >= budget)
+        let budget = step_budget(self.lifetime(), &self.policy);
+        self.time_left().is_none_or(|left| left >= budget)
     }
 
-    pub(super) async fn renew(&mut self) -> Result<(), RecordFailed> {
+    /// Asks the server for more time on the claim and takes in its answer.
+    pub(super) async fn renew(&mut self) -> Renewal {
         self.claim.last_attempt = Some(Instant::now());
         match self
-            .deps
             .client
-            .claim(self.id(), &self.deps.acceptor_id)
+            .claim(self.session_id.as_str(), &self.acceptor_id)
             .await
         {
             Ok(entry) => {
-                Metrics::inc(&self.deps.metrics.claim_renewals);
-                // The server's deadline is kept for display only: decisions
-                // use the expiry computed at receipt.
-                self.rec.claim_deadline = entry.status.claim_deadline.map(|d| d.unix_millis());
-                if let Some(token) = &entry.status.connect_token {
-                    self.deps
-                        .logs
-                        .redactor()
-                        .add_claim_token(&self.rec.session_id, token.expose());
-                }
-                self.claim
-                    .take_answer(&entry, Instant::now(), &self.deps.learned_lifetime);
-                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
-                self.deps.view.upsert(entry.clone());
-                self.note_entry(entry);
-                self.save()?;
-                self.event(
-                    "claim_renewed",
-                    json!({ "claim_deadline": self.rec.claim_deadline }),
-                );
-                Ok(())
+                self.take_answer(&entry);
+                Renewal::Renewed(Box::new(entry))
             }
-            Err(ClaimError::Conflict) => {
-                // Someone else holds the session now: our remote must not run
-                // beside theirs. Keep the work, give nothing back.
-                warn!(
-                    session_id = self.id(),
-                    "the claim was lost to another acceptor"
-                );
-                self.event("claim_lost", json!({}));
-                let finish = finish_on_claim_lost(self.rec.stage);
-                let recorded = self.set_stage(Stage::Finishing(finish));
-                // Stopping our remote is what keeps it from running beside
-                // theirs, so it happens even when the record failed.
-                if let (Some(handle), Some(process)) =
-                    (self.rec.handle.clone(), self.rec.process.clone())
-                {
-                    let _ = self.deps.backend.kill(&handle, &process, KILL_GRACE).await;
-                }
-                recorded
-            }
-            Err(ClaimError::Fleet(FleetError::NotFound { .. })) => {
-                // The entry is gone: not a passing error to retry, but what a
-                // DELETED event says, and wound down the same way.
-                warn!(
-                    session_id = self.id(),
-                    "renewing the claim found the entry gone"
-                );
-                self.event("entry_gone", json!({ "during": "renewal" }));
-                self.deps.view.remove(self.id());
-                self.entry_obs = EntryObs::Gone;
-                Ok(())
-            }
-            Err(ClaimError::Fleet(e)) => {
-                // Retried when the planner next finds the claim due, paced
-                // by MIN_RENEW_INTERVAL_MS.
-                warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
-                Ok(())
-            }
-        }
-    }
-
-    /// A renewal during a slow step (see [`keep_claim_alive`]): a failed
-    /// record is kept for the step to stop on when it returns
-    /// ([`SessionRunner::check_renewals`]).
-    pub(super) async fn renew_in_step(&mut self) {
-        if let Err(failed) = self.renew().await {
-            self.failed_record.get_or_insert(failed);
+            Err(ClaimError::Conflict) => Renewal::Lost,
+            Err(ClaimError::Fleet(FleetError::NotFound { .. })) => Renewal::Gone,
+            Err(ClaimError::Fleet(e)) => Renewal::Failed(e),
         }
     }
 }
@@ -256,6 +254,8 @@ pub(super) async fn keep_claim_alive<S, T>(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     struct FakeClaim {

@@ -5,14 +5,10 @@
 //! (`shared/docs/outposts-protocol.md`, beside the repository). Everything
 //! talks to 127.0.0.1 only.
 
-#[allow(dead_code)]
-#[path = "emulator/common.rs"]
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{HANG, env, next};
+use crate::common::{HANG, env, next};
 use emulator::{EmulatorConfig, Faults};
 use fleet::{
     ClaimError, EventType, FleetError, ListQuery, Outpost, Platform, QueueEntry, ReleaseOutcome,

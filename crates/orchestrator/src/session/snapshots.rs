@@ -1,0 +1,131 @@
+//! The session's snapshots: taking one (recorded before the sandbox may
+//! go), finding the newest that still exists, deleting them all. Functions
+//! of a [`StepCtx`], each returning what it found for the runner.
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use sandbox::{Handle, SandboxName, SnapshotRef};
+use serde_json::json;
+use tracing::warn;
+
+use super::step::{KeepClaim, RecordFailed, StepCtx, StepError, renewing};
+use crate::planner::SnapshotReason;
+use crate::store::StoredSnapshot;
+
+/// Attempts of a release or a snapshot before giving up on it.
+pub(super) const FINISH_ATTEMPTS: u32 = 5;
+
+/// What became of a snapshot the wind-down asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Snapshotted {
+    Taken,
+    /// The backend has no such sandbox any more.
+    SandboxGone,
+}
+
+/// Snapshots the sandbox's workspace and records the snapshot, renewing
+/// the claim meanwhile: a large workspace can take longer than the claim
+/// lasts.
+pub(super) async fn snapshot(
+    ctx: &StepCtx,
+    keeper: &mut impl KeepClaim,
+    handle: &Handle,
+    reason: SnapshotReason,
+) -> Result<Snapshotted, StepError> {
+    let mut last_error = None;
+    for attempt in 1..=FINISH_ATTEMPTS {
+        let started = std::time::Instant::now();
+        let backend = ctx.backend.clone();
+        let taken = handle.clone();
+        let result = renewing(keeper, async move { backend.snapshot(&taken).await }).await;
+        keeper.check_renewals()?;
+        match result {
+            Ok(snapshot) => {
+                ctx.metrics.record_snapshot(
+                    started.elapsed().as_secs_f64() * 1000.0,
+                    snapshot.size_bytes,
+                );
+                // Unrecorded, the snapshot would be lost to this store
+                // once the sandbox is destroyed: the runner stops first.
+                ctx.store
+                    .add_snapshot(&StoredSnapshot {
+                        session_id: ctx.id().to_owned(),
+                        reason,
+                        snapshot: snapshot.clone(),
+                    })
+                    .map_err(RecordFailed)?;
+                ctx.event(
+                    "snapshot",
+                    json!({ "snapshot": snapshot.id, "bytes": snapshot.size_bytes, "reason": reason }),
+                );
+                return Ok(Snapshotted::Taken);
+            }
+            // No attempt can succeed; what was there to keep was kept
+            // before the destroy that made it go.
+            Err(e) if e.is_gone() => return Ok(Snapshotted::SandboxGone),
+            Err(e) if e.is_transient() => {
+                warn!(session_id = ctx.id(), attempt, error = %e, "snapshot failed; retrying");
+                last_error = Some(anyhow!(e));
+                ctx.pause(Duration::from_secs(attempt as u64)).await;
+            }
+            // Without a snapshot the sandbox must not be destroyed: the
+            // error keeps the session in `finishing` for the operator.
+            Err(e) => return Err(anyhow!(e).context("snapshot").into()),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| anyhow!("snapshot failed"))
+        .into())
+}
+
+/// The session's snapshots recorded here and those the backend finds by
+/// name (another Garrison sharing the snapshot store may have made them),
+/// oldest first, each once.
+pub(super) async fn known_snapshots(ctx: &StepCtx, name: &SandboxName) -> Vec<SnapshotRef> {
+    let mut snapshots: Vec<SnapshotRef> = ctx
+        .store
+        .snapshots(ctx.id())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.snapshot)
+        .collect();
+    snapshots.extend(ctx.backend.snapshots_for(name).await.unwrap_or_default());
+    snapshots.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    snapshots.dedup_by(|a, b| a.id == b.id);
+    snapshots
+}
+
+/// The newest snapshot of the session that still exists, from the state
+/// store or, for a session another Garrison suspended, from the backend's
+/// shared store.
+pub(super) async fn latest_snapshot(ctx: &StepCtx, name: &SandboxName) -> Option<SnapshotRef> {
+    for snapshot in known_snapshots(ctx, name).await.into_iter().rev() {
+        if ctx
+            .backend
+            .snapshot_exists(&snapshot)
+            .await
+            .unwrap_or(false)
+        {
+            return Some(snapshot);
+        }
+    }
+    None
+}
+
+/// Deletes every snapshot of the session; a failure is logged, not retried.
+pub(super) async fn delete_snapshots(ctx: &StepCtx) {
+    let name = SandboxName::for_session(ctx.session_id.as_str());
+    for snapshot in known_snapshots(ctx, &name).await {
+        match ctx.backend.delete_snapshot(&snapshot).await {
+            Ok(()) => {
+                if let Err(e) = ctx.store.remove_snapshot(&snapshot.id) {
+                    warn!(session_id = ctx.id(), snapshot = snapshot.id, error = %e, "forgetting a deleted snapshot failed");
+                }
+            }
+            Err(e) => {
+                warn!(session_id = ctx.id(), snapshot = snapshot.id, error = %e, "deleting a snapshot failed")
+            }
+        }
+    }
+}

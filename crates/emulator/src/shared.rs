@@ -17,10 +17,7 @@ use crate::distribution::Distribution;
 use crate::http::{ApiError, bearer};
 use crate::lock::lock;
 use crate::state::{AuthError, SCOPE_MACHINE, SCOPE_ORCHESTRATOR, State, StateError, Stop, Timing};
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+use common::now_ms;
 
 pub(crate) type SharedState = AxState<Arc<Shared>>;
 

@@ -2,14 +2,12 @@
 //!
 //! Everything here is tolerant by design: unknown fields are ignored, enum
 //! values the server adds later become an `Unknown` variant instead of a parse
-//! failure, and timestamps are accepted as Unix seconds, Unix milliseconds or
+//! failure (`common::open_enum!`), and timestamps are accepted as Unix seconds, Unix milliseconds or
 //! ISO-8601. The one thing validated strictly is the session id, because it
 //! later names files and URLs.
 
-use std::fmt;
-
 use serde::de::Deserializer;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use common::Secret;
 pub use common::{AllowRule, NetworkPolicy};
@@ -18,98 +16,40 @@ pub use crate::session_id::{InvalidEntry, MAX_SESSION_ID_LEN, SessionId, validat
 use crate::timestamp::lenient_timestamp;
 pub use crate::timestamp::{Timestamp, TimestampFormat};
 
-/// Declares a string enum with a catch-all `Unknown(String)` variant that
-/// round-trips the server's spelling.
-macro_rules! wire_enum {
-    ($(#[$meta:meta])* $name:ident (default $default:ident) { $($variant:ident => $wire:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $(#[doc = concat!("`", $wire, "` on the wire.")] $variant,)+
-            /// A value this client does not know; kept verbatim.
-            Unknown(String),
-        }
-
-        impl $name {
-            /// The server's spelling.
-            pub fn as_str(&self) -> &str {
-                match self {
-                    $(Self::$variant => $wire,)+
-                    Self::Unknown(other) => other,
-                }
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                Self::$default
-            }
-        }
-
-        impl From<&str> for $name {
-            fn from(value: &str) -> Self {
-                match value {
-                    $($wire => Self::$variant,)+
-                    other => Self::Unknown(other.to_owned()),
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let value = Option::<String>::deserialize(d)?.unwrap_or_default();
-                Ok(Self::from(value.as_str()))
-            }
-        }
-    };
-}
-
-wire_enum!(
+common::open_enum!(
     /// `spec.kind`: a fresh session or the resumption of a suspended one.
-    SessionKind (default New) { New => "new", Resume => "resume" }
+    pub enum SessionKind (default New) { New = "new", Resume = "resume" }
 );
 
-wire_enum!(
+common::open_enum!(
     /// `spec.platform` and an outpost's platform.
-    Platform (default Linux) { Linux => "linux", Macos => "macos", Windows => "windows" }
+    pub enum Platform (default Linux) { Linux = "linux", Macos = "macos", Windows = "windows" }
 );
 
-wire_enum!(
+common::open_enum!(
     /// `status.phase`: whether an acceptor holds the entry.
-    Phase (default Pending) { Pending => "pending", Claimed => "claimed" }
+    pub enum Phase (default Pending) { Pending = "pending", Claimed = "claimed" }
 );
 
-wire_enum!(
+common::open_enum!(
     /// `status.session_status`: where the Devin session itself is. The first
     /// four are documented; the rest have been observed in the wild.
-    SessionStatus (default Pending) {
-        Pending => "pending",
-        Running => "running",
-        Suspended => "suspended",
-        Terminated => "terminated",
-        New => "new",
-        Claimed => "claimed",
-        Resuming => "resuming",
-        Exit => "exit",
-        Error => "error",
+    pub enum SessionStatus (default Pending) {
+        Pending = "pending",
+        Running = "running",
+        Suspended = "suspended",
+        Terminated = "terminated",
+        New = "new",
+        Claimed = "claimed",
+        Resuming = "resuming",
+        Exit = "exit",
+        Error = "error",
     }
 );
 
-wire_enum!(
+common::open_enum!(
     /// The `type` of a watch event.
-    EventType (default Modified) { Added => "ADDED", Modified => "MODIFIED", Deleted => "DELETED" }
+    pub enum EventType (default Modified) { Added = "ADDED", Modified = "MODIFIED", Deleted = "DELETED" }
 );
 
 impl SessionStatus {

@@ -19,10 +19,8 @@ pub(crate) fn note(text: &str) {
     }
 }
 
-/// Now, in the store's and the admin API's unit (ms since the epoch).
-pub(crate) fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
+/// Unix milliseconds now (one clock for the whole workspace).
+pub(crate) use common::now_ms;
 
 /// `45s`, `12m`, `3h05m`, `2d04h`.
 pub(crate) fn age(ms: Millis) -> String {

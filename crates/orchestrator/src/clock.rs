@@ -1,8 +1,4 @@
 //! The wall clock as the planner reads it, in one place.
 
-use crate::planner::Millis;
-
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
+/// Unix milliseconds now (one clock for the whole workspace).
+pub(crate) use common::now_ms;

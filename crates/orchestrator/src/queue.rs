@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::settings::QueueMode;
 use crate::store::Store;
+use common::now_ms;
 use refusal::Refusal;
 
 /// The latest known entry per session of one outpost.
@@ -45,10 +46,6 @@ pub struct QueueView {
     /// Whether the fleet API's last word on this queue was a refusal that
     /// only an operator can fix (see [`refusal`]).
     pub refusal: Refusal,
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 impl QueueView {

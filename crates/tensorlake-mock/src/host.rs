@@ -216,12 +216,8 @@ fn read_lines(
     })
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// Unix milliseconds now (one clock for the whole workspace).
+pub(crate) use common::now_ms;
 
 /// Archives `dir` into `archive` (symlinks kept as links); its size.
 pub(crate) fn pack(dir: &Path, archive: &Path) -> std::io::Result<u64> {

@@ -29,9 +29,6 @@ pub mod follow;
 mod http;
 pub mod image_build;
 mod image_service;
-// The wire shapes are named as Tensorlake names them; documenting each
-// field is left to the rewrite of this module's open-enum macro.
-#[allow(missing_docs)]
 pub mod models;
 pub mod policy;
 pub mod pty;

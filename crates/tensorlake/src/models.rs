@@ -9,59 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-/// A string enum that keeps values it does not know (at most 64 chars).
-macro_rules! open_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($variant,)+
-            Unknown(String),
-        }
-
-        impl $name {
-            pub fn as_str(&self) -> &str {
-                match self {
-                    $(Self::$variant => $text,)+
-                    Self::Unknown(other) => other,
-                }
-            }
-        }
-
-        impl From<&str> for $name {
-            fn from(text: &str) -> Self {
-                match text {
-                    $($text => Self::$variant,)+
-                    other => Self::Unknown(other.chars().take(64).collect()),
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                Ok(Self::from(String::deserialize(d)?.as_str()))
-            }
-        }
-    };
-}
-
-open_enum!(
+common::open_enum!(
     /// A sandbox's lifecycle state.
-    SandboxStatus {
+    pub enum SandboxStatus {
         Pending = "pending",
         Running = "running",
         Snapshotting = "snapshotting",
@@ -80,9 +32,9 @@ impl SandboxStatus {
     }
 }
 
-open_enum!(
+common::open_enum!(
     /// A snapshot's state.
-    SnapshotStatus {
+    pub enum SnapshotStatus {
         InProgress = "in_progress",
         LocalReady = "local_ready",
         Completed = "completed",
@@ -105,17 +57,17 @@ impl SnapshotStatus {
     }
 }
 
-open_enum!(
+common::open_enum!(
     /// What a snapshot keeps.
-    SnapshotType {
+    pub enum SnapshotType {
         Memory = "memory",
         Filesystem = "filesystem",
     }
 );
 
-open_enum!(
+common::open_enum!(
     /// A process's state as the sandbox daemon reports it.
-    ProcessState {
+    pub enum ProcessState {
         Running = "running",
         Exited = "exited",
         Signaled = "signaled",
@@ -123,9 +75,9 @@ open_enum!(
     }
 );
 
-open_enum!(
+common::open_enum!(
     /// When the daemon restarts a managed process.
-    RestartPolicy {
+    pub enum RestartPolicy {
         Never = "never",
         OnFailure = "on_failure",
         Always = "always",
@@ -135,8 +87,11 @@ open_enum!(
 /// `resources` of a create request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resources {
+    /// CPUs, possibly fractional.
     pub cpus: f64,
+    /// Memory in MiB.
     pub memory_mb: u64,
+    /// Disk in MiB; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_mb: Option<u64>,
 }
@@ -144,10 +99,13 @@ pub struct Resources {
 /// Egress rules: with `allow_out` not empty, only those destinations.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkConfig {
+    /// Whether the sandbox may reach the internet (`true` when absent).
     #[serde(default = "yes")]
     pub allow_internet_access: bool,
+    /// Destinations allowed out; when not empty, the only ones reachable.
     #[serde(default)]
     pub allow_out: Vec<String>,
+    /// Destinations refused.
     #[serde(default)]
     pub deny_out: Vec<String>,
 }
@@ -159,14 +117,18 @@ fn yes() -> bool {
 /// `POST /sandboxes`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreateSandbox {
+    /// Image to start from; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// CPU, memory and disk to give the sandbox.
     pub resources: Resources,
     /// Idle seconds before a named sandbox is suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
+    /// Egress rules; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkConfig>,
+    /// Snapshot to restore the sandbox from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_id: Option<String>,
     /// Only named sandboxes can be suspended and resumed.
@@ -180,6 +142,7 @@ pub struct CreateSandbox {
 /// The answer to `POST /sandboxes`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct CreatedSandbox {
+    /// The new sandbox's id.
     pub sandbox_id: String,
     /// `running`, `timeout` (still queued: `pending`), `failed`, or
     /// `pending` from a service that answers before the sandbox runs.
@@ -188,10 +151,13 @@ pub struct CreatedSandbox {
     /// Why a start failed.
     #[serde(default)]
     pub termination_reason: Option<String>,
+    /// More about a failed start (JSON, may hold a `message`).
     #[serde(default)]
     pub error_details: Option<serde_json::Value>,
+    /// The sandbox's proxy URL, when the server gives one.
     #[serde(default)]
     pub sandbox_url: Option<String>,
+    /// The sandbox's name, if it has one.
     #[serde(default)]
     pub name: Option<String>,
 }
@@ -199,24 +165,34 @@ pub struct CreatedSandbox {
 /// `GET /sandboxes/{id}` and the items of `GET /sandboxes`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SandboxInfo {
+    /// The sandbox's id (also read from `id`).
     #[serde(alias = "id")]
     pub sandbox_id: String,
+    /// Its lifecycle state.
     pub status: SandboxStatus,
+    /// Its name, if it has one.
     #[serde(default)]
     pub name: Option<String>,
+    /// The image it runs.
     #[serde(default)]
     pub image: Option<String>,
+    /// Its proxy URL, when the server gives one.
     #[serde(default)]
     pub sandbox_url: Option<String>,
+    /// Idle seconds before it is suspended.
     #[serde(default)]
     pub timeout_secs: Option<i64>,
+    /// Why it ended, if it did.
     #[serde(default)]
     pub termination_reason: Option<String>,
 }
 
+/// `GET /sandboxes`: one page of sandboxes.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct SandboxList {
+    /// The page's sandboxes.
     pub sandboxes: Vec<SandboxInfo>,
+    /// Where the next page starts; absent or empty on the last.
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -270,35 +246,48 @@ impl Cursors {
 /// `POST /sandboxes/{id}/snapshot`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreateSnapshot {
+    /// What the snapshot keeps; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_type: Option<SnapshotType>,
 }
 
+/// The answer to `POST /sandboxes/{id}/snapshot`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct CreatedSnapshot {
+    /// The new snapshot's id.
     pub snapshot_id: String,
+    /// Its state.
     pub status: SnapshotStatus,
 }
 
 /// `GET /snapshots/{id}`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SnapshotInfo {
+    /// The snapshot's id (also read from `id`).
     #[serde(alias = "id")]
     pub snapshot_id: String,
+    /// The sandbox it was taken from.
     #[serde(default)]
     pub sandbox_id: Option<String>,
+    /// Its state.
     pub status: SnapshotStatus,
+    /// Its size in bytes.
     #[serde(default)]
     pub size_bytes: Option<i64>,
+    /// The image of the sandbox it was taken from.
     #[serde(default)]
     pub base_image: Option<String>,
+    /// Why it failed, if it did.
     #[serde(default)]
     pub error: Option<String>,
 }
 
+/// `GET /snapshots`: one page of snapshots.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct SnapshotList {
+    /// The page's snapshots.
     pub snapshots: Vec<SnapshotInfo>,
+    /// Where the next page starts; absent or empty on the last.
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -306,22 +295,28 @@ pub(crate) struct SnapshotList {
 /// `restart` of a process start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RestartConfig {
+    /// When the daemon restarts the process.
     pub policy: RestartPolicy,
 }
 
 /// `POST /api/v1/processes`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartProcess {
+    /// Program to run.
     pub command: String,
+    /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
+    /// Environment variables to set.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Working directory; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
     /// A managed process's name: addressable instead of its pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// When the daemon restarts it; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartConfig>,
 }
@@ -342,8 +337,10 @@ impl std::fmt::Debug for StartProcess {
 /// A managed process's identity.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct ManagedInfo {
+    /// The managed process's id.
     #[serde(default)]
     pub id: Option<String>,
+    /// Its name.
     #[serde(default)]
     pub name: Option<String>,
 }
@@ -351,19 +348,26 @@ pub struct ManagedInfo {
 /// A process as the daemon reports it.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct ProcessInfo {
+    /// Process id.
     pub pid: i64,
+    /// Its state.
     pub status: ProcessState,
+    /// Exit code, once it has exited.
     #[serde(default)]
     pub exit_code: Option<i64>,
+    /// Number of the signal that ended it, if one did.
     #[serde(default)]
     pub signal: Option<i64>,
+    /// Program it runs.
     #[serde(default)]
     pub command: Option<String>,
+    /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
     /// When it started, in whichever form the daemon sent.
     #[serde(default)]
     pub started_at: Option<crate::timestamp::Timestamp>,
+    /// Its identity, if it is a managed process.
     #[serde(default)]
     pub managed: Option<ManagedInfo>,
 }
@@ -371,15 +375,19 @@ pub struct ProcessInfo {
 /// `GET /api/v1/processes`.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct ProcessList {
+    /// The processes.
     pub processes: Vec<ProcessInfo>,
 }
 
 /// `GET /api/v1/processes/{pid_or_name}/output`: every line so far.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct OutputResponse {
+    /// The process's pid.
     #[serde(default)]
     pub pid: Option<i64>,
+    /// Every output line so far.
     pub lines: Vec<String>,
+    /// Number of lines, as the daemon reports it.
     #[serde(default)]
     pub line_count: Option<i64>,
 }
@@ -387,27 +395,37 @@ pub struct OutputResponse {
 /// One event of `GET /api/v1/processes/{pid_or_name}/output/follow`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct OutputEvent {
+    /// One line of output.
     pub line: String,
+    /// The stream it came from (`stdout` or `stderr`).
     #[serde(default)]
     pub stream: Option<String>,
 }
 
+/// `POST /api/v1/processes/{pid_or_name}/signal`.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct SignalRequest {
+    /// Number of the signal to send.
     pub signal: i32,
 }
 
 /// `POST /api/v1/pty`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatePty {
+    /// Program to run in the terminal.
     pub command: String,
+    /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
+    /// Environment variables to set.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Working directory; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    /// Terminal height in rows.
     pub rows: u16,
+    /// Terminal width in columns.
     pub cols: u16,
 }
 
@@ -424,7 +442,9 @@ impl std::fmt::Debug for CreatePty {
 /// A PTY session: attach to it over the websocket with its token.
 #[derive(Clone, PartialEq, Deserialize)]
 pub struct PtySession {
+    /// The session's id.
     pub session_id: String,
+    /// Token that authorizes attaching to the session.
     pub token: String,
 }
 
@@ -440,10 +460,13 @@ impl std::fmt::Debug for PtySession {
 /// `message` instead of `error`).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub(crate) struct ErrorBody {
+    /// The error message.
     #[serde(default)]
     pub error: Option<String>,
+    /// The message, in answers that use `message` instead of `error`.
     #[serde(default)]
     pub message: Option<String>,
+    /// The error's code.
     #[serde(default)]
     pub code: Option<String>,
 }

@@ -54,6 +54,7 @@ mod lease;
 mod retention;
 mod settings;
 
+use common::now_ms;
 pub use lease::Fetched;
 use lease::Lease;
 use settings::build_store;
@@ -75,10 +76,6 @@ fn transient(context: String) -> impl FnOnce(object_store::Error) -> SandboxErro
 
 fn io_error(context: String) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| SandboxError::Fatal(anyhow!(e).context(context))
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// Names this process in lease objects: host, process, and a random part.

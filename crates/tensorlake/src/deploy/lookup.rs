@@ -7,6 +7,7 @@ use sandbox::plugin::deploy::uptime;
 use super::plan;
 use crate::Client;
 use crate::models::{ProcessInfo, SandboxInfo};
+use common::now_ms;
 
 /// The live sandbox of that name, if any.
 pub(super) async fn find(client: &Client, name: &str) -> anyhow::Result<Option<SandboxInfo>> {
@@ -23,11 +24,4 @@ pub(super) fn newest_uptime(processes: &[ProcessInfo]) -> String {
         .and_then(|p| p.started_at.as_ref()?.unix_ms())
         .map(|at| format!(", up {}", uptime(now_ms() - at)))
         .unwrap_or_default()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -20,18 +20,31 @@ pub(crate) const USAGE: u8 = 2;
 /// systemd unit does not restart on it (`RestartPreventExitStatus=78`).
 pub(crate) const CONFIG: u8 = 78;
 
-/// Ends the command with this exit code and nothing more printed: the
-/// command has said what it had to (`status`: 1 not ready, 2 not reachable).
+/// Ends the command with exit code `CODE` and nothing more printed: the
+/// command has said what it had to (`status`: 1 not ready, 2 not
+/// reachable). [`code_of`] reads back codes 1 and 2, the ones `status`
+/// ends with; a command that needs another adds it to `bare_code`.
 #[derive(Debug)]
-pub(crate) struct Code(pub u8);
+pub(crate) struct Code<const CODE: u8>;
 
-impl std::fmt::Display for Code {
+impl<const CODE: u8> std::fmt::Display for Code<CODE> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit code {}", self.0)
+        write!(f, "exit code {CODE}")
     }
 }
 
-impl std::error::Error for Code {}
+impl<const CODE: u8> std::error::Error for Code<CODE> {}
+
+/// The code of a bare [`Code`], if `cause` is one.
+fn bare_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+    if cause.is::<Code<1>>() {
+        Some(1)
+    } else if cause.is::<Code<2>>() {
+        Some(2)
+    } else {
+        None
+    }
+}
 
 /// An error that is a configuration error whatever its type: `serve`
 /// wraps what resolving its settings failed with.
@@ -56,8 +69,8 @@ pub(crate) fn config(error: anyhow::Error) -> anyhow::Error {
 /// has a code of its own decides, else [`FAILURE`].
 pub(crate) fn code_of(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
-        if let Some(Code(code)) = cause.downcast_ref::<Code>() {
-            return *code;
+        if let Some(code) = bare_code(cause) {
+            return code;
         }
         if cause.is::<Config>()
             || cause.is::<orchestrator::serve::Misconfigured>()
@@ -75,7 +88,7 @@ pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(SUCCESS),
         Err(error) => {
-            if !error.is::<Code>() {
+            if !(error.is::<Code<1>>() || error.is::<Code<2>>()) {
                 eprint!("{}", message(&error));
             }
             ExitCode::from(code_of(&error))
@@ -109,7 +122,11 @@ mod tests {
     #[test]
     fn errors_map_to_their_codes() {
         assert_eq!(code_of(&anyhow::anyhow!("boom")), FAILURE);
-        assert_eq!(code_of(&Code(2).into()), 2);
+        assert_eq!(code_of(&Code::<USAGE>.into()), 2);
+        assert_eq!(
+            code_of(&anyhow::Error::new(Code::<FAILURE>).context("status")),
+            1
+        );
         let refused = anyhow::Error::new(orchestrator::serve::Misconfigured("refused".into()));
         assert_eq!(code_of(&refused), CONFIG);
         // Found through context added on the way up.

@@ -57,15 +57,33 @@ impl Write for Stdout {
     }
 }
 
+/// Whether a write error of [`Stdout`] says its reader has gone.
+pub(crate) fn is_closed(error: &io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<StdoutClosed>())
+}
+
+/// A write error of [`Stdout`] as a command's error: a closed reader
+/// becomes a [`StdoutClosed`] of its own, which `main` recognises.
+pub(crate) fn unmark(error: io::Error) -> anyhow::Error {
+    if is_closed(&error) {
+        anyhow::Error::new(StdoutClosed)
+    } else {
+        error.into()
+    }
+}
+
 /// Writes `text` to stdout as it is, and flushes.
-pub(crate) fn print(text: &str) -> io::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     let mut out = Stdout::new();
-    out.write_all(text.as_bytes())?;
-    out.flush()
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(unmark)
 }
 
 /// Writes `text` and a newline to stdout.
-pub(crate) fn println(text: &str) -> io::Result<()> {
+pub(crate) fn println(text: &str) -> anyhow::Result<()> {
     let mut line = String::with_capacity(text.len() + 1);
     line.push_str(text);
     line.push('\n');
@@ -76,19 +94,13 @@ pub(crate) fn println(text: &str) -> io::Result<()> {
 /// print one document.
 pub(crate) fn json(value: &impl Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)?;
-    Ok(println(&text)?)
+    println(&text)
 }
 
 /// Whether `error` is, anywhere in its chain, a write to a stdout whose
 /// reader has gone.
 pub(crate) fn is_stdout_closed(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause.is::<StdoutClosed>()
-            || cause
-                .downcast_ref::<io::Error>()
-                .and_then(|e| e.get_ref())
-                .is_some_and(|inner| inner.is::<StdoutClosed>())
-    })
+    error.chain().any(|cause| cause.is::<StdoutClosed>())
 }
 
 /// For the output still written with `println!` (which panics when stdout
@@ -98,12 +110,7 @@ pub(crate) fn is_stdout_closed(error: &anyhow::Error) -> bool {
 pub(crate) fn quiet_exit_on_closed_stdout_panic() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
+        let message = info.payload_as_str().unwrap_or("");
         // std's own wording (`print_to` in std::io::stdio).
         if message.starts_with("failed printing to stdout")
             && message.contains(&io::Error::from_raw_os_error(libc::EPIPE).to_string())

@@ -379,6 +379,8 @@ async fn follow_sandbox(
 ) -> anyhow::Result<()> {
     // A character split between two reads is printed whole.
     let mut carry: Vec<u8> = Vec::new();
+    // The follower sees io errors only; a closed stdout is told apart here.
+    let mut stdout_closed = false;
     let mut out = |bytes: &[u8]| -> std::io::Result<()> {
         carry.extend_from_slice(bytes);
         let complete = match std::str::from_utf8(&carry) {
@@ -388,11 +390,16 @@ async fn follow_sandbox(
         };
         let text = String::from_utf8_lossy(&carry[..complete]).into_owned();
         carry.drain(..complete);
-        printer.output(&text)
+        printer
+            .write_output(&text)
+            .inspect_err(|e| stdout_closed |= crate::output::is_closed(e))
     };
     let mut said = |text: &str| note(text);
-    follower.follow(start, &mut out, &mut said).await?;
-    Ok(())
+    let followed = follower.follow(start, &mut out, &mut said).await;
+    if stdout_closed {
+        return Err(anyhow::Error::new(crate::output::StdoutClosed));
+    }
+    followed
 }
 
 /// Reads the daemon's `/stream` for the session and wakes the follower on

@@ -52,7 +52,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             if view.ready {
                 Ok(())
             } else {
-                Err(Code(NOT_READY).into())
+                Err(Code::<NOT_READY>.into())
             }
         }
         Err(e) if should_fall_back(&e) => {
@@ -65,7 +65,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 Err(error) => {
                     // Not reachable still, and said so with the reason.
                     eprintln!("Error: {error:#}");
-                    return Err(Code(NOT_REACHABLE).into());
+                    return Err(Code::<NOT_REACHABLE>.into());
                 }
             };
             if args.json {
@@ -73,7 +73,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             } else {
                 output::print(&render_stored(&view))?;
             }
-            Err(Code(NOT_REACHABLE).into())
+            Err(Code::<NOT_REACHABLE>.into())
         }
         Err(e) => Err(anyhow::anyhow!("the daemon at {}: {e}", admin.base())),
     }

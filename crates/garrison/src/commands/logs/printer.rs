@@ -7,6 +7,7 @@ use std::io::{IsTerminal, Write};
 use orchestrator::store::Event;
 
 use crate::format::printable;
+use crate::output::unmark;
 
 /// Writes output and event lines, keeping event lines on lines of their own.
 pub(super) struct Printer {
@@ -27,6 +28,21 @@ impl Printer {
         }
     }
 
+    /// Prints `text`, the remote's output.
+    pub(super) fn output(&mut self, text: &str) -> anyhow::Result<()> {
+        self.write_output(text).map_err(unmark)
+    }
+
+    /// Prints `event` on a line of its own.
+    pub(super) fn event(&mut self, event: &Event) -> anyhow::Result<()> {
+        self.write_event(event).map_err(unmark)
+    }
+
+    /// Ends an unfinished line, at the end of the log.
+    pub(super) fn end(&mut self) -> anyhow::Result<()> {
+        self.write_end().map_err(unmark)
+    }
+
     /// One JSON line.
     fn json_line(&mut self, value: &serde_json::Value) -> std::io::Result<()> {
         writeln!(self.out, "{value}")
@@ -45,7 +61,8 @@ impl Printer {
         self.out.flush()
     }
 
-    pub(super) fn output(&mut self, text: &str) -> std::io::Result<()> {
+    /// [`Printer::output`] for a caller that needs an `io::Result`.
+    pub(super) fn write_output(&mut self, text: &str) -> std::io::Result<()> {
         if text.is_empty() {
             return Ok(());
         }
@@ -62,7 +79,7 @@ impl Printer {
         self.out.flush()
     }
 
-    pub(super) fn event(&mut self, event: &Event) -> std::io::Result<()> {
+    fn write_event(&mut self, event: &Event) -> std::io::Result<()> {
         if self.json.is_some() {
             self.json_output("", true)?;
             self.json_line(&json_event(event))?;
@@ -81,7 +98,7 @@ impl Printer {
         self.out.flush()
     }
 
-    pub(super) fn end(&mut self) -> std::io::Result<()> {
+    fn write_end(&mut self) -> std::io::Result<()> {
         if self.json.is_some() {
             return self.json_output("", true);
         }

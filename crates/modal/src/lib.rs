@@ -13,6 +13,7 @@ mod doctor;
 pub mod exec;
 pub mod image;
 mod image_service;
+mod plugin;
 pub mod policy;
 pub mod router;
 pub mod scripts;
@@ -22,4 +23,5 @@ pub mod wire;
 
 pub use backend::{ModalBackend, ModalSettings, Runtime, app_name_for};
 pub use client::{Client, ClientConfig, Credentials, RetryPolicy};
-pub use settings::{ModalEnv, PLUGIN};
+pub use plugin::{ModalPlugin, PLUGIN};
+pub use settings::ModalEnv;

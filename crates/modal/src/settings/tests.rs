@@ -6,6 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::*;
+use crate::PLUGIN;
+use sandbox::plugin::BackendPlugin;
 
 fn host(vars: &[(&str, &str)]) -> common::settings::MapSource {
     let mut source = common::settings::MapSource::vars(vars);

@@ -1,11 +1,13 @@
 //! The host backend as the registry lists it. It has no settings of its
 //! own: a directory and a process group per session, no isolation.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use common::settings::{SettingsError, SettingsSource};
 
 use sandbox::Sandbox;
+use sandbox::plugin::doctor::Check;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
 use crate::backend::{HostBackend, HostConfig};
@@ -30,6 +32,18 @@ impl BackendPlugin for HostPlugin {
         _settings: &dyn SettingsSource,
     ) -> Result<Arc<dyn ConfiguredBackend>, SettingsError> {
         Ok(Arc::new(Host))
+    }
+
+    fn prerequisites(
+        &self,
+        _configured: Option<&dyn ConfiguredBackend>,
+        _state_dir: &Path,
+    ) -> Option<Vec<Check>> {
+        Some(vec![Check::pass(
+            "host backend",
+            "nothing to install; it isolates nothing, so use it only on machines you \
+             would give the agent anyway",
+        )])
     }
 }
 

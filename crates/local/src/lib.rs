@@ -12,6 +12,7 @@ pub mod images;
 pub mod net;
 pub mod oci;
 mod plugin;
+mod prerequisites;
 mod reaper;
 pub mod rootfs;
 mod runc;
@@ -22,5 +23,6 @@ pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{
     LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
 };
+pub use prerequisites::{default_image, find_program, prerequisites, seccomp_check, static_shim_path};
 pub use runc::Runtime;
 pub use userns::USERNS_ENV;

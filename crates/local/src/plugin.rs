@@ -2,12 +2,13 @@
 //! shim, the desktop, the OCI runtime), and the check at start that there is an image to run
 //! sessions on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::settings::{Kind, Setting, SettingsError, SettingsSource};
 
 use sandbox::Sandbox;
+use sandbox::plugin::doctor::Check;
 use sandbox::plugin::{BackendPlugin, ConfiguredBackend, Placement};
 
 use crate::backend::{LocalBackend, LocalConfig};
@@ -103,6 +104,16 @@ impl BackendPlugin for LocalPlugin {
 
     fn setup_hint(&self) -> &'static str {
         "run scripts/setup as root, or `garrison doctor --backend local` to see what is missing"
+    }
+
+    fn prerequisites(
+        &self,
+        configured: Option<&dyn ConfiguredBackend>,
+        state_dir: &Path,
+    ) -> Option<Vec<Check>> {
+        // The runtime the settings chose decides what is checked.
+        let runtime = configured.and_then(configured_runtime).unwrap_or_default();
+        Some(crate::prerequisites::prerequisites(state_dir, runtime))
     }
 
     fn configure(

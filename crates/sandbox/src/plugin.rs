@@ -23,9 +23,11 @@ use common::settings::{Setting, SettingsError, SettingsSource};
 use crate::contract::Sandbox;
 
 pub mod deploy;
+pub mod doctor;
 pub mod images;
 
 use deploy::{DeployTarget, Deployment};
+use doctor::Check;
 use images::ImageService;
 
 /// One backend, as the registry lists it.
@@ -97,6 +99,20 @@ pub trait BackendPlugin: Sync {
     /// How an error of this backend's API (from [`Sandbox::list`], say)
     /// failed, for `doctor`'s remedy; `None`: not one it recognises.
     fn api_failure(&self, _error: &anyhow::Error) -> Option<ApiFailure> {
+        None
+    }
+
+    /// What this machine needs for the backend to run here (`garrison
+    /// doctor`'s section for it, and what `garrison demo` checks before it
+    /// picks the backend), for a backend that runs on this machine.
+    /// `configured` is the backend as the settings configure it, when they
+    /// resolve; `state_dir` is Garrison's. `None`: nothing is checked here
+    /// (a cloud backend's API is checked through [`Sandbox::list`]).
+    fn prerequisites(
+        &self,
+        _configured: Option<&dyn ConfiguredBackend>,
+        _state_dir: &Path,
+    ) -> Option<Vec<Check>> {
         None
     }
 

@@ -206,12 +206,7 @@ async fn choose_backend(
     let (checks, mmdebstrap) = if host_asked {
         (Vec::new(), false)
     } else {
-        let runtime = local
-            .as_ref()
-            .ok()
-            .and_then(|b| local::configured_runtime(b.as_ref()))
-            .unwrap_or_default();
-        backend::checks_here(state_dir, runtime)
+        backend::checks_here(state_dir, local.as_ref().ok().map(|b| b.as_ref()))
     };
     let choice = backend::choose(
         requested,

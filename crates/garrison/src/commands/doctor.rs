@@ -12,7 +12,7 @@ mod api;
 pub(crate) mod check;
 mod cloud;
 mod env_file;
-pub(crate) mod host;
+mod disk;
 mod report;
 mod store;
 
@@ -178,7 +178,7 @@ async fn collect(args: &DoctorArgs) -> Vec<Section> {
     sections.push((
         format!("State directory {}", state_dir.display()),
         vec![
-            host::disk_space(&state_dir),
+            disk::disk_space(&state_dir),
             store::unrestorable(&state_dir),
         ],
     ));
@@ -421,26 +421,21 @@ async fn backend_sections(
     config: Option<&ServeConfig>,
 ) -> Vec<Section> {
     let mut sections = Vec::new();
-    let local = local::PLUGIN.name();
     for &kind in backends {
-        let checks = match crate::backends::find(kind) {
-            Some(b) if b.has_remote_api() => cloud::checks(b, config).await,
-            Some(b) if b.name() == local => {
-                let runtime = config
-                    .and_then(|c| c.backends.get(local))
-                    .and_then(|b| local::configured_runtime(b.as_ref()))
-                    .unwrap_or_default();
-                host::local_prerequisites(state_dir, runtime)
-            }
-            Some(b) if b.name() == ::host::PLUGIN.name() => vec![Check::pass(
-                "host backend",
-                "nothing to install; it isolates nothing, so use it only on machines you \
-                 would give the agent anyway",
-            )],
-            _ => vec![Check::info(
+        let not_checked = || {
+            vec![Check::info(
                 format!("{kind} backend"),
                 "its prerequisites are not checked by this version",
-            )],
+            )]
+        };
+        let checks = match crate::backends::find(kind) {
+            Some(b) if b.has_remote_api() => cloud::checks(b, config).await,
+            Some(b) => {
+                let configured = config.and_then(|c| c.backends.get(kind));
+                b.prerequisites(configured.map(|b| b.as_ref()), state_dir)
+                    .unwrap_or_else(not_checked)
+            }
+            None => not_checked(),
         };
         sections.push((format!("Backend {kind} (configured)"), checks));
     }

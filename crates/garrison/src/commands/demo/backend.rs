@@ -14,10 +14,9 @@
 use std::path::Path;
 
 use ::local::images::{DEFAULT_IMAGE, ImageStore, Recipe};
-use sandbox::plugin::BackendPlugin;
+use sandbox::plugin::{BackendPlugin, ConfiguredBackend};
 
 use crate::commands::doctor::check::Check;
-use crate::commands::doctor::host;
 
 /// The backend to use and the sentence that says so.
 pub(super) struct Choice {
@@ -163,12 +162,17 @@ pub(super) async fn build_default_image(state_dir: &Path) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Doctor's checks of the local backend on `runtime`, and whether the image
-/// builder is installed.
-pub(super) fn checks_here(state_dir: &Path, runtime: ::local::Runtime) -> (Vec<Check>, bool) {
+/// Doctor's checks of the local backend as `configured` sets it up, and
+/// whether the image builder is installed.
+pub(super) fn checks_here(
+    state_dir: &Path,
+    configured: Option<&dyn ConfiguredBackend>,
+) -> (Vec<Check>, bool) {
     (
-        host::local_prerequisites(state_dir, runtime),
-        host::find_program("mmdebstrap").is_some(),
+        ::local::PLUGIN
+            .prerequisites(configured, state_dir)
+            .unwrap_or_default(),
+        ::local::find_program("mmdebstrap").is_some(),
     )
 }
 
@@ -349,7 +353,7 @@ mod tests {
     #[test]
     fn the_image_check_is_recognised_by_doctor_s_name() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(is_image_check(&host::default_image(dir.path())));
+        assert!(is_image_check(&::local::default_image(dir.path())));
     }
 
     fn run<T>(future: impl Future<Output = T>) -> T {

@@ -1,18 +1,15 @@
-//! Checks of this machine: what the `local` backend needs, and free disk
-//! space in the state directory. `garrison demo` uses the same list to pick
-//! its backend, so the two never disagree about what "supported" means.
+//! What this machine needs for the local backend: its runtime, the
+//! kernel's features, the static shim, the default image. `garrison doctor`
+//! shows the list (through the plug-in's `prerequisites`) and `garrison
+//! demo` picks its backend by it, so the two never disagree about what
+//! "supported" means.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use ::local::Runtime;
-use ::local::images::{DEFAULT_IMAGE, ImageStore};
+use sandbox::plugin::doctor::Check;
 
-use super::check::Check;
-
-/// Below this, the state directory's free space is a warning.
-pub(crate) const LOW_DISK_BYTES: u64 = 5 << 30;
+use crate::images::{DEFAULT_IMAGE, ImageStore};
+use crate::Runtime;
 
 /// Where the local backend takes runc and tini from (`LocalConfig::for_state_dir`).
 const RUNC: &str = "/usr/sbin/runc";
@@ -24,7 +21,7 @@ const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
 
 /// Everything the `local` backend needs on `runtime`, one check each, in
 /// the order a user would fix them.
-pub(crate) fn local_prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
+pub fn prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
     let mut checks = vec![root()];
     match runtime {
         Runtime::Runc => {
@@ -102,7 +99,7 @@ fn isolation(runc: &Path) -> Vec<Check> {
 /// state directory's file system.
 fn user_namespaces(state_dir: &Path) -> Check {
     let name = "user namespaces";
-    let off = std::env::var(::local::USERNS_ENV).is_ok_and(|v| matches!(v.trim(), "false" | "0"));
+    let off = std::env::var(crate::USERNS_ENV).is_ok_and(|v| matches!(v.trim(), "false" | "0"));
     if off {
         return Check::warn(
             name,
@@ -119,14 +116,14 @@ fn user_namespaces(state_dir: &Path) -> Check {
             "not probed: no directory on the state directory's path",
         );
     };
-    match ::local::userns::probe(existing) {
+    match crate::userns::probe(existing) {
         Ok(()) => Check::pass(
             name,
             format!(
                 "active: a sandbox's root is an unprivileged host uid (from {}, {} ids per sandbox), \
                  its image and layer shown through idmapped mounts",
-                ::local::userns::FIRST_HOST_ID,
-                ::local::userns::IDS
+                crate::userns::FIRST_HOST_ID,
+                crate::userns::IDS
             ),
         ),
         Err(e) => Check::fail(
@@ -213,7 +210,7 @@ fn runsc_usable(binary: &Path) -> Check {
 }
 
 /// Whether runc can apply the sandboxes' seccomp filter, from `runc features`.
-pub(crate) fn seccomp_check(features: Option<&serde_json::Value>) -> Check {
+pub fn seccomp_check(features: Option<&serde_json::Value>) -> Check {
     match features.map(|f| &f["linux"]["seccomp"]["enabled"]) {
         Some(serde_json::Value::Bool(true)) => Check::pass(
             "seccomp",
@@ -271,8 +268,8 @@ fn static_shim() -> Check {
 
 /// `$GARRISON_STATIC_SHIM`, else `garrison-shim` beside this binary (as
 /// the local backend's plug-in resolves it).
-pub(crate) fn static_shim_path() -> PathBuf {
-    if let Some(path) = std::env::var_os(::local::STATIC_SHIM_ENV) {
+pub fn static_shim_path() -> PathBuf {
+    if let Some(path) = std::env::var_os(crate::STATIC_SHIM_ENV) {
         return PathBuf::from(path);
     }
     std::env::current_exe()
@@ -281,7 +278,7 @@ pub(crate) fn static_shim_path() -> PathBuf {
 }
 
 /// Finds `name` on `PATH` or in the sbin directories.
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(SBIN_DIRS.iter().map(PathBuf::from))
@@ -343,7 +340,7 @@ fn cgroups() -> Check {
 
 /// The `default` image, looked up without creating anything: an absent
 /// store is reported, never made.
-pub(crate) fn default_image(state_dir: &Path) -> Check {
+pub fn default_image(state_dir: &Path) -> Check {
     let name = format!("image {DEFAULT_IMAGE:?}");
     let images = state_dir.join("images");
     let remedy = format!(
@@ -358,7 +355,7 @@ pub(crate) fn default_image(state_dir: &Path) -> Check {
             name,
             format!(
                 "{} ({} MiB)",
-                ::local::images::names::short_id(&image.id),
+                crate::images::names::short_id(&image.id),
                 image.size_bytes >> 20
             ),
         ),
@@ -366,58 +363,15 @@ pub(crate) fn default_image(state_dir: &Path) -> Check {
     }
 }
 
-/// Free space for Garrison's data: the state directory, or the nearest
-/// existing parent when it does not exist yet.
-pub(crate) fn disk_space(state_dir: &Path) -> Check {
-    let name = "disk space";
-    let Some(existing) = state_dir.ancestors().find(|p| p.exists()) else {
-        return Check::info(name, format!("{} is not reachable", state_dir.display()));
-    };
-    match free_bytes(existing) {
-        Ok(free) if free < LOW_DISK_BYTES => Check::warn(
-            name,
-            format!("{} free in {}", gib(free), existing.display()),
-            "sessions' workspaces, images and snapshots need room: keep 5 GiB or more free",
-        ),
-        Ok(free) => Check::pass(
-            name,
-            format!("{} free in {}", gib(free), existing.display()),
-        ),
-        Err(e) => Check::info(name, format!("cannot tell: {e}")),
-    }
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
-
-/// Bytes available to unprivileged users on the filesystem holding `path`.
-fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("path contains a NUL byte"))?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: c_path is a valid C string; statvfs fills `stat` on success.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so `stat` is initialised.
-    let stat = unsafe { stat.assume_init() };
-    // Both fields are u64 on Linux x86_64, but not on every target.
-    #[allow(clippy::unnecessary_cast)]
-    let free = stat.f_bavail as u64 * stat.f_frsize as u64;
-    Ok(free)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::doctor::check::Outcome;
+    use sandbox::plugin::doctor::Outcome;
 
     #[test]
     fn with_runsc_chosen_it_is_checked_and_tried_instead_of_runc() {
         let state = tempfile::tempdir().unwrap();
-        let checks = local_prerequisites(state.path(), Runtime::Runsc);
+        let checks = prerequisites(state.path(), Runtime::Runsc);
         let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
         assert!(
             names.contains(&"runsc") && !names.contains(&"runc"),
@@ -450,14 +404,6 @@ mod tests {
                 .contains("image build")
         );
         assert!(!dir.path().join("images").exists());
-    }
-
-    #[test]
-    fn disk_space_looks_at_the_nearest_existing_parent() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let check = disk_space(&dir.path().join("not/yet"));
-        assert!(check.detail.contains("free in"), "{check}");
-        assert!(!check.is_blocking());
     }
 
     #[test]

@@ -23,7 +23,7 @@ mod emulate_cli;
 mod image_tensorlake;
 mod logs_tensorlake;
 mod mock_cli;
-mod modal_cli;
+mod image_modal;
 mod multi_host;
 mod outposts_cli;
 mod packaging;

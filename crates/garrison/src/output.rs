@@ -127,13 +127,16 @@ mod tests {
 
     #[test]
     fn only_a_marked_broken_pipe_counts_as_a_closed_stdout() {
-        let marked = anyhow::Error::from(mark(io::ErrorKind::BrokenPipe.into()));
+        // What `print` and the log printer return for stdout's errors.
+        let marked = unmark(mark(io::ErrorKind::BrokenPipe.into()));
         assert!(is_stdout_closed(&marked));
         assert!(is_stdout_closed(&marked.context("printing the rows")));
         // A pipe to a child process that broke is a failure.
         let child = anyhow::Error::from(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(!is_stdout_closed(&child));
-        let other = anyhow::Error::from(mark(io::ErrorKind::PermissionDenied.into()));
+        let other = unmark(mark(io::ErrorKind::PermissionDenied.into()));
         assert!(!is_stdout_closed(&other));
+        assert!(is_closed(&mark(io::ErrorKind::BrokenPipe.into())));
+        assert!(!is_closed(&io::ErrorKind::BrokenPipe.into()));
     }
 }

@@ -23,6 +23,8 @@ pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{
     LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
 };
-pub use prerequisites::{default_image, find_program, prerequisites, seccomp_check, static_shim_path};
+pub use prerequisites::{
+    default_image, find_program, prerequisites, seccomp_check, static_shim_path,
+};
 pub use runc::Runtime;
 pub use userns::USERNS_ENV;

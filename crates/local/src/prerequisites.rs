@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use sandbox::plugin::doctor::Check;
 
-use crate::images::{DEFAULT_IMAGE, ImageStore};
 use crate::Runtime;
+use crate::images::{DEFAULT_IMAGE, ImageStore};
 
 /// Where the local backend takes runc and tini from (`LocalConfig::for_state_dir`).
 const RUNC: &str = "/usr/sbin/runc";

@@ -11,8 +11,8 @@
 mod api;
 pub(crate) mod check;
 mod cloud;
-mod env_file;
 mod disk;
+mod env_file;
 mod report;
 mod store;
 
@@ -26,7 +26,6 @@ use orchestrator::settings::ServeConfig;
 use orchestrator::settings::{
     self, Credentials, HostEnv, Origin, RawSettings, SettingsError, Sourced, TOKEN_ENV,
 };
-use sandbox::plugin::BackendPlugin;
 
 use crate::commands::serve::{ServeArgs, file_layer, with_environment_variable};
 use crate::logging::LogFormat;

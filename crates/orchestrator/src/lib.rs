@@ -7,7 +7,6 @@
 
 pub mod admin;
 pub mod api;
-mod clock;
 mod contract;
 mod metrics;
 pub mod planner;

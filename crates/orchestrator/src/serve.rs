@@ -16,7 +16,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::planner::{RunnerEnd, cooldown_until};
 use crate::queue::{self, QueueView};
@@ -27,6 +26,7 @@ use crate::session::{OperatorStops, SessionRunner};
 use crate::session_log::SessionLogs;
 use crate::settings::ServeConfig;
 use crate::store::Store;
+use common::now_ms;
 
 mod claims;
 mod cleanup;

@@ -14,12 +14,12 @@ use fleet::{NetworkPolicy, QueueEntry, SessionId};
 use serde_json::json;
 use tracing::{error, info};
 
-pub(crate) use crate::clock::now_ms;
 use crate::planner::{
     EntryObs, LookObs, Millis, OperatorStop, RemoteObs, RunnerEnd, SessionAction, SessionObs,
     Stage, look_again_in, plan_session,
 };
 use crate::store::SessionRecord;
+pub(crate) use common::now_ms;
 
 mod claim_keeper;
 mod clone_repos;

@@ -11,7 +11,6 @@ use serde_json::json;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::planner::{
     ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay, cooldown_until, plan_claims,
@@ -19,6 +18,7 @@ use crate::planner::{
 use crate::session::Deps;
 use crate::session::SessionRunner;
 use crate::store::SessionRecord;
+use common::now_ms;
 
 /// What a loop keeps between its claim rounds.
 #[derive(Default)]

@@ -11,10 +11,10 @@ use std::time::Duration;
 use sandbox::Sandbox;
 use tracing::{info, warn};
 
-use crate::clock::now_ms;
 use crate::planner::{Finish, Stage};
 use crate::session::Deps;
 use crate::store::Store;
+use common::now_ms;
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left
 /// by a crash before their session was recorded). Snapshots are kept, and

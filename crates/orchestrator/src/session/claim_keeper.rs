@@ -12,10 +12,10 @@ use fleet::{ClaimError, FleetClient, FleetError, QueueEntry, Secret, SessionId};
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::clock::now_ms;
 use crate::planner::{
     ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, renewal_due_in, step_budget,
 };
+use common::now_ms;
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]

@@ -8,11 +8,11 @@ use tracing::{info, warn};
 
 use super::SessionRunner;
 use super::step::RecordFailed;
-use crate::clock::now_ms;
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
     track_applied_policy, track_suspended,
 };
+use common::now_ms;
 
 /// Output copied per read.
 const OUTPUT_CHUNK: usize = 256 * 1024;

@@ -10,11 +10,11 @@ use tracing::{info, warn};
 
 use super::SessionRunner;
 use super::step::{KILL_GRACE, RecordFailed, StepCtx, StepError};
-use crate::clock::now_ms;
 use crate::contract::{self, RemoteLaunch};
 use crate::metrics::Metrics;
 use crate::planner::{EntryObs, RemoteObs, Stage};
 use crate::repos;
+use common::now_ms;
 
 impl SessionRunner {
     /// Starts a remote in the existing sandbox, recording its name first:

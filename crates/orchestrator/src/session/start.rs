@@ -14,11 +14,11 @@ use super::SessionRunner;
 use super::clone_repos::clone_repos;
 use super::provision::{ProvisionInput, provision};
 use super::step::{KeepClaim, RecordFailed, StartError};
-use crate::clock::now_ms;
 use crate::contract;
 use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
 use crate::store::Unrestorable;
+use common::now_ms;
 
 impl SessionRunner {
     /// The entry as claimed (for its pinned SHA and network policy).

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::claim_keeper::keep_claim_alive;
-use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::session_log::SessionLogs;
 use crate::store::Store;
+use common::now_ms;
 
 /// How long a remote is given to exit before it is killed.
 pub(super) const KILL_GRACE: Duration = Duration::from_secs(10);

@@ -34,6 +34,15 @@
 //! directory is serialised by the kernel's lock on it, so two workers in one
 //! directory mostly wait for each other.
 //!
+//! The dealer makes each file's parent directories before the file reaches
+//! a worker, so no worker makes a directory. Two workers that both need one
+//! would race to make it, and GNU tar before 1.35 gives up on a file whose
+//! missing parents another process made between its failed open and its own
+//! `mkdir` ("Cannot open: No such file or directory"). Making them here is
+//! as safe as a worker making them: the names are the ones tar would make,
+//! nothing but regular files and directories exists below `upper` until the
+//! last pass, and that pass sets every directory's metadata.
+//!
 //! Fewer system calls per file, too: files owned by root go to workers
 //! that run with `--no-same-owner`, which then neither chown nor chmod each
 //! file (a worker runs as root, creates no set-group-id directory, and
@@ -41,12 +50,14 @@
 //! KiB, so a small file is one write instead of two. Four calls per file
 //! remain (open, write, utimes, close) of seven.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{Hash, Hasher};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{SyncSender, sync_channel};
@@ -100,13 +111,7 @@ pub(super) fn unpack(
     let decoder = zstd::stream::read::Decoder::new(input).context("reading the archive")?;
     let mut input = BufReader::with_capacity(1 << 20, decoder);
 
-    let mut pool = Pool {
-        workers: Vec::new(),
-        per_kind: workers,
-        upper,
-        dog,
-        homes: HashMap::new(),
-    };
+    let mut pool = Pool::new(upper, dog, workers);
     let mut rest_out = BufWriter::with_capacity(1 << 20, spool(scratch, "restore-rest.tar")?);
 
     let dealt = deal(&mut input, &mut pool, &mut rest_out);
@@ -159,10 +164,15 @@ fn deal(input: &mut impl Read, pool: &mut Pool, rest: &mut impl Write) -> anyhow
             }
             b'0' | 0 | b'7' => {
                 let size = next.size.unwrap_or(own_size);
-                let name = next.name.take().unwrap_or_else(|| ustar_name(&header));
+                let name = next
+                    .sparse_name
+                    .take()
+                    .or_else(|| next.name.take())
+                    .unwrap_or_else(|| ustar_name(&header));
                 makeable(&name)?;
                 let uid = next.uid.map_or_else(|| number(&header[108..116]), Ok)?;
                 let gid = next.gid.map_or_else(|| number(&header[116..124]), Ok)?;
+                pool.make_parents(&name);
                 let home = pool.home_of(&name, uid == 0 && gid == 0)?;
                 let worker = &mut pool.workers[home];
                 worker.send(&meta)?;
@@ -212,18 +222,53 @@ struct Pool<'a> {
     dog: &'a Watchdog,
     /// Worker of each directory (by a hash of its name and the kind).
     homes: HashMap<u64, usize>,
+    /// Parent directories already made (by name as the archive gives it).
+    made: HashSet<Vec<u8>>,
 }
 
-impl Pool<'_> {
+impl<'a> Pool<'a> {
+    fn new(upper: &'a Path, dog: &'a Watchdog, per_kind: usize) -> Self {
+        Self {
+            workers: Vec::new(),
+            per_kind,
+            upper,
+            dog,
+            homes: HashMap::new(),
+            made: HashSet::new(),
+        }
+    }
+
+    /// Makes the directories above `name` below `upper`, once per parent.
+    /// A name with a `..` component is left alone, as is any failure: the
+    /// worker's tar then refuses or reports the member exactly as a single
+    /// tar would.
+    fn make_parents(&mut self, name: &[u8]) {
+        let Some(parent) = parent_of(name) else {
+            return;
+        };
+        if self.made.contains(parent) {
+            return;
+        }
+        self.made.insert(parent.to_vec());
+        let mut path = self.upper.to_path_buf();
+        for part in parent.split(|&b| b == b'/') {
+            match part {
+                b"" | b"." => {}
+                b".." => return,
+                part => path.push(OsStr::from_bytes(part)),
+            }
+        }
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&path);
+    }
+
     /// The worker that writes `name`: the one its directory was given to,
     /// or a new one while there are fewer than `per_kind`, or else the one
     /// with the fewest bytes so far.
     fn home_of(&mut self, name: &[u8], root_owned: bool) -> anyhow::Result<usize> {
-        let trimmed = name.strip_suffix(b"/").unwrap_or(name);
-        let parent = match trimmed.iter().rposition(|&b| b == b'/') {
-            Some(slash) => &trimmed[..slash],
-            None => &b""[..],
-        };
+        let parent = parent_of(name).unwrap_or(b"");
         let mut hasher = DefaultHasher::new();
         (parent, root_owned).hash(&mut hasher);
         let key = hasher.finish();
@@ -253,6 +298,13 @@ impl Pool<'_> {
         };
         Ok(index)
     }
+}
+
+/// The directory part of a member's name, if it has one.
+fn parent_of(name: &[u8]) -> Option<&[u8]> {
+    let trimmed = name.strip_suffix(b"/").unwrap_or(name);
+    let slash = trimmed.iter().rposition(|&b| b == b'/')?;
+    Some(&trimmed[..slash])
 }
 
 /// One `tar -x` and the thread that feeds it.

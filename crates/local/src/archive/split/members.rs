@@ -16,6 +16,9 @@ pub(super) const PATH_MAX: usize = libc::PATH_MAX as usize;
 pub(super) struct Pending {
     pub size: Option<u64>,
     pub name: Option<Vec<u8>>,
+    /// A sparse file's real name (`GNU.sparse.name`): its header's own name
+    /// is a stand-in (`GNUSparseFile.<pid>/…`) that tar replaces with it.
+    pub sparse_name: Option<Vec<u8>>,
     pub uid: Option<u64>,
     pub gid: Option<u64>,
     /// A link's target.
@@ -23,7 +26,7 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    /// Takes `size` and `path` from pax records (`"<len> <key>=<value>\n"`).
+    /// Takes `size`, names, owners and link targets from pax records (`"<len> <key>=<value>\n"`).
     pub(super) fn pax(&mut self, mut data: &[u8]) -> anyhow::Result<()> {
         while !data.is_empty() {
             let space = data
@@ -50,6 +53,7 @@ impl Pending {
                     b"uid" => self.uid = Some(decimal()?),
                     b"gid" => self.gid = Some(decimal()?),
                     b"path" => self.name = Some(value.to_vec()),
+                    b"GNU.sparse.name" => self.sparse_name = Some(value.to_vec()),
                     b"linkpath" => self.link = Some(value.to_vec()),
                     _ => {}
                 }

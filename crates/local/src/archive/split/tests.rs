@@ -193,7 +193,11 @@ async fn a_layer_of_every_kind_comes_back_exactly_from_several_workers() {
                 path.display()
             );
         }
-        assert_eq!(want.len(), got.len(), "with {workers} workers");
+        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+        assert!(
+            extra.is_empty(),
+            "with {workers} workers, more than was packed: {extra:?}"
+        );
         let sparse = std::fs::metadata(restored.join("sparse")).unwrap();
         assert!(
             sparse.blocks() * 512 < 1 << 20,
@@ -352,13 +356,7 @@ fn files_of_one_directory_and_owner_kind_share_a_worker() {
     let scratch = tempfile::tempdir().unwrap();
     let upper = fresh_dir(scratch.path(), "upper");
     let dog = dog();
-    let mut pool = Pool {
-        workers: Vec::new(),
-        per_kind: 2,
-        upper: &upper,
-        dog: &dog,
-        homes: HashMap::new(),
-    };
+    let mut pool = Pool::new(&upper, &dog, 2);
     let a = pool.home_of(b"./a/one", true).unwrap();
     assert_eq!(pool.home_of(b"./a/two", true).unwrap(), a);
     let b = pool.home_of(b"./b/one", true).unwrap();
@@ -375,4 +373,61 @@ fn files_of_one_directory_and_owner_kind_share_a_worker() {
     for worker in pool.workers {
         worker.finish(&dog).unwrap();
     }
+}
+
+/// Workers that share a parent directory must never race to make it: in
+/// every one of many restores, dozens of directories each hold files for
+/// several workers (root's and another owner's, and one per subdirectory),
+/// so each directory is wanted by more than one worker at once.
+#[tokio::test]
+async fn workers_sharing_a_parent_never_race_to_make_it() {
+    let scratch = tempfile::tempdir().unwrap();
+    let upper = fresh_dir(scratch.path(), "upper");
+    for d in 0..48 {
+        for sub in 0..4 {
+            let dir = upper.join(format!("top{d}/sub{sub}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("file"), b"x").unwrap();
+        }
+        std::fs::write(upper.join(format!("top{d}/beside")), b"y").unwrap();
+        if is_root() {
+            let other = upper.join(format!("top{d}/other"));
+            std::fs::write(&other, b"z").unwrap();
+            std::os::unix::fs::lchown(&other, Some(1000), Some(1000)).unwrap();
+        }
+    }
+    let archive = packed(&upper, scratch.path()).await;
+    let want = manifest(&upper);
+    for round in 0..10 {
+        let restored = fresh_dir(scratch.path(), &format!("restored-{round}"));
+        unpack(&archive, &restored, scratch.path(), 4, &dog())
+            .unwrap_or_else(|e| panic!("round {round}: {e:#}"));
+        assert_eq!(manifest(&restored).len(), want.len(), "round {round}");
+    }
+}
+
+/// The dealer, not a worker, makes the directories above each file (so no
+/// two workers race to make one), never above `upper`.
+#[test]
+fn the_dealer_makes_each_files_parents_inside_upper_only() {
+    let scratch = tempfile::tempdir().unwrap();
+    let upper = fresh_dir(scratch.path(), "upper");
+    let dog = dog();
+    let mut pool = Pool::new(&upper, &dog, 1);
+    pool.make_parents(b"./src/pkg/file.rs");
+    pool.make_parents(b"/absolute/file");
+    pool.make_parents(b"top-level-file");
+    pool.make_parents(b"../escape/file");
+    pool.make_parents(b"inner/../../escape/file");
+    assert!(upper.join("src/pkg").is_dir());
+    assert!(upper.join("absolute").is_dir());
+    assert!(!scratch.path().join("escape").exists());
+    assert!(!upper.join("inner").exists());
+    assert!(pool.workers.is_empty(), "making parents starts no worker");
+    let mut made: Vec<_> = std::fs::read_dir(&upper)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    made.sort();
+    assert_eq!(made, ["absolute", "src"]);
 }

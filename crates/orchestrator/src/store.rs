@@ -6,14 +6,16 @@
 //! connect token is never stored: after a restart the claim is renewed for a
 //! fresh one. The database file is created with mode 0600.
 //!
-//! The schema, the connection and the small keyed tables (meta, cursors)
-//! are in `store/db.rs`; the session records in `store/sessions.rs`, the
-//! snapshots and event history in `store/history.rs`.
+//! The schema's versions and migrations are in `store/schema.rs`; the
+//! connection and the small keyed tables (meta, cursors) in `store/db.rs`;
+//! the session records in `store/sessions.rs`, the snapshots and event
+//! history in `store/history.rs`.
 
 pub mod bound;
 mod checkpoint;
 mod db;
 mod history;
+mod schema;
 mod sessions;
 mod unrestorable;
 

@@ -1,6 +1,6 @@
-//! The database itself: its schema, the connection (with the background
-//! checkpoint), the small keyed tables (meta, cursors), and the JSON
-//! helpers the record tables use.
+//! The database itself: the connection (with the background checkpoint and
+//! the schema's migrations), the small keyed tables (meta, cursors), and
+//! the JSON helpers the record tables use.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -11,56 +11,7 @@ use anyhow::{Context, Result};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS cursors (
-    outpost_id TEXT PRIMARY KEY,
-    cursor     TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id      TEXT PRIMARY KEY,
-    outpost_id      TEXT NOT NULL,
-    kind            TEXT NOT NULL,
-    backend         TEXT NOT NULL,
-    stage           TEXT NOT NULL,
-    claim_deadline  INTEGER,
-    remote_sha      TEXT,
-    handle          TEXT,
-    process         TEXT,
-    restarts        INTEGER NOT NULL DEFAULT 0,
-    start_failures  INTEGER NOT NULL DEFAULT 0,
-    output_offset   INTEGER NOT NULL DEFAULT 0,
-    error           TEXT,
-    claimed_at      INTEGER NOT NULL,
-    running_at      INTEGER,
-    updated_at      INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS snapshots (
-    id          TEXT PRIMARY KEY,
-    session_id  TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    snapshot    TEXT NOT NULL,
-    created_at  INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS snapshots_by_session ON snapshots(session_id);
-CREATE TABLE IF NOT EXISTS events (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id  TEXT NOT NULL,
-    at          INTEGER NOT NULL,
-    kind        TEXT NOT NULL,
-    detail      TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_session ON events(session_id, id);
-CREATE TABLE IF NOT EXISTS unrestorable (
-    session_id  TEXT PRIMARY KEY,
-    snapshot_id TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    at          INTEGER NOT NULL
-);
-"#;
+use super::schema::{self, MIGRATIONS, Migration};
 
 /// Garrison's state: sessions, their history, cursors.
 pub struct Store {
@@ -101,9 +52,14 @@ impl Store {
         }
         let conn = Connection::open(path)
             .with_context(|| format!("opening state store {}", path.display()))?;
+        // Before anything is written: a store of a newer release is left
+        // exactly as it is.
+        schema::refuse_newer(&conn, MIGRATIONS)
+            .with_context(|| format!("opening state store {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("restricting {}", path.display()))?;
-        let mut store = Self::init(conn)?;
+        let mut store = Self::init(conn, MIGRATIONS)
+            .with_context(|| format!("opening state store {}", path.display()))?;
         match super::checkpoint::Checkpointer::start(path) {
             Ok(checkpointer) => {
                 store.with(|c| c.pragma_update(None, "wal_autocheckpoint", 0))?;
@@ -130,6 +86,8 @@ impl Store {
         )
         .with_context(|| format!("opening state store {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        schema::refuse_newer(&conn, MIGRATIONS)
+            .with_context(|| format!("opening state store {}", path.display()))?;
         Ok(Self {
             conn: Mutex::new(conn),
             writes: AtomicU64::new(0),
@@ -139,10 +97,19 @@ impl Store {
 
     /// A store in memory, for tests.
     pub fn in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, MIGRATIONS)
     }
 
-    fn init(conn: Connection) -> Result<Self> {
+    /// Opens the database at `path` with `migrations` instead of the
+    /// release's, for tests of upgrades.
+    #[cfg(test)]
+    pub(crate) fn open_with(path: &Path, migrations: &[Migration]) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        schema::refuse_newer(&conn, migrations)?;
+        Self::init(conn, migrations)
+    }
+
+    fn init(mut conn: Connection, migrations: &[Migration]) -> Result<Self> {
         // WAL survives a kill -9 at any point and lets readers (status
         // commands) run beside the daemon.
         // The busy timeout first: switching to WAL needs a lock that a
@@ -150,8 +117,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(SCHEMA)
-            .context("creating the state schema")?;
+        schema::migrate(&mut conn, migrations)?;
         Ok(Self {
             conn: Mutex::new(conn),
             writes: AtomicU64::new(0),

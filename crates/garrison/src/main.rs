@@ -18,7 +18,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 #[derive(Parser)]
 #[command(
     name = "garrison",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GARRISON_COMMIT"), ")"),
     about = "Orchestrator for Devin Outposts: claims queued Devin sessions and runs each in its own sandbox",
     long_about = None,
 )]

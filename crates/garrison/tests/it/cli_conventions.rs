@@ -572,3 +572,29 @@ async fn quiet_leaves_only_errors_and_verbose_adds_debug_lines() {
         both.stderr
     );
 }
+
+/// `--version` names the release and the commit it was built from, so an
+/// operator's bug report says exactly which code ran.
+#[tokio::test]
+async fn version_names_the_release_and_its_commit() {
+    let home = tempfile::tempdir().unwrap();
+    let ran = run(home.path(), &["--version"]).await;
+    assert!(ran.status.success(), "{}", ran.stderr);
+    let line = ran.stdout.trim_end();
+    let rest = line
+        .strip_prefix(concat!("garrison ", env!("CARGO_PKG_VERSION"), " (commit "))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected --version: {line:?}"));
+    // Built from a git checkout (as the tests are), it is HEAD's commit.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    match head {
+        Some(head) if std::env::var_os("GARRISON_COMMIT").is_none() => assert_eq!(rest, head),
+        _ => assert!(!rest.is_empty()),
+    }
+}

@@ -351,3 +351,105 @@ async fn no_secret_reaches_logs_state_or_the_sandbox() {
         & 0o777;
     assert_eq!(db_mode, 0o600);
 }
+
+/// An upgrade as systemd performs one: `serve` is stopped with SIGTERM while
+/// a session runs and another sleeps, its store is left as the releases
+/// before schema versions left it, and the (new) binary starts on it. The
+/// store is migrated, the running session is re-adopted (its one remote
+/// keeps its workspace), the sleeping one resumes with its files, and
+/// neither is started twice.
+async fn an_upgrade_keeps_running_and_sleeping_sessions(backend: Backend) {
+    let emu = emulator().await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut g = Garrison::start_on(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+        backend,
+    );
+    let running = session(
+        &emu,
+        &outpost,
+        vec![write("kept.txt", "running before")],
+        Then::Wait,
+    );
+    let asleep = session(
+        &emu,
+        &outpost,
+        vec![write("notes.txt", "asleep before")],
+        Then::Sleep,
+    );
+    wait_until("one running, one asleep", Some(&g), || {
+        view(&emu, &running).steps_done == 1
+            && status_is(&emu, &asleep, SessionStatus::Suspended)
+            && released(&emu, &asleep)
+    })
+    .await;
+    sigterm(&g);
+    assert!(wait_exit(&mut g).await.success(), "{}", g.log());
+
+    let db = state.join("garrison.db");
+    let schema_version = || -> u32 {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    let newest = schema_version();
+    assert!(newest >= 1, "a new store records its schema version");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", 0)
+        .unwrap();
+
+    g.crash_and_restart();
+    wait_until("the store migrated", Some(&g), || {
+        schema_version() == newest
+    })
+    .await;
+    emu.resume(
+        &asleep,
+        Script {
+            steps: vec![run("cat notes.txt")],
+            then: Then::End,
+        },
+    )
+    .unwrap();
+    emu.terminate(&running).unwrap();
+    wait_until("both ended and released", Some(&g), || {
+        [&running, &asleep]
+            .iter()
+            .all(|id| status_is(&emu, id, SessionStatus::Terminated) && released(&emu, id))
+    })
+    .await;
+    assert_eq!(
+        view(&emu, &running).connections,
+        1,
+        "the running session's remote was re-adopted, not started again"
+    );
+    assert_eq!(view(&emu, &asleep).connections, 2, "one remote per claim");
+    let outputs = step_outputs(&emu, &asleep);
+    assert_eq!(outputs.last().map(String::as_str), Some("asleep before"));
+    assert!(
+        !g.log().contains("panicked"),
+        "the restarted garrison panicked\n{}",
+        g.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_keeps_running_and_sleeping_sessions_on_host() {
+    an_upgrade_keeps_running_and_sleeping_sessions(Backend::Host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_keeps_running_and_sleeping_sessions_on_local() {
+    if Backend::Local.available() {
+        an_upgrade_keeps_running_and_sleeping_sessions(Backend::Local).await;
+    }
+}

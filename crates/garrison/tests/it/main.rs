@@ -26,6 +26,7 @@ mod logs_tensorlake;
 mod mock_cli;
 mod multi_host;
 mod outposts_cli;
+mod package_install;
 mod packaging;
 mod platform_e2e;
 mod repos_e2e;

@@ -2,7 +2,8 @@
 //! loads through the same parser `garrison serve` uses and gives its
 //! documented values, the systemd unit runs `garrison serve` and lets
 //! sandboxes outlive the daemon, the deploy units run the Tensorlake
-//! keep-alive every five minutes, and the Containerfile runs garrison.
+//! keep-alive every five minutes, and the Containerfile builds garrison
+//! from source and runs it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -157,7 +158,8 @@ fn the_unit_runs_garrison_serve_and_leaves_sandboxes_running() {
 
 #[test]
 fn the_containerfile_copies_the_binaries_and_runs_garrison() {
-    let text = read("Containerfile");
+    // Continued lines joined, as the builder reads them.
+    let text = read("Containerfile").replace("\\\n", " ");
     let instructions: Vec<(&str, &str)> = text
         .lines()
         .map(str::trim)
@@ -172,11 +174,32 @@ fn the_containerfile_copies_the_binaries_and_runs_garrison() {
             .map(|(_, rest)| rest.trim())
             .unwrap_or_else(|| panic!("no {name} in the Containerfile"))
     };
-    assert!(first("FROM").starts_with("debian:12"), "{}", first("FROM"));
-    let copy = first("COPY");
+    // Built from source in a first stage; the image runs on Debian 12.
+    let froms: Vec<&str> = instructions
+        .iter()
+        .filter(|(word, _)| *word == "FROM")
+        .map(|(_, rest)| rest.trim())
+        .collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    assert!(froms[0].ends_with(" AS build"), "{froms:?}");
+    assert!(froms[1].contains("debian:12"), "{froms:?}");
+    let build = first("RUN");
+    assert!(build.contains("cargo build --release --locked -p garrison"), "{build}");
+    assert!(build.contains("+crt-static"), "the shim is static: {build}");
+    let copy = instructions
+        .iter()
+        .find(|(word, rest)| *word == "COPY" && rest.starts_with("--from=build"))
+        .map(|(_, rest)| *rest)
+        .expect("the binaries are copied from the build stage");
     for binary in ["garrison", "garrison-shim", "devin-remote-sim"] {
-        assert!(copy.contains(&format!("target/release/{binary}")), "{copy}");
+        assert!(copy.contains(&format!("/out/{binary}")), "{copy}");
     }
+    // The build context leaves out the (many GB) target directory.
+    let ignore = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.containerignore"),
+    )
+    .expect(".containerignore");
+    assert!(ignore.lines().any(|l| l.trim() == "target"), "{ignore}");
     let entrypoint: Vec<String> =
         serde_json::from_str(first("ENTRYPOINT")).expect("ENTRYPOINT is an exec-form array");
     assert_eq!(

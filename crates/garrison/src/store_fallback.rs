@@ -128,7 +128,7 @@ impl Local {
     pub(crate) fn session_dir(&self, session_id: &str) -> PathBuf {
         self.state_dir
             .join("sessions")
-            .join(sandbox::names::hashed_id(session_id))
+            .join(sandbox::hashed_id(session_id))
     }
 
     pub(crate) fn remote_log(&self, session_id: &str) -> PathBuf {

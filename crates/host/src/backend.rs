@@ -13,12 +13,10 @@ use async_trait::async_trait;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use sandbox::names::is_plain_id;
-use sandbox::on_disk::{list_handles, read_chunk};
-use sandbox::snapshot_store::{ObjectStoreSettings, SnapshotStore};
 use sandbox::{
-    Capabilities, Handle, MachineInfo, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result,
-    Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
+    Capabilities, Handle, MachineInfo, ObjectStoreSettings, OutputChunk, ProcessRef, ProcessSpec,
+    ProcessStatus, Result, Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
+    SnapshotStore, is_plain_id, list_handles, read_chunk,
 };
 use shim::{self, OUTPUT_FILE, ShimRequest};
 

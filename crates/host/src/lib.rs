@@ -20,7 +20,7 @@
 //!
 //! A snapshot is a zstd-compressed tar of `fs/`, kept in the snapshot
 //! directory (which several Garrison processes may share) or an object
-//! store (see [`sandbox::snapshot_store`]).
+//! store (see [`sandbox::SnapshotStore`]).
 
 mod archive;
 mod backend;

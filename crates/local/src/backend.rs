@@ -41,11 +41,10 @@ use crate::images::ImageStore;
 use crate::net::{self, NetConfig, SandboxNet};
 use crate::rootfs::Root;
 use crate::runc::{Runc, Runtime};
-use sandbox::on_disk::{list_handles, read_chunk};
-use sandbox::snapshot_store::{ObjectStoreSettings, SnapshotStore};
 use sandbox::{
-    Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
-    SandboxError, SandboxName, SandboxSpec, SnapshotRef,
+    Capabilities, Handle, ObjectStoreSettings, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus,
+    Result, Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef, SnapshotStore,
+    list_handles, read_chunk,
 };
 use shim::OUTPUT_FILE;
 

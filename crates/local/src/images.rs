@@ -52,7 +52,7 @@ mod tree;
 pub mod usage;
 
 pub use progress::{NoProgress, Progress};
-pub use sandbox::recipe::{Recipe, ShellStep};
+pub use sandbox::{Recipe, ShellStep};
 pub use store::ImageStore;
 pub use usage::ImageUsers;
 

@@ -70,8 +70,7 @@ use serde::{Deserialize, Serialize};
 use self::enforced::{enforced, resolver_policy};
 use self::links::non_loopback;
 use self::tools::Tools;
-use sandbox::names::hashed_id;
-use sandbox::{Result, SandboxError, SandboxName};
+use sandbox::{Result, SandboxError, SandboxName, hashed_id};
 
 pub use self::pool::POOL;
 

@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_the_preferred_one_or_the_next_free() {
-        use sandbox::names::first_free;
+        use sandbox::first_free;
         let used = BTreeSet::from([3, 4, SLOTS - 1]);
         assert_eq!(first_free(&used, 2, SLOTS), Some(2));
         assert_eq!(first_free(&used, 3, SLOTS), Some(5));

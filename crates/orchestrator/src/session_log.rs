@@ -41,7 +41,7 @@ impl SessionLogs {
 
     /// The session's log directory.
     pub fn dir(&self, session_id: &str) -> PathBuf {
-        self.root.join(sandbox::names::hashed_id(session_id))
+        self.root.join(sandbox::hashed_id(session_id))
     }
 
     fn append(&self, session_id: &str, file: &str, bytes: &[u8]) -> std::io::Result<()> {

@@ -10,38 +10,69 @@
 //! Everything a backend hands back ([`Handle`], [`ProcessRef`],
 //! [`SnapshotRef`]) is plain serializable data, so the orchestrator can write
 //! it to its state store and pick up the same sandbox after a restart.
+//!
+//! # The API, by group
+//! - The contract: [`Sandbox`], its specs and handles ([`SandboxSpec`],
+//!   [`Handle`], [`ProcessSpec`], [`ProcessRef`], [`SnapshotRef`], ...),
+//!   [`SandboxError`], the machine a backend reports ([`MachineInfo`],
+//!   [`Capabilities`]) and the session labels ([`session_labels`]).
+//! - Names: [`SandboxName`] and the id helpers ([`is_plain_id`],
+//!   [`hashed_id`], [`free_slot_for`], [`first_free`]).
+//! - Image recipes: [`Recipe`], [`ShellStep`] and their constants
+//!   ([`BASE_PACKAGES`], [`CHROMIUM_PATH`], [`XVFB_PATH`]).
+//! - Snapshots: [`SnapshotStore`] over a [`SnapshotDir`] or
+//!   [`ObjectSnapshots`] ([`ObjectStoreSettings`], [`SnapshotKey`]); the
+//!   handles and output files host and local read back from disk
+//!   ([`list_handles`], [`read_chunk`]).
+//! - Namespaces kept as modules, because their items read only with the
+//!   module's name before them: [`plugin`] (the [`plugin::BackendPlugin`]
+//!   registry and its capabilities [`plugin::deploy`], [`plugin::doctor`],
+//!   [`plugin::images`]), [`policy`] (`policy::parse` of a network policy),
+//!   [`bounded_output`] (host commands whose output is capped).
+//! - Behind the `conformance` feature: `conformance` (the suite and
+//!   `conformance_tests!`) and `S3Server` (a real S3 server for tests).
 
 use std::collections::BTreeMap;
 
 pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
 pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, MachineInfo};
+pub use names::{SandboxName, first_free, free_slot_for, hashed_id, is_plain_id};
+pub use on_disk::{list_handles, read_chunk};
 pub use os::Os;
+pub use recipe::{BASE_PACKAGES, CHROMIUM_PATH, Recipe, ShellStep, XVFB_PATH};
+#[cfg(feature = "conformance")]
+pub use s3_support::S3Server;
+pub use snapshot_dir::SnapshotDir;
+pub use snapshot_store::{
+    Fetched, ObjectSnapshots, ObjectStoreSettings, PART_SIZE, SnapshotKey, SnapshotStore, check_url,
+};
 pub use spec::{
     Handle, NetworkSpec, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Resources,
     SandboxSpec, SnapshotRef,
 };
 
+// Namespaces by design (see the crate docs): `policy::parse`,
+// `bounded_output::output` or `plugin::doctor::Kind` would say nothing at
+// the crate root.
 pub mod bounded_output;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod plugin;
+pub mod policy;
+
 mod contract;
 mod error;
 mod machine;
-pub mod names;
-pub mod on_disk;
+mod names;
+mod on_disk;
 mod os;
-pub mod plugin;
-pub mod policy;
-pub mod recipe;
+mod recipe;
 #[cfg(feature = "conformance")]
-pub mod s3_support;
-pub mod snapshot_dir;
-pub mod snapshot_store;
+mod s3_support;
+mod snapshot_dir;
+mod snapshot_store;
 mod spec;
-
-pub use names::SandboxName;
-pub use recipe::Recipe;
 
 /// Label keys every backend stores with a sandbox, so `list` can map a
 /// leftover sandbox back to its session.

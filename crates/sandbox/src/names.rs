@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Prefix of every sandbox Garrison creates, so `list` by prefix finds them.
-pub const PREFIX: &str = "garrison-";
+pub(crate) const PREFIX: &str = "garrison-";
 
 /// Hex digits of the hash kept in a name: 96 bits, collision-free in practice.
 const HASH_HEX_LEN: usize = 24;

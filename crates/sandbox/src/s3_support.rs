@@ -11,11 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Test credentials: moto accepts any.
-pub const ACCESS_KEY: &str = "garrison-test-access";
+pub(crate) const ACCESS_KEY: &str = "garrison-test-access";
 /// See [`ACCESS_KEY`].
-pub const SECRET_KEY: &str = "garrison-test-secret";
+pub(crate) const SECRET_KEY: &str = "garrison-test-secret";
 /// The region the test buckets are in.
-pub const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 
 /// A running `moto_server`, stopped when dropped.
 pub struct S3Server {

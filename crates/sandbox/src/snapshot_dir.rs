@@ -142,7 +142,7 @@ impl SnapshotDir {
 
 /// A fresh snapshot reference for the sandbox `name`, not yet written: its
 /// id starts with the name, wherever it is kept.
-pub fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
+pub(crate) fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
     let now = chrono::Utc::now().timestamp_millis();
     SnapshotRef {
         backend: backend.to_owned(),

@@ -8,14 +8,14 @@
 //! object store downloads, checks and opens it into a spool file) and
 //! releases it once unpacked.
 
-pub mod collect;
-pub mod crypt;
-pub mod object;
+mod collect;
+mod crypt;
+mod object;
 
 use std::path::PathBuf;
 
 pub use crypt::SnapshotKey;
-pub use object::{Fetched, ObjectSnapshots, ObjectStoreSettings};
+pub use object::{Fetched, ObjectSnapshots, ObjectStoreSettings, PART_SIZE, check_url};
 
 use crate::error::Result;
 use crate::names::SandboxName;

@@ -43,10 +43,9 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use async_trait::async_trait;
-use sandbox::names::is_plain_id;
 use sandbox::{
     Capabilities, Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, Sandbox,
-    SandboxError, SandboxSpec, SnapshotRef,
+    SandboxError, SandboxSpec, SnapshotRef, is_plain_id,
 };
 
 use crate::client::Client;

@@ -175,7 +175,7 @@ impl ImageCatalog {
     /// answered by sending the same request again.
     pub async fn register(&self, name: &str, snapshot_id: &str) -> Result<CatalogImage> {
         check_image_name(name)?;
-        if !sandbox::names::is_plain_id(snapshot_id) {
+        if !sandbox::is_plain_id(snapshot_id) {
             return Err(Error::Invalid(format!(
                 "invalid snapshot id {snapshot_id:?}"
             )));

@@ -112,9 +112,7 @@ fn state_dir(root: &Path) -> PathBuf {
             )
             .unwrap();
     }
-    let log_dir = state
-        .join("sessions")
-        .join(sandbox::names::hashed_id(LOGGED));
+    let log_dir = state.join("sessions").join(sandbox::hashed_id(LOGGED));
     std::fs::create_dir_all(&log_dir).unwrap();
     let log: String = (0..20_000).map(|i| format!("output line {i}\n")).collect();
     std::fs::write(log_dir.join(orchestrator::session_log::REMOTE_LOG), log).unwrap();

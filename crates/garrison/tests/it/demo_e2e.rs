@@ -230,7 +230,7 @@ impl Traces {
             .collect();
         let links = netns
             .iter()
-            .map(|ns| format!("gv{}", &sandbox::names::hashed_id(ns)[..10]))
+            .map(|ns| format!("gv{}", &sandbox::hashed_id(ns)[..10]))
             .filter(|link| {
                 Command::new("ip")
                     .args(["link", "show", "dev", link])

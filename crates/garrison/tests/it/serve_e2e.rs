@@ -56,7 +56,7 @@ async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up(backend: Back
     let events = std::fs::read_to_string(
         state
             .join("sessions")
-            .join(sandbox::names::hashed_id(&id))
+            .join(sandbox::hashed_id(&id))
             .join("events.log"),
     )
     .unwrap();
@@ -230,7 +230,7 @@ async fn tensorlake_suspends_the_sandbox_and_resumes_it_with_its_processes() {
     let events = std::fs::read_to_string(
         state
             .join("sessions")
-            .join(sandbox::names::hashed_id(&id))
+            .join(sandbox::hashed_id(&id))
             .join("events.log"),
     )
     .unwrap();
@@ -319,7 +319,7 @@ async fn modal_resumes_with_its_processes(restart_while_asleep: bool) {
     let events = std::fs::read_to_string(
         state
             .join("sessions")
-            .join(sandbox::names::hashed_id(&id))
+            .join(sandbox::hashed_id(&id))
             .join("events.log"),
     )
     .unwrap();

@@ -212,9 +212,7 @@ async fn hostile_session_ids_name_nothing_outside_the_state_directory() {
     .await;
     // Everything Garrison wrote is inside its state directory.
     assert!(!dir.path().join("etc").exists() && !Path::new("/etc/x").exists());
-    let session_dir = state
-        .join("sessions")
-        .join(sandbox::names::hashed_id("../../etc"));
+    let session_dir = state.join("sessions").join(sandbox::hashed_id("../../etc"));
     assert!(
         session_dir.join("events.log").exists(),
         "logs live under the hashed id"

@@ -12,10 +12,10 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use sandbox::conformance::Harness;
-use sandbox::s3_support::S3Server;
-use sandbox::snapshot_store::object::PART_SIZE;
-use sandbox::snapshot_store::{ObjectStoreSettings, SnapshotKey, SnapshotStore};
-use sandbox::{Sandbox, SandboxName, SandboxSpec};
+use sandbox::{
+    ObjectStoreSettings, PART_SIZE, S3Server, Sandbox, SandboxName, SandboxSpec, SnapshotKey,
+    SnapshotStore,
+};
 
 const MARKER: &str = "garrison-plaintext-marker-7f3a9c";
 

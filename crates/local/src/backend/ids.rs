@@ -22,7 +22,7 @@ impl LocalBackend {
         let ids = {
             let mut slots = self.id_slots.lock().unwrap_or_else(|e| e.into_inner());
             let used = slots.get_or_insert_with(|| self.recorded_slots());
-            let slot = sandbox::names::free_slot_for(name, used, userns::SLOTS)
+            let slot = sandbox::free_slot_for(name, used, userns::SLOTS)
                 .ok_or_else(|| anyhow!("every user namespace id range is in use"))?;
             used.insert(slot);
             IdRange::of_slot(slot)
@@ -74,7 +74,7 @@ impl LocalBackend {
     /// `/run/garrison/<hash of this backend's state root>/<name>`, the
     /// directory holding the `rootfs` runc mounts for sandbox `name`.
     fn reachable_dir(&self, name: &str) -> PathBuf {
-        let state = sandbox::names::hashed_id(&self.config.root.to_string_lossy());
+        let state = sandbox::hashed_id(&self.config.root.to_string_lossy());
         Path::new(REACHABLE_ROOTS).join(state).join(name)
     }
 

@@ -14,8 +14,7 @@ use super::{LocalBackend, fatal};
 use crate::oci;
 use crate::rootfs::Root;
 use crate::runc::Runtime;
-use sandbox::names::is_plain_id;
-use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
+use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError, is_plain_id};
 use shim::{self, CHILD_PID_FILE, ERROR_FILE, EXIT_FILE, REQUEST_FILE, ShimRequest};
 
 const SHIM_PID_FILE: &str = "shim.pid";

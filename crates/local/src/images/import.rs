@@ -152,7 +152,7 @@ fn import_blocking(
         .iter()
         .find(|path| layer::resolve_existing(&rootfs, Path::new(path)).is_ok())
         .map(|path| (*path).to_owned());
-    image.xvfb_path = [sandbox::recipe::XVFB_PATH]
+    image.xvfb_path = [sandbox::XVFB_PATH]
         .into_iter()
         .find(|path| layer::resolve_existing(&rootfs, Path::new(path)).is_ok())
         .map(str::to_owned);

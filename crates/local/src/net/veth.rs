@@ -21,8 +21,7 @@ use anyhow::anyhow;
 use super::pool::{HOST_IF_PREFIX, POOL};
 use super::sysctl::write_sysctl;
 use super::tools::{self, Tools};
-use sandbox::names::{free_slot_for, hashed_id};
-use sandbox::{Result, SandboxError};
+use sandbox::{Result, SandboxError, free_slot_for, hashed_id};
 
 const SLOT_PREFIX: u8 = 30;
 const SLOTS: u32 = 1 << (SLOT_PREFIX - POOL.1);
@@ -184,7 +183,7 @@ mod tests {
 
     #[test]
     fn choose_skips_used_slots_and_wraps() {
-        use sandbox::names::first_free;
+        use sandbox::first_free;
         let used = BTreeSet::from([5, 6, SLOTS - 1]);
         assert_eq!(first_free(&used, 5, SLOTS), Some(7));
         assert_eq!(first_free(&used, SLOTS - 1, SLOTS), Some(0));

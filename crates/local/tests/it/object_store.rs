@@ -8,8 +8,7 @@ use std::sync::Arc;
 use crate::support::config;
 use local::{LocalBackend, LocalConfig};
 use sandbox::conformance::Harness;
-use sandbox::s3_support::S3Server;
-use sandbox::snapshot_store::{ObjectStoreSettings, SnapshotKey};
+use sandbox::{ObjectStoreSettings, S3Server, SnapshotKey};
 
 fn with_store(server: &S3Server, bucket: &str, key: Option<&SnapshotKey>) -> Option<LocalConfig> {
     Some(LocalConfig {

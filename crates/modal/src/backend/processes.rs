@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
-use sandbox::names::is_plain_id;
-use sandbox::{Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
+use sandbox::{
+    Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError, is_plain_id,
+};
 
 use super::{ModalBackend, root_of, status_error};
 use crate::exec::{self, Command};

@@ -87,7 +87,7 @@ pub(super) fn pending(view: &QueueView, outpost: &OutpostConfig) -> u64 {
 impl AdminState {
     fn remote_log(&self, session_id: &str) -> PathBuf {
         self.sessions_dir
-            .join(sandbox::names::hashed_id(session_id))
+            .join(sandbox::hashed_id(session_id))
             .join(REMOTE_LOG)
     }
 

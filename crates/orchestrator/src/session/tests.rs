@@ -424,7 +424,7 @@ async fn the_session_log_stops_at_its_cap_and_says_so_once() {
         .dir
         .path()
         .join("sessions")
-        .join(sandbox::names::hashed_id(SESSION));
+        .join(sandbox::hashed_id(SESSION));
     let copied = std::fs::read(log.join(crate::session_log::REMOTE_LOG)).unwrap();
     let text = String::from_utf8_lossy(&copied);
     let notice = "this log reached its cap of 1 MiB (session_log_max_mb)";
@@ -459,7 +459,7 @@ async fn output_below_the_cap_is_copied_whole() {
         .dir
         .path()
         .join("sessions")
-        .join(sandbox::names::hashed_id(SESSION));
+        .join(sandbox::hashed_id(SESSION));
     let copied = std::fs::read_to_string(log.join(crate::session_log::REMOTE_LOG)).unwrap();
     assert_eq!(copied, "hello\n");
     assert_eq!(runner.rec.output_offset, 6);

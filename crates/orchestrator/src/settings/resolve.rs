@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use common::settings::SettingsSource;
 use fleet::Platform;
-use sandbox::Resources;
 use sandbox::plugin::ConfiguredBackend;
-use sandbox::snapshot_store::ObjectStoreSettings;
+use sandbox::{ObjectStoreSettings, Resources};
 
 use super::names;
 use super::validate::*;

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::{Platform, Secret};
-use sandbox::Resources;
 use sandbox::plugin::ConfiguredBackend;
-use sandbox::snapshot_store::ObjectStoreSettings;
+use sandbox::{ObjectStoreSettings, Resources};
 
 use crate::planner::Policy;
 pub use crate::repos::Repos;

@@ -156,7 +156,7 @@ pub(super) fn snapshot_store(
             .map(SnapshotStoreChoice::Dir)
             .map_err(|()| value.invalid("a file:// URL must name an absolute local path"));
     }
-    sandbox::snapshot_store::object::check_url(&url).map_err(|reason| value.invalid(reason))?;
+    sandbox::check_url(&url).map_err(|reason| value.invalid(reason))?;
     Ok(SnapshotStoreChoice::Object(url))
 }
 
@@ -165,8 +165,8 @@ pub(super) fn snapshot_store(
 pub(super) fn snapshot_key(
     env: Option<&Sourced<Secret>>,
     file: Option<&Sourced<PathBuf>>,
-) -> Result<Option<(sandbox::snapshot_store::SnapshotKey, Origin)>, SettingsError> {
-    use sandbox::snapshot_store::SnapshotKey;
+) -> Result<Option<(sandbox::SnapshotKey, Origin)>, SettingsError> {
+    use sandbox::SnapshotKey;
     let (text, origin) = match (env, file) {
         (Some(env), Some(file)) => {
             return Err(env.invalid(format!("is set, and so is {}: give only one", file.origin)));

@@ -4,7 +4,7 @@
 /// What a collector knows of one snapshot id (Unix ms, as the store's
 /// clock stamped the objects).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotSeen {
+pub(crate) struct SnapshotSeen {
     /// The newest last-modified of its archive and manifest, if either
     /// exists.
     pub modified_at: Option<i64>,
@@ -14,7 +14,7 @@ pub struct SnapshotSeen {
 
 /// What to do with one snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Leave it.
     Keep,
     /// Old and unleased: write this collector's tombstone, look at its
@@ -26,11 +26,11 @@ pub enum Verdict {
 /// rewrites its lease well within this while it reads, and a collector
 /// removes its tombstone within seconds, so an older one was left by a
 /// process that died.
-pub const LEASE_TTL_MS: i64 = 60 * 60 * 1000;
+pub(crate) const LEASE_TTL_MS: i64 = 60 * 60 * 1000;
 
 /// Decides one snapshot: old (modified before `cutoff`) and without a
 /// fresh lease is collected, whichever Garrison wrote it.
-pub fn verdict(seen: &SnapshotSeen, cutoff: i64, now: i64) -> Verdict {
+pub(crate) fn verdict(seen: &SnapshotSeen, cutoff: i64, now: i64) -> Verdict {
     let leased = seen.leased_at.is_some_and(|at| is_fresh(at, now));
     match seen.modified_at {
         Some(at) if at < cutoff && !leased => Verdict::Collect,
@@ -40,7 +40,7 @@ pub fn verdict(seen: &SnapshotSeen, cutoff: i64, now: i64) -> Verdict {
 
 /// Whether a lease or tombstone written at `written_at` still counts at
 /// `now`.
-pub fn is_fresh(written_at: i64, now: i64) -> bool {
+pub(crate) fn is_fresh(written_at: i64, now: i64) -> bool {
     now - written_at < LEASE_TTL_MS
 }
 

@@ -27,7 +27,7 @@ const KEY_CHECK_LEN: usize = 16;
 const NONCE_LEN: usize = 19;
 const HEADER_LEN: usize = MAGIC.len() + KEY_CHECK_LEN + NONCE_LEN;
 /// Archive bytes per sealed chunk.
-pub const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
 const TAG_LEN: usize = 16;
 const SEALED_CHUNK: usize = CHUNK + TAG_LEN;
 
@@ -72,7 +72,7 @@ impl SnapshotKey {
 
 /// Why an object could not be opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     /// Encrypted with another key.
     WrongKey,
     /// Encrypted, and this Garrison has no key.
@@ -100,7 +100,7 @@ impl std::fmt::Display for OpenError {
 }
 
 /// Seals an archive fed in pieces of any size.
-pub struct Sealer {
+pub(crate) struct Sealer {
     stream: Option<EncryptorBE32<XChaCha20Poly1305>>,
     aad: Vec<u8>,
     /// Archive bytes not sealed yet: always kept back until more arrive,
@@ -111,7 +111,7 @@ pub struct Sealer {
 impl Sealer {
     /// A sealer for the object of snapshot `id`, and the header to store
     /// before the sealed chunks.
-    pub fn new(key: &SnapshotKey, id: &str) -> (Self, Vec<u8>) {
+    pub(crate) fn new(key: &SnapshotKey, id: &str) -> (Self, Vec<u8>) {
         let nonce: [u8; NONCE_LEN] = rand::random();
         let mut header = Vec::with_capacity(HEADER_LEN);
         header.extend_from_slice(MAGIC);
@@ -127,7 +127,7 @@ impl Sealer {
     }
 
     /// Seals what of `data` can be sealed now.
-    pub fn push(&mut self, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn push(&mut self, data: &[u8]) -> Vec<u8> {
         self.pending.extend_from_slice(data);
         let mut out = Vec::new();
         let stream = self.stream.as_mut().expect("sealer used after finish");
@@ -145,7 +145,7 @@ impl Sealer {
     }
 
     /// Seals the last chunk.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         let stream = self.stream.take().expect("sealer used after finish");
         stream
             .encrypt_last(Payload {
@@ -165,7 +165,7 @@ enum Mode {
 
 /// Opens an object fed in pieces of any size: an encrypted one is checked
 /// and decrypted, a plain one passed through (unless a key is set).
-pub struct Opener {
+pub(crate) struct Opener {
     key: Option<SnapshotKey>,
     aad: Vec<u8>,
     mode: Mode,
@@ -175,7 +175,7 @@ pub struct Opener {
 impl Opener {
     /// Opens the object of snapshot `id`: decrypts with `key`, or passes
     /// plaintext through when there is none.
-    pub fn new(key: Option<&SnapshotKey>, id: &str) -> Self {
+    pub(crate) fn new(key: Option<&SnapshotKey>, id: &str) -> Self {
         Self {
             key: key.cloned(),
             aad: id.as_bytes().to_vec(),
@@ -185,7 +185,7 @@ impl Opener {
     }
 
     /// The archive bytes that `data` completes.
-    pub fn push(&mut self, data: &[u8]) -> Result<Vec<u8>, OpenError> {
+    pub(crate) fn push(&mut self, data: &[u8]) -> Result<Vec<u8>, OpenError> {
         if let Mode::Plain = self.mode {
             return Ok(data.to_vec());
         }
@@ -216,7 +216,7 @@ impl Opener {
     }
 
     /// The rest of the archive, once the whole object was pushed.
-    pub fn finish(mut self) -> Result<Vec<u8>, OpenError> {
+    pub(crate) fn finish(mut self) -> Result<Vec<u8>, OpenError> {
         if let Mode::Undecided = self.mode {
             self.decide(true)?;
         }

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use sandbox::names::is_plain_id;
-use sandbox::{Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError};
+use sandbox::{
+    Handle, OutputChunk, ProcessRef, ProcessSpec, ProcessStatus, Result, SandboxError, is_plain_id,
+};
 
 use futures::StreamExt;
 

@@ -4,7 +4,7 @@
 //! store.
 
 use orchestrator::settings::ServeConfig;
-use sandbox::snapshot_store::ObjectSnapshots;
+use sandbox::ObjectSnapshots;
 
 use super::check::Check;
 

@@ -136,7 +136,7 @@ async fn a_snapshot_that_cannot_be_restored_is_given_up_once_and_kept() {
         .dir
         .path()
         .join("sessions")
-        .join(sandbox::names::hashed_id(SESSION))
+        .join(sandbox::hashed_id(SESSION))
         .join(crate::session_log::EVENTS_LOG);
     let lines = std::fs::read_to_string(log).unwrap();
     assert!(lines.lines().all(|l| l.len() < 20 << 10));

@@ -3,6 +3,8 @@
 mod admin_client;
 mod backends;
 mod commands;
+#[cfg(test)]
+mod docs_reference;
 mod exit;
 mod format;
 mod help;

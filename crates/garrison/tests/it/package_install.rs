@@ -68,7 +68,11 @@ fn prerequisites() -> Option<(PathBuf, PathBuf)> {
         );
         return None;
     }
-    assert!(deb.is_file(), "GARRISON_TEST_DEB={} is missing", deb.display());
+    assert!(
+        deb.is_file(),
+        "GARRISON_TEST_DEB={} is missing",
+        deb.display()
+    );
     Some((deb, root))
 }
 
@@ -119,7 +123,17 @@ fn the_package_installs_runs_and_removes_cleanly_in_a_fresh_debian_12() {
         "apt-get -f install",
         in_root(
             &root,
-            &["apt-get", "-f", "install", "-y", "-q", "--no-download"],
+            &[
+                "apt-get",
+                "-f",
+                "install",
+                "-y",
+                "-q",
+                "--no-download",
+                // Only Depends are in the offline cache (Recommends are
+                // what a full install adds: runsc, mmdebstrap).
+                "--no-install-recommends",
+            ],
         )
         .output(),
     );
@@ -149,7 +163,13 @@ fn the_package_installs_runs_and_removes_cleanly_in_a_fresh_debian_12() {
         unit.contains("ExecStart=/usr/bin/garrison serve"),
         "the unit runs the packaged binary:\n{unit}"
     );
-    let mode = |path: &str| std::fs::metadata(root.join(path)).unwrap().permissions().mode() & 0o777;
+    let mode = |path: &str| {
+        std::fs::metadata(root.join(path))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
     assert_eq!(mode("var/lib/garrison"), 0o700, "the state directory");
     assert_eq!(mode("etc/garrison/env.example"), 0o600, "the env template");
 
@@ -165,18 +185,20 @@ fn the_package_installs_runs_and_removes_cleanly_in_a_fresh_debian_12() {
 
     // Doctor's verdict depends on the host (no token here: a problem it
     // reports); what matters is that it runs and answers in JSON.
-    let doctor = in_root(&root, &["garrison", "doctor", "--backend", "host", "--json"])
-        .output()
-        .unwrap();
-    let report: serde_json::Value =
-        serde_json::from_slice(&doctor.stdout).unwrap_or_else(|e| {
-            panic!(
-                "doctor did not answer in JSON ({e}, {}):\n{}\n{}",
-                doctor.status,
-                String::from_utf8_lossy(&doctor.stdout),
-                String::from_utf8_lossy(&doctor.stderr)
-            )
-        });
+    let doctor = in_root(
+        &root,
+        &["garrison", "doctor", "--backend", "host", "--json"],
+    )
+    .output()
+    .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor did not answer in JSON ({e}, {}):\n{}\n{}",
+            doctor.status,
+            String::from_utf8_lossy(&doctor.stdout),
+            String::from_utf8_lossy(&doctor.stderr)
+        )
+    });
     assert!(report.is_object(), "{report}");
 
     // Remove: the binary goes; the configuration (a conffile) and the state
@@ -199,7 +221,10 @@ fn the_package_installs_runs_and_removes_cleanly_in_a_fresh_debian_12() {
     let said = String::from_utf8_lossy(&purge.stdout).into_owned()
         + &String::from_utf8_lossy(&purge.stderr);
     assert!(!root.join("etc/garrison/garrison.toml").exists());
-    assert!(!root.join("etc/garrison").exists(), "an empty /etc/garrison is removed");
+    assert!(
+        !root.join("etc/garrison").exists(),
+        "an empty /etc/garrison is removed"
+    );
     assert!(root.join("var/lib/garrison/garrison.db").exists());
     assert!(said.contains("kept /var/lib/garrison"), "{said}");
 }

@@ -184,7 +184,10 @@ fn the_containerfile_copies_the_binaries_and_runs_garrison() {
     assert!(froms[0].ends_with(" AS build"), "{froms:?}");
     assert!(froms[1].contains("debian:12"), "{froms:?}");
     let build = first("RUN");
-    assert!(build.contains("cargo build --release --locked -p garrison"), "{build}");
+    assert!(
+        build.contains("cargo build --release --locked -p garrison"),
+        "{build}"
+    );
     assert!(build.contains("+crt-static"), "the shim is static: {build}");
     let copy = instructions
         .iter()

@@ -39,10 +39,8 @@ use tonic::{Code, Status};
 use crate::client::{Client, ClientConfig};
 use crate::wire;
 
-pub use network::network_access;
-
 /// Modal's longest sandbox lifetime.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// How sandboxes are made on Modal.
 #[derive(Clone, Debug)]
@@ -107,7 +105,7 @@ impl Runtime {
 }
 
 /// The image name used when none is configured, as for the local backend.
-pub const DEFAULT_IMAGE: &str = "default";
+pub(crate) const DEFAULT_IMAGE: &str = "default";
 
 /// The Modal app holding an outpost's sandboxes.
 pub fn app_name_for(outpost_id: &str) -> String {

@@ -53,7 +53,8 @@ pub struct ModalSettings {
     pub outpost_id: Option<String>,
     /// The image sandboxes start from when the spec names none: a Modal
     /// image id (`im-...`) or a name built by `garrison image build
-    /// --backend modal`; `None` is the name [`DEFAULT_IMAGE`].
+    /// --backend modal`; `None` is the name `default`
+    /// (`DEFAULT_IMAGE`).
     pub image: Option<String>,
     /// Where image names are looked up (see [`crate::image::ImageCache`]).
     pub image_cache: Option<PathBuf>,

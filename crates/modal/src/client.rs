@@ -142,7 +142,7 @@ impl tonic::service::Interceptor for Auth {
     }
 }
 
-/// The generated client with [`Auth`] in front.
+/// The generated client with `Auth` (the credentials' interceptor) in front.
 pub type Rpc = ModalClientClient<InterceptedService<Channel, Auth>>;
 
 /// A connection to Modal. Cheap to clone; calls share one HTTP/2 channel.

@@ -75,7 +75,7 @@ pub struct TensorlakeConfig {
     /// The API, [`crate::DEFAULT_API_URL`] unless testing.
     pub api_url: String,
     /// Where the lifecycle calls go when not derived from `api_url` (see
-    /// [`crate::urls`]; `TENSORLAKE_SANDBOX_API_URL`).
+    /// `crate::urls`; `TENSORLAKE_SANDBOX_API_URL`).
     pub sandbox_api_url: Option<String>,
     /// The API key, sent as a bearer token.
     pub api_key: Secret,
@@ -84,7 +84,7 @@ pub struct TensorlakeConfig {
     /// Idle seconds before Tensorlake suspends a sandbox (`timeout_secs`).
     pub timeout_secs: u64,
     /// Directory inside the sandbox that holds Garrison's directories;
-    /// [`ID_PLACEHOLDER`] is replaced by the sandbox id (the mock runs every
+    /// `{id}` (`ID_PLACEHOLDER`) is replaced by the sandbox id (the mock runs every
     /// sandbox in its own host directory).
     pub sandbox_root: String,
     /// Holds a 0600 copy of each sandbox's labels, so `list` can name the

@@ -60,7 +60,7 @@ pub(crate) struct PlannedStep {
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct BuildRequest {
-    /// The catalog name (see [`crate::catalog::valid_image_name`]).
+    /// The catalog name (see `catalog::valid_image_name`).
     pub name: String,
     /// What goes into the image.
     pub recipe: Recipe,

@@ -9,8 +9,10 @@
 //!
 //! - Serving: [`serve()`] runs the daemon from a [`settings::ServeConfig`]
 //!   ([`Serving`] is a running one, [`OperatorStops`] what the operator
-//!   asked to stop); it refuses with [`Misconfigured`] or
-//!   [`PlatformRefused`]; [`db_path`] is where its store lives.
+//!   asked to stop); [`prepare`] then [`run_prepared`] do the same in two
+//!   steps for a caller that needs the [`Serving`] first (the demo, the
+//!   bench). It refuses with [`Misconfigured`] or [`PlatformRefused`];
+//!   [`db_path`] is where its store lives.
 //! - [`settings`]: every setting, its sources and how they resolve.
 //! - [`api`]: the admin JSON API's routes and types, with the admin token
 //!   ([`ADMIN_TOKEN_ENV`], [`ADMIN_TOKEN_FILE`]) and the page bound

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use emulator::Emulator;
 use host::{HostBackend, HostConfig};
-use orchestrator::remote::RemoteResolver;
+use orchestrator::RemoteResolver;
 use sandbox::{ProcessSpec, Sandbox, SandboxName, SandboxSpec};
 
 use crate::report::{StartSteps, Summary};

@@ -18,7 +18,7 @@ use clap::Args;
 use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Then};
 use fleet::stats::route;
 use fleet::{Platform, RequestStats, Secret, SessionStatus};
-use orchestrator::serve::{self, Serving};
+use orchestrator::Serving;
 use orchestrator::settings::{OutpostConfig, QueueMode, ServeConfig};
 use rand::Rng;
 use sandbox::plugin::BackendPlugin;
@@ -175,9 +175,9 @@ impl Phase {
     ) -> anyhow::Result<Phase> {
         let outpost = emu.create_outpost(&format!("bench-{name}"), Platform::Linux);
         let config = serve_config(emu, root.join(name), &outpost, mode, args.max_concurrent);
-        let serving = serve::prepare(&config)?;
+        let serving = orchestrator::prepare(&config)?;
         let stop = CancellationToken::new();
-        let task = tokio::spawn(serve::run_prepared(
+        let task = tokio::spawn(orchestrator::run_prepared(
             config,
             serving.clone(),
             shim_exe.to_owned(),

@@ -29,8 +29,7 @@ use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use emulator::{Emulator, EmulatorConfig, NewSession, Script, SessionView, Then};
 use fleet::{Platform, SessionStatus};
-use orchestrator::planner::{Policy, renew_margin};
-use orchestrator::store::Store;
+use orchestrator::{Policy, Store, renew_margin};
 use rand::Rng;
 
 use crate::report::Summary;

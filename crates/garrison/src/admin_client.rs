@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use common::Secret;
-use orchestrator::admin::listing::MAX_LIMIT;
+use orchestrator::MAX_LIMIT;
 use orchestrator::api::{LogChunk, SessionDetail, SessionPage, SessionSummary, StatusView};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;

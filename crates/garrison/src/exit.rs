@@ -73,8 +73,8 @@ pub(crate) fn code_of(error: &anyhow::Error) -> u8 {
             return code;
         }
         if cause.is::<Config>()
-            || cause.is::<orchestrator::serve::Misconfigured>()
-            || cause.is::<orchestrator::serve::PlatformRefused>()
+            || cause.is::<orchestrator::Misconfigured>()
+            || cause.is::<orchestrator::PlatformRefused>()
         {
             return CONFIG;
         }
@@ -127,7 +127,7 @@ mod tests {
             code_of(&anyhow::Error::new(Code::<FAILURE>).context("status")),
             1
         );
-        let refused = anyhow::Error::new(orchestrator::serve::Misconfigured("refused".into()));
+        let refused = anyhow::Error::new(orchestrator::Misconfigured("refused".into()));
         assert_eq!(code_of(&refused), CONFIG);
         // Found through context added on the way up.
         assert_eq!(code_of(&refused.context("starting")), CONFIG);

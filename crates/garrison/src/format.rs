@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use orchestrator::planner::{Millis, StageLabel};
+use orchestrator::{Millis, StageLabel};
 
 /// A line of commentary on stderr, dim when stderr is a terminal; none
 /// with `-q`.

@@ -10,9 +10,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use common::Secret;
 use common::settings::SettingsError;
+use orchestrator::Store;
 use orchestrator::api::{LogChunk, SessionSummary};
 use orchestrator::settings::{HostEnv, RawSettings};
-use orchestrator::store::Store;
 
 use crate::admin_client::{Admin, AdminError, DEFAULT_ADMIN_URL};
 use crate::commands::serve::with_environment_variable;
@@ -41,7 +41,7 @@ impl SourceArgs {
     /// directory's token file when this user may read it (`None` when not:
     /// reading needs no token on loopback, and a refusal says what would).
     fn admin_token(&self) -> anyhow::Result<Option<Secret>> {
-        use orchestrator::admin::token::{ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE};
+        use orchestrator::{ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE};
         if let Some(token) = std::env::var(ADMIN_TOKEN_ENV)
             .ok()
             .filter(|t| !t.is_empty())
@@ -109,7 +109,7 @@ pub(crate) struct Local {
 
 impl Local {
     pub(crate) fn open(state_dir: &Path) -> anyhow::Result<Self> {
-        let db_path = orchestrator::serve::db_path(state_dir);
+        let db_path = orchestrator::db_path(state_dir);
         if !db_path.exists() {
             bail!(
                 "no state store at {} (has `garrison serve` run with this state directory? pass --state-dir or set GARRISON_HOME)",
@@ -132,12 +132,11 @@ impl Local {
     }
 
     pub(crate) fn remote_log(&self, session_id: &str) -> PathBuf {
-        self.session_dir(session_id)
-            .join(orchestrator::session_log::REMOTE_LOG)
+        self.session_dir(session_id).join(orchestrator::REMOTE_LOG)
     }
 
     /// A row as the admin API would give it (sizing is not recorded).
-    pub(crate) fn summary(&self, rec: &orchestrator::store::SessionRecord) -> SessionSummary {
+    pub(crate) fn summary(&self, rec: &orchestrator::SessionRecord) -> SessionSummary {
         let mut summary = SessionSummary::from_record(rec);
         summary.snapshot_bytes = self
             .store

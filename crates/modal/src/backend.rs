@@ -39,10 +39,8 @@ use tonic::{Code, Status};
 use crate::client::{Client, ClientConfig};
 use crate::wire;
 
-pub use network::network_access;
-
 /// Modal's longest sandbox lifetime.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// How sandboxes are made on Modal.
 #[derive(Clone, Debug)]
@@ -55,7 +53,8 @@ pub struct ModalSettings {
     pub outpost_id: Option<String>,
     /// The image sandboxes start from when the spec names none: a Modal
     /// image id (`im-...`) or a name built by `garrison image build
-    /// --backend modal`; `None` is the name [`DEFAULT_IMAGE`].
+    /// --backend modal`; `None` is the name `default`
+    /// (`DEFAULT_IMAGE`).
     pub image: Option<String>,
     /// Where image names are looked up (see [`crate::image::ImageCache`]).
     pub image_cache: Option<PathBuf>,
@@ -107,7 +106,7 @@ impl Runtime {
 }
 
 /// The image name used when none is configured, as for the local backend.
-pub const DEFAULT_IMAGE: &str = "default";
+pub(crate) const DEFAULT_IMAGE: &str = "default";
 
 /// The Modal app holding an outpost's sandboxes.
 pub fn app_name_for(outpost_id: &str) -> String {

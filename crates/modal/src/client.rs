@@ -28,7 +28,7 @@ fn idempotency_key() -> AsciiMetadataValue {
 }
 
 /// Where Modal's API lives unless `MODAL_API_URL` says otherwise.
-pub const DEFAULT_API_URL: &str = "https://api.modal.com";
+pub(crate) const DEFAULT_API_URL: &str = "https://api.modal.com";
 
 /// A Modal token pair (`MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`). Neither part
 /// is ever printed: `Debug` shows only that they are set.
@@ -142,7 +142,7 @@ impl tonic::service::Interceptor for Auth {
     }
 }
 
-/// The generated client with [`Auth`] in front.
+/// The generated client with `Auth` (the credentials' interceptor) in front.
 pub type Rpc = ModalClientClient<InterceptedService<Channel, Auth>>;
 
 /// A connection to Modal. Cheap to clone; calls share one HTTP/2 channel.
@@ -343,11 +343,6 @@ fn percent_decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Whether `status` says the object does not exist (any more).
-pub fn is_not_found(status: &Status) -> bool {
-    status.code() == Code::NotFound
 }
 
 #[cfg(test)]

@@ -1,27 +1,34 @@
 #![warn(missing_docs)]
 //! The Modal backend: Garrison sessions in Modal Sandboxes.
 //!
-//! [`client`] talks gRPC to Modal (`modal.client.ModalClient`), [`wire`]
-//! holds everything tied to Modal's wire format, [`backend`] implements
-//! [`sandbox::Sandbox`] on top, and [`image`] builds the session image on
-//! Modal from the same recipe the local backend uses.
+//! - [`ModalPlugin`] / [`PLUGIN`]: what the backend registry lists, with
+//!   its settings ([`ModalEnv`]) and its CLI capabilities.
+//! - [`ModalBackend`] (with [`ModalSettings`], [`Runtime`]): the
+//!   [`sandbox::Sandbox`] implementation.
+//! - [`Client`] (with [`ClientConfig`], [`Credentials`], [`RetryPolicy`],
+//!   [`Rpc`]): gRPC to Modal (`modal.client.ModalClient`).
+//! - [`wire`]: everything tied to Modal's wire format (the generated
+//!   protobuf types and the headers).
+//! - [`exec`]: commands run in a sandbox's container; [`secret`]: Modal
+//!   Secrets; [`image`]: the session image built on Modal from the same
+//!   recipe the local backend uses.
 
-pub mod backend;
-pub mod client;
+mod backend;
+mod client;
 mod deploy;
 mod doctor;
 pub mod exec;
 pub mod image;
 mod image_service;
 mod plugin;
-pub mod policy;
-pub mod router;
-pub mod scripts;
+mod policy;
+mod router;
+mod scripts;
 pub mod secret;
-pub mod settings;
+mod settings;
 pub mod wire;
 
 pub use backend::{ModalBackend, ModalSettings, Runtime, app_name_for};
-pub use client::{Client, ClientConfig, Credentials, RetryPolicy};
+pub use client::{Client, ClientConfig, Credentials, RetryPolicy, Rpc};
 pub use plugin::{ModalPlugin, PLUGIN};
 pub use settings::ModalEnv;

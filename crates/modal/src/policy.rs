@@ -16,7 +16,7 @@ use sandbox::policy::{
 /// but not whether they also match the bare domain; the parsed policy
 /// itself never allows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Controls {
+pub(crate) struct Controls {
     /// No network at all.
     pub block_network: bool,
     /// `None` = unrestricted; `Some` = only these CIDRs and
@@ -29,7 +29,7 @@ pub struct Controls {
 }
 
 /// Modal's controls for `policy`; the gateway is always reachable.
-pub fn controls(policy: &NetworkPolicy, gateway: Option<&Gateway>) -> Controls {
+pub(crate) fn controls(policy: &NetworkPolicy, gateway: Option<&Gateway>) -> Controls {
     let parsed = parse(policy);
     let mut out = Controls::default();
     out.unsupported.extend(rejected(&parsed));

@@ -34,11 +34,11 @@ impl tonic::service::Interceptor for Bearer {
 }
 
 /// The generated router client with the task's token in front.
-pub type RouterRpc = TaskCommandRouterClient<InterceptedService<Channel, Bearer>>;
+pub(crate) type RouterRpc = TaskCommandRouterClient<InterceptedService<Channel, Bearer>>;
 
 /// How to reach a router URL.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// TLS with the web's root certificates.
     Tls,
     /// Plaintext: only for a router next to a local API (a mock).
@@ -48,7 +48,7 @@ pub enum Transport {
 /// Whether and how the router at `router_url` may be reached by a client of
 /// the API at `api_url`: `https` always (with TLS), `http` only when the API
 /// is on loopback, as Modal's client allows it for local testing.
-pub fn transport(api_url: &str, router_url: &str) -> Result<Transport, String> {
+pub(crate) fn transport(api_url: &str, router_url: &str) -> Result<Transport, String> {
     let router = url::Url::parse(router_url).map_err(|e| format!("router URL: {e}"))?;
     match router.scheme() {
         "https" => Ok(Transport::Tls),
@@ -70,7 +70,7 @@ fn is_loopback_url(url: &str) -> bool {
 }
 
 /// Builds a router client for `url` with `jwt`.
-pub fn connect(api_url: &str, url: &str, jwt: &Secret) -> Result<RouterRpc, Status> {
+pub(crate) fn connect(api_url: &str, url: &str, jwt: &Secret) -> Result<RouterRpc, Status> {
     let refused = |e: String| Status::failed_precondition(e);
     let how = transport(api_url, url).map_err(refused)?;
     let mut endpoint = Endpoint::from_shared(url.to_owned())
@@ -94,18 +94,18 @@ pub fn connect(api_url: &str, url: &str, jwt: &Secret) -> Result<RouterRpc, Stat
 
 /// Router clients by task id, so the access is fetched once per task.
 #[derive(Clone, Default)]
-pub struct RouterCache {
+pub(crate) struct RouterCache {
     by_task: Arc<Mutex<HashMap<String, RouterRpc>>>,
 }
 
 impl RouterCache {
     /// The client kept for `task_id`, if any.
-    pub fn get(&self, task_id: &str) -> Option<RouterRpc> {
+    pub(crate) fn get(&self, task_id: &str) -> Option<RouterRpc> {
         self.by_task.lock().unwrap().get(task_id).cloned()
     }
 
     /// Keeps `rpc` for `task_id`.
-    pub fn put(&self, task_id: &str, rpc: RouterRpc) {
+    pub(crate) fn put(&self, task_id: &str, rpc: RouterRpc) {
         let mut by_task = self.by_task.lock().unwrap();
         // Tasks end; a long-lived orchestrator must not keep every one.
         if by_task.len() >= 1024 {
@@ -115,7 +115,7 @@ impl RouterCache {
     }
 
     /// Forgets a task's client (its token was refused: fetch a new one).
-    pub fn forget(&self, task_id: &str) {
+    pub(crate) fn forget(&self, task_id: &str) {
         self.by_task.lock().unwrap().remove(task_id);
     }
 }

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 
 /// Where Garrison keeps its things, relative to the sandbox's starting
 /// directory (`/` in a Modal image unless its Dockerfile says `WORKDIR`).
-pub const ROOT_DIR: &str = "garrison";
+pub(crate) const ROOT_DIR: &str = "garrison";
 
 /// Creates the layout and prints the absolute root. Run with no workdir.
-pub const SETUP: &str = "set -e; umask 077; \
+pub(crate) const SETUP: &str = "set -e; umask 077; \
     mkdir -p garrison/workspace garrison/state garrison/bin garrison/home garrison/proc; \
     cd garrison; pwd -P";
 
@@ -24,7 +24,7 @@ pub const SETUP: &str = "set -e; umask 077; \
 /// environment privately, starts ARGV in its own session with exactly that
 /// environment and output to `output.log`, prints `started`, and records
 /// the exit code when ARGV ends (128 + N for signal N).
-pub const LAUNCH: &str = r#"d="$1"; shift
+pub(crate) const LAUNCH: &str = r#"d="$1"; shift
 mkdir "$d" 2>/dev/null || { echo exists; exit 17; }
 echo "$$" > "$d/launcher"
 (umask 077; printf '%s' "$GARRISON_LAUNCH_ENV" > "$d/env") || { rm -rf "$d"; exit 18; }
@@ -38,16 +38,16 @@ code=$?
 echo "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit""#;
 
 /// The variable [`LAUNCH`] reads the process's environment script from.
-pub const LAUNCH_ENV: &str = "GARRISON_LAUNCH_ENV";
+pub(crate) const LAUNCH_ENV: &str = "GARRISON_LAUNCH_ENV";
 
 /// Exit code of [`LAUNCH`] when the process name is taken.
-pub const LAUNCH_EXISTS: i32 = 17;
+pub(crate) const LAUNCH_EXISTS: i32 = 17;
 
 /// `sh -c STATUS sh DIR`: prints `exit N`, `running` (also while the
 /// launcher is still starting it, or has yet to record the exit code of a
 /// process that just ended), `lost` (gone without an exit code and without
 /// its launcher) or `none`.
-pub const STATUS: &str = r#"d="$1"
+pub(crate) const STATUS: &str = r#"d="$1"
 if [ -f "$d/exit" ]; then echo "exit $(cat "$d/exit")"; exit 0; fi
 if [ ! -d "$d" ]; then echo none; exit 0; fi
 if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then echo running; exit 0; fi
@@ -59,7 +59,7 @@ echo lost"#;
 /// `sh -c KILL sh DIR TENTHS`: SIGTERM to the process's session group,
 /// up to TENTHS tenths of a second to go, then SIGKILL. Nothing to do for
 /// an unknown or finished process.
-pub const KILL: &str = r#"d="$1"; n="$2"
+pub(crate) const KILL: &str = r#"d="$1"; n="$2"
 [ -f "$d/exit" ] && exit 0
 pid=$(cat "$d/pid" 2>/dev/null) || exit 0
 kill -TERM "-$pid" 2>/dev/null || exit 0
@@ -70,17 +70,17 @@ exit 0"#;
 
 /// `sh -c READ sh DIR OFFSET MAX`: up to MAX bytes of `output.log` from
 /// OFFSET; exits 3 when the process is unknown.
-pub const READ: &str = r#"d="$1"
+pub(crate) const READ: &str = r#"d="$1"
 [ -d "$d" ] || exit 3
 [ -f "$d/output.log" ] || exit 0
 tail -c +"$(($2 + 1))" "$d/output.log" | head -c "$3""#;
 
 /// Exit code of [`READ`] for an unknown process.
-pub const READ_UNKNOWN: i32 = 3;
+pub(crate) const READ_UNKNOWN: i32 = 3;
 
 /// `sh -c WRITE sh PATH MODE` with the content on stdin: writes it next to
 /// PATH and renames it into place, so readers never see half a file.
-pub const WRITE: &str = r#"set -e
+pub(crate) const WRITE: &str = r#"set -e
 t="$1.garrison-tmp"
 mkdir -p "$(dirname "$1")"
 rm -f "$t"
@@ -89,12 +89,12 @@ chmod "$2" "$t"
 mv -f "$t" "$1""#;
 
 /// The entry point a sandbox runs while Garrison uses it through execs.
-pub fn entrypoint() -> Vec<String> {
+pub(crate) fn entrypoint() -> Vec<String> {
     vec!["sleep".into(), "infinity".into()]
 }
 
 /// `argv` for `sh -c SCRIPT sh ARGS...`.
-pub fn sh(script: &str, args: impl IntoIterator<Item = String>) -> Vec<String> {
+pub(crate) fn sh(script: &str, args: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
     argv.push("sh".to_owned());
     argv.extend(args);
@@ -104,7 +104,7 @@ pub fn sh(script: &str, args: impl IntoIterator<Item = String>) -> Vec<String> {
 /// A shell script that sets exactly `env` once sourced by a `sh` started
 /// with an empty environment (which adds `PWD` of its own, so that is
 /// removed unless given). `None` when a name is not a shell variable name.
-pub fn env_script(env: &BTreeMap<String, String>) -> Option<String> {
+pub(crate) fn env_script(env: &BTreeMap<String, String>) -> Option<String> {
     let mut script = String::from("unset PWD OLDPWD\n");
     for (name, value) in env {
         let valid = name
@@ -121,14 +121,14 @@ pub fn env_script(env: &BTreeMap<String, String>) -> Option<String> {
 }
 
 /// Single-quotes `value` for `sh`.
-pub fn quote(value: &str) -> String {
+pub(crate) fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
 /// Checks that `path` is absolute, plain (no `.`/`..`, no empty parts) and
 /// inside `root`. Paths come from the orchestrator; this keeps a bad one
 /// from writing over the sandbox's system files.
-pub fn inside(root: &str, path: &str) -> bool {
+pub(crate) fn inside(root: &str, path: &str) -> bool {
     let Some(rest) = path.strip_prefix(root).and_then(|r| r.strip_prefix('/')) else {
         return false;
     };
@@ -140,7 +140,7 @@ pub fn inside(root: &str, path: &str) -> bool {
 
 /// The parsed output of [`STATUS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reported {
+pub(crate) enum Reported {
     /// Ended with this code.
     Exited(i32),
     /// Still running.
@@ -152,7 +152,7 @@ pub enum Reported {
 }
 
 /// Reads [`STATUS`]'s output; `None` if it is not one of its lines.
-pub fn parse_status(output: &str) -> Option<Reported> {
+pub(crate) fn parse_status(output: &str) -> Option<Reported> {
     let line = output.trim();
     match line {
         "running" => Some(Reported::Running),

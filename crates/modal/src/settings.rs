@@ -29,8 +29,7 @@ use std::time::Duration;
 mod profile;
 mod table;
 
-pub use profile::{Profile, read as read_modal_profile};
-pub use table::*;
+pub(crate) use table::*;
 
 use common::Secret;
 use common::settings::{Origin, SettingsError, SettingsSource, unsigned};
@@ -39,33 +38,33 @@ use sandbox::plugin::deploy::Deployment;
 use sandbox::plugin::{ConfiguredBackend, Placement};
 
 /// The token's id.
-pub const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
+pub(crate) const TOKEN_ID_ENV: &str = "MODAL_TOKEN_ID";
 /// The token's secret.
-pub const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
+pub(crate) const TOKEN_SECRET_ENV: &str = "MODAL_TOKEN_SECRET";
 /// The profile of `~/.modal.toml` to use.
-pub const PROFILE_ENV: &str = "MODAL_PROFILE";
+pub(crate) const PROFILE_ENV: &str = "MODAL_PROFILE";
 /// Another place for Modal's TOML file.
-pub const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
+pub(crate) const CONFIG_PATH_ENV: &str = "MODAL_CONFIG_PATH";
 /// Modal's API, as Modal's own client names it.
-pub const SERVER_URL_ENV: &str = "MODAL_SERVER_URL";
+pub(crate) const SERVER_URL_ENV: &str = "MODAL_SERVER_URL";
 /// The name Garrison used for [`SERVER_URL_ENV`] before; still read when
 /// `MODAL_SERVER_URL` is not set.
-pub const API_URL_ENV: &str = "MODAL_API_URL";
+pub(crate) const API_URL_ENV: &str = "MODAL_API_URL";
 /// The Modal environment apps and sandboxes live in.
-pub const ENVIRONMENT_ENV: &str = "MODAL_ENVIRONMENT";
+pub(crate) const ENVIRONMENT_ENV: &str = "MODAL_ENVIRONMENT";
 /// Modal ends a sandbox idle this long.
-pub const IDLE_TIMEOUT_ENV: &str = "MODAL_SANDBOX_IDLE_TIMEOUT_SECS";
+pub(crate) const IDLE_TIMEOUT_ENV: &str = "MODAL_SANDBOX_IDLE_TIMEOUT_SECS";
 /// `gvisor` or `vm`.
-pub const RUNTIME_ENV: &str = "MODAL_SANDBOX_RUNTIME";
+pub(crate) const RUNTIME_ENV: &str = "MODAL_SANDBOX_RUNTIME";
 /// The image sessions boot from.
-pub const IMAGE_ENV: &str = "MODAL_IMAGE";
+pub(crate) const IMAGE_ENV: &str = "MODAL_IMAGE";
 /// Regions sandboxes may run in.
-pub const REGION_ENV: &str = "MODAL_REGION";
+pub(crate) const REGION_ENV: &str = "MODAL_REGION";
 /// A sandbox's maximum lifetime in seconds.
-pub const TIMEOUT_ENV: &str = "MODAL_SANDBOX_TIMEOUT_SECS";
+pub(crate) const TIMEOUT_ENV: &str = "MODAL_SANDBOX_TIMEOUT_SECS";
 
 /// Modal's longest sandbox lifetime, and the default.
-pub const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
 
 /// The Modal settings, validated.
 #[derive(Clone, Debug)]
@@ -91,7 +90,7 @@ pub struct ModalEnv {
 
 /// Reads the Modal settings from their flags, variables and file keys
 /// and, for the token, the environment or Modal's own configuration file.
-pub fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
+pub(crate) fn resolve(host: &dyn SettingsSource) -> Result<ModalEnv, SettingsError> {
     let (credentials, profile) = credentials(host)?;
     // MODAL_API_URL is a second variable of the same setting, below
     // MODAL_SERVER_URL and above the file.

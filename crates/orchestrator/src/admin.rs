@@ -9,13 +9,13 @@
 //! cannot reach the listener by DNS rebinding), and `POST` routes require a
 //! JSON body (so a cross-site form or `no-cors` fetch cannot trigger them).
 
-pub mod listing;
-pub mod prometheus;
+pub(crate) mod listing;
+pub(crate) mod prometheus;
 mod routes;
 mod state;
-pub mod token;
+pub(crate) mod token;
 
-pub use state::AdminState;
+pub(crate) use state::AdminState;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,9 +37,7 @@ const APP_JS: &str = include_str!("admin/assets/app.js");
 const STYLE_CSS: &str = include_str!("admin/assets/style.css");
 
 /// A running admin listener; stops when dropped.
-pub struct AdminServer {
-    /// Where it listens.
-    pub addr: SocketAddr,
+pub(crate) struct AdminServer {
     task: JoinHandle<()>,
 }
 
@@ -50,7 +48,7 @@ impl Drop for AdminServer {
 }
 
 /// Binds `addr` and serves the admin routes in the background.
-pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminServer> {
+pub(crate) async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminServer> {
     let loopback = addr.ip().is_loopback();
     if !loopback {
         warn!(
@@ -69,7 +67,7 @@ pub async fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<AdminS
             warn!(error = %e, "the admin listener stopped");
         }
     });
-    Ok(AdminServer { addr, task })
+    Ok(AdminServer { task })
 }
 
 /// Why the admin listener could not bind, naming the flag that sets its
@@ -95,7 +93,7 @@ fn bind_failure(addr: SocketAddr, e: &std::io::Error) -> String {
 }
 
 /// The admin routes; `loopback_only` refuses other peers.
-pub fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
+pub(crate) fn router(state: Arc<AdminState>, loopback_only: bool) -> Router {
     let token = state.token.clone();
     let router = Router::new()
         .route("/healthz", get(healthz))

@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | `GET /api/status` | [`StatusView`] |
 //! | `GET /api/sessions` | `Vec<`[`SessionSummary`]`>`, newest claim first (every session) |
-//! | `GET /api/session-page?offset=&limit=&stage=&status=&q=` | [`SessionPage`]: one page of that list, filtered (parameters in [`crate::admin::listing`]; 400 for a bad one) |
+//! | `GET /api/session-page?offset=&limit=&stage=&status=&q=` | [`SessionPage`]: one page of that list, filtered (parameters in `admin::listing`; 400 for a bad one) |
 //! | `GET /api/sessions/{id}` | [`SessionDetail`] (404 unknown) |
 //! | `GET /api/sessions/{id}/events?after=N` | `Vec<`[`crate::store::Event`]`>` |
 //! | `GET /api/sessions/{id}/log?offset=N` | [`LogChunk`] of `remote.log` |

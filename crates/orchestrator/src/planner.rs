@@ -34,26 +34,27 @@ mod start;
 mod terms;
 mod wind_down;
 
-pub use cadence::{LOOK_MS, LookObs, SETTLED_LOOK_MAX_MS, look_again_in};
-pub use claims::{
-    CLAIM_RETRY_BASE_MS, CLAIM_RETRY_MAX_MS, ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay,
-    cooldown_until, plan_claims,
+pub(crate) use cadence::{LookObs, look_again_in};
+pub(crate) use claims::{
+    ClaimAction, ClaimObs, RunnerEnd, claim_retry_delay, cooldown_until, plan_claims,
 };
-pub use output::{
-    DEFAULT_SESSION_LOG_MAX_BYTES, OutputAllowance, output_allowance, output_exhausted,
-};
-pub use renewal::{
-    ASSUMED_CLAIM_LIFETIME_MS, ClaimAnswer, LifetimeSource, MIN_RENEW_INTERVAL_MS,
-    MIN_STEP_BUDGET_MS, Renewal, claim_lifetime, renew_margin, renewal_due_in, step_budget,
+pub(crate) use output::{DEFAULT_SESSION_LOG_MAX_BYTES, output_allowance, output_exhausted};
+pub use renewal::renew_margin;
+#[cfg(test)]
+pub(crate) use renewal::{ASSUMED_CLAIM_LIFETIME_MS, MIN_RENEW_INTERVAL_MS};
+pub(crate) use renewal::{
+    ClaimAnswer, LifetimeSource, Renewal, claim_lifetime, renewal_due_in, step_budget,
 };
 pub use stage::{Finish, Stage, StageLabel};
-pub use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
-pub use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, Millis, OperatorStop, Policy, RemoteObs};
-pub use wind_down::{SandboxEnd, SnapshotReason, WindDown, WindDownObs, plan_wind_down};
+pub(crate) use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
+pub(crate) use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, OperatorStop, RemoteObs};
+pub use terms::{Millis, Policy};
+pub use wind_down::SnapshotReason;
+pub(crate) use wind_down::{SandboxEnd, WindDownObs, plan_wind_down};
 
 /// Everything [`plan_session`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionObs {
+pub(crate) struct SessionObs {
     /// The time of the observation.
     pub now: Millis,
     /// The recorded stage.
@@ -104,7 +105,7 @@ pub struct SessionObs {
 
 /// The next step for one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SessionAction {
+pub(crate) enum SessionAction {
     /// Nothing to do until something changes.
     Wait,
     /// Claim again with the same acceptor id: a later deadline and a fresh
@@ -126,7 +127,7 @@ pub enum SessionAction {
 }
 
 /// Decides the next step for a held session.
-pub fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
+pub(crate) fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
     use SessionAction as A;
     // A sandbox must not keep reaching what the entry no longer allows, in
     // whatever stage, so this comes before every other step.
@@ -266,7 +267,7 @@ fn policy_is_stale(obs: &SessionObs) -> bool {
 /// made with; while there is no sandbox the reading is followed, since a
 /// sandbox created later gets the entry's newest policy. Once a sandbox
 /// exists, only an update ([`SessionAction::UpdateNetworkPolicy`]) changes it.
-pub fn track_applied_policy(
+pub(crate) fn track_applied_policy(
     applied: Option<&NetworkPolicy>,
     observed: &NetworkPolicy,
     has_sandbox: bool,
@@ -283,7 +284,7 @@ pub fn track_applied_policy(
 /// snapshot it came from lacks: it is destroyed without a snapshot, which
 /// would otherwise be the newest of the session and could shadow the one
 /// the new holder takes when it suspends.
-pub fn finish_on_claim_lost(stage: Stage) -> Finish {
+pub(crate) fn finish_on_claim_lost(stage: Stage) -> Finish {
     match stage {
         Stage::Claimed | Stage::Starting => Finish::Released,
         _ if stage.may_have_sandbox() => Finish::Vanished,
@@ -293,7 +294,11 @@ pub fn finish_on_claim_lost(stage: Stage) -> Finish {
 
 /// Updates "suspended since" from a new reading: set on the first
 /// `suspended`, kept while it stays, cleared by anything else.
-pub fn track_suspended(since: Option<Millis>, entry: &EntryObs, now: Millis) -> Option<Millis> {
+pub(crate) fn track_suspended(
+    since: Option<Millis>,
+    entry: &EntryObs,
+    now: Millis,
+) -> Option<Millis> {
     match entry {
         EntryObs::Present(SessionStatus::Suspended) => Some(since.unwrap_or(now)),
         _ => None,

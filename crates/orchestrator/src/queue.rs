@@ -9,7 +9,7 @@
 //! polling orchestrators discover work; it exists so `garrison bench queue`
 //! can measure the difference with the same executor behind it.
 
-pub mod refusal;
+pub(crate) mod refusal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -242,7 +242,7 @@ fn changed_ids(
 
 /// Keeps `view` current until `stop` is cancelled: by list-then-watch, or
 /// by polling when `mode` says so.
-pub async fn run(
+pub(crate) async fn run(
     client: FleetClient,
     view: Arc<QueueView>,
     store: Arc<Store>,

@@ -149,7 +149,7 @@ impl RecentBytes {
 /// The distribution's name for the platform of a sandbox of `arch`: the
 /// remote runs in the sandbox, so its architecture decides, not the
 /// orchestrator's.
-pub fn platform_suffix(arch: sandbox::Arch) -> &'static str {
+pub(crate) fn platform_suffix(arch: sandbox::Arch) -> &'static str {
     match arch {
         sandbox::Arch::Aarch64 => "linux_arm64",
         sandbox::Arch::X86_64 => "linux_x64",
@@ -158,7 +158,7 @@ pub fn platform_suffix(arch: sandbox::Arch) -> &'static str {
 
 /// A SHA from the server or the distribution names files and URLs, so it
 /// must be plain hex.
-pub fn validate_sha(sha: &str) -> Result<(), ResolveError> {
+pub(crate) fn validate_sha(sha: &str) -> Result<(), ResolveError> {
     let ok = (7..=64).contains(&sha.len()) && sha.bytes().all(|b| b.is_ascii_hexdigit());
     if ok {
         Ok(())
@@ -173,7 +173,7 @@ pub fn validate_sha(sha: &str) -> Result<(), ResolveError> {
 /// the file it is for (`sha256sum` output, `*` marking binary mode). Any
 /// other shape is refused with the reason, as is a digest for another file
 /// than `file` (say, another platform's build).
-pub fn parse_sha256_file(text: &str, file: &str) -> Result<String, String> {
+pub(crate) fn parse_sha256_file(text: &str, file: &str) -> Result<String, String> {
     let mut tokens = text.split_whitespace();
     let digest = tokens.next().ok_or("it is empty")?;
     if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {

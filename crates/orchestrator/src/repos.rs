@@ -16,9 +16,9 @@ mod layout;
 mod plan;
 mod urls;
 
-pub use clone::clone_one;
+pub(crate) use clone::clone_one;
 pub(crate) use clone::run_to_end;
-pub use credentials::{check_config, clone_argv, clone_env};
-pub use layout::{LEGACY_PROBE, LEGACY_REPOS_DIR, remote_cwd};
-pub use plan::{DEFAULT_GIT_USERNAME, GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone, Repos, plan};
-pub use urls::{dir_name, validate_url};
+pub(crate) use layout::{LEGACY_PROBE, remote_cwd};
+pub(crate) use plan::plan;
+pub use plan::{GIT_TOKEN_ENV, Repos};
+pub(crate) use urls::validate_url;

@@ -33,13 +33,12 @@ mod cleanup;
 mod platform;
 mod start_check;
 
-pub use crate::serving::{Serving, TerminateError};
+pub use crate::serving::Serving;
 
 pub use platform::PlatformRefused;
 
 use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
-pub use cleanup::{collect_shared_snapshots, expire_snapshots};
 pub use start_check::Misconfigured;
 
 /// How often the claim loop looks at the queue when nothing wakes it.

@@ -9,7 +9,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::redact::Redactor;
@@ -17,30 +17,30 @@ use crate::redact::Redactor;
 /// The remote's output.
 pub const REMOTE_LOG: &str = "remote.log";
 /// The session's events.
-pub const EVENTS_LOG: &str = "events.log";
+pub(crate) const EVENTS_LOG: &str = "events.log";
 
 #[derive(Clone)]
 /// Each session's log directory: events and the remote's output.
-pub struct SessionLogs {
+pub(crate) struct SessionLogs {
     root: PathBuf,
     redactor: Arc<Redactor>,
 }
 
 impl SessionLogs {
     /// Logs under `root`, scrubbed by `redactor`.
-    pub fn new(root: PathBuf, redactor: Arc<Redactor>) -> std::io::Result<Self> {
+    pub(crate) fn new(root: PathBuf, redactor: Arc<Redactor>) -> std::io::Result<Self> {
         std::fs::create_dir_all(&root)?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self { root, redactor })
     }
 
     /// The secrets kept out of the logs.
-    pub fn redactor(&self) -> &Arc<Redactor> {
+    pub(crate) fn redactor(&self) -> &Arc<Redactor> {
         &self.redactor
     }
 
     /// The session's log directory.
-    pub fn dir(&self, session_id: &str) -> PathBuf {
+    pub(crate) fn dir(&self, session_id: &str) -> PathBuf {
         self.root.join(sandbox::hashed_id(session_id))
     }
 
@@ -61,18 +61,18 @@ impl SessionLogs {
     /// Bytes in the session's copy of the remote's output (0 before any):
     /// what counts against the session's log cap, across restarts and
     /// resumes of the remote and of Garrison.
-    pub fn remote_output_len(&self, session_id: &str) -> u64 {
+    pub(crate) fn remote_output_len(&self, session_id: &str) -> u64 {
         std::fs::metadata(self.dir(session_id).join(REMOTE_LOG)).map_or(0, |m| m.len())
     }
 
     /// Appends output of the remote.
-    pub fn remote_output(&self, session_id: &str, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn remote_output(&self, session_id: &str, bytes: &[u8]) -> std::io::Result<()> {
         let text = self.redactor.scrub(&String::from_utf8_lossy(bytes));
         self.append(session_id, REMOTE_LOG, text.as_bytes())
     }
 
     /// Appends one event line.
-    pub fn event(
+    pub(crate) fn event(
         &self,
         session_id: &str,
         at_ms: i64,
@@ -85,24 +85,21 @@ impl SessionLogs {
         line.push('\n');
         self.append(session_id, EVENTS_LOG, line.as_bytes())
     }
-
-    /// Where the session's `file` is.
-    pub fn path(&self, session_id: &str, file: &str) -> PathBuf {
-        self.dir(session_id).join(file)
-    }
-}
-
-/// Reads the last `lines` lines of a log file (for `garrison logs -n`).
-pub fn tail(path: &Path, lines: usize) -> std::io::Result<String> {
-    let text = std::fs::read_to_string(path)?;
-    let all: Vec<&str> = text.lines().collect();
-    let start = all.len().saturating_sub(lines);
-    Ok(all[start..].join("\n"))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+
+    /// Reads the last `lines` lines of a log file.
+    fn tail(path: &Path, lines: usize) -> std::io::Result<String> {
+        let text = std::fs::read_to_string(path)?;
+        let all: Vec<&str> = text.lines().collect();
+        let start = all.len().saturating_sub(lines);
+        Ok(all[start..].join("\n"))
+    }
 
     #[test]
     fn logs_are_private_redacted_and_hashed() {

@@ -11,7 +11,7 @@
 //! the session records in `store/sessions.rs`, the snapshots and event
 //! history in `store/history.rs`.
 
-pub mod bound;
+pub(crate) mod bound;
 mod checkpoint;
 mod db;
 mod history;
@@ -21,7 +21,8 @@ mod unrestorable;
 
 pub use crate::planner::SnapshotReason;
 pub use db::Store;
-pub use history::{Event, StoredSnapshot};
+pub use history::Event;
+pub(crate) use history::StoredSnapshot;
 pub use sessions::{SessionRecord, stage_label};
 pub use unrestorable::Unrestorable;
 

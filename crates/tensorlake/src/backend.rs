@@ -54,7 +54,7 @@ use crate::models::SandboxStatus;
 use crate::retry::RetryPolicy;
 use common::Secret;
 
-pub use processes::process_status;
+pub(crate) use processes::process_status;
 
 const KIND: &str = "tensorlake";
 /// Every process Garrison starts in a sandbox also appends its output
@@ -63,9 +63,9 @@ const KIND: &str = "tensorlake";
 /// websocket. The daemon keeps the output it captures as before.
 pub const OUTPUT_LOG: &str = "output.log";
 /// Placeholder for the sandbox id in [`TensorlakeConfig::sandbox_root`].
-pub const ID_PLACEHOLDER: &str = "{id}";
+pub(crate) const ID_PLACEHOLDER: &str = "{id}";
 /// Where Garrison keeps its directories in a real Tensorlake sandbox.
-pub const DEFAULT_SANDBOX_ROOT: &str = "/garrison";
+pub(crate) const DEFAULT_SANDBOX_ROOT: &str = "/garrison";
 /// Bounds a wait for a state change; never an expectation of speed.
 const TRANSITION_GUARD: Duration = Duration::from_secs(600);
 
@@ -75,7 +75,7 @@ pub struct TensorlakeConfig {
     /// The API, [`crate::DEFAULT_API_URL`] unless testing.
     pub api_url: String,
     /// Where the lifecycle calls go when not derived from `api_url` (see
-    /// [`crate::urls`]; `TENSORLAKE_SANDBOX_API_URL`).
+    /// `crate::urls`; `TENSORLAKE_SANDBOX_API_URL`).
     pub sandbox_api_url: Option<String>,
     /// The API key, sent as a bearer token.
     pub api_key: Secret,
@@ -84,7 +84,7 @@ pub struct TensorlakeConfig {
     /// Idle seconds before Tensorlake suspends a sandbox (`timeout_secs`).
     pub timeout_secs: u64,
     /// Directory inside the sandbox that holds Garrison's directories;
-    /// [`ID_PLACEHOLDER`] is replaced by the sandbox id (the mock runs every
+    /// `{id}` (`ID_PLACEHOLDER`) is replaced by the sandbox id (the mock runs every
     /// sandbox in its own host directory).
     pub sandbox_root: String,
     /// Holds a 0600 copy of each sandbox's labels, so `list` can name the
@@ -244,7 +244,7 @@ impl Sandbox for TensorlakeBackend {
 
 /// The root of Garrison's directories in sandbox `id`, from the
 /// [`TensorlakeConfig::sandbox_root`] template.
-pub fn root_of(sandbox_root: &str, id: &str) -> String {
+pub(crate) fn root_of(sandbox_root: &str, id: &str) -> String {
     sandbox_root
         .replace(ID_PLACEHOLDER, id)
         .trim_end_matches('/')

@@ -81,7 +81,7 @@ struct Pagination {
 /// joined by `/`, each alphanumeric runs joined by single `.`, `_` or `-`,
 /// with an optional `:tag`; at most 255 bytes, and not starting like an id
 /// (`image_`, `sandbox_template_`) or a digest reference (`cas-v1:`).
-pub fn valid_image_name(name: &str) -> bool {
+pub(crate) fn valid_image_name(name: &str) -> bool {
     const RESERVED: [&str; 3] = ["image_", "sandbox_template_", "cas-v1:"];
     if name.is_empty() || name.len() > 255 || RESERVED.iter().any(|p| name.starts_with(p)) {
         return false;
@@ -118,7 +118,7 @@ fn valid_component(component: &str) -> bool {
 }
 
 /// Refuses a name the registry could not hold, saying what it accepts.
-pub fn check_image_name(name: &str) -> Result<()> {
+pub(crate) fn check_image_name(name: &str) -> Result<()> {
     if valid_image_name(name) {
         Ok(())
     } else {
@@ -132,7 +132,7 @@ pub fn check_image_name(name: &str) -> Result<()> {
 
 /// Whether an answer says a registration is admitted but not published
 /// yet: the same request is to be sent again under the same key.
-pub fn is_publication_pending(error: &Error) -> bool {
+pub(crate) fn is_publication_pending(error: &Error) -> bool {
     matches!(error, Error::Api { status: 503, code: Some(code), .. } if code == "publication_pending")
 }
 

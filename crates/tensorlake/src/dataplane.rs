@@ -19,7 +19,7 @@ use crate::pty::PtyConnection;
 use crate::retry::Idempotency;
 use crate::sse::SseParser;
 
-pub use crate::urls::SANDBOX_ID_HEADER;
+pub(crate) use crate::urls::SANDBOX_ID_HEADER;
 
 /// Largest whole-output answer read ([`SandboxClient::output`], for
 /// showing a short process's output; Garrison's sessions read theirs by
@@ -63,7 +63,7 @@ impl RunOutcome {
 /// untagged `RunProcessEvent`: `{pid, started_at}`, `{line, ...}`, then
 /// `{exit_code, signal}`.
 #[derive(Debug, PartialEq, Eq)]
-pub enum RunEvent<'a> {
+pub(crate) enum RunEvent<'a> {
     /// The process started.
     Started {
         /// Its process id.
@@ -84,7 +84,7 @@ pub enum RunEvent<'a> {
 
 impl<'a> RunEvent<'a> {
     /// Tells one decoded event apart by its fields.
-    pub fn of(event: &'a serde_json::Value) -> Self {
+    pub(crate) fn of(event: &'a serde_json::Value) -> Self {
         if let Some(line) = event.get("line").and_then(|l| l.as_str()) {
             return Self::Output(line);
         }

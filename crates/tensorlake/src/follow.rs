@@ -43,7 +43,7 @@ exec tail -c +$((o + 1)) -F -- "$f" 2>/dev/null"#;
 const OFFSET_PREFIX: &[u8] = b"garrison-offset ";
 
 /// A session's sandbox on Tensorlake, and how to reach it.
-pub struct Follower {
+pub(crate) struct Follower {
     client: Client,
     sandbox_root: String,
     name: SandboxName,
@@ -62,7 +62,7 @@ enum From {
 
 impl Follower {
     /// Follows session `session_id`'s output through `client`.
-    pub fn new(client: Client, settings: &TensorlakeSettings, session_id: &str) -> Self {
+    pub(crate) fn new(client: Client, settings: &TensorlakeSettings, session_id: &str) -> Self {
         Self {
             client,
             sandbox_root: settings.sandbox_root.clone(),

@@ -36,7 +36,7 @@ use crate::models::StartProcess;
 pub const DEFAULT_STEP_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// The label that marks a builder sandbox (its value: the image name), so
 /// no one takes it for a session's.
-pub const LABEL_IMAGE_BUILD: &str = "garrison.image-build";
+pub(crate) const LABEL_IMAGE_BUILD: &str = "garrison.image-build";
 /// Output lines kept for the error of a failing step.
 const TAIL_LINES: usize = 30;
 /// Bytes kept of one output line in that tail.
@@ -48,7 +48,7 @@ const STEP_GUARD: Duration = Duration::from_secs(4 * 3600);
 
 /// One step as the builder runs it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PlannedStep {
+pub(crate) struct PlannedStep {
     /// `packages`, `steps[2]`...: what errors and progress call it.
     pub label: String,
     /// The command line.
@@ -60,7 +60,7 @@ pub struct PlannedStep {
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct BuildRequest {
-    /// The catalog name (see [`crate::catalog::valid_image_name`]).
+    /// The catalog name (see `catalog::valid_image_name`).
     pub name: String,
     /// What goes into the image.
     pub recipe: Recipe,
@@ -75,7 +75,11 @@ pub struct BuildRequest {
 
 /// The steps of `recipe`, ready to run: pure, so a bad recipe or name is
 /// refused before any sandbox exists.
-pub fn plan(name: &str, recipe: &Recipe, step_path: &str) -> anyhow::Result<Vec<PlannedStep>> {
+pub(crate) fn plan(
+    name: &str,
+    recipe: &Recipe,
+    step_path: &str,
+) -> anyhow::Result<Vec<PlannedStep>> {
     check_image_name(name)?;
     if step_path.is_empty() || step_path.chars().any(char::is_control) {
         bail!("the PATH for build steps is empty or has control characters");
@@ -99,13 +103,13 @@ pub fn plan(name: &str, recipe: &Recipe, step_path: &str) -> anyhow::Result<Vec<
 
 /// The last lines of a step's output, each cut to a bounded length.
 #[derive(Debug, Default)]
-pub struct Tail {
+pub(crate) struct Tail {
     lines: VecDeque<String>,
 }
 
 impl Tail {
     /// Keeps `line` (cut if long), dropping the oldest when full.
-    pub fn push(&mut self, line: &str) {
+    pub(crate) fn push(&mut self, line: &str) {
         if self.lines.len() == TAIL_LINES {
             self.lines.pop_front();
         }
@@ -117,20 +121,20 @@ impl Tail {
     }
 
     /// The lines kept, oldest first.
-    pub fn lines(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn lines(&self) -> impl Iterator<Item = &str> {
         self.lines.iter().map(String::as_str)
     }
 }
 
 /// Splits output bytes that arrive in arbitrary chunks into lines.
 #[derive(Debug, Default)]
-pub struct Lines {
+pub(crate) struct Lines {
     partial: Vec<u8>,
 }
 
 impl Lines {
     /// The complete lines `chunk` finishes.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
         self.partial.extend_from_slice(chunk);
         let mut out = Vec::new();
         while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
@@ -145,14 +149,14 @@ impl Lines {
     }
 
     /// The last line when the output did not end with a newline.
-    pub fn finish(&mut self) -> Option<String> {
+    pub(crate) fn finish(&mut self) -> Option<String> {
         (!self.partial.is_empty())
             .then(|| String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned())
     }
 }
 
 /// The error of a step that did not succeed.
-pub fn step_failure(step: &PlannedStep, status: ProcessStatus, tail: &Tail) -> String {
+pub(crate) fn step_failure(step: &PlannedStep, status: ProcessStatus, tail: &Tail) -> String {
     let how = match status {
         ProcessStatus::Exited(code) if code > 128 => format!("was killed by signal {}", code - 128),
         ProcessStatus::Exited(code) => format!("exited with status {code}"),

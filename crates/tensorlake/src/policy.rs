@@ -12,7 +12,7 @@ use sandbox::policy::{
 /// `allow_out`, `deny_out`). `allow_out`, when not empty, is the complete
 /// list of reachable destinations (hostnames, addresses, CIDRs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Controls {
+pub(crate) struct Controls {
     /// `allow_internet_access`.
     pub allow_internet_access: bool,
     /// `allow_out`: the destinations reachable, when not empty.
@@ -25,7 +25,7 @@ pub struct Controls {
 
 /// Tensorlake's controls for `policy`. Glob hostnames are not documented
 /// as supported in `allow_out`, so they are `unsupported` (left out).
-pub fn controls(policy: &NetworkPolicy, gateway: Option<&Gateway>) -> Controls {
+pub(crate) fn controls(policy: &NetworkPolicy, gateway: Option<&Gateway>) -> Controls {
     let parsed = parse(policy);
     let mut out = Controls {
         allow_internet_access: true,

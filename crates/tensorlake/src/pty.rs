@@ -23,20 +23,20 @@ use crate::error::{Error, Result};
 use crate::urls::SANDBOX_ID_HEADER;
 
 /// Opcode of a data frame (both ways).
-pub const OP_DATA: u8 = 0x00;
+pub(crate) const OP_DATA: u8 = 0x00;
 /// Opcode of a resize (client to server).
-pub const OP_RESIZE: u8 = 0x01;
+pub(crate) const OP_RESIZE: u8 = 0x01;
 /// Opcode of "ready: start sending output" (client to server).
-pub const OP_READY: u8 = 0x02;
+pub(crate) const OP_READY: u8 = 0x02;
 /// Opcode of the exit code (server to client).
-pub const OP_EXIT: u8 = 0x03;
+pub(crate) const OP_EXIT: u8 = 0x03;
 
 /// Largest websocket message accepted.
 const MAX_MESSAGE: usize = 4 << 20;
 
 /// One decoded frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// Raw bytes.
     Data(Vec<u8>),
     /// The terminal's new size.
@@ -56,7 +56,7 @@ pub enum Frame {
 
 impl Frame {
     /// The frame as one websocket message.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         match self {
             Self::Data(data) => {
                 let mut out = Vec::with_capacity(1 + data.len());
@@ -81,7 +81,7 @@ impl Frame {
     }
 
     /// Decodes a message; `None` for an empty one.
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let (&op, payload) = bytes.split_first()?;
         Some(match op {
             OP_DATA => Self::Data(payload.to_vec()),
@@ -115,7 +115,7 @@ pub enum PtyEvent {
 
 /// The header that carries a PTY session's token (the SDK's; it also
 /// sends a `token` query parameter, which the service takes as a fallback).
-pub const PTY_TOKEN_HEADER: &str = "X-PTY-Token";
+pub(crate) const PTY_TOKEN_HEADER: &str = "X-PTY-Token";
 
 /// An attached PTY session.
 pub struct PtyConnection {

@@ -21,7 +21,7 @@ use common::Backoff;
 /// the request was not forwarded: its lookup did not answer, the sandbox
 /// has no route yet, the dataplane could not be reached, the auth check
 /// failed.
-pub const UNDELIVERED_CODES: &[&str] = &[
+pub(crate) const UNDELIVERED_CODES: &[&str] = &[
     "SANDBOX_UPSTREAM_ERROR",
     "SANDBOX_NOT_READY",
     "SANDBOX_UNREACHABLE",
@@ -52,7 +52,7 @@ impl Default for RetryPolicy {
 
 /// Whether a request is safe to send twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Idempotency {
+pub(crate) enum Idempotency {
     /// Sending it twice does what sending it once does.
     Idempotent,
     /// Retried only where the service surely did not act on it.
@@ -60,7 +60,7 @@ pub enum Idempotency {
 }
 
 /// Whether an HTTP answer `status` with error `code` is worth retrying.
-pub fn retryable_status(status: u16, code: Option<&str>, idem: Idempotency) -> bool {
+pub(crate) fn retryable_status(status: u16, code: Option<&str>, idem: Idempotency) -> bool {
     if (500..600).contains(&status) && code.is_some_and(|c| UNDELIVERED_CODES.contains(&c)) {
         return true;
     }
@@ -73,7 +73,7 @@ pub fn retryable_status(status: u16, code: Option<&str>, idem: Idempotency) -> b
 
 /// Whether a transport failure is worth retrying: a connect failure never
 /// reached the server; anything else may have.
-pub fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
+pub(crate) fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
     connect_failed || idem == Idempotency::Idempotent
 }
 
@@ -81,7 +81,7 @@ pub fn retryable_transport(connect_failed: bool, idem: Idempotency) -> bool {
 /// jitter backoff for the draw `jitter` in `[0, 1]`, so that clients that
 /// failed together do not retry together. A `Retry-After` hint is
 /// honoured up to the cap.
-pub fn backoff(
+pub(crate) fn backoff(
     policy: &RetryPolicy,
     retry: u32,
     jitter: f64,

@@ -30,34 +30,34 @@ use sandbox::plugin::{ConfiguredBackend, LogFollower, Placement};
 use crate::backend::DEFAULT_SANDBOX_ROOT;
 
 /// The API key itself: the environment only, like the Devin token.
-pub const API_KEY_ENV: &str = "TENSORLAKE_API_KEY";
+pub(crate) const API_KEY_ENV: &str = "TENSORLAKE_API_KEY";
 /// The environment variable naming a 0600 file that holds the API key.
-pub const API_KEY_FILE_ENV: &str = "TENSORLAKE_API_KEY_FILE";
+pub(crate) const API_KEY_FILE_ENV: &str = "TENSORLAKE_API_KEY_FILE";
 /// The settings-file key of the same.
-pub const API_KEY_FILE_KEY: &str = "tensorlake_api_key_file";
+pub(crate) const API_KEY_FILE_KEY: &str = "tensorlake_api_key_file";
 /// The environment variable of the API URL.
-pub const API_URL_ENV: &str = "TENSORLAKE_API_URL";
+pub(crate) const API_URL_ENV: &str = "TENSORLAKE_API_URL";
 /// The settings-file key of the API URL.
-pub const API_URL_KEY: &str = "tensorlake_api_url";
+pub(crate) const API_URL_KEY: &str = "tensorlake_api_url";
 /// The environment variable of the lifecycle calls' URL.
-pub const SANDBOX_API_URL_ENV: &str = "TENSORLAKE_SANDBOX_API_URL";
+pub(crate) const SANDBOX_API_URL_ENV: &str = "TENSORLAKE_SANDBOX_API_URL";
 /// The settings-file key of the lifecycle calls' URL.
-pub const SANDBOX_API_URL_KEY: &str = "tensorlake_sandbox_api_url";
+pub(crate) const SANDBOX_API_URL_KEY: &str = "tensorlake_sandbox_api_url";
 /// The environment variable of the default image.
-pub const IMAGE_ENV: &str = "TENSORLAKE_IMAGE";
+pub(crate) const IMAGE_ENV: &str = "TENSORLAKE_IMAGE";
 /// The settings-file key of the default image.
-pub const IMAGE_KEY: &str = "tensorlake_image";
+pub(crate) const IMAGE_KEY: &str = "tensorlake_image";
 /// The environment variable of the idle timeout, in seconds.
-pub const TIMEOUT_SECS_ENV: &str = "SANDBOX_TIMEOUT_SECS";
+pub(crate) const TIMEOUT_SECS_ENV: &str = "SANDBOX_TIMEOUT_SECS";
 /// The settings-file key of the idle timeout.
-pub const TIMEOUT_SECS_KEY: &str = "sandbox_timeout_secs";
+pub(crate) const TIMEOUT_SECS_KEY: &str = "sandbox_timeout_secs";
 /// The environment variable of Garrison's directory inside each sandbox.
-pub const SANDBOX_ROOT_ENV: &str = "TENSORLAKE_SANDBOX_ROOT";
+pub(crate) const SANDBOX_ROOT_ENV: &str = "TENSORLAKE_SANDBOX_ROOT";
 /// The settings-file key of the same.
-pub const SANDBOX_ROOT_KEY: &str = "tensorlake_sandbox_root";
+pub(crate) const SANDBOX_ROOT_KEY: &str = "tensorlake_sandbox_root";
 
 /// The Tensorlake backend's settings (no flags: set once per host).
-pub const SETTINGS: &[Setting] = &[
+pub(crate) const SETTINGS: &[Setting] = &[
     Setting::secret(
         "tensorlake_api_key",
         API_KEY_ENV,
@@ -129,10 +129,10 @@ const MAX_SANDBOX_TIMEOUT_SECS: i64 = 30 * 24 * 3600;
 
 /// Idle seconds before Tensorlake suspends a session's sandbox (the seed's
 /// `SANDBOX_TIMEOUT_SECS` default).
-pub const DEFAULT_SANDBOX_TIMEOUT_SECS: u64 = 1800;
+pub(crate) const DEFAULT_SANDBOX_TIMEOUT_SECS: u64 = 1800;
 
 /// What to do when no key is configured.
-pub const NO_KEY: &str = "the tensorlake backend needs an API key: set TENSORLAKE_API_KEY, or \
+pub(crate) const NO_KEY: &str = "the tensorlake backend needs an API key: set TENSORLAKE_API_KEY, or \
      TENSORLAKE_API_KEY_FILE to a file of mode 0600 holding it";
 
 /// How to reach Tensorlake and what its sandboxes get. `Debug` never shows

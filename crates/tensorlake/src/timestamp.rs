@@ -25,7 +25,7 @@ const MILLIS_ABOVE: f64 = 1e12;
 
 /// Milliseconds since the Unix epoch of a number or a string in any of the
 /// service's forms.
-pub fn unix_ms(value: &serde_json::Value) -> Option<i64> {
+pub(crate) fn unix_ms(value: &serde_json::Value) -> Option<i64> {
     match value {
         serde_json::Value::Number(n) => number_ms(n.as_f64()?),
         serde_json::Value::String(s) => {

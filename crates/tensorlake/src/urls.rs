@@ -13,13 +13,13 @@
 use crate::error::{Error, Result};
 
 /// Header naming the sandbox a proxied (data-plane) request is for.
-pub const SANDBOX_ID_HEADER: &str = "X-Tensorlake-Sandbox-Id";
+pub(crate) const SANDBOX_ID_HEADER: &str = "X-Tensorlake-Sandbox-Id";
 
 /// Tensorlake's sandbox API (lifecycle calls).
-pub const DEFAULT_SANDBOX_API_URL: &str = "https://sandbox.tensorlake.ai";
+pub(crate) const DEFAULT_SANDBOX_API_URL: &str = "https://sandbox.tensorlake.ai";
 
 /// The lifecycle base URL for `api_url`, or `explicit` when given.
-pub fn sandbox_api_url(api_url: &url::Url, explicit: Option<&str>) -> Result<url::Url> {
+pub(crate) fn sandbox_api_url(api_url: &url::Url, explicit: Option<&str>) -> Result<url::Url> {
     match explicit.map(str::trim).filter(|u| !u.is_empty()) {
         Some(url) => parse_sandbox_api_url(url),
         None => Ok(derived(api_url)),
@@ -28,7 +28,7 @@ pub fn sandbox_api_url(api_url: &url::Url, explicit: Option<&str>) -> Result<url
 
 /// An explicit sandbox API URL: absolute http(s) with a host, and nothing
 /// after the path (paths are appended to it).
-pub fn parse_sandbox_api_url(text: &str) -> Result<url::Url> {
+pub(crate) fn parse_sandbox_api_url(text: &str) -> Result<url::Url> {
     let invalid = |why: &str| Error::Invalid(format!("Tensorlake sandbox API URL {text:?}: {why}"));
     let url =
         url::Url::parse(text.trim().trim_end_matches('/')).map_err(|e| invalid(&e.to_string()))?;
@@ -59,7 +59,7 @@ fn derived(api_url: &url::Url) -> url::Url {
 }
 
 /// Whether the URL names this machine.
-pub fn is_loopback(url: &url::Url) -> bool {
+pub(crate) fn is_loopback(url: &url::Url) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost",
         Some(url::Host::Ipv4(a)) => a.is_loopback(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use emulator::Emulator;
-use orchestrator::store::Store;
+use orchestrator::Store;
 use sandbox::plugin::BackendPlugin;
 
 use super::proc;
@@ -97,7 +97,7 @@ impl Garrison {
 
     /// Garrison's state store, read beside it.
     pub(super) fn store(&self) -> anyhow::Result<Store> {
-        Store::open_existing(&orchestrator::serve::db_path(&self.state_dir))
+        Store::open_existing(&orchestrator::db_path(&self.state_dir))
     }
 
     pub(super) fn usage(&mut self) -> anyhow::Result<proc::Usage> {

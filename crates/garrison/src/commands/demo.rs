@@ -25,7 +25,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use emulator::{Emulator, EmulatorConfig};
 use fleet::{Platform, Secret};
-use orchestrator::serve::{self, Serving};
+use orchestrator::Serving;
 use orchestrator::settings::{BackendSource, HostEnv};
 use orchestrator::settings::{OutpostConfig, QueueMode, ServeConfig};
 use sandbox::Resources;
@@ -143,11 +143,11 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         (choice.backend.name(), configured.clone()),
         listen,
     );
-    let serving = serve::prepare(&config)?;
+    let serving = orchestrator::prepare(&config)?;
     let serve_stop = CancellationToken::new();
     let serve_done = CancellationToken::new();
     let serve_task = tokio::spawn({
-        let run = serve::run_prepared(
+        let run = orchestrator::run_prepared(
             config.clone(),
             serving.clone(),
             shim_exe.clone(),

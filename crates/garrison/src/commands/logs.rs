@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use orchestrator::store::Event;
+use orchestrator::Event;
 
 use crate::admin_client::{Admin, AdminError};
 use crate::format::{is_final, note, printable};
@@ -120,7 +120,7 @@ impl Reader {
             return Ok(None);
         };
         Ok(Some(Look {
-            stage: orchestrator::store::stage_label(&rec.stage).to_owned(),
+            stage: orchestrator::stage_label(&rec.stage).to_owned(),
             backend: rec.backend.clone(),
             events: local.store.events(id, 0)?,
             log_bytes: local.log_len(id),

@@ -23,5 +23,5 @@ pub(crate) async fn run(args: Box<ServeArgs>) -> anyhow::Result<()> {
     let shim_exe = std::env::current_exe()?;
     let stop = CancellationToken::new();
     crate::signals::on_stop_signal(stop.clone())?;
-    orchestrator::serve::serve(config, shim_exe, stop).await
+    orchestrator::serve(config, shim_exe, stop).await
 }

@@ -52,8 +52,8 @@ pub(crate) async fn run(args: TerminateArgs) -> anyhow::Result<()> {
         Ok((401, _)) => Err(anyhow::anyhow!(
             "the daemon at {} refused: terminating needs its admin token; run this as a user who can read <state-dir>/{} (the daemon's, given with --state-dir if not the default), or set {}",
             admin.base(),
-            orchestrator::admin::token::ADMIN_TOKEN_FILE,
-            orchestrator::admin::token::ADMIN_TOKEN_ENV,
+            orchestrator::ADMIN_TOKEN_FILE,
+            orchestrator::ADMIN_TOKEN_ENV,
         )),
         Ok((code, message)) => Err(anyhow::anyhow!(
             "the daemon at {} refused: {}",

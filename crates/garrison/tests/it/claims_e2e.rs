@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::*;
 use emulator::{Emulator, Faults, Then};
 use fleet::SessionStatus;
-use orchestrator::planner::{Finish, Stage};
+use orchestrator::{Finish, Stage};
 
 /// Far above what pacing allows over these sessions' lives (a renewal at
 /// half of each 6 s claim is a handful), far below a re-claim loop.

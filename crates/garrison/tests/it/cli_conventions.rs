@@ -9,8 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
-use orchestrator::planner::{Finish, Stage};
-use orchestrator::store::{SessionRecord, Store};
+use orchestrator::{Finish, SessionRecord, Stage, Store};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -87,7 +86,7 @@ async fn read_one_line_and_close(home: &Path, args: &[&str], env: &[(&str, &str)
 /// with events and a long output log.
 fn state_dir(root: &Path) -> PathBuf {
     let state = root.join("state");
-    let store = Store::open(&orchestrator::serve::db_path(&state)).unwrap();
+    let store = Store::open(&orchestrator::db_path(&state)).unwrap();
     for i in 0..SESSIONS {
         let mut rec = SessionRecord::new(
             &format!("devin-{i:05}"),
@@ -115,7 +114,7 @@ fn state_dir(root: &Path) -> PathBuf {
     let log_dir = state.join("sessions").join(sandbox::hashed_id(LOGGED));
     std::fs::create_dir_all(&log_dir).unwrap();
     let log: String = (0..20_000).map(|i| format!("output line {i}\n")).collect();
-    std::fs::write(log_dir.join(orchestrator::session_log::REMOTE_LOG), log).unwrap();
+    std::fs::write(log_dir.join(orchestrator::REMOTE_LOG), log).unwrap();
     state
 }
 

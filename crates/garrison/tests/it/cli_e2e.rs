@@ -8,8 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common::*;
 use emulator::{Script, Then};
-use orchestrator::planner::{Finish, Stage};
-use orchestrator::store::SnapshotReason;
+use orchestrator::{Finish, SnapshotReason, Stage};
 use serde_json::Value;
 
 /// Nothing listens here: the commands must fall back to the state store.
@@ -466,7 +465,7 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
 /// --all` pages through them all, each row once, newest claim first.
 #[tokio::test]
 async fn sessions_pages_through_more_than_one_page_of_the_admin_api() {
-    const SEEDED: usize = orchestrator::admin::listing::MAX_LIMIT * 2 + 100;
+    const SEEDED: usize = orchestrator::MAX_LIMIT * 2 + 100;
     let emu = emulator().await;
     let outpost = outpost(&emu);
     let dir = tempfile::tempdir().unwrap();
@@ -474,9 +473,9 @@ async fn sessions_pages_through_more_than_one_page_of_the_admin_api() {
     {
         // Finished sessions as an older run left them, written through the
         // store's API before `garrison serve` opens it.
-        let store = orchestrator::store::Store::open(&state.join("garrison.db")).unwrap();
+        let store = orchestrator::Store::open(&state.join("garrison.db")).unwrap();
         for i in 0..SEEDED {
-            let mut rec = orchestrator::store::SessionRecord::new(
+            let mut rec = orchestrator::SessionRecord::new(
                 &format!("seeded-{i:04}"),
                 &outpost,
                 "new".into(),

@@ -279,8 +279,7 @@ const SEEDED: usize = 998;
 /// Running 1,000 real sessions on this machine would measure the machine;
 /// the listing, paging and rendering under test are the same either way.
 fn seed_finished_sessions(state: &Path, outpost_id: &str) {
-    use orchestrator::planner::{Finish, Stage};
-    use orchestrator::store::{SessionRecord, Store};
+    use orchestrator::{Finish, SessionRecord, Stage, Store};
     let store = Store::open(&state.join("garrison.db")).expect("state store");
     let an_hour_ago = chrono::Utc::now().timestamp_millis() - 3_600_000;
     for i in 0..SEEDED {

@@ -99,7 +99,7 @@ impl Host {
     }
 
     /// A raw client of the mock, to act as Modal itself would.
-    fn rpc(&self) -> modal::client::Rpc {
+    fn rpc(&self) -> modal::Rpc {
         modal::Client::new(&modal::ClientConfig {
             api_url: self.mock.url(),
             credentials: modal::Credentials {

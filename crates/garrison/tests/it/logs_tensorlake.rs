@@ -173,7 +173,7 @@ async fn admin_url(g: &Garrison) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_and_resume() {
     use emulator::{Script, Then};
-    use orchestrator::planner::{Finish, Stage};
+    use orchestrator::{Finish, Stage};
 
     let emu = emulator().await;
     let outpost = outpost(&emu);

@@ -67,13 +67,13 @@ async fn the_mock_modal_command_serves_the_api_with_the_token_from_the_environme
         .expect(&first);
 
     let client = |id: &str, secret: &str| {
-        modal::client::Client::new(&modal::client::ClientConfig {
+        modal::Client::new(&modal::ClientConfig {
             api_url: url.clone(),
-            credentials: modal::client::Credentials {
+            credentials: modal::Credentials {
                 token_id: common::Secret::new(id),
                 token_secret: common::Secret::new(secret),
             },
-            retry: modal::client::RetryPolicy {
+            retry: modal::RetryPolicy {
                 attempts: 1,
                 ..Default::default()
             },

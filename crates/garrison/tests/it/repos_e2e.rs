@@ -11,7 +11,7 @@ use std::process::Command;
 use crate::common::*;
 use emulator::{Emulator, Script, Then};
 use fleet::SessionStatus;
-use orchestrator::planner::{Finish, Stage};
+use orchestrator::{Finish, Stage};
 
 const COMMIT_MESSAGE: &str = "the-first-commit-of-the-fixture";
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use emulator::{Emulator, Then};
-use orchestrator::planner::Stage;
+use orchestrator::Stage;
 
 /// EX_CONFIG: what `garrison` exits with on a configuration error.
 const EX_CONFIG: i32 = 78;
@@ -376,7 +376,7 @@ async fn a_token_revoked_after_start_makes_serve_not_ready_and_leaves_sessions_r
         .lines()
         .filter(|l| l.contains("ERROR") && l.contains("refused the token (401) when listing"))
         .count();
-    if revoked_at.elapsed() < orchestrator::queue::refusal::LOG_EVERY {
+    if revoked_at.elapsed() < orchestrator::LOG_EVERY {
         assert_eq!(errors, 1, "{log}");
     } else {
         assert!(errors >= 1, "{log}");

@@ -8,7 +8,7 @@ use crate::common::Backend;
 use crate::common::*;
 use emulator::{Faults, NewSession, Script, Step, Then};
 use fleet::SessionStatus;
-use orchestrator::planner::{Finish, Stage};
+use orchestrator::{Finish, Stage};
 
 fn opts<'a>(outpost: &'a str, state: &'a std::path::Path) -> GarrisonOptions<'a> {
     GarrisonOptions {
@@ -499,10 +499,7 @@ async fn a_crashing_remote_is_restarted_then_given_up_on(backend: Backend) {
     );
     let snapshots = g.store().snapshots(&id).unwrap();
     assert_eq!(snapshots.len(), 1, "a recovery snapshot is kept");
-    assert_eq!(
-        snapshots[0].reason,
-        orchestrator::store::SnapshotReason::Recovery
-    );
+    assert_eq!(snapshots[0].reason, orchestrator::SnapshotReason::Recovery);
     wait_until("claim released", Some(&g), || released(&emu, &id)).await;
 }
 

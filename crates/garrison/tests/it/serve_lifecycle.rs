@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::*;
 use emulator::{Script, Then};
 use fleet::SessionStatus;
-use orchestrator::planner::{Finish, Stage};
+use orchestrator::{Finish, Stage};
 
 fn sigterm(g: &Garrison) {
     // SAFETY: kill(2) on our own child.

@@ -12,7 +12,7 @@ use emulator::{Script, Then};
 use fleet::SessionStatus;
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
-use orchestrator::planner::{Finish, Stage};
+use orchestrator::{Finish, Stage};
 
 const MARKER: &str = "garrison-e2e-plaintext-4d2b7e";
 

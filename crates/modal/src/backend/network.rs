@@ -30,7 +30,7 @@ impl ModalBackend {
 }
 
 /// Modal's `NetworkAccess` for a mapped policy.
-pub fn network_access(mapped: &crate::policy::Controls) -> wire::NetworkAccess {
+pub(super) fn network_access(mapped: &crate::policy::Controls) -> wire::NetworkAccess {
     use wire::network_access::NetworkAccessType;
     let (kind, cidrs, domains) = match (&mapped.cidr_allowlist, mapped.block_network) {
         (_, true) => (NetworkAccessType::Blocked, Vec::new(), Vec::new()),

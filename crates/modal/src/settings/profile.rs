@@ -10,7 +10,7 @@ use super::{PROFILE_ENV, pair};
 
 /// What a profile holds that Garrison uses.
 #[derive(Clone, Debug, Default)]
-pub struct Profile {
+pub(super) struct Profile {
     /// `token_id` and `token_secret`, when both are there.
     pub credentials: Option<crate::Credentials>,
     /// `server_url`: Modal's API.
@@ -24,7 +24,7 @@ pub struct Profile {
 /// The profile `profile` if given, else the one marked `active = true`,
 /// else the only one. `Ok(None)` when there is no file. Like Garrison's own
 /// credentials, a file other users may read is refused.
-pub fn read(path: &Path, profile: Option<&str>) -> Result<Option<Profile>, SettingsError> {
+pub(super) fn read(path: &Path, profile: Option<&str>) -> Result<Option<Profile>, SettingsError> {
     let Some(text) = read_owner_only_if_present(path, u64::MAX)? else {
         return Ok(None);
     };

@@ -12,33 +12,33 @@ use super::{
 };
 
 /// The file key (and setting name) of [`CONFIG_PATH_ENV`].
-pub const CONFIG_PATH_KEY: &str = "modal_config_path";
+pub(crate) const CONFIG_PATH_KEY: &str = "modal_config_path";
 /// The file key of [`PROFILE_ENV`].
-pub const PROFILE_KEY: &str = "modal_profile";
+pub(crate) const PROFILE_KEY: &str = "modal_profile";
 /// The file key of [`SERVER_URL_ENV`] (and its alias `MODAL_API_URL`).
-pub const SERVER_URL_KEY: &str = "modal_server_url";
+pub(crate) const SERVER_URL_KEY: &str = "modal_server_url";
 /// The file key of [`ENVIRONMENT_ENV`].
-pub const ENVIRONMENT_KEY: &str = "modal_environment";
+pub(crate) const ENVIRONMENT_KEY: &str = "modal_environment";
 /// The file key of [`IMAGE_ENV`].
-pub const IMAGE_KEY: &str = "modal_image";
+pub(crate) const IMAGE_KEY: &str = "modal_image";
 /// The file key of [`REGION_ENV`].
-pub const REGION_KEY: &str = "modal_region";
+pub(crate) const REGION_KEY: &str = "modal_region";
 /// The file key of [`TIMEOUT_ENV`].
-pub const TIMEOUT_KEY: &str = "modal_sandbox_timeout_secs";
+pub(crate) const TIMEOUT_KEY: &str = "modal_sandbox_timeout_secs";
 /// The file key of [`IDLE_TIMEOUT_ENV`].
-pub const IDLE_TIMEOUT_KEY: &str = "modal_sandbox_idle_timeout_secs";
+pub(crate) const IDLE_TIMEOUT_KEY: &str = "modal_sandbox_idle_timeout_secs";
 /// The file key of [`RUNTIME_ENV`].
-pub const RUNTIME_KEY: &str = "modal_sandbox_runtime";
+pub(crate) const RUNTIME_KEY: &str = "modal_sandbox_runtime";
 /// The name of [`TOKEN_ID_ENV`]'s row; never a key of the file.
-pub const TOKEN_ID_KEY: &str = "modal_token_id";
+pub(crate) const TOKEN_ID_KEY: &str = "modal_token_id";
 /// The name of [`TOKEN_SECRET_ENV`]'s row; never a key of the file.
-pub const TOKEN_SECRET_KEY: &str = "modal_token_secret";
+pub(crate) const TOKEN_SECRET_KEY: &str = "modal_token_secret";
 
 /// The `Kind::Int` bound of the two timeouts.
 const MAX_SECS: i64 = MAX_TIMEOUT_SECS as i64;
 
 /// The Modal backend's settings.
-pub const SETTINGS: &[Setting] = &[
+pub(crate) const SETTINGS: &[Setting] = &[
     Setting::secret(
         TOKEN_ID_KEY,
         TOKEN_ID_ENV,
@@ -138,7 +138,7 @@ pub const SETTINGS: &[Setting] = &[
 ];
 
 /// What to do instead of putting the token in `garrison.toml`.
-pub const REFUSED_FILE_KEYS: &[(&str, &str)] = &[
+pub(crate) const REFUSED_FILE_KEYS: &[(&str, &str)] = &[
     (
         TOKEN_ID_KEY,
         "the Modal token is read from MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the environment, \
@@ -152,7 +152,7 @@ pub const REFUSED_FILE_KEYS: &[(&str, &str)] = &[
 ];
 
 /// The file keys: those of [`SETTINGS`] in the file.
-pub const FILE_KEYS: &[&str] = &[
+pub(crate) const FILE_KEYS: &[&str] = &[
     CONFIG_PATH_KEY,
     PROFILE_KEY,
     SERVER_URL_KEY,

@@ -24,17 +24,17 @@ use crate::planner::StageLabel;
 use crate::store::SessionRecord;
 
 /// Rows in a page when the request names no `limit`.
-pub const DEFAULT_LIMIT: usize = 50;
+pub(crate) const DEFAULT_LIMIT: usize = 50;
 /// The most rows one page holds.
 pub const MAX_LIMIT: usize = 500;
 /// The longest `q` accepted.
-pub const MAX_SEARCH_CHARS: usize = 128;
+pub(crate) const MAX_SEARCH_CHARS: usize = 128;
 
 const PARAMETERS: &str = "offset, limit, stage, status, q";
 
 /// The `status` filter: a coarser cut than the stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusFilter {
+pub(crate) enum StatusFilter {
     /// Not done: held by this Garrison now.
     Active,
     /// Done here, `suspended` included.
@@ -43,7 +43,7 @@ pub enum StatusFilter {
 
 /// One request's page and filter, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionQuery {
+pub(crate) struct SessionQuery {
     /// Rows to skip.
     pub offset: usize,
     /// Rows to return at most.
@@ -71,7 +71,7 @@ impl Default for SessionQuery {
 impl SessionQuery {
     /// Reads a query string (without the `?`); the error says which
     /// parameter was wrong and what it accepts.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, String> {
         let mut query = Self::default();
         let mut seen: Vec<String> = Vec::new();
         for (name, value) in url::form_urlencoded::parse(raw.as_bytes()) {
@@ -125,7 +125,7 @@ impl SessionQuery {
     }
 
     /// Whether the filter keeps a session with this id and stage.
-    pub fn matches(&self, session_id: &str, stage: StageLabel) -> bool {
+    pub(crate) fn matches(&self, session_id: &str, stage: StageLabel) -> bool {
         if !self.stages.is_empty() && !self.stages.contains(&stage) {
             return false;
         }
@@ -176,7 +176,7 @@ fn stages(value: &str) -> Result<Vec<StageLabel>, String> {
 
 /// One page of records and the counts around it.
 #[derive(Debug, PartialEq)]
-pub struct Selection<'a> {
+pub(crate) struct Selection<'a> {
     /// The page's rows, newest claim first.
     pub rows: Vec<&'a SessionRecord>,
     /// Rows the filter keeps, on every page.
@@ -188,7 +188,7 @@ pub struct Selection<'a> {
 }
 
 /// The page `query` asks for out of `records` (in any order).
-pub fn select<'a>(records: &'a [SessionRecord], query: &SessionQuery) -> Selection<'a> {
+pub(crate) fn select<'a>(records: &'a [SessionRecord], query: &SessionQuery) -> Selection<'a> {
     let mut counts = BTreeMap::<String, u64>::new();
     let mut kept: Vec<&SessionRecord> = Vec::new();
     for rec in records {

@@ -15,7 +15,7 @@ use crate::planner::StageLabel;
 
 /// Accumulates one exposition document.
 #[derive(Default)]
-pub struct Exposition {
+pub(crate) struct Exposition {
     out: String,
 }
 
@@ -63,7 +63,7 @@ fn number(v: f64) -> String {
 
 impl Exposition {
     /// An empty exposition.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -77,20 +77,20 @@ impl Exposition {
     }
 
     /// A counter without labels; `name` ends in `_total`.
-    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+    pub(crate) fn counter(&mut self, name: &str, help: &str, value: u64) {
         self.header(name, "counter", help);
         self.sample(name, &[], value as f64);
     }
 
     /// Adds a gauge.
-    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+    pub(crate) fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.header(name, "gauge", help);
         self.sample(name, &[], value);
     }
 
     /// A family of one kind with labelled samples (written even when empty,
     /// so HELP and TYPE are always there).
-    pub fn family(
+    pub(crate) fn family(
         &mut self,
         name: &str,
         kind: &str,
@@ -105,7 +105,7 @@ impl Exposition {
 
     /// A histogram: cumulative `_bucket{le=..}` ending in `+Inf`, `_sum`,
     /// `_count`.
-    pub fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
+    pub(crate) fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
         self.header(name, "histogram", help);
         let bucket = format!("{name}_bucket");
         let mut cumulative = 0u64;
@@ -119,14 +119,14 @@ impl Exposition {
     }
 
     /// The exposition text.
-    pub fn finish(self) -> String {
+    pub(crate) fn finish(self) -> String {
         self.out
     }
 }
 
 /// What `/metrics` shows besides [`Metrics`]: read from the store, the
 /// fleet client and the queue views at scrape time.
-pub struct Scrape<'a> {
+pub(crate) struct Scrape<'a> {
     /// Garrison's counters.
     pub metrics: &'a Metrics,
     /// Recorded sessions by stage label.
@@ -146,7 +146,7 @@ pub struct Scrape<'a> {
 }
 
 /// One outpost's queue, for the exposition.
-pub struct OutpostScrape {
+pub(crate) struct OutpostScrape {
     /// The outpost.
     pub outpost_id: String,
     /// Watch reconnections.
@@ -160,7 +160,7 @@ pub struct OutpostScrape {
 }
 
 /// Renders every `garrison_*` series.
-pub fn render(s: &Scrape<'_>) -> String {
+pub(crate) fn render(s: &Scrape<'_>) -> String {
     let m = s.metrics;
     let mut e = Exposition::new();
     e.family(

@@ -13,7 +13,7 @@ use crate::settings::{OutpostConfig, QueueMode, ServeConfig};
 const FRESH_INTERVALS: u32 = 3;
 
 /// What the handlers share.
-pub struct AdminState {
+pub(crate) struct AdminState {
     /// What the running `serve` shares.
     pub serving: Arc<Serving>,
     /// The outposts served.
@@ -32,7 +32,7 @@ pub struct AdminState {
 
 impl AdminState {
     /// The state for `config`, answering with `serving` and checking `token`.
-    pub fn new(config: &ServeConfig, serving: Arc<Serving>, token: Secret) -> Self {
+    pub(crate) fn new(config: &ServeConfig, serving: Arc<Serving>, token: Secret) -> Self {
         let every = match config.queue_mode {
             QueueMode::Watch => config.relist_interval,
             QueueMode::Poll(every) => every,
@@ -53,7 +53,7 @@ impl AdminState {
     /// view also means the API was reachable that recently. A queue the API
     /// refuses (401, 403, 404) is not ready however fresh its view: a watch
     /// opened before the refusal may still be delivering events.
-    pub fn readiness(&self, now_ms: i64) -> Result<(), String> {
+    pub(crate) fn readiness(&self, now_ms: i64) -> Result<(), String> {
         let limit = self.fresh_within.as_millis() as i64;
         let stale: Vec<String> = self
             .serving

@@ -23,7 +23,7 @@ pub const ADMIN_TOKEN_ENV: &str = "GARRISON_ADMIN_TOKEN";
 
 /// The state directory's token, created (random, 0600) if there is none.
 /// A token file others may read is refused rather than used.
-pub fn load_or_create(state_dir: &Path) -> anyhow::Result<Secret> {
+pub(crate) fn load_or_create(state_dir: &Path) -> anyhow::Result<Secret> {
     let path = state_dir.join(ADMIN_TOKEN_FILE);
     let token = Secret::new(hex::encode(rand::random::<[u8; 32]>()));
     match std::fs::OpenOptions::new()
@@ -55,7 +55,7 @@ pub fn load_or_create(state_dir: &Path) -> anyhow::Result<Secret> {
 /// on a listener other machines can reach, so does reading anything but
 /// the liveness probe and the dashboard's static shell (which hold no data;
 /// its API calls carry the token).
-pub fn needs_token(method: &Method, path: &str, loopback: bool) -> bool {
+pub(crate) fn needs_token(method: &Method, path: &str, loopback: bool) -> bool {
     let reads = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
     if !reads {
         return true;
@@ -72,7 +72,7 @@ pub fn needs_token(method: &Method, path: &str, loopback: bool) -> bool {
 
 /// Whether an `Authorization` header value presents `token`, compared in
 /// constant time.
-pub fn presents(header: Option<&str>, token: &Secret) -> bool {
+pub(crate) fn presents(header: Option<&str>, token: &Secret) -> bool {
     let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
         return false;
     };

@@ -14,14 +14,14 @@ use super::stage::Stage;
 use super::terms::{EntryObs, Millis, RemoteObs};
 
 /// The cadence of a session that is not settled.
-pub const LOOK_MS: Millis = 100;
+pub(super) const LOOK_MS: Millis = 100;
 /// The longest a settled session goes unlooked at: how late a remote's
 /// exit or its newest output may be noticed.
-pub const SETTLED_LOOK_MAX_MS: Millis = 5_000;
+pub(super) const SETTLED_LOOK_MAX_MS: Millis = 5_000;
 
 /// What [`look_again_in`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LookObs {
+pub(crate) struct LookObs {
     /// The recorded stage.
     pub stage: Stage,
     /// The remote's state.
@@ -37,7 +37,7 @@ pub struct LookObs {
 }
 
 /// Milliseconds until the next look when the plan is to wait.
-pub fn look_again_in(obs: &LookObs) -> Millis {
+pub(crate) fn look_again_in(obs: &LookObs) -> Millis {
     let settled = obs.stage == Stage::Running
         && obs.remote == RemoteObs::Running
         && obs.entry == EntryObs::Present(SessionStatus::Running)

@@ -17,15 +17,19 @@ pub(super) const OPERATOR_STOP_COOLDOWN_MS: Millis = 600_000;
 
 /// The first wait after a claim call failed (a 5xx, a timeout); it doubles
 /// per failure in a row, up to [`CLAIM_RETRY_MAX_MS`].
-pub const CLAIM_RETRY_BASE_MS: Millis = 1_000;
+pub(super) const CLAIM_RETRY_BASE_MS: Millis = 1_000;
 /// The longest wait before a failed claim is tried again.
-pub const CLAIM_RETRY_MAX_MS: Millis = 60_000;
+pub(super) const CLAIM_RETRY_MAX_MS: Millis = 60_000;
 
 /// How long a session whose claim call failed `failures` times in a row is
 /// not claimed again: jittered (`jitter` in `0.0..=1.0` takes up to half
 /// off, so many sessions failing together do not come back together),
 /// bounded exponential, and never sooner than the server's `Retry-After`.
-pub fn claim_retry_delay(failures: u32, retry_after_ms: Option<Millis>, jitter: f64) -> Millis {
+pub(crate) fn claim_retry_delay(
+    failures: u32,
+    retry_after_ms: Option<Millis>,
+    jitter: f64,
+) -> Millis {
     let factor = 1i64
         .checked_shl(failures.saturating_sub(1).min(20))
         .unwrap_or(i64::MAX);
@@ -38,7 +42,7 @@ pub fn claim_retry_delay(failures: u32, retry_after_ms: Option<Millis>, jitter: 
 
 /// How this process stopped serving a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunnerEnd {
+pub(crate) enum RunnerEnd {
     /// The runner returned in this stage: done, or left running for the
     /// next Garrison.
     Stage(Stage),
@@ -50,7 +54,7 @@ pub enum RunnerEnd {
 
 /// Until when a session whose runner ended here this way must not be
 /// claimed again by this process ([`ClaimObs::cooldown`]); `None`: no wait.
-pub fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
+pub(crate) fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
     match end {
         RunnerEnd::Stage(Stage::Done(Finish::Released | Finish::Failed))
         | RunnerEnd::RecordFailed => Some(now + RELEASE_COOLDOWN_MS),
@@ -62,7 +66,7 @@ pub fn cooldown_until(end: RunnerEnd, now: Millis) -> Option<Millis> {
 }
 
 /// Everything [`plan_claims`] looks at.
-pub struct ClaimObs<'a> {
+pub(crate) struct ClaimObs<'a> {
     /// The time of the observation.
     pub now: Millis,
     /// Who this Garrison is.
@@ -97,7 +101,7 @@ pub struct ClaimObs<'a> {
 
 /// What to do about one queue entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimAction {
+pub(crate) enum ClaimAction {
     /// Claim this session.
     Claim(String),
     /// The server says we hold it but the state store does not know it (a
@@ -112,7 +116,7 @@ pub enum ClaimAction {
 /// Decides which entries to claim or adopt, oldest first, within capacity,
 /// and which of our stale claims to release (those take no capacity and
 /// go on while stopping: they end work, they start none).
-pub fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
+pub(crate) fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
     let releases = obs
         .entries
         .values()

@@ -6,11 +6,11 @@
 //! the rest where it is, saying so once in the log.
 
 /// Enough for days of a remote's ordinary output.
-pub const DEFAULT_SESSION_LOG_MAX_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_SESSION_LOG_MAX_BYTES: u64 = 256 << 20;
 
 /// What to do with a chunk of output read at offset `copied`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OutputAllowance {
+pub(crate) struct OutputAllowance {
     /// Bytes of the chunk to copy (a prefix; may be all or none of it).
     pub take: usize,
     /// This chunk reaches the cap: write the notice now (it is written
@@ -20,7 +20,7 @@ pub struct OutputAllowance {
 
 /// The part of a `len`-byte chunk, read after `copied` bytes were copied,
 /// that stays within `cap`.
-pub fn output_allowance(copied: u64, cap: u64, len: usize) -> OutputAllowance {
+pub(crate) fn output_allowance(copied: u64, cap: u64, len: usize) -> OutputAllowance {
     let room = cap.saturating_sub(copied);
     let take = usize::try_from(room).map_or(len, |room| room.min(len));
     OutputAllowance {
@@ -30,7 +30,7 @@ pub fn output_allowance(copied: u64, cap: u64, len: usize) -> OutputAllowance {
 }
 
 /// Whether the copy is over for good: the cap was reached earlier.
-pub fn output_exhausted(copied: u64, cap: u64) -> bool {
+pub(crate) fn output_exhausted(copied: u64, cap: u64) -> bool {
     copied >= cap
 }
 

@@ -15,19 +15,19 @@ use super::terms::{Millis, Policy};
 /// The claim lifetime taken when an answer says nothing usable (observed:
 /// about 5 minutes). Also the longest lifetime believed: a longer one can
 /// only come from a skewed or stale clock, and renewing early is harmless.
-pub const ASSUMED_CLAIM_LIFETIME_MS: Millis = 300_000;
+pub(crate) const ASSUMED_CLAIM_LIFETIME_MS: Millis = 300_000;
 
 /// Renewals (successful or not) are at least this far apart.
-pub const MIN_RENEW_INTERVAL_MS: Millis = 2_000;
+pub(crate) const MIN_RENEW_INTERVAL_MS: Millis = 2_000;
 
 /// A slow step is not begun with less claim time left than this, or than
 /// the renewal margin of a shorter claim (else a short claim could never
 /// start anything).
-pub const MIN_STEP_BUDGET_MS: Millis = 10_000;
+pub(super) const MIN_STEP_BUDGET_MS: Millis = 10_000;
 
 /// What a claim answer says about its lifetime (Unix ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClaimAnswer {
+pub(crate) struct ClaimAnswer {
     /// `status.claim_deadline`, when present and readable.
     pub deadline: Option<Millis>,
     /// The server's clock at the answer: the entry's `updated_at`, which a
@@ -39,7 +39,7 @@ pub struct ClaimAnswer {
 
 /// Where a lifetime came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LifetimeSource {
+pub(crate) enum LifetimeSource {
     /// Deadline minus the server's clock: immune to clock skew.
     ServerClock,
     /// Deadline minus our clock (no server clock in the answer).
@@ -52,7 +52,10 @@ pub enum LifetimeSource {
 
 /// The lifetime a claim answer grants, counted from its arrival.
 /// `previous`: the lifetime an earlier answer's deadline implied.
-pub fn claim_lifetime(answer: &ClaimAnswer, previous: Option<Millis>) -> (Millis, LifetimeSource) {
+pub(crate) fn claim_lifetime(
+    answer: &ClaimAnswer,
+    previous: Option<Millis>,
+) -> (Millis, LifetimeSource) {
     let implied = |now: Millis| {
         answer
             .deadline
@@ -88,13 +91,13 @@ pub fn renew_margin(lifetime: Option<Millis>, policy: &Policy) -> Millis {
 
 /// The claim time a slow step needs left to begin. Never more than the
 /// renewal margin: a claim just renewed always has room for a step.
-pub fn step_budget(lifetime: Option<Millis>, policy: &Policy) -> Millis {
+pub(crate) fn step_budget(lifetime: Option<Millis>, policy: &Policy) -> Millis {
     MIN_STEP_BUDGET_MS.min(renew_margin(lifetime, policy))
 }
 
 /// Whether to renew now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Renewal {
+pub(crate) enum Renewal {
     /// Not yet.
     NotDue,
     /// Renew now.
@@ -126,7 +129,7 @@ pub(super) fn renewal(
 }
 
 /// How long from `now` until [`renewal`] says `Due` (0: now).
-pub fn renewal_due_in(
+pub(crate) fn renewal_due_in(
     now: Millis,
     expires_at: Option<Millis>,
     lifetime: Option<Millis>,

@@ -7,7 +7,7 @@ use fleet::SessionKind;
 
 /// Everything [`plan_start`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StartObs {
+pub(crate) struct StartObs {
     /// The entry's kind as claimed: only a resume may pick up a kept sandbox.
     pub kind: SessionKind,
     /// A sandbox exists under the session's name (recorded here, or listed
@@ -30,7 +30,7 @@ pub struct StartObs {
 
 /// The session's newest snapshot that still exists, as far as looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotObs {
+pub(crate) enum SnapshotObs {
     /// Not looked for yet.
     NotLookedUp,
     /// None exists.
@@ -41,7 +41,7 @@ pub enum SnapshotObs {
 
 /// A step of the start that failed in a way that changes the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartFailure {
+pub(crate) enum StartFailure {
     /// Resuming the kept sandbox failed for good (a passing failure fails
     /// the whole start instead, so the kept memory is tried again).
     ResumeFailed,
@@ -58,7 +58,7 @@ pub enum StartFailure {
 
 /// The next step of a start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartPlan {
+pub(crate) enum StartPlan {
     /// Resume the sandbox found, suspended with its memory: the workspace is
     /// there as the session left it.
     Reuse,
@@ -85,14 +85,14 @@ pub enum StartPlan {
 impl StartPlan {
     /// The sandbox this step yields already holds the session's workspace
     /// (so nothing is cloned into it).
-    pub fn keeps_workspace(self) -> bool {
+    pub(crate) fn keeps_workspace(self) -> bool {
         matches!(self, Self::Reuse | Self::Restore)
     }
 }
 
 /// Why a start creates an empty sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FreshReason {
+pub(crate) enum FreshReason {
     /// Nothing to restore: a new session without a snapshot.
     New,
     /// A resume that found no snapshot to restore from.
@@ -105,7 +105,7 @@ pub enum FreshReason {
 }
 
 /// Decides the next step of a start.
-pub fn plan_start(obs: &StartObs) -> StartPlan {
+pub(crate) fn plan_start(obs: &StartObs) -> StartPlan {
     if obs.sandbox_found {
         let resumable = obs.kind == SessionKind::Resume
             && !obs.remote_recorded

@@ -20,7 +20,7 @@ pub struct OperatorStop {
 
 /// The remote process as last observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoteObs {
+pub(crate) enum RemoteObs {
     /// No remote started in this sandbox yet.
     NotStarted,
     /// The remote runs.
@@ -33,7 +33,7 @@ pub enum RemoteObs {
 
 /// The session's queue entry as last observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EntryObs {
+pub(crate) enum EntryObs {
     /// Not seen since this orchestrator started.
     Unknown,
     /// Removed from the queue (a `DELETED` event or a 404).
@@ -67,7 +67,7 @@ impl std::fmt::Display for EntryObs {
 }
 
 /// [`Policy::suspend_exit_grace_ms`] unless set.
-pub const DEFAULT_SUSPEND_EXIT_GRACE_MS: Millis = 120_000;
+pub(crate) const DEFAULT_SUSPEND_EXIT_GRACE_MS: Millis = 120_000;
 
 /// Timing and limits of the session lifecycle.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub enum SnapshotReason {
 
 /// Everything [`plan_wind_down`] looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindDownObs {
+pub(crate) struct WindDownObs {
     /// How the session ends.
     pub finish: Finish,
     /// A remote ran in the session's sandbox in this claim.
@@ -38,7 +38,7 @@ pub struct WindDownObs {
 
 /// What the wind-down does, in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindDown {
+pub(crate) struct WindDown {
     /// Snapshot the workspace, for this reason, before the sandbox goes.
     pub snapshot: Option<SnapshotReason>,
     /// What becomes of the sandbox.
@@ -51,7 +51,7 @@ pub struct WindDown {
 
 /// What becomes of the session's sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SandboxEnd {
+pub(crate) enum SandboxEnd {
     /// Suspended: it waits for the resume claim with its memory (the
     /// snapshot is the fallback).
     Suspend,
@@ -61,7 +61,7 @@ pub enum SandboxEnd {
 
 /// Decides the wind-down. The executor asks again after a suspend failed,
 /// and destroys the sandbox then (the snapshot remains).
-pub fn plan_wind_down(obs: &WindDownObs) -> WindDown {
+pub(crate) fn plan_wind_down(obs: &WindDownObs) -> WindDown {
     let snapshot = match obs.finish {
         Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
         Finish::Failed => Some(SnapshotReason::Recovery),

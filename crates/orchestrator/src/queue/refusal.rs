@@ -20,7 +20,7 @@ const MACHINE_SCOPE: &str = "account.outposts.machine";
 /// `outpost`: `None` when the answer is not a refusal (a transport error,
 /// a 5xx: retrying may fix those). Names the outpost, the API URL and the
 /// remedy.
-pub fn advice(outpost: &str, api_url: &str, err: &FleetError) -> Option<String> {
+pub(crate) fn advice(outpost: &str, api_url: &str, err: &FleetError) -> Option<String> {
     let doctor = "`garrison doctor` checks the token and the outposts";
     match err {
         FleetError::Unauthorized { .. } => Some(format!(
@@ -63,7 +63,7 @@ struct State {
 
 /// Whether a refusal that still stands is logged now: the first one at
 /// once, then once per `every`.
-pub fn log_due(logged_at: Option<Instant>, now: Instant, every: Duration) -> bool {
+pub(crate) fn log_due(logged_at: Option<Instant>, now: Instant, every: Duration) -> bool {
     logged_at.is_none_or(|at| now.saturating_duration_since(at) >= every)
 }
 

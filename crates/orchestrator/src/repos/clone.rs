@@ -37,7 +37,7 @@ const MAX_CONFIG: u64 = 1 << 20;
 
 /// Clones one repository into `clone.dir` (`<name>`) under the
 /// sandbox's workdir, the directory the remote is started in.
-pub async fn clone_one(
+pub(crate) async fn clone_one(
     backend: &dyn Sandbox,
     handle: &Handle,
     n: usize,

@@ -20,7 +20,7 @@ const CREDENTIAL_HELPER: &str = "!f() { test \"$1\" = get || exit 0; \
      echo \"username=${GIT_USERNAME:-x-access-token}\"; echo \"password=${GIT_TOKEN}\"; }; f";
 
 /// `git clone` of one repository, run in the workspace.
-pub fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> {
+pub(super) fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> {
     let mut argv: Vec<String> = vec!["git".into(), "-c".into(), "credential.helper=".into()];
     if with_token {
         argv.extend([
@@ -44,7 +44,7 @@ pub fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> {
 }
 
 /// The clone command's whole environment: the credentials only when set.
-pub fn clone_env(repos: &Repos, home: &str) -> BTreeMap<String, String> {
+pub(super) fn clone_env(repos: &Repos, home: &str) -> BTreeMap<String, String> {
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), crate::contract::PATH.to_owned()),
         ("HOME".to_owned(), home.to_owned()),
@@ -67,7 +67,7 @@ pub fn clone_env(repos: &Repos, home: &str) -> BTreeMap<String, String> {
 
 /// Refuses a repository configuration holding a credential helper or the
 /// token.
-pub fn check_config(config: &str, repos: &Repos) -> Result<(), String> {
+pub(super) fn check_config(config: &str, repos: &Repos) -> Result<(), String> {
     if let Some(token) = &repos.git_token
         && !token.is_empty()
         && config.contains(token.expose())
@@ -86,7 +86,7 @@ mod tests {
     use fleet::Secret;
 
     use super::*;
-    use crate::repos::DEFAULT_GIT_USERNAME;
+    use crate::repos::plan::DEFAULT_GIT_USERNAME;
 
     #[test]
     fn the_token_is_in_the_environment_only_never_in_argv() {

@@ -12,14 +12,14 @@
 
 /// The directory, under the workdir, that held the repositories in the old
 /// layout.
-pub const LEGACY_REPOS_DIR: &str = "repos";
+pub(super) const LEGACY_REPOS_DIR: &str = "repos";
 
 /// Run in the workdir; prints `legacy` when the workspace has the old
 /// layout: `repos/` is not itself a repository, at least one of its
 /// children is one, and no direct child of the workdir is one (in the new
 /// layout the repositories are those children, so a repository the agent
 /// made in a `repos/` beside them does not move the remote).
-pub const LEGACY_PROBE: &str = "[ -d repos ] && [ ! -e repos/.git ] || exit 0
+pub(crate) const LEGACY_PROBE: &str = "[ -d repos ] && [ ! -e repos/.git ] || exit 0
 for d in */.git; do [ -e \"$d\" ] && exit 0; done
 for d in repos/*/.git; do [ -e \"$d\" ] && { echo legacy; exit 0; }; done
 exit 0";
@@ -27,7 +27,7 @@ exit 0";
 /// The remote's working directory, from the workdir and the probe's output
 /// (`None` when the probe could not run: the workdir, as for a new
 /// workspace).
-pub fn remote_cwd(workdir: &str, probe_output: Option<&str>) -> String {
+pub(crate) fn remote_cwd(workdir: &str, probe_output: Option<&str>) -> String {
     match probe_output.map(str::trim) {
         Some("legacy") => format!("{}/{LEGACY_REPOS_DIR}", workdir.trim_end_matches('/')),
         _ => workdir.to_owned(),

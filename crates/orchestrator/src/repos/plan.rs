@@ -9,12 +9,14 @@ use common::Secret;
 use super::urls::{dir_name, validate_url};
 
 /// The variable the clone reads the git user name from.
-pub const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
+pub(super) const GIT_USERNAME_ENV: &str = "GIT_USERNAME";
 /// Never a flag, never a file key: the environment only.
 pub const GIT_TOKEN_ENV: &str = "GIT_TOKEN";
 /// The user name given with a token when `GIT_USERNAME` is unset (what
-/// GitHub expects; GitLab and others accept any name with a token).
-pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
+/// GitHub expects; GitLab and others accept any name with a token). The
+/// credential helper's script spells it out; only its tests name it here.
+#[cfg(test)]
+pub(super) const DEFAULT_GIT_USERNAME: &str = "x-access-token";
 
 /// One repository and the directory it is cloned into.
 ///
@@ -23,7 +25,7 @@ pub const DEFAULT_GIT_USERNAME: &str = "x-access-token";
 /// straight into the worker's `WORKDIR`: each repository is a direct child
 /// of the remote's working directory (the sandbox's workdir), `<name>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedClone {
+pub(crate) struct PlannedClone {
     /// The clone URL, without credentials.
     pub url: String,
     /// Relative to the remote's working directory: `<name>`.
@@ -44,7 +46,7 @@ pub struct Repos {
 
 /// Validates the URLs and gives each its directory, `<name>`; two URLs
 /// with the same name get `name`, `name-2`, ...
-pub fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
+pub(crate) fn plan(urls: &[String]) -> Result<Vec<PlannedClone>, String> {
     let mut taken = HashSet::new();
     let mut planned = Vec::new();
     for url in urls {

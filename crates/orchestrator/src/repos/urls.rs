@@ -9,7 +9,7 @@ const CREDENTIALS_HINT: &str = "a clone URL must not contain a password or token
 /// Checks one clone URL and returns it trimmed: `https://`, `http://`,
 /// `ssh://`, `file://` or `[user@]host:path`. A URL carrying credentials is
 /// refused and never echoed.
-pub fn validate_url(text: &str) -> Result<String, String> {
+pub(crate) fn validate_url(text: &str) -> Result<String, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("the clone URL is empty".into());
@@ -110,7 +110,7 @@ pub fn validate_url(text: &str) -> Result<String, String> {
 /// The directory a URL is cloned into: its last path segment without
 /// `.git`, with anything but letters, digits, `.`, `_` and `-` replaced by
 /// `-`.
-pub fn dir_name(url: &str) -> Result<String, String> {
+pub(super) fn dir_name(url: &str) -> Result<String, String> {
     let path = match url.split_once("://") {
         Some(_) => url::Url::parse(url)
             .map_err(|e| format!("not a valid URL: {e}"))?

@@ -115,7 +115,7 @@ pub(super) async fn sweep_snapshots(deps: &Arc<Deps>, retention: Option<Duration
 /// retention period, whichever Garrison made them (the backend spares any
 /// a restore is reading), and forgets those this store recorded; returns
 /// how many went.
-pub async fn collect_shared_snapshots(
+pub(super) async fn collect_shared_snapshots(
     store: &Store,
     backend: &dyn Sandbox,
     retention: Duration,
@@ -143,7 +143,7 @@ pub async fn collect_shared_snapshots(
 /// Deletes this backend's snapshots recorded before `now - retention`, from
 /// the backend and the store; returns how many went. Snapshots are never
 /// deleted because an entry left the queue, only by age or termination.
-pub async fn expire_snapshots(
+pub(super) async fn expire_snapshots(
     store: &Store,
     backend: &dyn Sandbox,
     retention: Duration,

@@ -79,7 +79,7 @@ pub struct OutpostConfig {
     pub image: Option<String>,
     /// The platform whose sessions are claimed.
     pub platform: Platform,
-    /// Cloned into every sandbox created fresh (see [`crate::repos`]).
+    /// Cloned into every sandbox created fresh (see `crate::repos`).
     pub repos: Repos,
 }
 

@@ -6,19 +6,19 @@ use sandbox::bounded_output::{ERROR_MAX, clip};
 use serde_json::Value;
 
 /// Bytes of one string in an event's detail, at most.
-pub const DETAIL_STRING_MAX: usize = 4 << 10;
+pub(crate) const DETAIL_STRING_MAX: usize = 4 << 10;
 /// Bytes of an event's whole detail, encoded, at most.
-pub const DETAIL_MAX: usize = 16 << 10;
+pub(crate) const DETAIL_MAX: usize = 16 << 10;
 
 /// `error` clipped to [`ERROR_MAX`].
-pub fn error_text(error: &str) -> String {
+pub(crate) fn error_text(error: &str) -> String {
     clip(error, ERROR_MAX).into_owned()
 }
 
 /// `detail` with every string clipped to [`DETAIL_STRING_MAX`]; one still
 /// larger than [`DETAIL_MAX`] (many strings) becomes its clipped encoding
 /// under `"clipped"`.
-pub fn detail(detail: &Value) -> Value {
+pub(crate) fn detail(detail: &Value) -> Value {
     let clipped = clip_strings(detail);
     let encoded = clipped.to_string();
     if encoded.len() <= DETAIL_MAX {

@@ -273,7 +273,7 @@ mod signal_number {
 }
 
 /// What became of a process, from the daemon's report.
-pub fn process_status(info: &ProcessInfo) -> ProcessStatus {
+pub(crate) fn process_status(info: &ProcessInfo) -> ProcessStatus {
     let code = |c: i64| ProcessStatus::Exited(c.clamp(i32::MIN as i64, i32::MAX as i64) as i32);
     match (&info.status, info.exit_code, info.signal) {
         (ProcessState::Running, _, _) => ProcessStatus::Running,

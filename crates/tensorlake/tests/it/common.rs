@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use tensorlake::retry::RetryPolicy;
-use tensorlake::{Secret, TensorlakeBackend, TensorlakeConfig};
+use tensorlake::{RetryPolicy, Secret, TensorlakeBackend, TensorlakeConfig};
 use tensorlake_mock::{MockConfig, MockTensorlake};
 
 pub(crate) const KEY: &str = "tl-test-key-0123456789";

@@ -8,9 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use common::{KEY, World};
 use sandbox::Recipe;
 use sandbox::{Resources, Sandbox, SandboxName, SandboxSpec};
-use tensorlake::catalog::ImageCatalog;
-use tensorlake::image_build::{BuildRequest, DEFAULT_STEP_PATH, build_image};
-use tensorlake::{Client, Secret, TensorlakeBackend};
+use tensorlake::{
+    BuildRequest, Client, DEFAULT_STEP_PATH, ImageCatalog, Secret, TensorlakeBackend, build_image,
+};
 
 fn client(world: &World) -> Client {
     Client::with_retry(world.mock.url(), Secret::new(KEY), world.config().retry).unwrap()
@@ -110,7 +110,7 @@ async fn a_recipe_is_built_in_a_builder_sandbox_snapshotted_and_registered() {
         "built\n"
     );
     let root = workdir.parent().unwrap();
-    assert!(!root.join(tensorlake::backend::OUTPUT_LOG).exists());
+    assert!(!root.join(tensorlake::OUTPUT_LOG).exists());
     // A session from another image does not.
     let plain = session(&backend, "plain", None).await;
     assert!(!std::path::Path::new(&plain.workdir).join("marker").exists());
@@ -235,7 +235,7 @@ fn the_image_setting_takes_a_catalog_image_name() {
         .collect(),
         ..Default::default()
     };
-    let settings = tensorlake::settings::resolve(&source).unwrap();
+    let settings = tensorlake::resolve_settings(&source).unwrap();
     assert_eq!(settings.image.as_deref(), Some("team/garrison-session:v2"));
 }
 

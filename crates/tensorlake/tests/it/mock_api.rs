@@ -13,8 +13,7 @@ use sandbox::{ProcessSpec, ProcessStatus, Resources, Sandbox, SandboxName, Sandb
 use tensorlake::models::{
     CreatePty, CreateSandbox, ProcessState, Resources as TlResources, SandboxStatus, StartProcess,
 };
-use tensorlake::pty::PtyEvent;
-use tensorlake::{Client, Secret};
+use tensorlake::{Client, PtyEvent, Secret};
 use tensorlake_mock::{CreateOutcome, Fault};
 
 /// Bounds a wait that should end; never an assertion about speed.
@@ -329,7 +328,7 @@ async fn suspend_stops_processes_and_resume_continues_the_same_ones() {
         .unwrap();
     let dp = backend.client().sandbox(&handle.id, None).unwrap();
     let pid = dp
-        .get_process(&tensorlake::dataplane::ProcessKey::Name("remote-1".into()))
+        .get_process(&tensorlake::ProcessKey::Name("remote-1".into()))
         .await
         .unwrap()
         .pid;
@@ -440,7 +439,7 @@ async fn follow_streams_output_until_the_process_exits() {
         })
         .await
         .unwrap();
-    let key = tensorlake::dataplane::ProcessKey::Pid(started.pid);
+    let key = tensorlake::ProcessKey::Pid(started.pid);
     let events: Vec<_> = tokio::time::timeout(GUARD, async {
         dp.follow_output(&key)
             .await
@@ -612,7 +611,7 @@ async fn spawned_output_is_also_appended_to_the_sandbox_output_log() {
         .await
         .unwrap();
     let dp = backend.client().sandbox(&handle.id, None).unwrap();
-    let path = tensorlake::backend::output_log_of(&world.config().sandbox_root, &handle.id);
+    let path = tensorlake::output_log_of(&world.config().sandbox_root, &handle.id);
     let log = tokio::time::timeout(GUARD, async {
         loop {
             let log = dp

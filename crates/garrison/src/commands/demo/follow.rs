@@ -6,8 +6,7 @@
 use std::time::{Duration, Instant};
 
 use emulator::{Emulator, SessionView, TranscriptEvent};
-use orchestrator::serve::Serving;
-use orchestrator::store::{Event, stage_label};
+use orchestrator::{Event, Serving, stage_label};
 use tokio_util::sync::CancellationToken;
 
 use super::scenario::{self, Action, Role, Tracked};

@@ -124,8 +124,8 @@ pub(super) fn devin_env(
             env.insert(var.to_owned(), value.clone());
         }
     }
-    if let Some(token) = host_vars.get(orchestrator::repos::GIT_TOKEN_ENV) {
-        env.insert(orchestrator::repos::GIT_TOKEN_ENV.to_owned(), token.clone());
+    if let Some(token) = host_vars.get(orchestrator::GIT_TOKEN_ENV) {
+        env.insert(orchestrator::GIT_TOKEN_ENV.to_owned(), token.clone());
     }
     let outposts: Vec<&str> = config
         .outposts

@@ -59,13 +59,12 @@ pub(super) async fn checks(config: &ServeConfig) -> (String, Vec<Check>) {
 /// read beside a running daemon, never created.
 pub(super) fn unrestorable(state_dir: &std::path::Path) -> Check {
     let name = "unrestorable snapshots";
-    let path = orchestrator::serve::db_path(state_dir);
-    let marks = match orchestrator::store::Store::open_existing(&path)
-        .and_then(|store| store.unrestorable())
-    {
-        Ok(marks) => marks,
-        Err(_) => return Check::info(name, "none recorded"),
-    };
+    let path = orchestrator::db_path(state_dir);
+    let marks =
+        match orchestrator::Store::open_existing(&path).and_then(|store| store.unrestorable()) {
+            Ok(marks) => marks,
+            Err(_) => return Check::info(name, "none recorded"),
+        };
     if marks.is_empty() {
         return Check::pass(name, "none");
     }
@@ -98,11 +97,10 @@ mod tests {
     fn sessions_given_up_here_are_listed_with_their_reason() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(unrestorable(dir.path()).outcome, Outcome::Info);
-        let store =
-            orchestrator::store::Store::open(&orchestrator::serve::db_path(dir.path())).unwrap();
+        let store = orchestrator::Store::open(&orchestrator::db_path(dir.path())).unwrap();
         assert_eq!(unrestorable(dir.path()).outcome, Outcome::Pass);
         store
-            .mark_unrestorable(&orchestrator::store::Unrestorable {
+            .mark_unrestorable(&orchestrator::Unrestorable {
                 session_id: "devin-deep".into(),
                 snapshot_id: "snap-1".into(),
                 reason: "a path of 7700 bytes, longer than PATH_MAX".into(),

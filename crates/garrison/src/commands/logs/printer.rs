@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use orchestrator::store::Event;
+use orchestrator::Event;
 
 use crate::format::printable;
 use crate::output::unmark;

@@ -117,7 +117,7 @@ fn every_setting_has_its_flag_and_environment_variable() {
             a.get_env().is_none() && a.get_long().is_none_or(|l| !l.contains("token"))
         })
     );
-    for var in [settings::TOKEN_ENV, orchestrator::repos::GIT_TOKEN_ENV] {
+    for var in [settings::TOKEN_ENV, orchestrator::GIT_TOKEN_ENV] {
         let shown = format!("[env: {var}]");
         assert!(entries.iter().all(|e| !e.contains(&shown)), "{shown}");
     }

@@ -360,8 +360,8 @@ impl Garrison {
 
     /// The Garrison's state store, once it has created it: creating or
     /// converting it here would race with the Garrison's own start.
-    pub(crate) fn store(&self) -> orchestrator::store::Store {
-        use orchestrator::store::Store;
+    pub(crate) fn store(&self) -> orchestrator::Store {
+        use orchestrator::Store;
         let path = self.state_dir.join("garrison.db");
         let deadline = std::time::Instant::now() + HANG_GUARD;
         loop {

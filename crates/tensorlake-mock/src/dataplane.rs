@@ -18,7 +18,7 @@ use futures::{Stream, StreamExt};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
-use crate::host::{self, Launch, Proc, kill_group};
+use crate::host::{self, Launch, Proc};
 use crate::reply::{Reply, error};
 use crate::state::{Shared, Status};
 
@@ -294,7 +294,7 @@ fn send(proc: &Proc, number: i32) -> bool {
     if !proc.running() {
         return false;
     }
-    kill_group(proc.pid as i32, signal);
+    proc.group.signal(signal);
     true
 }
 

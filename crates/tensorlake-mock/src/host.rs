@@ -7,10 +7,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::watch;
+
+use crate::group::Group;
 
 /// Longest output line kept; the rest of a longer line is dropped.
 const MAX_LINE: usize = 64 * 1024;
@@ -36,12 +36,6 @@ pub(crate) fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
     Some(p.to_path_buf())
 }
 
-pub(crate) fn kill_group(pgid: i32, signal: Signal) {
-    if pgid > 1 {
-        let _ = killpg(Pid::from_raw(pgid), signal);
-    }
-}
-
 /// How a process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Exit {
@@ -61,6 +55,8 @@ pub(crate) struct ProcState {
 /// A process the mock started.
 pub(crate) struct Proc {
     pub pid: i64,
+    /// Its process group (id `pid`), signalled only while it is its own.
+    pub group: Group,
     pub name: Option<String>,
     pub command: String,
     pub args: Vec<String>,
@@ -152,6 +148,7 @@ pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
     let pid = child.id().unwrap_or(0) as i64;
     let proc = Arc::new(Proc {
         pid,
+        group: Group::new(pid as i32),
         name: launch.name,
         command: launch.command,
         args: launch.args,
@@ -170,6 +167,7 @@ pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
     let waiter = proc.clone();
     tokio::spawn(async move {
         let status = child.wait().await;
+        waiter.group.reaped();
         // Output still in the pipes belongs before the exit; a child left
         // holding them (a daemon) must not keep the exit from being seen.
         for reader in [stdout, stderr].into_iter().flatten() {

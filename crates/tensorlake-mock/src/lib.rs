@@ -55,6 +55,7 @@ mod control;
 mod create;
 mod dataplane;
 mod files;
+mod group;
 mod host;
 mod lifecycle;
 mod pty;

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
-use crate::host::{self, kill_group};
+use crate::host;
 use crate::reply::{Reply, error};
 use crate::state::{self, Refusal, Shared, Snapshot, SnapshotStatus, Status};
 
@@ -138,10 +138,8 @@ async fn delete(State(shared): State<Arc<Shared>>, Path(key): Path<String>) -> R
             .filter(|s| s.status != Status::Terminated)
             .ok_or_else(|| not_found("sandbox"))?;
         sandbox.status = Status::Terminated;
-        for group in sandbox.groups() {
-            kill_group(group, Signal::SIGKILL);
-            kill_group(group, Signal::SIGCONT);
-        }
+        sandbox.signal_all(Signal::SIGKILL);
+        sandbox.signal_all(Signal::SIGCONT);
         for pty in sandbox.ptys.values() {
             pty.kick("sandbox terminated");
         }
@@ -186,9 +184,7 @@ pub(crate) fn begin_suspend(shared: &Arc<Shared>, id: &str) -> Result<(), Refusa
             && sandbox.status == Status::Suspending
         {
             // The memory is kept: the processes are only stopped.
-            for group in sandbox.groups() {
-                kill_group(group, Signal::SIGSTOP);
-            }
+            sandbox.signal_all(Signal::SIGSTOP);
             for pty in sandbox.ptys.values() {
                 pty.kick("sandbox suspended");
             }
@@ -209,9 +205,7 @@ pub(crate) fn resume_now(shared: &Shared, id: &str) -> Result<(), Refusal> {
         });
     };
     if let Some(next) = state::on_resume(sandbox.status, sandbox.name.is_some())? {
-        for group in sandbox.groups() {
-            kill_group(group, Signal::SIGCONT);
-        }
+        sandbox.signal_all(Signal::SIGCONT);
         sandbox.status = next;
         sandbox.last_activity = Instant::now();
     }

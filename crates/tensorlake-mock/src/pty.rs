@@ -31,7 +31,7 @@ use tokio::sync::watch;
 pub(crate) mod session;
 
 use crate::dataplane::target;
-use crate::host::{self, kill_group};
+use crate::host;
 use crate::reply::{Reply, error};
 use crate::state::Shared;
 use session::{Output, PtySession};
@@ -87,7 +87,7 @@ async fn create(
         .map_err(|e| error(StatusCode::BAD_REQUEST, "SPAWN_FAILED", &e.to_string()))?;
     let session_id = crate::state::new_id();
     let session = Arc::new(PtySession {
-        pid: child.id().unwrap_or(0) as i32,
+        group: crate::group::Group::new(child.id().unwrap_or(0) as i32),
         token: crate::state::new_id(),
         output: Mutex::new(Output::default()),
         changed: watch::channel(0).0,
@@ -122,6 +122,7 @@ async fn create(
     let waiter = session.clone();
     tokio::spawn(async move {
         let status = child.wait().await;
+        waiter.group.reaped();
         for reader in readers {
             let _ = tokio::time::timeout(std::time::Duration::from_millis(500), reader).await;
         }
@@ -170,7 +171,7 @@ async fn remove(
 ) -> Reply {
     let (id, _) = target(&shared, &headers)?;
     let pty = session_of(&shared, &id, &session)?;
-    kill_group(pty.pid, Signal::SIGKILL);
+    pty.group.signal(Signal::SIGKILL);
     pty.kick("session terminated");
     if let Some(s) = shared.lock().sandboxes.get_mut(&id) {
         s.ptys.remove(&session);

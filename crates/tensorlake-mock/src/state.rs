@@ -157,13 +157,15 @@ impl Sandbox {
         })
     }
 
-    /// Every process group the sandbox runs (processes and PTYs).
-    pub(crate) fn groups(&self) -> Vec<i32> {
-        self.processes
-            .iter()
-            .map(|p| p.pid as i32)
-            .chain(self.ptys.values().map(|p| p.pid))
-            .collect()
+    /// Signals every process group the sandbox runs (processes and PTYs),
+    /// as far as each is still its own ([`crate::group`]).
+    pub(crate) fn signal_all(&self, signal: nix::sys::signal::Signal) {
+        for process in &self.processes {
+            process.group.signal(signal);
+        }
+        for pty in self.ptys.values() {
+            pty.group.signal(signal);
+        }
     }
 }
 
@@ -282,10 +284,8 @@ impl Shared {
     pub(crate) fn kill_everything(&self) {
         let inner = self.lock();
         for sandbox in inner.sandboxes.values() {
-            for group in sandbox.groups() {
-                crate::host::kill_group(group, nix::sys::signal::Signal::SIGKILL);
-                crate::host::kill_group(group, nix::sys::signal::Signal::SIGCONT);
-            }
+            sandbox.signal_all(nix::sys::signal::Signal::SIGKILL);
+            sandbox.signal_all(nix::sys::signal::Signal::SIGCONT);
         }
     }
 }

@@ -21,7 +21,9 @@ pub(super) struct Output {
 
 /// One PTY session.
 pub(crate) struct PtySession {
-    pub pid: i32,
+    /// Its process group (id: the PTY process's pid), signalled only while
+    /// it is its own.
+    pub group: crate::group::Group,
     pub(super) token: String,
     pub(super) output: Mutex<Output>,
     pub(super) changed: watch::Sender<u64>,

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fleet::{EventType, FleetClient, QueueEntry, WatchItem};
+use fleet::{EventType, FleetClient, QueueEntry, SessionId, WatchItem};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +31,7 @@ use refusal::Refusal;
 /// The latest known entry per session of one outpost.
 pub struct QueueView {
     outpost_id: String,
-    entries: Mutex<BTreeMap<String, QueueEntry>>,
+    entries: Mutex<BTreeMap<SessionId, QueueEntry>>,
     /// Bumped on every change; subscribers wake on it.
     generation: watch::Sender<u64>,
     /// Per session, bumped when that session's entry changes: a runner
@@ -68,12 +68,12 @@ impl QueueView {
         &self.outpost_id
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, QueueEntry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, QueueEntry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every entry, by session id.
-    pub fn snapshot(&self) -> BTreeMap<String, QueueEntry> {
+    pub fn snapshot(&self) -> BTreeMap<SessionId, QueueEntry> {
         self.lock().clone()
     }
 
@@ -82,7 +82,7 @@ impl QueueView {
     pub fn snapshot_where(
         &self,
         keep: impl Fn(&QueueEntry) -> bool,
-    ) -> BTreeMap<String, QueueEntry> {
+    ) -> BTreeMap<SessionId, QueueEntry> {
         self.lock()
             .iter()
             .filter(|(_, e)| keep(e))
@@ -172,7 +172,7 @@ impl QueueView {
         // must not hold it.
         let mut entry = entry;
         entry.status.connect_token = None;
-        let id = entry.session_id().to_owned();
+        let id = entry.id().clone();
         let previous = self.lock().insert(id.clone(), entry.clone());
         // The watch echoes each claim and renewal already taken in from
         // its answer: an unchanged entry wakes nobody.
@@ -192,10 +192,8 @@ impl QueueView {
 
     /// Replaces the whole view with a complete list.
     fn replace(&self, entries: Vec<QueueEntry>) {
-        let map: BTreeMap<String, QueueEntry> = entries
-            .into_iter()
-            .map(|e| (e.session_id().to_owned(), e))
-            .collect();
+        let map: BTreeMap<SessionId, QueueEntry> =
+            entries.into_iter().map(|e| (e.id().clone(), e)).collect();
         let first = !self.is_synced();
         let changed = {
             let mut current = self.lock();
@@ -209,7 +207,7 @@ impl QueueView {
         if first {
             self.bump_every_session();
         } else {
-            self.bump_sessions(changed.iter().map(String::as_str));
+            self.bump_sessions(changed.iter().map(SessionId::as_str));
         }
         self.bump();
     }
@@ -229,9 +227,9 @@ impl QueueView {
 /// The sessions whose entry differs between two readings of the queue
 /// (added, removed or changed).
 fn changed_ids(
-    before: &BTreeMap<String, QueueEntry>,
-    after: &BTreeMap<String, QueueEntry>,
-) -> Vec<String> {
+    before: &BTreeMap<SessionId, QueueEntry>,
+    after: &BTreeMap<SessionId, QueueEntry>,
+) -> Vec<SessionId> {
     let gone = before.keys().filter(|id| !after.contains_key(*id));
     let new_or_changed = after
         .iter()

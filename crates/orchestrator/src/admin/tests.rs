@@ -73,7 +73,7 @@ async fn the_session_page_is_bounded_and_refuses_bad_parameters() {
     let store = crate::store::Store::open(&dir.path().join("garrison.db")).unwrap();
     for i in 0..120 {
         let rec = crate::store::SessionRecord::new(
-            &format!("s-{i:03}"),
+            &fleet::SessionId::new(format!("s-{i:03}")).unwrap(),
             "op",
             fleet::SessionKind::New,
             "host",

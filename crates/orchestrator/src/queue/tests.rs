@@ -70,10 +70,10 @@ fn entry(id: &str, status: &str) -> QueueEntry {
     .unwrap()
 }
 
-fn map(entries: &[QueueEntry]) -> BTreeMap<String, QueueEntry> {
+fn map(entries: &[QueueEntry]) -> BTreeMap<fleet::SessionId, QueueEntry> {
     entries
         .iter()
-        .map(|e| (e.session_id().to_owned(), e.clone()))
+        .map(|e| (e.id().clone(), e.clone()))
         .collect()
 }
 

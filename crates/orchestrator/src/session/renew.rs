@@ -28,7 +28,7 @@ impl SessionRunner {
                     self.deps
                         .logs
                         .redactor()
-                        .add_claim_token(&self.rec.session_id, token.expose());
+                        .add_claim_token(self.rec.session_id.as_str(), token.expose());
                 }
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());

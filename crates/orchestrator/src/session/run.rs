@@ -33,7 +33,7 @@ impl SessionRunner {
         let ctx = self.ctx();
         ctx.logs
             .redactor()
-            .add_handed_out(&self.rec.session_id, token.expose());
+            .add_handed_out(self.rec.session_id.as_str(), token.expose());
         let gateway_url = self.gateway_url().with_context(|| {
             format!(
                 "the claim gave no gateway URL and none is configured: set {} (--gateway-url, \

@@ -29,7 +29,7 @@ impl SessionRunner {
         let entry = self
             .deps
             .client
-            .get(self.id())
+            .get(&self.rec.session_id)
             .await?
             .context("the entry is gone")?;
         self.note_entry(entry.clone());
@@ -77,7 +77,7 @@ impl SessionRunner {
                 self.deps
                     .store
                     .mark_unrestorable(&Unrestorable {
-                        session_id: self.id().to_owned(),
+                        session_id: self.rec.session_id.clone(),
                         snapshot_id: snapshot_id.clone(),
                         reason: reason.clone(),
                         at: now_ms(),

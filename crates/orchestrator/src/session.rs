@@ -25,6 +25,7 @@ mod claim_keeper;
 mod clone_repos;
 mod deps;
 mod finish;
+mod launch;
 mod observe;
 mod provision;
 mod registry;
@@ -32,6 +33,7 @@ mod renew;
 mod run;
 mod snapshots;
 mod start;
+mod starting;
 mod step;
 mod wind_down;
 

@@ -36,7 +36,7 @@ pub struct QueueView {
     generation: watch::Sender<u64>,
     /// Per session, bumped when that session's entry changes: a runner
     /// wakes for its own entry, not for each of a thousand others.
-    session_generations: Mutex<HashMap<String, watch::Sender<u64>>>,
+    session_generations: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     /// When the view was last confirmed by the server (Unix ms).
     synced_at: AtomicI64,
     /// Watch reconnections.
@@ -101,7 +101,7 @@ impl QueueView {
     }
 
     /// The session's entry, if seen.
-    pub fn get(&self, session_id: &str) -> Option<QueueEntry> {
+    pub fn get(&self, session_id: &SessionId) -> Option<QueueEntry> {
         self.lock().get(session_id).cloned()
     }
 
@@ -122,14 +122,14 @@ impl QueueView {
 
     /// Wakes when `session_id`'s entry changes (or a full list replaces
     /// the view); other entries' changes do not wake it.
-    pub fn subscribe_session(&self, session_id: &str) -> watch::Receiver<u64> {
+    pub fn subscribe_session(&self, session_id: &SessionId) -> watch::Receiver<u64> {
         self.sessions_lock()
-            .entry(session_id.to_owned())
+            .entry(session_id.clone())
             .or_insert_with(|| watch::Sender::new(0))
             .subscribe()
     }
 
-    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, watch::Sender<u64>>> {
         self.session_generations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -141,7 +141,7 @@ impl QueueView {
 
     /// Wakes the subscribers of these sessions; a sender nobody listens to
     /// any more (its runner ended) is dropped on the way.
-    fn bump_sessions<'a>(&self, session_ids: impl IntoIterator<Item = &'a str>) {
+    fn bump_sessions<'a>(&self, session_ids: impl IntoIterator<Item = &'a SessionId>) {
         let mut senders = self.sessions_lock();
         for id in session_ids {
             if let Some(tx) = senders.get(id) {
@@ -177,13 +177,13 @@ impl QueueView {
         // The watch echoes each claim and renewal already taken in from
         // its answer: an unchanged entry wakes nobody.
         if previous.as_ref() != Some(&entry) {
-            self.bump_sessions([id.as_str()]);
+            self.bump_sessions([&id]);
             self.bump();
         }
     }
 
     /// Forgets the entry.
-    pub fn remove(&self, session_id: &str) {
+    pub fn remove(&self, session_id: &SessionId) {
         if self.lock().remove(session_id).is_some() {
             self.bump_sessions([session_id]);
             self.bump();
@@ -207,14 +207,14 @@ impl QueueView {
         if first {
             self.bump_every_session();
         } else {
-            self.bump_sessions(changed.iter().map(SessionId::as_str));
+            self.bump_sessions(&changed);
         }
         self.bump();
     }
 
     fn apply(&self, event_type: &EventType, entry: QueueEntry) {
         match event_type {
-            EventType::Deleted => self.remove(entry.session_id()),
+            EventType::Deleted => self.remove(entry.id()),
             EventType::Added | EventType::Modified => self.upsert(entry),
             EventType::Unknown(other) => {
                 debug!(event_type = %other, session_id = entry.session_id(), "ignoring unknown watch event type");

@@ -155,7 +155,7 @@ impl SessionRunner {
     }
 
     async fn drive(mut self) -> RunnerEnd {
-        let mut changes = self.deps.view.subscribe_session(self.id());
+        let mut changes = self.deps.view.subscribe_session(&self.rec.session_id);
         let mut registration = self.deps.operator_stops.register(&self.rec.session_id);
         let mut quiet_looks = 0u32;
         loop {

@@ -43,7 +43,7 @@ impl SessionRunner {
 
     pub(super) async fn observe(&mut self) -> Result<(), RecordFailed> {
         let now = now_ms();
-        match self.deps.view.get(self.id()) {
+        match self.deps.view.get(&self.rec.session_id) {
             Some(entry) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.note_entry(entry);

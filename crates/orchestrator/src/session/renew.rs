@@ -67,7 +67,7 @@ impl SessionRunner {
                     "renewing the claim found the entry gone"
                 );
                 self.event("entry_gone", json!({ "during": "renewal" }));
-                self.deps.view.remove(self.id());
+                self.deps.view.remove(&self.rec.session_id);
                 self.entry_obs = EntryObs::Gone;
                 Ok(())
             }

@@ -272,7 +272,7 @@ impl Phase {
             let ours: BTreeMap<String, i64> = self
                 .serving
                 .store
-                .events(id, 0)?
+                .events(&fleet::SessionId::new(id.as_str())?, 0)?
                 .into_iter()
                 .rev() // the first of each kind wins
                 .map(|e| (e.kind, e.at))

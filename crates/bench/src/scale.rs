@@ -272,7 +272,7 @@ fn timings(emu: &Emulator, store: &Store, ids: &[String]) -> anyhow::Result<(Sum
             .ok_or_else(|| anyhow!("session {id} vanished"))?;
         let emu_at = |kind: &str| view.events(kind).next().map(|e| e.at_ms);
         let started = store
-            .events(id, 0)?
+            .events(&fleet::SessionId::new(id.as_str())?, 0)?
             .into_iter()
             .find(|e| e.kind == "remote_started")
             .map(|e| e.at);

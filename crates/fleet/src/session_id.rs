@@ -8,6 +8,7 @@
 //! therefore offers the id as text ([`SessionId::as_str`]), never as a
 //! path.
 
+use std::borrow::Borrow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,15 @@ impl From<SessionId> for String {
 
 impl AsRef<str> for SessionId {
     fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+// Sound because the derived `Eq`, `Ord` and `Hash` are those of the one
+// `String` field, which agree with `str`'s: maps keyed by id can be looked
+// up with the text a wire entry or a label carries.
+impl Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }

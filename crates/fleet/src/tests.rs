@@ -19,10 +19,16 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::error::FleetError;
+use crate::session_id::SessionId;
 use crate::{
     Backoff, ClaimError, ClientOptions, ConnectError, CreateOutpost, EventType, FleetClient,
     ListQuery, Platform, ReleaseOutcome, RetryPolicy, Secret, WatchItem,
 };
+
+/// A checked session id for the client's calls.
+fn sid(id: &str) -> SessionId {
+    SessionId::new(id).unwrap()
+}
 
 const TOKEN: &str = "cog_unit_test_token_5f2a";
 
@@ -134,7 +140,7 @@ async fn chunked_body_over_cap_is_refused_while_streaming() {
             ..fast()
         },
     );
-    let err = tokio::time::timeout(HANG, c.get("devin-1"))
+    let err = tokio::time::timeout(HANG, c.get(&sid("devin-1")))
         .await
         .unwrap()
         .unwrap_err();
@@ -276,7 +282,7 @@ async fn a_429_with_retry_after_is_waited_out_for_gets_and_claims() {
         gaps[0]
     );
 
-    tokio::time::timeout(HANG, c.claim("devin-1", "acc"))
+    tokio::time::timeout(HANG, c.claim(&sid("devin-1"), "acc"))
         .await
         .unwrap()
         .unwrap();
@@ -299,7 +305,7 @@ async fn a_refused_claim_carries_the_retry_after() {
     ))
     .await;
     let err = client(&base, fast())
-        .claim("devin-1", "acc")
+        .claim(&sid("devin-1"), "acc")
         .await
         .unwrap_err();
     let ClaimError::Fleet(e) = err else {
@@ -324,7 +330,10 @@ async fn get_gives_up_after_the_configured_attempts() {
             .with_state(hits.clone()),
     )
     .await;
-    let err = client(&base, fast()).get("devin-1").await.unwrap_err();
+    let err = client(&base, fast())
+        .get(&sid("devin-1"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, FleetError::Status { code: 500, body, .. } if body == "boom"),
         "{err:?}"
@@ -348,13 +357,13 @@ async fn posts_and_deletes_are_never_retried() {
     )
     .await;
     let c = client(&base, fast());
-    let err = c.claim("devin-1", "acc").await.unwrap_err();
+    let err = c.claim(&sid("devin-1"), "acc").await.unwrap_err();
     assert!(
         matches!(err, ClaimError::Fleet(FleetError::Status { code: 503, .. })),
         "{err:?}"
     );
     assert_eq!(hits.get(), 1);
-    let err = c.release("devin-1", "acc").await.unwrap_err();
+    let err = c.release(&sid("devin-1"), "acc").await.unwrap_err();
     assert_eq!(err.status_code(), Some(503));
     assert_eq!(hits.get(), 2);
     let err = c.delete_outpost("outpost_env-1").await.unwrap_err();
@@ -370,7 +379,7 @@ async fn transport_errors_are_retried_then_reported() {
         l.local_addr().unwrap().port()
     };
     let c = client(&format!("http://127.0.0.1:{port}"), fast());
-    let err = c.get("devin-1").await.unwrap_err();
+    let err = c.get(&sid("devin-1")).await.unwrap_err();
     assert!(matches!(err, FleetError::Transport { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
@@ -400,7 +409,7 @@ async fn a_slow_server_times_out() {
             ..fast()
         },
     );
-    let err = tokio::time::timeout(HANG, c.get("devin-1"))
+    let err = tokio::time::timeout(HANG, c.get(&sid("devin-1")))
         .await
         .unwrap()
         .unwrap_err();
@@ -453,27 +462,32 @@ async fn claim_and_release_outcomes() {
     )
     .await;
     let c = client(&base, fast());
-    let claimed = c.claim("devin-1", "acc").await.unwrap();
+    let claimed = c.claim(&sid("devin-1"), "acc").await.unwrap();
     assert_eq!(claimed.status.connect_token.unwrap().expose(), "ct_secret");
     assert_eq!(
         claimed.status.claim_deadline.unwrap().unix_millis(),
         1_700_000_300_000
     );
-    assert!(c.claim("taken", "acc").await.unwrap_err().is_conflict());
+    assert!(
+        c.claim(&sid("taken"), "acc")
+            .await
+            .unwrap_err()
+            .is_conflict()
+    );
     assert!(matches!(
-        c.claim("gone", "acc").await,
+        c.claim(&sid("gone"), "acc").await,
         Err(ClaimError::Fleet(FleetError::NotFound { .. }))
     ));
     assert_eq!(
-        c.release("devin-1", "acc").await.unwrap(),
+        c.release(&sid("devin-1"), "acc").await.unwrap(),
         ReleaseOutcome::Released
     );
     assert_eq!(
-        c.release("taken", "acc").await.unwrap(),
+        c.release(&sid("taken"), "acc").await.unwrap(),
         ReleaseOutcome::NotHolder
     );
     assert_eq!(
-        c.release("gone", "acc").await.unwrap(),
+        c.release(&sid("gone"), "acc").await.unwrap(),
         ReleaseOutcome::Gone
     );
 }
@@ -492,12 +506,15 @@ async fn get_maps_404_to_none_and_refuses_invalid_entries() {
     ))
     .await;
     let c = client(&base, fast());
-    assert_eq!(c.get("missing").await.unwrap(), None);
+    assert_eq!(c.get(&sid("missing")).await.unwrap(), None);
     assert_eq!(
-        c.get("devin-1").await.unwrap().unwrap().session_id(),
+        c.get(&sid("devin-1")).await.unwrap().unwrap().session_id(),
         "devin-1"
     );
-    assert!(matches!(c.get("bad").await, Err(FleetError::Decode { .. })));
+    assert!(matches!(
+        c.get(&sid("bad")).await,
+        Err(FleetError::Decode { .. })
+    ));
 }
 
 // ----- encoding -----
@@ -524,10 +541,10 @@ async fn ids_are_percent_encoded_into_one_segment() {
     .await;
     let c = client(&base, fast());
     for id in ["a/b?c", "../x", "sp ace#frag%2F", "ünï"] {
-        assert_eq!(c.get(id).await.unwrap().unwrap().session_id(), id);
-        assert_eq!(c.claim(id, "acc").await.unwrap().session_id(), id);
+        assert_eq!(c.get(&sid(id)).await.unwrap().unwrap().session_id(), id);
+        assert_eq!(c.claim(&sid(id), "acc").await.unwrap().session_id(), id);
         assert_eq!(
-            c.release(id, "acc").await.unwrap(),
+            c.release(&sid(id), "acc").await.unwrap(),
             ReleaseOutcome::Released
         );
     }
@@ -535,7 +552,7 @@ async fn ids_are_percent_encoded_into_one_segment() {
     assert_eq!(seen.len(), 12);
     assert_eq!(&seen[..3], ["get a/b?c", "claim a/b?c", "release a/b?c"]);
     assert!(matches!(
-        c.get("..").await,
+        c.get(&sid("..")).await,
         Err(FleetError::InvalidArgument(_))
     ));
 }
@@ -1198,11 +1215,11 @@ async fn the_token_never_appears_in_errors_or_logs() {
 
     let mut kinds = std::collections::BTreeSet::new();
     for id in ["401", "403", "500", "big", "slow", "decode", "text"] {
-        let e = c.get(id).await.unwrap_err();
+        let e = c.get(&sid(id)).await.unwrap_err();
         kinds.insert(e.kind());
         record(&e, e.to_string());
     }
-    let e = c.claim("x", "acc").await.unwrap_err();
+    let e = c.claim(&sid("x"), "acc").await.unwrap_err();
     assert!(e.is_conflict());
     record(&e, e.to_string());
     let e = c
@@ -1221,11 +1238,11 @@ async fn the_token_never_appears_in_errors_or_logs() {
     let e = c.list_all("o", None, None).await.unwrap_err();
     kinds.insert(e.kind());
     record(&e, e.to_string());
-    let e = c.get("..").await.unwrap_err();
+    let e = c.get(&sid("..")).await.unwrap_err();
     kinds.insert(e.kind());
     record(&e, e.to_string());
     let closed = FleetClient::new("http://127.0.0.1:1", Secret::new(TOKEN), fast()).unwrap();
-    let e = closed.get("x").await.unwrap_err();
+    let e = closed.get(&sid("x")).await.unwrap_err();
     kinds.insert(e.kind());
     record(&e, e.to_string());
     let e = crate::pkce::exchange_code(&base, "code", &Secret::new(TOKEN))

@@ -104,7 +104,7 @@ impl SessionSummary {
     /// which knows the outpost's configuration and the snapshots table.
     pub fn from_record(rec: &SessionRecord) -> Self {
         Self {
-            session_id: rec.session_id.clone(),
+            session_id: rec.session_id.as_str().to_owned(),
             outpost_id: rec.outpost_id.clone(),
             kind: rec.kind.clone(),
             backend: rec.backend.clone(),

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fleet::{EventType, FleetClient, QueueEntry, WatchItem};
+use fleet::{EventType, FleetClient, QueueEntry, SessionId, WatchItem};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -31,12 +31,12 @@ use refusal::Refusal;
 /// The latest known entry per session of one outpost.
 pub struct QueueView {
     outpost_id: String,
-    entries: Mutex<BTreeMap<String, QueueEntry>>,
+    entries: Mutex<BTreeMap<SessionId, QueueEntry>>,
     /// Bumped on every change; subscribers wake on it.
     generation: watch::Sender<u64>,
     /// Per session, bumped when that session's entry changes: a runner
     /// wakes for its own entry, not for each of a thousand others.
-    session_generations: Mutex<HashMap<String, watch::Sender<u64>>>,
+    session_generations: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     /// When the view was last confirmed by the server (Unix ms).
     synced_at: AtomicI64,
     /// Watch reconnections.
@@ -68,12 +68,12 @@ impl QueueView {
         &self.outpost_id
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, QueueEntry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, QueueEntry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every entry, by session id.
-    pub fn snapshot(&self) -> BTreeMap<String, QueueEntry> {
+    pub fn snapshot(&self) -> BTreeMap<SessionId, QueueEntry> {
         self.lock().clone()
     }
 
@@ -82,7 +82,7 @@ impl QueueView {
     pub fn snapshot_where(
         &self,
         keep: impl Fn(&QueueEntry) -> bool,
-    ) -> BTreeMap<String, QueueEntry> {
+    ) -> BTreeMap<SessionId, QueueEntry> {
         self.lock()
             .iter()
             .filter(|(_, e)| keep(e))
@@ -101,7 +101,7 @@ impl QueueView {
     }
 
     /// The session's entry, if seen.
-    pub fn get(&self, session_id: &str) -> Option<QueueEntry> {
+    pub fn get(&self, session_id: &SessionId) -> Option<QueueEntry> {
         self.lock().get(session_id).cloned()
     }
 
@@ -122,14 +122,14 @@ impl QueueView {
 
     /// Wakes when `session_id`'s entry changes (or a full list replaces
     /// the view); other entries' changes do not wake it.
-    pub fn subscribe_session(&self, session_id: &str) -> watch::Receiver<u64> {
+    pub fn subscribe_session(&self, session_id: &SessionId) -> watch::Receiver<u64> {
         self.sessions_lock()
-            .entry(session_id.to_owned())
+            .entry(session_id.clone())
             .or_insert_with(|| watch::Sender::new(0))
             .subscribe()
     }
 
-    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, watch::Sender<u64>>> {
         self.session_generations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -141,7 +141,7 @@ impl QueueView {
 
     /// Wakes the subscribers of these sessions; a sender nobody listens to
     /// any more (its runner ended) is dropped on the way.
-    fn bump_sessions<'a>(&self, session_ids: impl IntoIterator<Item = &'a str>) {
+    fn bump_sessions<'a>(&self, session_ids: impl IntoIterator<Item = &'a SessionId>) {
         let mut senders = self.sessions_lock();
         for id in session_ids {
             if let Some(tx) = senders.get(id) {
@@ -172,18 +172,18 @@ impl QueueView {
         // must not hold it.
         let mut entry = entry;
         entry.status.connect_token = None;
-        let id = entry.session_id().to_owned();
+        let id = entry.id().clone();
         let previous = self.lock().insert(id.clone(), entry.clone());
         // The watch echoes each claim and renewal already taken in from
         // its answer: an unchanged entry wakes nobody.
         if previous.as_ref() != Some(&entry) {
-            self.bump_sessions([id.as_str()]);
+            self.bump_sessions([&id]);
             self.bump();
         }
     }
 
     /// Forgets the entry.
-    pub fn remove(&self, session_id: &str) {
+    pub fn remove(&self, session_id: &SessionId) {
         if self.lock().remove(session_id).is_some() {
             self.bump_sessions([session_id]);
             self.bump();
@@ -192,10 +192,8 @@ impl QueueView {
 
     /// Replaces the whole view with a complete list.
     fn replace(&self, entries: Vec<QueueEntry>) {
-        let map: BTreeMap<String, QueueEntry> = entries
-            .into_iter()
-            .map(|e| (e.session_id().to_owned(), e))
-            .collect();
+        let map: BTreeMap<SessionId, QueueEntry> =
+            entries.into_iter().map(|e| (e.id().clone(), e)).collect();
         let first = !self.is_synced();
         let changed = {
             let mut current = self.lock();
@@ -209,14 +207,14 @@ impl QueueView {
         if first {
             self.bump_every_session();
         } else {
-            self.bump_sessions(changed.iter().map(String::as_str));
+            self.bump_sessions(&changed);
         }
         self.bump();
     }
 
     fn apply(&self, event_type: &EventType, entry: QueueEntry) {
         match event_type {
-            EventType::Deleted => self.remove(entry.session_id()),
+            EventType::Deleted => self.remove(entry.id()),
             EventType::Added | EventType::Modified => self.upsert(entry),
             EventType::Unknown(other) => {
                 debug!(event_type = %other, session_id = entry.session_id(), "ignoring unknown watch event type");
@@ -229,9 +227,9 @@ impl QueueView {
 /// The sessions whose entry differs between two readings of the queue
 /// (added, removed or changed).
 fn changed_ids(
-    before: &BTreeMap<String, QueueEntry>,
-    after: &BTreeMap<String, QueueEntry>,
-) -> Vec<String> {
+    before: &BTreeMap<SessionId, QueueEntry>,
+    after: &BTreeMap<SessionId, QueueEntry>,
+) -> Vec<SessionId> {
     let gone = before.keys().filter(|id| !after.contains_key(*id));
     let new_or_changed = after
         .iter()

@@ -280,7 +280,7 @@ pub async fn run_prepared(
 /// Claims for one outpost and keeps a runner per held session.
 async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let outpost_id = deps.outpost.outpost_id.clone();
-    let mut runners: JoinSet<(String, RunnerEnd)> = JoinSet::new();
+    let mut runners: JoinSet<(fleet::SessionId, RunnerEnd)> = JoinSet::new();
     let mut claiming: JoinSet<ClaimReply> = JoinSet::new();
     let mut state = ClaimState::default();
 
@@ -288,18 +288,12 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     match deps.store.active_sessions(&outpost_id) {
         Ok(records) => {
             for rec in records {
-                // Every recorded id was checked when its entry was read.
-                let id = match fleet::SessionId::new(rec.session_id.clone()) {
-                    Ok(id) => id,
-                    Err(e) => {
-                        error!(session_id = rec.session_id, error = %e, "the state store holds a session id that is not one; not re-adopting it");
-                        continue;
-                    }
-                };
-                info!(session_id = rec.session_id, stage = %rec.stage, "re-adopting session");
+                // Every recorded id was checked when its row was read.
+                info!(session_id = rec.session_id.as_str(), stage = %rec.stage, "re-adopting session");
                 state.held.insert(rec.session_id.clone());
-                let runner = SessionRunner::adopted(deps.clone(), id, rec.clone());
-                runners.spawn(async move { (rec.session_id, runner.run().await) });
+                let id = rec.session_id.clone();
+                let runner = SessionRunner::adopted(deps.clone(), rec);
+                runners.spawn(async move { (id, runner.run().await) });
             }
         }
         Err(e) => error!(error = %e, "reading the state store failed"),
@@ -350,7 +344,10 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     while runners.join_next().await.is_some() {}
 }
 
-fn runner_done(done: Result<(String, RunnerEnd), tokio::task::JoinError>, state: &mut ClaimState) {
+fn runner_done(
+    done: Result<(fleet::SessionId, RunnerEnd), tokio::task::JoinError>,
+    state: &mut ClaimState,
+) {
     match done {
         Ok((session_id, end)) => {
             if let Some(until) = cooldown_until(end, now_ms()) {

@@ -57,7 +57,7 @@ impl Serving {
     /// runner does it at its next step; the request itself returns at once.
     pub fn request_terminate(
         &self,
-        session_id: &str,
+        session_id: &fleet::SessionId,
         keep_snapshot: bool,
     ) -> Result<(), TerminateError> {
         match self.store.session(session_id) {
@@ -66,7 +66,11 @@ impl Serving {
                 return Err(TerminateError::NotActive);
             }
             Ok(Some(_)) => {}
-            Err(e) => warn!(session_id, error = %e, "reading the state store failed"),
+            Err(e) => warn!(
+                session_id = session_id.as_str(),
+                error = %e,
+                "reading the state store failed"
+            ),
         }
         if self
             .operator_stops

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{NetworkPolicy, QueueEntry, SessionId};
+use fleet::{NetworkPolicy, QueueEntry};
 use serde_json::json;
 use tracing::{error, info};
 
@@ -25,6 +25,7 @@ mod claim_keeper;
 mod clone_repos;
 mod deps;
 mod finish;
+mod launch;
 mod observe;
 mod provision;
 mod registry;
@@ -32,6 +33,7 @@ mod renew;
 mod run;
 mod snapshots;
 mod start;
+mod starting;
 mod step;
 mod wind_down;
 
@@ -44,8 +46,6 @@ use step::{RecordFailed, StepCtx};
 /// records the outcome.
 pub(crate) struct SessionRunner {
     deps: Arc<Deps>,
-    /// The session's id (the record's, checked).
-    session_id: SessionId,
     rec: SessionRecord,
     claim: ClaimKeeper,
     entry: Option<QueueEntry>,
@@ -73,14 +73,14 @@ pub(crate) struct SessionRunner {
 impl SessionRunner {
     /// A runner for a fresh claim: `entry` is the claim response.
     pub(crate) fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
-        let mut runner = Self::adopted(deps, entry.id().clone(), rec);
+        let mut runner = Self::adopted(deps, rec);
         runner.claim.take_answer(&entry);
         if let Some(token) = runner.claim.connect_token() {
             runner
                 .deps
                 .logs
                 .redactor()
-                .add_claim_token(&runner.rec.session_id, token.expose());
+                .add_claim_token(runner.rec.session_id.as_str(), token.expose());
         }
         runner.entry_obs = EntryObs::Present(entry.status.session_status.clone());
         runner.note_entry(entry);
@@ -89,11 +89,9 @@ impl SessionRunner {
 
     /// A runner for a session found in the state store (or adopted from the
     /// server's word that we hold it): no connect token in memory.
-    /// `id` is the record's session id.
-    pub(crate) fn adopted(deps: Arc<Deps>, id: SessionId, rec: SessionRecord) -> Self {
-        debug_assert_eq!(id.as_str(), rec.session_id);
+    pub(crate) fn adopted(deps: Arc<Deps>, rec: SessionRecord) -> Self {
         let claim = ClaimKeeper::new(
-            id.clone(),
+            rec.session_id.clone(),
             deps.client.clone(),
             &deps.acceptor_id,
             deps.learned_lifetime.clone(),
@@ -101,7 +99,6 @@ impl SessionRunner {
         );
         Self {
             deps,
-            session_id: id,
             recorded_stage: rec.stage,
             failed_record: None,
             rec,
@@ -121,7 +118,7 @@ impl SessionRunner {
     }
 
     fn id(&self) -> &str {
-        self.session_id.as_str()
+        self.rec.session_id.as_str()
     }
 
     /// The claim's gateway, else the configured one (Devin's orchestration
@@ -158,8 +155,8 @@ impl SessionRunner {
     }
 
     async fn drive(mut self) -> RunnerEnd {
-        let mut changes = self.deps.view.subscribe_session(self.id());
-        let mut registration = self.deps.operator_stops.register(self.id());
+        let mut changes = self.deps.view.subscribe_session(&self.rec.session_id);
+        let mut registration = self.deps.operator_stops.register(&self.rec.session_id);
         let mut quiet_looks = 0u32;
         loop {
             let before = self.look_fingerprint();
@@ -311,7 +308,7 @@ impl SessionRunner {
     /// What the step functions need of the runner's dependencies.
     fn ctx(&self) -> StepCtx {
         StepCtx {
-            session_id: self.session_id.clone(),
+            session_id: self.rec.session_id.clone(),
             backend: self.deps.backend.clone(),
             store: self.deps.store.clone(),
             logs: self.deps.logs.clone(),

@@ -59,7 +59,13 @@ mod tests {
         assert!(!path.exists());
         let store = Store::open(&path).unwrap();
         store
-            .put_session(&SessionRecord::new("s", "o", SessionKind::New, "host", 1))
+            .put_session(&SessionRecord::new(
+                &fleet::SessionId::new("s").unwrap(),
+                "o",
+                SessionKind::New,
+                "host",
+                1,
+            ))
             .unwrap();
         let reader = Store::open_existing(&path).unwrap();
         assert_eq!(reader.sessions().unwrap().len(), 1);

@@ -12,6 +12,7 @@ use super::page::{RawPage, parse_entry};
 use super::request::Call;
 use crate::error::{ClaimError, FleetError};
 use crate::http;
+use crate::session_id::SessionId;
 use crate::stats::route;
 use crate::wire::{AcceptorBody, ListPage, Phase, QueueEntry};
 
@@ -256,8 +257,8 @@ impl FleetClient {
     }
 
     /// One entry; `None` when the server answers 404.
-    pub async fn get(&self, session_id: &str) -> Result<Option<QueueEntry>, FleetError> {
-        let url = self.url(&["devins", &http::segment(session_id)?])?;
+    pub async fn get(&self, session_id: &SessionId) -> Result<Option<QueueEntry>, FleetError> {
+        let url = self.url(&["devins", &http::segment(session_id.as_str())?])?;
         let raw = self.execute(Call::get(route::GET, url)).await?;
         match raw.status {
             404 => Ok(None),
@@ -285,10 +286,10 @@ impl FleetClient {
     /// else holds it (or the session runs with another worker).
     pub async fn claim(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         acceptor_id: &str,
     ) -> Result<QueueEntry, ClaimError> {
-        let url = self.url(&["devins", &http::segment(session_id)?, "claim"])?;
+        let url = self.url(&["devins", &http::segment(session_id.as_str())?, "claim"])?;
         let raw = self
             .execute(Call::post(route::CLAIM, url, acceptor_body(acceptor_id)))
             .await?;
@@ -315,10 +316,10 @@ impl FleetClient {
     /// automatically; repeating a release is harmless, so the caller may.
     pub async fn release(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         acceptor_id: &str,
     ) -> Result<ReleaseOutcome, FleetError> {
-        let url = self.url(&["devins", &http::segment(session_id)?, "release"])?;
+        let url = self.url(&["devins", &http::segment(session_id.as_str())?, "release"])?;
         let raw = self
             .execute(Call::post(route::RELEASE, url, acceptor_body(acceptor_id)))
             .await?;

@@ -5,7 +5,7 @@ use emulator::{EmulatorConfig, Faults, SCOPE_MACHINE};
 use fleet::{ClaimError, CreateOutpost, FleetError, ListQuery, Platform};
 use futures::StreamExt;
 
-use crate::common::{client, env};
+use crate::common::{client, env, sid};
 
 fn assert_no_token(token: &str, what: &str, err: &dyn std::fmt::Debug, display: String) {
     let debug = format!("{err:?}");
@@ -29,16 +29,16 @@ async fn a_bad_token_is_unauthorized_everywhere_and_never_printed() {
         .unwrap_err();
     assert!(matches!(e, FleetError::Unauthorized { .. }), "{e:?}");
     assert_no_token(token, "list", &e, e.to_string());
-    let e = bad.get(&id).await.unwrap_err();
+    let e = bad.get(&sid(&id)).await.unwrap_err();
     assert!(matches!(e, FleetError::Unauthorized { .. }), "{e:?}");
     assert_no_token(token, "get", &e, e.to_string());
-    let e = bad.claim(&id, "acc").await.unwrap_err();
+    let e = bad.claim(&sid(&id), "acc").await.unwrap_err();
     assert!(
         matches!(e, ClaimError::Fleet(FleetError::Unauthorized { .. })),
         "{e:?}"
     );
     assert_no_token(token, "claim", &e, e.to_string());
-    let e = bad.release(&id, "acc").await.unwrap_err();
+    let e = bad.release(&sid(&id), "acc").await.unwrap_err();
     assert!(matches!(e, FleetError::Unauthorized { .. }), "{e:?}");
     let e = bad.list_outposts().await.unwrap_err();
     assert!(matches!(e, FleetError::Unauthorized { .. }), "{e:?}");
@@ -111,7 +111,7 @@ async fn a_missing_scope_is_forbidden_with_a_hint() {
         other => panic!("{other:?}"),
     }
     assert_no_token(&none_token, "list", &e, e.to_string());
-    let e = none.claim("devin-x", "acc").await.unwrap_err();
+    let e = none.claim(&sid("devin-x"), "acc").await.unwrap_err();
     assert!(
         matches!(e, ClaimError::Fleet(FleetError::Forbidden { .. })),
         "{e:?}"
@@ -128,7 +128,7 @@ async fn gets_ride_through_injected_server_errors() {
     });
     for _ in 0..20 {
         for id in &ids {
-            assert!(env.client.get(id).await.unwrap().is_some());
+            assert!(env.client.get(&sid(id)).await.unwrap().is_some());
         }
         let (all, _) = env
             .client

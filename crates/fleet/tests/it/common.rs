@@ -49,6 +49,11 @@ pub(crate) fn client(emu: &Emulator, token: &str) -> FleetClient {
     FleetClient::new(&emu.base_url(), Secret::new(token), options()).expect("client builds")
 }
 
+/// A checked session id for the client's calls.
+pub(crate) fn sid(id: &str) -> fleet::SessionId {
+    fleet::SessionId::new(id).unwrap()
+}
+
 impl Env {
     /// Enqueues a session that stays running until told otherwise.
     pub(crate) fn session(&self, id: Option<&str>) -> String {

@@ -3,7 +3,7 @@
 use emulator::EmulatorConfig;
 use fleet::{CreateOutpost, FleetError, Platform};
 
-use crate::common::env;
+use crate::common::{env, sid};
 
 #[tokio::test]
 async fn create_get_list_delete() {
@@ -50,7 +50,7 @@ async fn queue_depth_and_active_claims_are_reported() {
     let env = env(EmulatorConfig::default()).await;
     let a = env.session(None);
     env.session(None);
-    env.client.claim(&a, "acc").await.unwrap();
+    env.client.claim(&sid(&a), "acc").await.unwrap();
     let o = env.client.get_outpost(&env.outpost).await.unwrap().unwrap();
     assert_eq!(o.status.active_claims, 1);
     assert!(o.status.queue_depth >= 1);

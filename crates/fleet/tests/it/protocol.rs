@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::common::{HANG, env, next};
+use crate::common::{HANG, env, next, sid};
 use emulator::{EmulatorConfig, Faults};
 use fleet::{
     ClaimError, EventType, FleetError, ListQuery, Outpost, Platform, QueueEntry, ReleaseOutcome,
@@ -54,7 +54,7 @@ async fn list_orders_by_updated_at() {
     let env = env(EmulatorConfig::default()).await;
     let a = env.session(None);
     let b = env.session(None);
-    env.client.claim(&a, "w1").await.unwrap();
+    env.client.claim(&sid(&a), "w1").await.unwrap();
     let (all, _) = env.client.list_all(&env.outpost, None, None).await.unwrap();
     let got: Vec<&str> = all.iter().map(QueueEntry::session_id).collect();
     assert_eq!(got, [b.as_str(), a.as_str()]);
@@ -186,33 +186,33 @@ async fn idle_watches_send_keepalive_comments() {
 async fn claim_conflict_renew_release_and_gone() {
     let env = env(EmulatorConfig::default()).await;
     let id = env.session(None);
-    let claimed = env.client.claim(&id, "w1").await.unwrap();
+    let claimed = env.client.claim(&sid(&id), "w1").await.unwrap();
     let token1 = claimed.status.connect_token.clone().unwrap();
     assert!(claimed.status.gateway_url.is_some());
     assert!(claimed.status.claim_deadline.is_some());
     assert!(matches!(
-        env.client.claim(&id, "w2").await,
+        env.client.claim(&sid(&id), "w2").await,
         Err(ClaimError::Conflict)
     ));
-    let renewed = env.client.claim(&id, "w1").await.unwrap();
+    let renewed = env.client.claim(&sid(&id), "w1").await.unwrap();
     assert_ne!(
         renewed.status.connect_token.unwrap().expose(),
         token1.expose()
     );
     assert_eq!(
-        env.client.release(&id, "w2").await.unwrap(),
+        env.client.release(&sid(&id), "w2").await.unwrap(),
         ReleaseOutcome::NotHolder
     );
     assert_eq!(
-        env.client.release(&id, "w1").await.unwrap(),
+        env.client.release(&sid(&id), "w1").await.unwrap(),
         ReleaseOutcome::Released
     );
     env.emu.remove_entry(&id);
     assert_eq!(
-        env.client.release(&id, "w1").await.unwrap(),
+        env.client.release(&sid(&id), "w1").await.unwrap(),
         ReleaseOutcome::Gone
     );
-    assert!(env.client.get(&id).await.unwrap().is_none());
+    assert!(env.client.get(&sid(&id)).await.unwrap().is_none());
 }
 
 /// "Fleet API", outposts: `{metadata: {outpost_id, account_id,
@@ -271,7 +271,7 @@ async fn claim_deadlines_in_every_spelling_parse() {
         .await;
         let id = env.session(None);
         let before = chrono::Utc::now();
-        let e = env.client.claim(&id, "w1").await.unwrap();
+        let e = env.client.claim(&sid(&id), "w1").await.unwrap();
         let deadline = e.status.claim_deadline.expect("deadline parsed").0;
         // About five minutes out, whatever the spelling.
         let lifetime = deadline - before;

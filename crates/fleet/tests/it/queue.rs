@@ -3,7 +3,7 @@
 use emulator::EmulatorConfig;
 use fleet::{ListQuery, Phase, ReleaseOutcome};
 
-use crate::common::env;
+use crate::common::{env, sid};
 
 #[tokio::test]
 async fn paging_repeats_the_boundary_item_and_list_all_dedups() {
@@ -73,8 +73,8 @@ async fn filters_by_phase_and_acceptor() {
     let a = env.session(None);
     let b = env.session(None);
     let c = env.session(None);
-    env.client.claim(&a, "acc-1").await.unwrap();
-    env.client.claim(&b, "acc-2").await.unwrap();
+    env.client.claim(&sid(&a), "acc-1").await.unwrap();
+    env.client.claim(&sid(&b), "acc-2").await.unwrap();
 
     let ids = |entries: Vec<fleet::QueueEntry>| {
         entries
@@ -107,14 +107,14 @@ async fn filters_by_phase_and_acceptor() {
 async fn get_returns_the_entry_or_none() {
     let env = env(EmulatorConfig::default()).await;
     let id = env.session(None);
-    let entry = env.client.get(&id).await.unwrap().unwrap();
+    let entry = env.client.get(&sid(&id)).await.unwrap().unwrap();
     assert_eq!(entry.session_id(), id);
     assert_eq!(entry.metadata.outpost_id, env.outpost);
     assert_eq!(entry.status.phase, Phase::Pending);
     assert!(entry.metadata.created_at.is_some());
-    assert_eq!(env.client.get("devin-nope").await.unwrap(), None);
+    assert_eq!(env.client.get(&sid("devin-nope")).await.unwrap(), None);
     env.emu.remove_entry(&id);
-    assert_eq!(env.client.get(&id).await.unwrap(), None);
+    assert_eq!(env.client.get(&sid(&id)).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -123,12 +123,12 @@ async fn awkward_ids_reach_the_right_route() {
     for raw in ["a/b?c", "sp ace#x", "../up", "100%", "ünï"] {
         let id = env.session(Some(raw));
         assert_eq!(id, raw);
-        let entry = env.client.get(&id).await.unwrap().unwrap();
+        let entry = env.client.get(&sid(&id)).await.unwrap().unwrap();
         assert_eq!(entry.session_id(), raw);
-        let claimed = env.client.claim(&id, "acc").await.unwrap();
+        let claimed = env.client.claim(&sid(&id), "acc").await.unwrap();
         assert_eq!(claimed.session_id(), raw);
         assert_eq!(
-            env.client.release(&id, "acc").await.unwrap(),
+            env.client.release(&sid(&id), "acc").await.unwrap(),
             ReleaseOutcome::Released
         );
     }

@@ -431,9 +431,9 @@ fn report(emu: &Emulator, serving: &Serving, sessions: &[Tracked]) -> Vec<Expect
     let mut all = Vec::new();
     for (t, view) in &views {
         let Some(view) = view else { continue };
-        let snapshotted = serving
-            .store
-            .events(&t.id, 0)
+        let snapshotted = fleet::SessionId::new(t.id.as_str())
+            .ok()
+            .and_then(|id| serving.store.events(&id, 0).ok())
             .unwrap_or_default()
             .iter()
             .any(|e| e.kind == "snapshot");

@@ -116,13 +116,17 @@ impl Reader {
             }
         }
         let local = self.local.as_ref().expect("fallen back");
-        let Some(rec) = local.store.session(id)? else {
+        // An id no server could send names no session in the store.
+        let Ok(checked) = fleet::SessionId::new(id) else {
+            return Ok(None);
+        };
+        let Some(rec) = local.store.session(&checked)? else {
             return Ok(None);
         };
         Ok(Some(Look {
             stage: orchestrator::stage_label(&rec.stage).to_owned(),
             backend: rec.backend.clone(),
-            events: local.store.events(id, 0)?,
+            events: local.store.events(&checked, 0)?,
             log_bytes: local.log_len(id),
         }))
     }

@@ -110,7 +110,7 @@ async fn each_served_once(emu: &Emulator, g: &Garrison, ids: &[String]) {
     for id in ids {
         wait_until("terminated and recorded as ended", Some(g), || {
             status_is(emu, id, SessionStatus::Terminated)
-                && g.store().session(id).unwrap().map(|r| r.stage)
+                && g.store().session(&sid(id)).unwrap().map(|r| r.stage)
                     == Some(Stage::Done(Finish::Terminated))
         })
         .await;

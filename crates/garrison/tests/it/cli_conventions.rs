@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::common;
-use crate::common::{HANG_GUARD, garrison_bin};
+use crate::common::{HANG_GUARD, garrison_bin, sid};
 
 /// Nothing listens here: the commands read the state directory.
 const DEAD_ADMIN: &str = "http://127.0.0.1:1";
@@ -89,7 +89,7 @@ fn state_dir(root: &Path) -> PathBuf {
     let store = Store::open(&orchestrator::db_path(&state)).unwrap();
     for i in 0..SESSIONS {
         let mut rec = SessionRecord::new(
-            &format!("devin-{i:05}"),
+            &sid(&format!("devin-{i:05}")),
             &format!("outpost_env-{i:05}"),
             "new".into(),
             "host",
@@ -98,13 +98,13 @@ fn state_dir(root: &Path) -> PathBuf {
         rec.stage = Stage::Done(Finish::Terminated);
         store.put_session(&rec).unwrap();
     }
-    let mut rec = SessionRecord::new(LOGGED, "outpost_env-logged", "new".into(), "host", 5);
+    let mut rec = SessionRecord::new(&sid(LOGGED), "outpost_env-logged", "new".into(), "host", 5);
     rec.stage = Stage::Done(Finish::Terminated);
     store.put_session(&rec).unwrap();
     for n in 0..3 {
         store
             .add_event(
-                LOGGED,
+                &sid(LOGGED),
                 10 + n,
                 "remote_started",
                 &serde_json::json!({ "restart": n }),

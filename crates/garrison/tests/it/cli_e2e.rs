@@ -64,7 +64,7 @@ fn ok(out: Output, what: &str) -> Output {
 }
 
 fn stage(g: &Garrison, id: &str) -> Option<Stage> {
-    g.store().session(id).ok().flatten().map(|s| s.stage)
+    g.store().session(&sid(id)).ok().flatten().map(|s| s.stage)
 }
 
 /// The stage `garrison sessions --json` gives `id`.
@@ -311,7 +311,7 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
         stage(&g, &drop) == Some(Stage::Done(Finish::Suspended)) && released(&emu, &drop)
     })
     .await;
-    assert_eq!(g.store().snapshots(&drop).unwrap().len(), 1);
+    assert_eq!(g.store().snapshots(&sid(&drop)).unwrap().len(), 1);
     emu.resume(
         &drop,
         Script {
@@ -386,7 +386,7 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
                 && released(&emu, id)
         })
         .await;
-        let events = g.store().events(id, 0).unwrap();
+        let events = g.store().events(&sid(id), 0).unwrap();
         assert!(
             events.iter().any(|e| e.kind == "operator_terminate"),
             "{events:?}"
@@ -401,7 +401,7 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
     // JSON objects for a finish, and no colour escapes in a log that is
     // a file.
     for (id, word) in [(&drop, "stopped"), (&keep, "stopped_keeping_snapshot")] {
-        let events = g.store().events(id, 0).unwrap();
+        let events = g.store().events(&sid(id), 0).unwrap();
         let done = events
             .iter()
             .rev()
@@ -425,8 +425,8 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
         assert!(!log.contains(debug), "{debug:?} in the log:\n{log}");
     }
     assert!(log.contains("finish=stopped_keeping_snapshot"), "{log}");
-    assert!(g.store().snapshots(&drop).unwrap().is_empty());
-    let kept = g.store().snapshots(&keep).unwrap();
+    assert!(g.store().snapshots(&sid(&drop)).unwrap().is_empty());
+    let kept = g.store().snapshots(&sid(&keep)).unwrap();
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0].reason, SnapshotReason::Operator);
     assert_eq!(sandbox_dirs(&state), 0, "the sandboxes were destroyed");
@@ -476,7 +476,7 @@ async fn sessions_pages_through_more_than_one_page_of_the_admin_api() {
         let store = orchestrator::Store::open(&state.join("garrison.db")).unwrap();
         for i in 0..SEEDED {
             let mut rec = orchestrator::SessionRecord::new(
-                &format!("seeded-{i:04}"),
+                &sid(&format!("seeded-{i:04}")),
                 &outpost,
                 "new".into(),
                 "host",

@@ -289,7 +289,7 @@ fn seed_finished_sessions(state: &Path, outpost_id: &str) {
             _ => Finish::Terminated,
         };
         let mut rec = SessionRecord::new(
-            &format!("seeded-{i:04}"),
+            &sid(&format!("seeded-{i:04}")),
             outpost_id,
             fleet::SessionKind::New,
             "host",

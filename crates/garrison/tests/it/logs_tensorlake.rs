@@ -188,7 +188,7 @@ async fn logs_follow_a_served_tensorlake_session_in_its_sandbox_across_suspend_a
         },
         Backend::Tensorlake,
     );
-    let stage = |id: &str| g.store().session(id).ok().flatten().map(|s| s.stage);
+    let stage = |id: &str| g.store().session(&sid(id)).ok().flatten().map(|s| s.stage);
     // The first half waits for the follower to be attached: the output of
     // a sandbox that is already suspended cannot be read without waking it.
     let go = dir.path().join("go");

@@ -99,7 +99,7 @@ fn random_token() -> String {
 
 fn event_kinds(g: &Garrison, id: &str) -> Vec<String> {
     g.store()
-        .events(id, 0)
+        .events(&sid(id), 0)
         .unwrap()
         .into_iter()
         .map(|e| e.kind)
@@ -172,7 +172,7 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
     );
     let detail = &g
         .store()
-        .events(&id, 0)
+        .events(&sid(&id), 0)
         .unwrap()
         .into_iter()
         .find(|e| e.kind == "repo_cloned")
@@ -325,12 +325,12 @@ async fn a_failing_clone_fails_the_start_and_releases_the_claim() {
     wait_until("released after the failed starts", Some(&g), || {
         released(&emu, &id)
             && g.store()
-                .session(&id)
+                .session(&sid(&id))
                 .unwrap()
                 .is_some_and(|r| r.stage == Stage::Done(Finish::Released))
     })
     .await;
-    let rec = g.store().session(&id).unwrap().unwrap();
+    let rec = g.store().session(&sid(&id)).unwrap().unwrap();
     assert!(rec.start_failures >= 1);
     let error = rec.error.unwrap_or_default();
     assert!(
@@ -338,7 +338,7 @@ async fn a_failing_clone_fails_the_start_and_releases_the_claim() {
         "{error}"
     );
     assert!(!error.contains(&token));
-    let events = g.store().events(&id, 0).unwrap();
+    let events = g.store().events(&sid(&id), 0).unwrap();
     assert!(events.iter().any(|e| e.kind == "start_failed"));
     assert!(!events.iter().any(|e| e.kind == "remote_started"));
     assert_eq!(view(&emu, &id).connections, 0, "no remote ran");

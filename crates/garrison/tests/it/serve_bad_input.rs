@@ -388,6 +388,6 @@ async fn a_token_revoked_after_start_makes_serve_not_ready_and_leaves_sessions_r
     );
     // The session is untouched: its remote connected, its record running.
     assert!(view(&emu, &id).connected, "{log}");
-    let stage = g.store().session(&id).unwrap().map(|s| s.stage);
+    let stage = g.store().session(&sid(&id)).unwrap().map(|s| s.stage);
     assert_eq!(stage, Some(Stage::Running), "{log}");
 }

@@ -47,7 +47,11 @@ async fn a_new_session_runs_its_steps_terminates_and_is_cleaned_up(backend: Back
         Some(&g),
         || {
             sandbox_dirs(&state) == 0
-                && g.store().session(&id).unwrap().expect("recorded").stage
+                && g.store()
+                    .session(&sid(&id))
+                    .unwrap()
+                    .expect("recorded")
+                    .stage
                     == Stage::Done(Finish::Terminated)
         },
     )
@@ -149,7 +153,7 @@ async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
     )
     .await;
     assert_eq!(
-        g.store().snapshots(&id).unwrap().len(),
+        g.store().snapshots(&sid(&id)).unwrap().len(),
         1,
         "one suspend snapshot recorded"
     );
@@ -175,7 +179,7 @@ async fn a_suspended_session_resumes_with_its_files(backend: Backend) {
     assert_eq!(view(&emu, &id).connections, 2, "one remote per claim");
     // Terminated: the snapshots are deleted.
     wait_until("snapshots deleted", Some(&g), || {
-        g.store().snapshots(&id).unwrap().is_empty()
+        g.store().snapshots(&sid(&id)).unwrap().is_empty()
     })
     .await;
     wait_until("sandbox destroyed", Some(&g), || sandbox_dirs(&state) == 0).await;
@@ -406,7 +410,8 @@ async fn two_garrisons_serve_twenty_sessions_exactly_once(backend: Backend) {
     };
     wait_until("both stores record every session as done", Some(&a), || {
         let (sa, sb) = (served(&a), served(&b));
-        ids.iter().all(|id| sa.contains(id) || sb.contains(id))
+        ids.iter()
+            .all(|id| sa.contains(id.as_str()) || sb.contains(id.as_str()))
     })
     .await;
     let (sa, sb) = (served(&a), served(&b));
@@ -436,7 +441,7 @@ async fn a_checksum_mismatch_is_refused_and_the_claim_released(backend: Backend)
     wait_until("claimed then released", Some(&g), || released(&emu, &id)).await;
     wait_until("refusal recorded", Some(&g), || {
         g.store()
-            .session(&id)
+            .session(&sid(&id))
             .unwrap()
             .is_some_and(|s| s.stage == Stage::Done(Finish::Released))
     })
@@ -446,7 +451,7 @@ async fn a_checksum_mismatch_is_refused_and_the_claim_released(backend: Backend)
         0,
         "the corrupt binary never ran"
     );
-    let rec = g.store().session(&id).unwrap().unwrap();
+    let rec = g.store().session(&sid(&id)).unwrap().unwrap();
     assert!(
         rec.error
             .unwrap_or_default()
@@ -485,19 +490,19 @@ async fn a_crashing_remote_is_restarted_then_given_up_on(backend: Backend) {
     );
     wait_until("given up", Some(&g), || {
         g.store()
-            .session(&id)
+            .session(&sid(&id))
             .unwrap()
             .is_some_and(|s| s.stage == Stage::Done(Finish::Failed))
     })
     .await;
-    let rec = g.store().session(&id).unwrap().unwrap();
+    let rec = g.store().session(&sid(&id)).unwrap().unwrap();
     assert_eq!(rec.restarts, 2);
     assert_eq!(
         view(&emu, &id).connections,
         3,
         "first start and two restarts"
     );
-    let snapshots = g.store().snapshots(&id).unwrap();
+    let snapshots = g.store().snapshots(&sid(&id)).unwrap();
     assert_eq!(snapshots.len(), 1, "a recovery snapshot is kept");
     assert_eq!(snapshots[0].reason, orchestrator::SnapshotReason::Recovery);
     wait_until("claim released", Some(&g), || released(&emu, &id)).await;

@@ -32,7 +32,7 @@ async fn wait_exit(g: &mut Garrison) -> std::process::ExitStatus {
 }
 
 fn stage(g: &Garrison, id: &str) -> Option<Stage> {
-    g.store().session(id).unwrap().map(|s| s.stage)
+    g.store().session(&sid(id)).unwrap().map(|s| s.stage)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +221,7 @@ async fn a_missing_snapshot_falls_back_to_a_fresh_sandbox() {
     })
     .await;
     assert!(step_outputs(&emu, &id).last().unwrap().contains("fresh"));
-    let events = g.store().events(&id, 0).unwrap();
+    let events = g.store().events(&sid(&id), 0).unwrap();
     assert!(
         events.iter().any(|e| e.kind == "snapshot_missing"),
         "the fallback is recorded"

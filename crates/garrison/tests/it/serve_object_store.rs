@@ -173,15 +173,15 @@ async fn a_damaged_snapshot_fails_the_session_and_is_kept() {
     let store = g.store();
     wait_until("the session failed", Some(&g), || {
         store
-            .session(&id)
+            .session(&sid(&id))
             .unwrap()
             .is_some_and(|s| s.stage == Stage::Done(Finish::Failed))
     })
     .await;
-    let record = store.session(&id).unwrap().unwrap();
+    let record = store.session(&sid(&id)).unwrap().unwrap();
     let error = record.error.unwrap_or_default();
     assert!(error.contains("failed its integrity check"), "{error}");
-    let events = store.events(&id, 0).unwrap();
+    let events = store.events(&sid(&id), 0).unwrap();
     assert!(
         events.iter().any(|e| e.kind == "snapshot_refused"),
         "{events:?}"
@@ -220,7 +220,7 @@ async fn with_the_fresh_fallback_a_damaged_snapshot_starts_the_session_afresh() 
         output.contains("fresh") && !output.contains("kept"),
         "{output}"
     );
-    let events = g.store().events(&id, 0).unwrap();
+    let events = g.store().events(&sid(&id), 0).unwrap();
     assert!(
         events.iter().any(|e| e.kind == "snapshot_refused"),
         "{events:?}"

@@ -194,7 +194,7 @@ pub(crate) fn select<'a>(records: &'a [SessionRecord], query: &SessionQuery) -> 
     for rec in records {
         let stage = rec.stage.label();
         *counts.entry(stage.as_str().to_owned()).or_default() += 1;
-        if query.matches(&rec.session_id, stage) {
+        if query.matches(rec.session_id.as_str(), stage) {
             kept.push(rec);
         }
     }

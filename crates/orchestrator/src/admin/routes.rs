@@ -14,6 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use fleet::SessionId;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
@@ -58,6 +59,12 @@ fn internal(e: anyhow::Error) -> Response {
 enum Lookup {
     NotFound,
     Store(anyhow::Error),
+}
+
+/// The session id a route's path names, checked as the fleet API's are:
+/// one that fails names no session here.
+fn checked(id: String) -> Result<SessionId, Lookup> {
+    SessionId::new(id).map_err(|_| Lookup::NotFound)
 }
 
 impl IntoResponse for Lookup {
@@ -123,7 +130,7 @@ impl AdminState {
         s
     }
 
-    fn record(&self, session_id: &str) -> Result<SessionRecord, Lookup> {
+    fn record(&self, session_id: &SessionId) -> Result<SessionRecord, Lookup> {
         match self.serving.store.session(session_id) {
             Ok(Some(rec)) => Ok(rec),
             Ok(None) => Err(Lookup::NotFound),
@@ -218,15 +225,15 @@ async fn session_page(State(state): State<Arc<AdminState>>, RawQuery(raw): RawQu
 }
 
 async fn session(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
-    let rec = match state.record(&id) {
+    let rec = match checked(id).and_then(|id| state.record(&id)) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let events = match state.serving.store.events(&id, 0) {
+    let events = match state.serving.store.events(&rec.session_id, 0) {
         Ok(e) => e,
         Err(e) => return internal(e),
     };
-    let log_bytes = std::fs::metadata(state.remote_log(&id))
+    let log_bytes = std::fs::metadata(state.remote_log(rec.session_id.as_str()))
         .map(|m| m.len())
         .unwrap_or(0);
     Json(SessionDetail {
@@ -248,9 +255,10 @@ async fn events(
     Path(id): Path<String>,
     Query(q): Query<After>,
 ) -> Response {
-    if let Err(e) = state.record(&id) {
-        return e.into_response();
-    }
+    let id = match checked(id).and_then(|id| state.record(&id)) {
+        Ok(rec) => rec.session_id,
+        Err(e) => return e.into_response(),
+    };
     match state.serving.store.events(&id, q.after) {
         Ok(events) => Json(events).into_response(),
         Err(e) => internal(e),
@@ -298,10 +306,11 @@ async fn log(
     Path(id): Path<String>,
     Query(q): Query<Offset>,
 ) -> Response {
-    if let Err(e) = state.record(&id) {
-        return e.into_response();
-    }
-    match read_chunk(&state.remote_log(&id), q.offset) {
+    let id = match checked(id).and_then(|id| state.record(&id)) {
+        Ok(rec) => rec.session_id,
+        Err(e) => return e.into_response(),
+    };
+    match read_chunk(&state.remote_log(id.as_str()), q.offset) {
         Ok(chunk) => Json(chunk).into_response(),
         Err(e) => internal(e.into()),
     }
@@ -310,7 +319,7 @@ async fn log(
 /// Where one `/stream` is.
 struct Follow {
     state: Arc<AdminState>,
-    id: String,
+    id: SessionId,
     offset: u64,
     last_event: i64,
     stage: Option<String>,
@@ -324,7 +333,7 @@ impl Follow {
     /// Looks once for new output, events and a stage change; `true` when
     /// the session is done and everything has been sent.
     fn poll(&mut self) -> bool {
-        let path = self.state.remote_log(&self.id);
+        let path = self.state.remote_log(self.id.as_str());
         loop {
             match read_chunk(&path, self.offset) {
                 Ok(chunk) if chunk.next_offset > self.offset => {
@@ -363,9 +372,10 @@ impl Follow {
 }
 
 async fn stream(State(state): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
-    if let Err(e) = state.record(&id) {
-        return e.into_response();
-    }
+    let id = match checked(id).and_then(|id| state.record(&id)) {
+        Ok(rec) => rec.session_id,
+        Err(e) => return e.into_response(),
+    };
     let follow = Follow {
         state,
         id,
@@ -404,8 +414,17 @@ async fn terminate(
     Path(id): Path<String>,
     Json(req): Json<TerminateRequest>,
 ) -> Response {
-    match state.serving.request_terminate(&id, req.keep_snapshot) {
-        Ok(()) => (
+    // An id no server could send names no session here.
+    let requested = SessionId::new(id)
+        .map_err(|_| TerminateError::NotFound)
+        .and_then(|id| {
+            state
+                .serving
+                .request_terminate(&id, req.keep_snapshot)
+                .map(|()| id)
+        });
+    match requested {
+        Ok(id) => (
             StatusCode::ACCEPTED,
             Json(json!({ "session_id": id, "keep_snapshot": req.keep_snapshot })),
         )

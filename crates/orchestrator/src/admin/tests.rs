@@ -1,5 +1,6 @@
-//! The admin listener: what needs the token beyond loopback, the session
-//! page's bounds, readiness, a port in use, the Host headers let through.
+//! The admin listener: what needs the token beyond loopback, a path id
+//! that fails the check, the session page's bounds, readiness, a port in
+//! use, the Host headers let through.
 
 use std::path::Path;
 
@@ -66,6 +67,42 @@ async fn beyond_loopback_everything_but_health_and_the_dashboard_shell_needs_the
 }
 
 #[tokio::test]
+async fn a_path_id_no_server_could_send_is_an_unknown_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "t".repeat(64);
+    let base = exposed_listener(dir.path(), &token).await;
+    let http = reqwest::Client::new();
+    // Percent-encoded control character: refused by the id's check.
+    for id in [
+        "a%0Ab",
+        &"x".repeat(fleet::MAX_SESSION_ID_LEN + 1),
+        "devin-unknown",
+    ] {
+        for route in ["", "/events", "/log", "/stream"] {
+            let res = http
+                .get(format!("{base}/api/sessions/{id}{route}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status().as_u16(), 404, "{id}{route}");
+            let body: serde_json::Value = res.json().await.unwrap();
+            assert_eq!(body["error"], "unknown session", "{id}{route}");
+        }
+        let res = http
+            .post(format!("{base}/api/sessions/{id}/terminate"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({ "keep_snapshot": false }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 404, "{id}/terminate");
+        let body: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(body["error"], "no such session", "{id}/terminate");
+    }
+}
+
+#[tokio::test]
 async fn the_session_page_is_bounded_and_refuses_bad_parameters() {
     let dir = tempfile::tempdir().unwrap();
     let token = "t".repeat(64);
@@ -73,7 +110,7 @@ async fn the_session_page_is_bounded_and_refuses_bad_parameters() {
     let store = crate::store::Store::open(&dir.path().join("garrison.db")).unwrap();
     for i in 0..120 {
         let rec = crate::store::SessionRecord::new(
-            &format!("s-{i:03}"),
+            &fleet::SessionId::new(format!("s-{i:03}")).unwrap(),
             "op",
             fleet::SessionKind::New,
             "host",

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fleet::{Phase, Platform, QueueEntry, SessionStatus, Timestamp};
+use fleet::{Phase, Platform, QueueEntry, SessionId, SessionStatus, Timestamp};
 
 use super::stage::{Finish, Stage};
 use super::terms::Millis;
@@ -78,39 +78,39 @@ pub(crate) struct ClaimObs<'a> {
     /// Garrison is stopping.
     pub stopping: bool,
     /// The queue, by session id.
-    pub entries: &'a BTreeMap<String, QueueEntry>,
+    pub entries: &'a BTreeMap<SessionId, QueueEntry>,
     /// Sessions this orchestrator holds (any stage but done).
-    pub held: &'a BTreeSet<String>,
+    pub held: &'a BTreeSet<SessionId>,
     /// Sessions whose claim we lost, with the entry's `updated_at` then: not
     /// tried again until the entry changes.
-    pub lost: &'a BTreeMap<String, Option<Timestamp>>,
+    pub lost: &'a BTreeMap<SessionId, Option<Timestamp>>,
     /// Sessions this orchestrator gave back (a refused binary, start
     /// failures) and must not claim again before the given time.
-    pub cooldown: &'a BTreeMap<String, Millis>,
+    pub cooldown: &'a BTreeMap<SessionId, Millis>,
     /// Sessions the state store has as done here (ended, given back, or
     /// left): a claim of ours on one is not being served.
-    pub finished_here: &'a BTreeSet<String>,
+    pub finished_here: &'a BTreeSet<SessionId>,
     /// Claims this loop released, with the entry's `updated_at` then: not
     /// released again until the entry changes.
-    pub released: &'a BTreeMap<String, Option<Timestamp>>,
+    pub released: &'a BTreeMap<SessionId, Option<Timestamp>>,
     /// Sessions whose snapshot this host cannot restore (recorded in the
     /// state store): never claimed here again while the mark stands, since
     /// every claim would fail the same way.
-    pub unrestorable: &'a BTreeSet<String>,
+    pub unrestorable: &'a BTreeSet<SessionId>,
 }
 
 /// What to do about one queue entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ClaimAction {
     /// Claim this session.
-    Claim(String),
+    Claim(SessionId),
     /// The server says we hold it but the state store does not know it (a
     /// crash between claim and record): take it back into our care.
-    Adopt(String),
+    Adopt(SessionId),
     /// The server says we hold it, but the session is over (terminated or
     /// suspended) or already finished here: give it back now rather than
     /// leave it to expire, as the reference operator does.
-    Release(String),
+    Release(SessionId),
 }
 
 /// Decides which entries to claim or adopt, oldest first, within capacity,
@@ -122,7 +122,7 @@ pub(crate) fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
         .values()
         .filter(|e| !obs.held.contains(e.session_id()))
         .filter(|e| to_release(obs, e))
-        .map(|e| ClaimAction::Release(e.session_id().to_owned()));
+        .map(|e| ClaimAction::Release(e.id().clone()));
     if obs.stopping {
         return releases.collect();
     }
@@ -141,7 +141,7 @@ pub(crate) fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
                 .created_at
                 .map(|t| t.unix_millis())
                 .unwrap_or(i64::MAX),
-            e.session_id().to_owned(),
+            e.id().clone(),
         )
     });
     candidates
@@ -172,7 +172,7 @@ fn to_release(obs: &ClaimObs<'_>, entry: &QueueEntry) -> bool {
 }
 
 fn claim_action(obs: &ClaimObs<'_>, entry: &QueueEntry) -> Option<ClaimAction> {
-    let id = entry.session_id().to_owned();
+    let id = entry.id().clone();
     let status = &entry.status;
     // Released suspended/terminated sessions linger as pending rows: claiming
     // them would flap forever.

@@ -46,11 +46,17 @@ async fn an_expired_cursor_makes_the_queue_list_again_then_watch() {
         ..NewSession::default()
     };
     emu.create_session(new("devin-1")).unwrap();
-    until(&view, |v| v.get("devin-1").is_some()).await;
+    until(&view, |v| {
+        v.get(&fleet::SessionId::new("devin-1").unwrap()).is_some()
+    })
+    .await;
 
     emu.expire_cursors();
     emu.create_session(new("devin-2")).unwrap();
-    until(&view, |v| v.get("devin-2").is_some()).await;
+    until(&view, |v| {
+        v.get(&fleet::SessionId::new("devin-2").unwrap()).is_some()
+    })
+    .await;
     assert_eq!(
         view.relists.load(Ordering::Relaxed),
         2,
@@ -70,10 +76,10 @@ fn entry(id: &str, status: &str) -> QueueEntry {
     .unwrap()
 }
 
-fn map(entries: &[QueueEntry]) -> BTreeMap<String, QueueEntry> {
+fn map(entries: &[QueueEntry]) -> BTreeMap<fleet::SessionId, QueueEntry> {
     entries
         .iter()
-        .map(|e| (e.session_id().to_owned(), e.clone()))
+        .map(|e| (e.id().clone(), e.clone()))
         .collect()
 }
 
@@ -98,7 +104,8 @@ fn a_list_names_only_the_entries_that_changed() {
 #[test]
 fn a_session_wakes_for_its_own_entry_only() {
     let view = QueueView::new("o");
-    let mut mine = view.subscribe_session("a");
+    let a = fleet::SessionId::new("a").unwrap();
+    let mut mine = view.subscribe_session(&a);
     let mut all = view.subscribe();
     view.upsert(entry("b", "running"));
     assert!(!mine.has_changed().unwrap());
@@ -112,7 +119,7 @@ fn a_session_wakes_for_its_own_entry_only() {
     view.upsert(entry("a", "running"));
     assert!(!mine.has_changed().unwrap());
     assert!(!all.has_changed().unwrap());
-    view.remove("a");
+    view.remove(&a);
     assert!(mine.has_changed().unwrap());
 }
 

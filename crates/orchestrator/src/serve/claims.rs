@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use fleet::{ClaimError, Timestamp};
+use fleet::{ClaimError, SessionId, Timestamp};
 use serde_json::json;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -24,18 +24,18 @@ use common::now_ms;
 #[derive(Default)]
 pub(super) struct ClaimState {
     /// Sessions held: a runner serves them, or their claim is in flight.
-    pub held: BTreeSet<String>,
-    pub lost: BTreeMap<String, Option<Timestamp>>,
-    pub cooldown: BTreeMap<String, i64>,
-    pub released: BTreeMap<String, Option<Timestamp>>,
+    pub held: BTreeSet<SessionId>,
+    pub lost: BTreeMap<SessionId, Option<Timestamp>>,
+    pub cooldown: BTreeMap<SessionId, i64>,
+    pub released: BTreeMap<SessionId, Option<Timestamp>>,
     /// Claim calls that failed in a row, per session: each failure puts the
     /// session in `cooldown` for longer (see [`claim_retry_delay`]).
-    pub claim_failures: BTreeMap<String, u32>,
+    pub claim_failures: BTreeMap<SessionId, u32>,
 }
 
 /// A claim call's answer, with the entry's `updated_at` when it was sent.
 pub(super) struct ClaimReply {
-    session_id: String,
+    session_id: SessionId,
     seen_updated_at: Option<Timestamp>,
     answer: Result<fleet::QueueEntry, ClaimError>,
 }
@@ -50,7 +50,7 @@ pub(super) const CLAIMS_IN_FLIGHT: usize = 16;
 /// claim never waits for another one's answer nor for the next round.
 pub(super) async fn claim_round(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<(String, RunnerEnd)>,
+    runners: &mut JoinSet<(SessionId, RunnerEnd)>,
     claiming: &mut JoinSet<ClaimReply>,
     state: &mut ClaimState,
 ) {
@@ -123,23 +123,25 @@ pub(super) async fn claim_round(
                 if deps.store.put_session(&rec).is_err() {
                     continue;
                 }
-                info!(session_id, "adopting a claim the state store did not know");
+                info!(
+                    session_id = session_id.as_str(),
+                    "adopting a claim the state store did not know"
+                );
                 held.insert(session_id.clone());
-                let runner = SessionRunner::adopted(deps.clone(), entry.id().clone(), rec);
+                let runner = SessionRunner::adopted(deps.clone(), rec);
                 runners.spawn(async move { (session_id, runner.run().await) });
             }
             ClaimAction::Release(session_id) => {
                 let Some(entry) = entries.get(&session_id) else {
                     continue;
                 };
-                info!(
-                    session_id,
+                info!(session_id = session_id.as_str(),
                     session_status = %entry.status.session_status,
                     "releasing a claim of ours that nothing here serves"
                 );
                 match deps.client.release(&session_id, &deps.acceptor_id).await {
                     Ok(outcome) => info!(
-                        session_id,
+                        session_id = session_id.as_str(),
                         outcome = match outcome {
                             fleet::ReleaseOutcome::Released => "released",
                             fleet::ReleaseOutcome::NotHolder => "not_holder",
@@ -149,7 +151,9 @@ pub(super) async fn claim_round(
                     ),
                     // Not retried until the entry changes: a claim left
                     // alone expires by itself, as before.
-                    Err(e) => warn!(session_id, error = %e, "releasing a stale claim failed"),
+                    Err(e) => {
+                        warn!(session_id = session_id.as_str(), error = %e, "releasing a stale claim failed")
+                    }
                 }
                 released.insert(session_id, entry.metadata.updated_at);
             }
@@ -161,7 +165,7 @@ pub(super) async fn claim_round(
 /// started at once; a lost or failed one gives its slot back.
 pub(super) async fn claim_answered(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<(String, RunnerEnd)>,
+    runners: &mut JoinSet<(SessionId, RunnerEnd)>,
     state: &mut ClaimState,
     reply: Result<ClaimReply, tokio::task::JoinError>,
 ) {
@@ -202,7 +206,7 @@ pub(super) async fn claim_answered(
             let retry_after = e.retry_after().map(|d| d.as_millis() as i64);
             let wait = claim_retry_delay(*failures, retry_after, rand::random::<f64>());
             state.cooldown.insert(session_id.clone(), now_ms() + wait);
-            warn!(session_id, error = %e, retry_in_ms = wait, "claim failed");
+            warn!(session_id = session_id.as_str(), error = %e, retry_in_ms = wait, "claim failed");
         }
     }
 }
@@ -211,10 +215,10 @@ pub(super) async fn claim_answered(
 /// recorded is released again.
 async fn start_claimed(
     deps: &Arc<Deps>,
-    runners: &mut JoinSet<(String, RunnerEnd)>,
-    held: &mut BTreeSet<String>,
-    cooldown: &mut BTreeMap<String, i64>,
-    session_id: String,
+    runners: &mut JoinSet<(SessionId, RunnerEnd)>,
+    held: &mut BTreeSet<SessionId>,
+    cooldown: &mut BTreeMap<SessionId, i64>,
+    session_id: SessionId,
     entry: fleet::QueueEntry,
 ) {
     Metrics::inc(&deps.metrics.claims_won);
@@ -222,7 +226,7 @@ async fn start_claimed(
     if let Err(e) = deps.store.put_session(&rec) {
         // Unrecorded, the claim would be adopted after a restart; still, do
         // not run what we cannot record.
-        error!(session_id, error = %e, "recording the claim failed; releasing it");
+        error!(session_id = session_id.as_str(), error = %e, "recording the claim failed; releasing it");
         let _ = deps.client.release(&session_id, &deps.acceptor_id).await;
         held.remove(&session_id);
         if let Some(until) = cooldown_until(RunnerEnd::RecordFailed, now_ms()) {
@@ -230,22 +234,22 @@ async fn start_claimed(
         }
         return;
     }
-    info!(session_id, kind = %rec.kind, "claimed");
+    info!(session_id = session_id.as_str(), kind = %rec.kind, "claimed");
     if let Err(e) = deps.store.add_event(
         &session_id,
         now_ms(),
         "claimed",
         &json!({ "acceptor_id": deps.acceptor_id, "kind": rec.kind }),
     ) {
-        warn!(session_id, error = %e, "recording an event failed");
+        warn!(session_id = session_id.as_str(), error = %e, "recording an event failed");
     }
     if let Err(e) = deps.logs.event(
-        &session_id,
+        session_id.as_str(),
         now_ms(),
         "claimed",
         &json!({ "acceptor_id": deps.acceptor_id }),
     ) {
-        warn!(session_id, error = %e, "writing an event to the session log failed");
+        warn!(session_id = session_id.as_str(), error = %e, "writing an event to the session log failed");
     }
     deps.view.upsert(entry.clone());
     held.insert(session_id.clone());
@@ -257,9 +261,9 @@ async fn start_claimed(
 /// done here.
 fn finished_here(
     deps: &Deps,
-    entries: &BTreeMap<String, fleet::QueueEntry>,
-    held: &BTreeSet<String>,
-) -> BTreeSet<String> {
+    entries: &BTreeMap<SessionId, fleet::QueueEntry>,
+    held: &BTreeSet<SessionId>,
+) -> BTreeSet<SessionId> {
     entries
         .values()
         .filter(|e| {
@@ -267,17 +271,15 @@ fn finished_here(
                 && e.status.acceptor_id.as_deref() == Some(deps.acceptor_id.as_str())
                 && !held.contains(e.session_id())
         })
-        .filter(
-            |e| matches!(deps.store.session(e.session_id()), Ok(Some(rec)) if rec.stage.is_done()),
-        )
-        .map(|e| e.session_id().to_owned())
+        .filter(|e| matches!(deps.store.session(e.id()), Ok(Some(rec)) if rec.stage.is_done()))
+        .map(|e| e.id().clone())
         .collect()
 }
 
 /// The state-store record of a session just claimed (or adopted).
 fn claimed_record(deps: &Deps, entry: &fleet::QueueEntry) -> SessionRecord {
     let mut rec = SessionRecord::new(
-        entry.session_id(),
+        entry.id(),
         &deps.outpost.outpost_id,
         entry.spec.kind.clone(),
         deps.backend.kind(),

@@ -33,11 +33,10 @@ pub(super) async fn clean_orphans(deps: &Arc<Deps>, retention: Option<Duration>)
         let Some(session_id) = handle.labels.get(sandbox::LABEL_SESSION_ID) else {
             continue;
         };
-        let record = deps
-            .store
-            .session(session_id)
+        // A label no server could have sent names no session recorded here.
+        let record = fleet::SessionId::new(session_id.as_str())
             .ok()
-            .flatten()
+            .and_then(|id| deps.store.session(&id).ok().flatten())
             .map(|s| (s.stage, s.updated_at));
         let mine = Mine {
             outpost_id: &deps.outpost.outpost_id,
@@ -161,7 +160,7 @@ pub(super) async fn expire_snapshots(
         match backend.delete_snapshot(&stored.snapshot).await {
             Ok(()) => {
                 info!(
-                    session_id = stored.session_id,
+                    session_id = stored.session_id.as_str(),
                     snapshot = stored.snapshot.id,
                     "snapshot expired"
                 );
@@ -253,7 +252,7 @@ mod tests {
             backend.destroy(&handle).await.unwrap();
             store
                 .add_snapshot(&StoredSnapshot {
-                    session_id: session.into(),
+                    session_id: fleet::SessionId::new(session).unwrap(),
                     reason: SnapshotReason::Suspend,
                     snapshot: snapshot.clone(),
                 })
@@ -268,7 +267,7 @@ mod tests {
         store.remove_snapshot(&kept[1].id).unwrap();
         store
             .add_snapshot(&StoredSnapshot {
-                session_id: "new".into(),
+                session_id: fleet::SessionId::new("new").unwrap(),
                 reason: SnapshotReason::Suspend,
                 snapshot: newer.clone(),
             })
@@ -276,9 +275,20 @@ mod tests {
 
         assert_eq!(expire_snapshots(&store, &backend, 30 * day, now).await, 1);
         assert!(!backend.snapshot_exists(&kept[0]).await.unwrap());
-        assert!(store.snapshots("old").unwrap().is_empty());
+        assert!(
+            store
+                .snapshots(&fleet::SessionId::new("old").unwrap())
+                .unwrap()
+                .is_empty()
+        );
         assert!(backend.snapshot_exists(&newer).await.unwrap());
-        assert_eq!(store.snapshots("new").unwrap().len(), 1);
+        assert_eq!(
+            store
+                .snapshots(&fleet::SessionId::new("new").unwrap())
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     /// A session whose restarts kept failing leaves a recovery snapshot per
@@ -297,8 +307,13 @@ mod tests {
         })
         .unwrap();
         let store = Store::in_memory().unwrap();
-        let mut rec =
-            crate::store::SessionRecord::new("ended", "o", fleet::SessionKind::Resume, "host", 1);
+        let mut rec = crate::store::SessionRecord::new(
+            &fleet::SessionId::new("ended").unwrap(),
+            "o",
+            fleet::SessionKind::Resume,
+            "host",
+            1,
+        );
         rec.stage = Stage::Done(Finish::Failed);
         store.put_session(&rec).unwrap();
         let spec = sandbox::SandboxSpec {
@@ -315,7 +330,7 @@ mod tests {
             let snapshot = backend.snapshot(&handle).await.unwrap();
             store
                 .add_snapshot(&StoredSnapshot {
-                    session_id: "ended".into(),
+                    session_id: fleet::SessionId::new("ended").unwrap(),
                     reason: SnapshotReason::Recovery,
                     snapshot: snapshot.clone(),
                 })
@@ -325,7 +340,7 @@ mod tests {
         backend.destroy(&handle).await.unwrap();
         store
             .mark_unrestorable(&crate::store::Unrestorable {
-                session_id: "ended".into(),
+                session_id: fleet::SessionId::new("ended").unwrap(),
                 snapshot_id: recovery[2].id.clone(),
                 reason: "deep".into(),
                 at: 1,
@@ -342,7 +357,12 @@ mod tests {
         for snapshot in &recovery {
             assert!(!backend.snapshot_exists(snapshot).await.unwrap());
         }
-        assert!(store.snapshots("ended").unwrap().is_empty());
+        assert!(
+            store
+                .snapshots(&fleet::SessionId::new("ended").unwrap())
+                .unwrap()
+                .is_empty()
+        );
         assert!(store.unrestorable_ids().unwrap().is_empty());
     }
 

@@ -216,11 +216,7 @@ impl ClaimKeeper {
     /// Asks the server for more time on the claim and takes in its answer.
     pub(super) async fn renew(&mut self) -> Renewal {
         self.claim.last_attempt = Some(Instant::now());
-        match self
-            .client
-            .claim(self.session_id.as_str(), &self.acceptor_id)
-            .await
-        {
+        match self.client.claim(&self.session_id, &self.acceptor_id).await {
             Ok(entry) => {
                 self.take_answer(&entry);
                 Renewal::Renewed(Box::new(entry))

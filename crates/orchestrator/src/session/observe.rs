@@ -43,7 +43,7 @@ impl SessionRunner {
 
     pub(super) async fn observe(&mut self) -> Result<(), RecordFailed> {
         let now = now_ms();
-        match self.deps.view.get(self.id()) {
+        match self.deps.view.get(&self.rec.session_id) {
             Some(entry) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.note_entry(entry);
@@ -184,7 +184,7 @@ impl SessionRunner {
     pub(super) async fn confirm_end(&mut self) {
         self.confirm_attempts += 1;
         self.last_confirm_at = Some(now_ms());
-        match self.deps.client.get(self.id()).await {
+        match self.deps.client.get(&self.rec.session_id).await {
             Ok(Some(entry)) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use fleet::SessionId;
+
 use crate::planner::OperatorStop;
 
 /// A registered runner: its generation and where its requests go.
@@ -14,24 +16,24 @@ type RunnerSlot = (u64, tokio::sync::watch::Sender<Option<OperatorStop>>);
 /// for as long as its `SessionRunner::run` runs.
 #[derive(Default)]
 pub struct OperatorStops {
-    runners: Mutex<BTreeMap<String, RunnerSlot>>,
+    runners: Mutex<BTreeMap<SessionId, RunnerSlot>>,
     next: std::sync::atomic::AtomicU64,
 }
 
 impl OperatorStops {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunnerSlot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, RunnerSlot>> {
         self.runners
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(super) fn register(self: &Arc<Self>, session_id: &str) -> Registration {
+    pub(super) fn register(self: &Arc<Self>, session_id: &SessionId) -> Registration {
         let generation = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = tokio::sync::watch::channel(None);
-        self.lock().insert(session_id.to_owned(), (generation, tx));
+        self.lock().insert(session_id.clone(), (generation, tx));
         Registration {
             stops: self.clone(),
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             generation,
             rx,
         }
@@ -39,7 +41,7 @@ impl OperatorStops {
 
     /// Hands the request to the session's runner; `false` when no runner
     /// runs for it.
-    pub fn request(&self, session_id: &str, stop: OperatorStop) -> bool {
+    pub fn request(&self, session_id: &SessionId, stop: OperatorStop) -> bool {
         match self.lock().get(session_id) {
             Some((_, tx)) => {
                 tx.send_replace(Some(stop));
@@ -50,7 +52,7 @@ impl OperatorStops {
     }
 
     /// Whether a runner runs for the session now.
-    pub fn is_running(&self, session_id: &str) -> bool {
+    pub fn is_running(&self, session_id: &SessionId) -> bool {
         self.lock().contains_key(session_id)
     }
 }
@@ -58,7 +60,7 @@ impl OperatorStops {
 /// A runner's entry in [`OperatorStops`], removed when dropped.
 pub(super) struct Registration {
     stops: Arc<OperatorStops>,
-    session_id: String,
+    session_id: SessionId,
     generation: u64,
     pub(super) rx: tokio::sync::watch::Receiver<Option<OperatorStop>>,
 }
@@ -82,23 +84,24 @@ mod tests {
     #[test]
     fn operator_requests_reach_only_a_registered_runner() {
         let stops = Arc::new(OperatorStops::default());
+        let s = &SessionId::new("s").unwrap();
         let stop = OperatorStop {
             keep_snapshot: true,
         };
-        assert!(!stops.request("s", stop));
-        let first = stops.register("s");
-        assert!(stops.is_running("s"));
-        assert!(stops.request("s", stop));
+        assert!(!stops.request(s, stop));
+        let first = stops.register(s);
+        assert!(stops.is_running(s));
+        assert!(stops.request(s, stop));
         assert_eq!(*first.rx.borrow(), Some(stop));
         // A later runner of the same session replaces the entry; the earlier
         // one going away does not remove it.
-        let second = stops.register("s");
+        let second = stops.register(s);
         drop(first);
-        assert!(stops.is_running("s"));
-        assert!(stops.request("s", stop));
+        assert!(stops.is_running(s));
+        assert!(stops.request(s, stop));
         assert_eq!(*second.rx.borrow(), Some(stop));
         drop(second);
-        assert!(!stops.is_running("s"));
-        assert!(!stops.request("s", stop));
+        assert!(!stops.is_running(s));
+        assert!(!stops.request(s, stop));
     }
 }

@@ -28,7 +28,7 @@ impl SessionRunner {
                     self.deps
                         .logs
                         .redactor()
-                        .add_claim_token(&self.rec.session_id, token.expose());
+                        .add_claim_token(self.rec.session_id.as_str(), token.expose());
                 }
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
@@ -67,7 +67,7 @@ impl SessionRunner {
                     "renewing the claim found the entry gone"
                 );
                 self.event("entry_gone", json!({ "during": "renewal" }));
-                self.deps.view.remove(self.id());
+                self.deps.view.remove(&self.rec.session_id);
                 self.entry_obs = EntryObs::Gone;
                 Ok(())
             }

@@ -50,7 +50,7 @@ pub(super) async fn snapshot(
                 // once the sandbox is destroyed: the runner stops first.
                 ctx.store
                     .add_snapshot(&StoredSnapshot {
-                        session_id: ctx.id().to_owned(),
+                        session_id: ctx.session_id.clone(),
                         reason,
                         snapshot: snapshot.clone(),
                     })
@@ -85,7 +85,7 @@ pub(super) async fn snapshot(
 pub(super) async fn known_snapshots(ctx: &StepCtx, name: &SandboxName) -> Vec<SnapshotRef> {
     let mut snapshots: Vec<SnapshotRef> = ctx
         .store
-        .snapshots(ctx.id())
+        .snapshots(&ctx.session_id)
         .unwrap_or_default()
         .into_iter()
         .map(|s| s.snapshot)

@@ -1,7 +1,7 @@
-//! The start step as the runner records it: the binary resolved, a sandbox
-//! for the session (see `provision.rs`), the remote binary in it, the
-//! repositories cloned (see `clone_repos.rs`), the remote started (see
-//! `run.rs`), each outcome written down before the next step.
+//! The start step as the runner records it: the sandbox brought up (see
+//! `starting.rs`), the remote started (see `run.rs`), each outcome written
+//! down before the next step, and a failed start's outcome (refused, given
+//! up, failed, retried) recorded.
 
 use std::time::Duration;
 
@@ -11,11 +11,9 @@ use serde_json::json;
 use tracing::{error, warn};
 
 use super::SessionRunner;
-use super::clone_repos::clone_repos;
-use super::provision::{ProvisionInput, provision};
+use super::provision::{ProvisionInput, Provisioned};
+use super::starting::{StartInput, StartRecords, prepare};
 use super::step::{KeepClaim, RecordFailed, StartError};
-use crate::contract;
-use crate::metrics::Metrics;
 use crate::planner::{Finish, Stage};
 use crate::store::Unrestorable;
 use common::now_ms;
@@ -29,7 +27,7 @@ impl SessionRunner {
         let entry = self
             .deps
             .client
-            .get(self.id())
+            .get(&self.rec.session_id)
             .await?
             .context("the entry is gone")?;
         self.note_entry(entry.clone());
@@ -77,7 +75,7 @@ impl SessionRunner {
                 self.deps
                     .store
                     .mark_unrestorable(&Unrestorable {
-                        session_id: self.id().to_owned(),
+                        session_id: self.rec.session_id.clone(),
                         snapshot_id: snapshot_id.clone(),
                         reason: reason.clone(),
                         at: now_ms(),
@@ -115,95 +113,66 @@ impl SessionRunner {
         Ok(())
     }
 
+    /// Starts the session: the sandbox brought up (see [`prepare`]), then
+    /// the remote launched (see [`Self::spawn_remote`]), each outcome
+    /// recorded before the next step.
     pub(super) async fn try_start(&mut self) -> Result<(), StartError> {
         if !self.has_budget() {
             return Err(StartError::Deadline);
         }
         let entry = self.current_entry().await.map_err(StartError::Failed)?;
-        let pinned = entry.spec.remote_binary_sha.clone();
-        let remote = match self
-            .deps
-            .resolver
-            .resolve(pinned.as_deref(), self.deps.backend.capabilities().arch)
-            .await
-        {
-            Ok(remote) => remote,
-            Err(e) if e.is_checksum_mismatch() => {
-                Metrics::inc(&self.deps.metrics.checksum_refusals);
-                return Err(StartError::Refused(e.to_string()));
-            }
-            Err(e) => return Err(StartError::Failed(e.into())),
-        };
-        self.rec.remote_sha = Some(remote.sha.clone());
-        if !self.has_budget() {
-            return Err(StartError::Deadline);
-        }
-
-        if self.rec.stage == Stage::Claimed {
-            self.set_stage(Stage::Starting)
-                .map_err(StartError::Record)?;
-            self.event(
-                "starting",
-                json!({ "remote_sha": remote.sha, "backend": self.deps.backend.kind() }),
-            );
-        }
-        let ctx = self.ctx();
-        let input = ProvisionInput {
+        let deps = self.deps.clone();
+        let input = StartInput {
             entry: &entry,
-            kind: self.rec.kind.clone(),
-            recorded: self.rec.handle.clone(),
-            remote_recorded: self.rec.process.is_some(),
-            outpost_id: &self.rec.outpost_id.clone(),
-            acceptor_id: &self.deps.acceptor_id.clone(),
-            image: self.deps.outpost.image.clone(),
-            resources: self.deps.outpost.resources,
-            corrupt_snapshot_starts_fresh: self.deps.policy.corrupt_snapshot_starts_fresh,
+            resolver: &deps.resolver,
+            repos: &deps.outpost.repos,
+            provision: ProvisionInput {
+                entry: &entry,
+                kind: self.rec.kind.clone(),
+                recorded: self.rec.handle.clone(),
+                remote_recorded: self.rec.process.is_some(),
+                outpost_id: &self.rec.outpost_id.clone(),
+                acceptor_id: &deps.acceptor_id,
+                image: deps.outpost.image.clone(),
+                resources: deps.outpost.resources,
+                corrupt_snapshot_starts_fresh: deps.policy.corrupt_snapshot_starts_fresh,
+            },
         };
-        let provisioned = provision(&ctx, self, input).await?;
-        if let Some(policy) = provisioned.applied_policy {
-            self.applied_policy = Some(policy);
-        }
-        let (handle, restored) = (provisioned.handle, provisioned.keeps_workspace);
-        self.rec.handle = Some(handle.clone());
-        self.save().map_err(StartError::Record)?;
-        self.event("sandbox_created", json!({ "sandbox": handle.name }));
-        self.check_renewals().map_err(StartError::Record)?;
-        // A renewal while the sandbox was made found the claim lost: the
-        // planner winds the session down (the sandbox is recorded).
-        if self.claim_lost() {
-            return Err(StartError::Deadline);
-        }
-
-        let bytes = self
-            .deps
-            .resolver
-            .verified_bytes(&remote)
-            .await
-            .map_err(|e| {
-                if e.is_checksum_mismatch() {
-                    StartError::Refused(e.to_string())
-                } else {
-                    StartError::Failed(e.into())
-                }
-            })?;
-        let path = format!("{}/{}", handle.bin_dir, contract::REMOTE_BINARY);
-        // Named by its verified digest, so a backend that can share one
-        // stored copy among its sandboxes (the host backend links it) does
-        // not write the binary once per session.
-        self.deps
-            .backend
-            .put_executable(&handle, &path, &bytes, &remote.sha256)
-            .await
-            .map_err(|e| StartError::Failed(e.into()))?;
-        // A restored or resumed workspace has its repositories already.
-        if !restored {
-            let repos = self.deps.outpost.repos.clone();
-            clone_repos(&ctx, self, &handle, &repos).await?;
-            self.remote_cwd = Some(handle.workdir.clone());
+        let ready = prepare(&self.ctx(), self, input).await?;
+        if let Some(workdir) = ready.cloned_into {
+            self.remote_cwd = Some(workdir);
         }
         if !self.has_budget() {
             return Err(StartError::Deadline);
         }
         Ok(self.spawn_remote().await?)
+    }
+}
+
+impl StartRecords for SessionRunner {
+    fn resolved(&mut self, remote_sha: &str) {
+        self.rec.remote_sha = Some(remote_sha.to_owned());
+    }
+
+    fn starting(&mut self) -> Result<(), RecordFailed> {
+        if self.rec.stage == Stage::Claimed {
+            self.set_stage(Stage::Starting)?;
+            self.event(
+                "starting",
+                json!({ "remote_sha": self.rec.remote_sha, "backend": self.deps.backend.kind() }),
+            );
+        }
+        Ok(())
+    }
+
+    fn sandbox_made(&mut self, provisioned: &Provisioned) -> Result<(), RecordFailed> {
+        if let Some(policy) = &provisioned.applied_policy {
+            self.applied_policy = Some(policy.clone());
+        }
+        let handle = provisioned.handle.clone();
+        self.rec.handle = Some(handle.clone());
+        self.save()?;
+        self.event("sandbox_created", json!({ "sandbox": handle.name }));
+        Ok(())
     }
 }

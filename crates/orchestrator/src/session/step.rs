@@ -96,7 +96,7 @@ impl StepCtx {
     /// snapshot rows), so a failed write is logged and the step goes on.
     pub(super) fn event(&self, kind: &str, detail: serde_json::Value) {
         let at = now_ms();
-        if let Err(e) = self.store.add_event(self.id(), at, kind, &detail) {
+        if let Err(e) = self.store.add_event(&self.session_id, at, kind, &detail) {
             warn!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
         }
         if let Err(e) = self.logs.event(self.id(), at, kind, &detail) {

@@ -214,7 +214,13 @@ fn claim_response() -> QueueEntry {
 }
 
 fn record(stage: Stage, handle: Option<Handle>) -> SessionRecord {
-    let mut rec = SessionRecord::new(SESSION, "o", SessionKind::New, "host", now_ms());
+    let mut rec = SessionRecord::new(
+        &fleet::SessionId::new(SESSION).unwrap(),
+        "o",
+        SessionKind::New,
+        "host",
+        now_ms(),
+    );
     rec.stage = stage;
     rec.claim_deadline = Some(now_ms() + 300_000);
     rec.handle = handle;
@@ -238,7 +244,11 @@ async fn a_start_that_cannot_be_recorded_creates_no_sandbox_and_releases_the_cla
 
     assert!(world.backend.list().await.unwrap().is_empty());
     assert_eq!(world.releases(), 1);
-    let kept = world.store.session(SESSION).unwrap().unwrap();
+    let kept = world
+        .store
+        .session(&fleet::SessionId::new(SESSION).unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(kept.stage, Stage::Claimed);
 }
 
@@ -258,7 +268,11 @@ async fn a_remote_that_cannot_be_recorded_is_not_spawned() {
     // The host backend makes a process's directory before anything else.
     let status = world.backend.status(&handle, &process).await;
     assert!(matches!(&status, Err(e) if e.is_gone()), "{status:?}");
-    let kept = world.store.session(SESSION).unwrap().unwrap();
+    let kept = world
+        .store
+        .session(&fleet::SessionId::new(SESSION).unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!((kept.stage, kept.process), (Stage::Starting, None));
 }
 
@@ -302,7 +316,11 @@ async fn a_session_past_claimed_is_left_to_its_claim_when_a_record_fails() {
     assert_eq!(run(world.runner(rec)).await, RunnerEnd::RecordFailed);
 
     assert_eq!(world.releases(), 0);
-    let kept = world.store.session(SESSION).unwrap().unwrap();
+    let kept = world
+        .store
+        .session(&fleet::SessionId::new(SESSION).unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(kept.stage, Stage::Starting);
     assert!(kept.process.is_none());
 }
@@ -489,7 +507,7 @@ async fn a_suspend_cut_short_in_its_destroy_finishes_after_a_restart() {
     assert_eq!(world.releases(), 1);
     let events: Vec<String> = world
         .store
-        .events(SESSION, 0)
+        .events(&fleet::SessionId::new(SESSION).unwrap(), 0)
         .unwrap()
         .into_iter()
         .map(|e| e.kind)

@@ -57,7 +57,7 @@ pub(super) async fn end_sandbox(
 /// by itself.
 pub(super) async fn release(ctx: &StepCtx, client: &FleetClient, acceptor_id: &str) {
     for attempt in 1..=FINISH_ATTEMPTS {
-        match client.release(ctx.id(), acceptor_id).await {
+        match client.release(&ctx.session_id, acceptor_id).await {
             Ok(outcome) => {
                 let outcome = match outcome {
                     ReleaseOutcome::Released => "released",

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
+use fleet::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,27 @@ pub(super) fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> rusqlite::Resul
     serde_json::from_str(text).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
     })
+}
+
+/// A session id read from `table`: checked as the fleet API's are, so a
+/// row no server could have sent is an error naming that row.
+pub(super) fn session_id(table: &'static str, raw: String) -> rusqlite::Result<SessionId> {
+    SessionId::new(raw.clone()).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            Box::new(BadSessionId { table, raw, e }),
+        )
+    })
+}
+
+/// A stored session id that fails [`SessionId::new`].
+#[derive(Debug, thiserror::Error)]
+#[error("the {table} row of session {raw:?}: {e}")]
+struct BadSessionId {
+    table: &'static str,
+    raw: String,
+    e: fleet::InvalidEntry,
 }
 
 pub(super) fn parse_opt<T: for<'de> Deserialize<'de>>(

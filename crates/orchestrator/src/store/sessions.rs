@@ -3,19 +3,19 @@
 //! sessions by stage for status.
 
 use anyhow::Result;
-use fleet::SessionKind;
+use fleet::{SessionId, SessionKind};
 use rusqlite::{OptionalExtension, params};
 use sandbox::{Handle, ProcessRef};
 use serde::{Deserialize, Serialize};
 
-use super::db::{Store, json, opt_json, parse, parse_opt};
+use super::db::{Store, json, opt_json, parse, parse_opt, session_id};
 use crate::planner::{Millis, Stage};
 
 /// One held (or once held) session, as recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Its outpost.
     pub outpost_id: String,
     /// The entry's kind when claimed (stored as its wire spelling).
@@ -51,14 +51,14 @@ pub struct SessionRecord {
 impl SessionRecord {
     /// The record of a session just claimed.
     pub fn new(
-        session_id: &str,
+        session_id: &SessionId,
         outpost_id: &str,
         kind: SessionKind,
         backend: &str,
         now: Millis,
     ) -> Self {
         Self {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             outpost_id: outpost_id.to_owned(),
             kind,
             backend: backend.to_owned(),
@@ -83,7 +83,7 @@ const SESSION_COLUMNS: &str = "session_id, outpost_id, kind, backend, stage, cla
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     Ok(SessionRecord {
-        session_id: row.get(0)?,
+        session_id: session_id("sessions", row.get(0)?)?,
         outpost_id: row.get(1)?,
         kind: SessionKind::from(row.get::<_, String>(2)?.as_str()),
         backend: row.get(3)?,
@@ -117,7 +117,7 @@ impl Store {
             )?
             .execute(
                 params![
-                    record.session_id,
+                    record.session_id.as_str(),
                     record.outpost_id,
                     record.kind.as_str(),
                     record.backend,
@@ -140,12 +140,12 @@ impl Store {
     }
 
     /// The session's record, if any.
-    pub fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+    pub fn session(&self, session_id: &SessionId) -> Result<Option<SessionRecord>> {
         self.with(|c| {
             c.prepare_cached(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?1"
             ))?
-            .query_row([session_id], session_from_row)
+            .query_row([session_id.as_str()], session_from_row)
             .optional()
         })
     }
@@ -195,7 +195,8 @@ mod tests {
     #[test]
     fn sessions_round_trip_with_handle_and_process() {
         let store = Store::in_memory().unwrap();
-        let mut rec = SessionRecord::new("devin-1", "o", SessionKind::New, "host", 10);
+        let id = SessionId::new("devin-1").unwrap();
+        let mut rec = SessionRecord::new(&id, "o", SessionKind::New, "host", 10);
         rec.stage = Stage::Running;
         rec.claim_deadline = Some(300_000);
         rec.handle = Some(Handle {
@@ -213,7 +214,7 @@ mod tests {
             id: "remote-1".into(),
         });
         store.put_session(&rec).unwrap();
-        assert_eq!(store.session("devin-1").unwrap(), Some(rec.clone()));
+        assert_eq!(store.session(&id).unwrap(), Some(rec.clone()));
         assert_eq!(store.active_sessions("o").unwrap().len(), 1);
         rec.stage = Stage::Done(Finish::Terminated);
         store.put_session(&rec).unwrap();
@@ -222,5 +223,24 @@ mod tests {
             store.count_by_stage().unwrap(),
             vec![("terminated".to_owned(), 1)]
         );
+    }
+
+    #[test]
+    fn a_stored_id_no_server_could_send_is_an_error_naming_its_row() {
+        let store = Store::in_memory().unwrap();
+        let id = SessionId::new("devin-1").unwrap();
+        store
+            .put_session(&SessionRecord::new(&id, "o", SessionKind::New, "host", 10))
+            .unwrap();
+        store
+            .write(|c| c.execute("UPDATE sessions SET session_id = 'a\nb'", []))
+            .unwrap();
+        let e = store.sessions().unwrap_err();
+        let message = format!("{e:#}");
+        assert!(
+            message.contains("the sessions row of session \"a\\nb\""),
+            "{message}"
+        );
+        assert!(message.contains("control character"), "{message}");
     }
 }

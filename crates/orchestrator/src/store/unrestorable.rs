@@ -9,17 +9,18 @@
 use std::collections::BTreeSet;
 
 use anyhow::Result;
+use fleet::SessionId;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::db::Store;
+use super::db::{Store, session_id};
 use crate::planner::Millis;
 
 /// Why a session is not claimed here again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unrestorable {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The snapshot.
     pub snapshot_id: String,
     /// Bounded (`bound::error_text`).
@@ -35,7 +36,7 @@ impl Store {
         self.write(|c| {
             c.execute(
                 "INSERT OR REPLACE INTO unrestorable (session_id, snapshot_id, reason, at) VALUES (?1, ?2, ?3, ?4)",
-                params![mark.session_id, mark.snapshot_id, reason, mark.at],
+                params![mark.session_id.as_str(), mark.snapshot_id, reason, mark.at],
             )
             .map(drop)
         })
@@ -49,7 +50,7 @@ impl Store {
             )?;
             stmt.query_map([], |row| {
                 Ok(Unrestorable {
-                    session_id: row.get(0)?,
+                    session_id: session_id("unrestorable", row.get(0)?)?,
                     snapshot_id: row.get(1)?,
                     reason: row.get(2)?,
                     at: row.get(3)?,
@@ -60,28 +61,29 @@ impl Store {
     }
 
     /// The ids of the sessions marked, for the claim planner.
-    pub fn unrestorable_ids(&self) -> Result<BTreeSet<String>> {
+    pub fn unrestorable_ids(&self) -> Result<BTreeSet<SessionId>> {
         self.with(|c| {
             let mut stmt = c.prepare_cached("SELECT session_id FROM unrestorable")?;
-            stmt.query_map([], |row| row.get(0))?.collect()
+            stmt.query_map([], |row| session_id("unrestorable", row.get(0)?))?
+                .collect()
         })
     }
 
     /// The session's mark, if any.
-    pub fn unrestorable_session(&self, session_id: &str) -> Result<Option<Unrestorable>> {
+    pub fn unrestorable_session(&self, session_id: &SessionId) -> Result<Option<Unrestorable>> {
         Ok(self
             .unrestorable()?
             .into_iter()
-            .find(|u| u.session_id == session_id))
+            .find(|u| &u.session_id == session_id))
     }
 
     /// Lets the session be claimed here again (the operator mended the
     /// host, or wants another try). True if it was marked.
-    pub fn clear_unrestorable(&self, session_id: &str) -> Result<bool> {
+    pub fn clear_unrestorable(&self, session_id: &SessionId) -> Result<bool> {
         self.write(|c| {
             c.execute(
                 "DELETE FROM unrestorable WHERE session_id = ?1",
-                [session_id],
+                [session_id.as_str()],
             )
             .map(|n| n > 0)
         })
@@ -96,22 +98,23 @@ mod tests {
     #[test]
     fn a_mark_is_kept_bounded_and_goes_with_its_snapshot() {
         let store = Store::in_memory().unwrap();
+        let s = SessionId::new("s").unwrap();
         let mark = Unrestorable {
-            session_id: "s".into(),
+            session_id: s.clone(),
             snapshot_id: "snap".into(),
             reason: "x".repeat(1 << 20),
             at: 5,
         };
         store.mark_unrestorable(&mark).unwrap();
-        let kept = store.unrestorable_session("s").unwrap().unwrap();
+        let kept = store.unrestorable_session(&s).unwrap().unwrap();
         assert!(kept.reason.len() < 10 << 10);
         assert_eq!(
             store.unrestorable_ids().unwrap(),
-            BTreeSet::from(["s".to_owned()])
+            BTreeSet::from([s.clone()])
         );
         store
             .add_snapshot(&StoredSnapshot {
-                session_id: "s".into(),
+                session_id: s.clone(),
                 reason: SnapshotReason::Suspend,
                 snapshot: sandbox::SnapshotRef {
                     backend: "local".into(),
@@ -126,7 +129,7 @@ mod tests {
         store.remove_snapshot("snap").unwrap();
         assert!(store.unrestorable_ids().unwrap().is_empty());
         store.mark_unrestorable(&mark).unwrap();
-        assert!(store.clear_unrestorable("s").unwrap());
-        assert!(!store.clear_unrestorable("s").unwrap());
+        assert!(store.clear_unrestorable(&s).unwrap());
+        assert!(!store.clear_unrestorable(&s).unwrap());
     }
 }

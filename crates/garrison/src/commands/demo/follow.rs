@@ -68,20 +68,20 @@ pub(super) async fn follow(
 
 /// Looks at one session once: prints what is new, plays Devin's move.
 fn step(emu: &Emulator, serving: &Serving, t: &mut Tracked, view: &SessionView, started: Instant) {
-    let stage = serving
-        .store
-        .session(&t.id)
-        .ok()
-        .flatten()
+    // The emulator made the id; one that fails the check has no record.
+    let id = fleet::SessionId::new(t.id.as_str()).ok();
+    let stage = id
+        .as_ref()
+        .and_then(|id| serving.store.session(id).ok().flatten())
         .map(|rec| stage_label(&rec.stage).to_owned());
     if let Some(stage) = stage
         && t.stages.last() != Some(&stage)
     {
         t.stages.push(stage);
     }
-    let events = serving
-        .store
-        .events(&t.id, t.events_after)
+    let events = id
+        .as_ref()
+        .and_then(|id| serving.store.events(id, t.events_after).ok())
         .unwrap_or_default();
     for event in &events {
         t.events_after = t.events_after.max(event.id);

@@ -101,7 +101,7 @@ mod tests {
         assert_eq!(unrestorable(dir.path()).outcome, Outcome::Pass);
         store
             .mark_unrestorable(&orchestrator::Unrestorable {
-                session_id: "devin-deep".into(),
+                session_id: fleet::SessionId::new("devin-deep").unwrap(),
                 snapshot_id: "snap-1".into(),
                 reason: "a path of 7700 bytes, longer than PATH_MAX".into(),
                 at: 1,

@@ -201,7 +201,7 @@ mod tests {
     fn events_read_as_one_line_with_untrusted_text_made_printable() {
         let event = Event {
             id: 1,
-            session_id: "s".into(),
+            session_id: fleet::SessionId::new("s").unwrap(),
             at: 0,
             kind: "remote_started".into(),
             detail: serde_json::json!({ "process": "remote-1\x1b[2J", "restart": 2 }),

@@ -18,6 +18,11 @@ use fleet::{Platform, SessionStatus};
 /// Bounds every wait; a healthy run takes a small fraction of it.
 pub(crate) const HANG_GUARD: Duration = Duration::from_secs(120);
 
+/// A checked session id, for the state store's queries.
+pub(crate) fn sid(id: &str) -> fleet::SessionId {
+    fleet::SessionId::new(id).unwrap()
+}
+
 pub(crate) fn garrison_bin() -> &'static str {
     env!("CARGO_BIN_EXE_garrison")
 }

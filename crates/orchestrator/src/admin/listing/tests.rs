@@ -2,7 +2,13 @@ use super::*;
 use crate::planner::{Finish, Stage};
 
 fn record(id: &str, stage: Stage, claimed_at: i64) -> SessionRecord {
-    let mut rec = SessionRecord::new(id, "op", fleet::SessionKind::New, "host", claimed_at);
+    let mut rec = SessionRecord::new(
+        &fleet::SessionId::new(id).unwrap(),
+        "op",
+        fleet::SessionKind::New,
+        "host",
+        claimed_at,
+    );
     rec.stage = stage;
     rec
 }
@@ -26,7 +32,7 @@ fn ids(selection: &Selection<'_>) -> Vec<String> {
     selection
         .rows
         .iter()
-        .map(|r| r.session_id.clone())
+        .map(|r| r.session_id.as_str().to_owned())
         .collect()
 }
 

@@ -1,6 +1,11 @@
 use super::*;
 use fleet::{EntryMetadata, EntrySpec, EntryStatus};
 
+/// A checked session id.
+fn sid(id: &str) -> SessionId {
+    SessionId::new(id).unwrap()
+}
+
 const NOW: Millis = 1_000_000;
 
 const ME: &str = "acceptor-me";
@@ -25,20 +30,18 @@ fn entry(id: &str, created: i64, phase: Phase, session_status: SessionStatus) ->
     }
 }
 
-fn entries(list: Vec<QueueEntry>) -> BTreeMap<String, QueueEntry> {
-    list.into_iter()
-        .map(|e| (e.session_id().to_owned(), e))
-        .collect()
+fn entries(list: Vec<QueueEntry>) -> BTreeMap<SessionId, QueueEntry> {
+    list.into_iter().map(|e| (e.id().clone(), e)).collect()
 }
 
 struct ClaimCase {
-    entries: BTreeMap<String, QueueEntry>,
-    held: BTreeSet<String>,
-    lost: BTreeMap<String, Option<Timestamp>>,
-    cooldown: BTreeMap<String, Millis>,
-    finished_here: BTreeSet<String>,
-    released: BTreeMap<String, Option<Timestamp>>,
-    unrestorable: BTreeSet<String>,
+    entries: BTreeMap<SessionId, QueueEntry>,
+    held: BTreeSet<SessionId>,
+    lost: BTreeMap<SessionId, Option<Timestamp>>,
+    cooldown: BTreeMap<SessionId, Millis>,
+    finished_here: BTreeSet<SessionId>,
+    released: BTreeMap<SessionId, Option<Timestamp>>,
+    unrestorable: BTreeSet<SessionId>,
     capacity: usize,
     stopping: bool,
 }
@@ -77,7 +80,7 @@ impl ClaimCase {
 }
 
 fn claim(id: &str) -> ClaimAction {
-    ClaimAction::Claim(id.into())
+    ClaimAction::Claim(sid(id))
 }
 
 #[test]
@@ -123,7 +126,7 @@ fn other_platforms_held_sessions_and_unknown_phases_are_skipped() {
             SessionStatus::Pending,
         ),
     ]);
-    case.held.insert("held".into());
+    case.held.insert(sid("held"));
     assert!(case.plan().is_empty());
 }
 
@@ -137,7 +140,7 @@ fn our_own_unrecorded_claim_is_adopted_first() {
     ]);
     assert_eq!(
         case.plan(),
-        vec![ClaimAction::Adopt("mine".into()), claim("new")]
+        vec![ClaimAction::Adopt(sid("mine")), claim("new")]
     );
 }
 
@@ -160,7 +163,7 @@ fn expired_foreign_claims_are_claimable_unless_the_session_runs() {
 fn a_lost_claim_is_retried_only_after_the_entry_changes() {
     let e = entry("x", 1, Phase::Pending, SessionStatus::Pending);
     let mut case = ClaimCase::new(vec![e.clone()]);
-    case.lost.insert("x".into(), e.metadata.updated_at);
+    case.lost.insert(sid("x"), e.metadata.updated_at);
     assert!(case.plan().is_empty());
     case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
     assert_eq!(case.plan(), vec![claim("x")]);
@@ -174,7 +177,7 @@ fn a_session_marked_unrestorable_here_is_never_claimed_again() {
     expired.status.claim_deadline = Timestamp::from_unix_millis(NOW - 1);
     let mut case = ClaimCase::new(vec![pending, expired]);
     assert_eq!(case.plan(), vec![claim("x"), claim("y")]);
-    case.unrestorable = BTreeSet::from(["x".to_owned(), "y".to_owned()]);
+    case.unrestorable = BTreeSet::from([sid("x"), sid("y")]);
     // No cooldown runs out on it, and no change of the entry lifts it.
     assert!(case.plan().is_empty());
     case.entries.get_mut("x").unwrap().metadata.updated_at = Timestamp::from_unix_millis(99);
@@ -182,9 +185,9 @@ fn a_session_marked_unrestorable_here_is_never_claimed_again() {
     // Our own claim on it (a crash between marking and releasing) is still
     // released once the store has it done.
     let mut held_here = ClaimCase::new(vec![ours("z", SessionStatus::Pending)]);
-    held_here.unrestorable = BTreeSet::from(["z".to_owned()]);
-    held_here.finished_here = BTreeSet::from(["z".to_owned()]);
-    assert_eq!(held_here.plan(), vec![ClaimAction::Release("z".into())]);
+    held_here.unrestorable = BTreeSet::from([sid("z")]);
+    held_here.finished_here = BTreeSet::from([sid("z")]);
+    assert_eq!(held_here.plan(), vec![ClaimAction::Release(sid("z"))]);
 }
 
 #[test]
@@ -197,9 +200,9 @@ fn stopping_claims_nothing() {
 #[test]
 fn a_released_session_cools_down_before_it_is_claimed_again() {
     let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
-    case.cooldown.insert("x".into(), NOW + 1);
+    case.cooldown.insert(sid("x"), NOW + 1);
     assert!(case.plan().is_empty());
-    case.cooldown.insert("x".into(), NOW);
+    case.cooldown.insert(sid("x"), NOW);
     assert_eq!(case.plan(), vec![claim("x")]);
 }
 
@@ -260,7 +263,7 @@ fn ours(id: &str, session_status: SessionStatus) -> QueueEntry {
 // know (a lost state directory) were skipped and left to expire.
 #[test]
 fn our_claims_on_finished_or_unserved_sessions_are_released() {
-    let release = |id: &str| ClaimAction::Release(id.into());
+    let release = |id: &str| ClaimAction::Release(sid(id));
     let mut case = ClaimCase::new(vec![
         ours("ended", SessionStatus::Terminated),
         ours("asleep", SessionStatus::Suspended),
@@ -268,12 +271,12 @@ fn our_claims_on_finished_or_unserved_sessions_are_released() {
         ours("live", SessionStatus::Running),
         ours("held", SessionStatus::Terminated),
     ]);
-    case.finished_here.insert("done-here".into());
-    case.held.insert("held".into());
+    case.finished_here.insert(sid("done-here"));
+    case.held.insert(sid("held"));
     assert_eq!(
         case.plan(),
         vec![
-            ClaimAction::Adopt("live".into()),
+            ClaimAction::Adopt(sid("live")),
             release("asleep"),
             release("done-here"),
             release("ended"),
@@ -281,7 +284,7 @@ fn our_claims_on_finished_or_unserved_sessions_are_released() {
     );
     // Released once per change of the entry, not on every round.
     let seen = case.entries["ended"].metadata.updated_at;
-    case.released.insert("ended".into(), seen);
+    case.released.insert(sid("ended"), seen);
     assert!(!case.plan().contains(&release("ended")));
     // Releasing takes no capacity; stopping does not stop it.
     case.capacity = 0;
@@ -312,8 +315,8 @@ fn failed_claims_back_off_jittered_bounded_and_after_retry_after() {
     // A session cooling down after a failed claim is not claimed.
     let mut case = ClaimCase::new(vec![entry("x", 1, Phase::Pending, SessionStatus::Pending)]);
     let until = NOW + claim_retry_delay(1, None, 0.5);
-    case.cooldown.insert("x".into(), until);
+    case.cooldown.insert(sid("x"), until);
     assert!(case.plan().is_empty());
-    case.cooldown.insert("x".into(), NOW);
+    case.cooldown.insert(sid("x"), NOW);
     assert_eq!(case.plan(), vec![claim("x")]);
 }

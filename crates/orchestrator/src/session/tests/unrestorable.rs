@@ -93,7 +93,7 @@ async fn a_snapshot_that_cannot_be_restored_is_given_up_once_and_kept() {
     world
         .store
         .add_snapshot(&StoredSnapshot {
-            session_id: SESSION.into(),
+            session_id: fleet::SessionId::new(SESSION).unwrap(),
             reason: SnapshotReason::Suspend,
             snapshot: snapshot.clone(),
         })
@@ -111,7 +111,11 @@ async fn a_snapshot_that_cannot_be_restored_is_given_up_once_and_kept() {
 
     // Given back once, with the reason, after one attempt.
     assert_eq!(world.releases(), 1);
-    let kept = world.store.session(SESSION).unwrap().unwrap();
+    let kept = world
+        .store
+        .session(&fleet::SessionId::new(SESSION).unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(kept.start_failures, 0, "no retry counted");
     let error = kept.error.unwrap();
     assert!(error.contains("cannot be restored here"), "{error}");
@@ -121,7 +125,10 @@ async fn a_snapshot_that_cannot_be_restored_is_given_up_once_and_kept() {
         "{} bytes of error kept",
         error.len()
     );
-    let events = world.store.events(SESSION, 0).unwrap();
+    let events = world
+        .store
+        .events(&fleet::SessionId::new(SESSION).unwrap(), 0)
+        .unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds.iter().filter(|k| **k == "start_given_up").count(),
@@ -144,8 +151,19 @@ async fn a_snapshot_that_cannot_be_restored_is_given_up_once_and_kept() {
     // The snapshot is kept for the operator, and the session is marked so
     // this Garrison does not claim it again.
     assert!(world.backend.snapshot_exists(&snapshot).await.unwrap());
-    assert_eq!(world.store.snapshots(SESSION).unwrap().len(), 1);
-    let mark = world.store.unrestorable_session(SESSION).unwrap().unwrap();
+    assert_eq!(
+        world
+            .store
+            .snapshots(&fleet::SessionId::new(SESSION).unwrap())
+            .unwrap()
+            .len(),
+        1
+    );
+    let mark = world
+        .store
+        .unrestorable_session(&fleet::SessionId::new(SESSION).unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(mark.snapshot_id, snapshot.id);
     assert!(world.store.unrestorable_ids().unwrap().contains(SESSION));
 }

@@ -86,16 +86,26 @@ fn a_store_from_before_versions_keeps_everything_through_a_migration() {
     let sessions = store.sessions().unwrap();
     let ids: Vec<_> = sessions.iter().map(|s| s.session_id.as_str()).collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
-    let running = store.session("session-running").unwrap().unwrap();
+    let running = store
+        .session(&fleet::SessionId::new("session-running").unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(running.stage, Stage::Running);
     assert_eq!(running.restarts, 1);
-    let asleep = store.session("session-asleep").unwrap().unwrap();
+    let asleep = store
+        .session(&fleet::SessionId::new("session-asleep").unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(asleep.stage, Stage::Done(Finish::Suspended));
-    let snapshots = store.snapshots("session-asleep").unwrap();
+    let snapshots = store
+        .snapshots(&fleet::SessionId::new("session-asleep").unwrap())
+        .unwrap();
     assert_eq!(snapshots.len(), 1);
     assert_eq!(snapshots[0].snapshot.id, "snap-asleep-1");
     assert_eq!(snapshots[0].reason, SnapshotReason::Suspend);
-    let events = store.events("session-asleep", 0).unwrap();
+    let events = store
+        .events(&fleet::SessionId::new("session-asleep").unwrap(), 0)
+        .unwrap();
     let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["claimed", "suspended"]);
     assert_eq!(store.unrestorable().unwrap().len(), 1);
@@ -182,7 +192,7 @@ fn write_the_unversioned_fixture() {
         store.acceptor_id(|| "acceptor-fixture".into()).unwrap();
         store.save_cursor("outpost-1", "cursor-7").unwrap();
         let mut running = SessionRecord::new(
-            "session-running",
+            &fleet::SessionId::new("session-running").unwrap(),
             "outpost-1",
             SessionKind::New,
             "local",
@@ -193,7 +203,7 @@ fn write_the_unversioned_fixture() {
         running.running_at = Some(2_000);
         store.put_session(&running).unwrap();
         let mut asleep = SessionRecord::new(
-            "session-asleep",
+            &fleet::SessionId::new("session-asleep").unwrap(),
             "outpost-1",
             SessionKind::New,
             "local",
@@ -203,7 +213,7 @@ fn write_the_unversioned_fixture() {
         store.put_session(&asleep).unwrap();
         store
             .add_snapshot(&StoredSnapshot {
-                session_id: "session-asleep".into(),
+                session_id: fleet::SessionId::new("session-asleep").unwrap(),
                 reason: SnapshotReason::Suspend,
                 snapshot: SnapshotRef {
                     backend: "local".into(),
@@ -217,12 +227,17 @@ fn write_the_unversioned_fixture() {
             .unwrap();
         for kind in ["claimed", "suspended"] {
             store
-                .add_event("session-asleep", 3_000, kind, &serde_json::json!({}))
+                .add_event(
+                    &fleet::SessionId::new("session-asleep").unwrap(),
+                    3_000,
+                    kind,
+                    &serde_json::json!({}),
+                )
                 .unwrap();
         }
         store
             .mark_unrestorable(&Unrestorable {
-                session_id: "session-asleep".into(),
+                session_id: fleet::SessionId::new("session-asleep").unwrap(),
                 snapshot_id: "snap-asleep-1".into(),
                 reason: "fixture".into(),
                 at: 4_000,

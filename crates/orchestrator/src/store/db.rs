@@ -50,6 +50,12 @@ pub(super) fn session_id(table: &'static str, raw: String) -> rusqlite::Result<S
     })
 }
 
+/// Whether reading a row failed only because its session id fails
+/// [`SessionId::new`] (see [`session_id`]).
+pub(super) fn is_bad_session_id(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::FromSqlConversionFailure(_, _, inner) if inner.is::<BadSessionId>())
+}
+
 /// A stored session id that fails [`SessionId::new`].
 #[derive(Debug, thiserror::Error)]
 #[error("the {table} row of session {raw:?}: {e}")]

@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use sandbox::{Handle, ProcessRef};
 use serde::{Deserialize, Serialize};
 
-use super::db::{Store, json, opt_json, parse, parse_opt, session_id};
+use super::db::{Store, is_bad_session_id, json, opt_json, parse, parse_opt, session_id};
 use crate::planner::{Millis, Stage};
 
 /// One held (or once held) session, as recorded.
@@ -156,7 +156,20 @@ impl Store {
             let mut stmt = c.prepare(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY claimed_at DESC"
             ))?;
-            stmt.query_map([], session_from_row)?.collect()
+            let mut sessions = Vec::new();
+            for row in stmt.query_map([], session_from_row)? {
+                match row {
+                    Ok(session) => sessions.push(session),
+                    // One row no server could have written (a hand-edited
+                    // database) must not keep every other session from
+                    // being re-adopted or listed.
+                    Err(e) if is_bad_session_id(&e) => {
+                        tracing::error!(error = %e, "skipping a session the state store cannot hold")
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(sessions)
         })
     }
 
@@ -226,16 +239,40 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_id_no_server_could_send_is_an_error_naming_its_row() {
+    fn a_stored_id_no_server_could_send_is_skipped_and_named_the_rest_load() {
         let store = Store::in_memory().unwrap();
-        let id = SessionId::new("devin-1").unwrap();
+        for id in ["devin-1", "devin-2"] {
+            let id = SessionId::new(id).unwrap();
+            store
+                .put_session(&SessionRecord::new(&id, "o", SessionKind::New, "host", 10))
+                .unwrap();
+        }
         store
-            .put_session(&SessionRecord::new(&id, "o", SessionKind::New, "host", 10))
+            .write(|c| {
+                c.execute(
+                    "UPDATE sessions SET session_id = 'a\nb' WHERE session_id = 'devin-1'",
+                    [],
+                )
+            })
             .unwrap();
-        store
-            .write(|c| c.execute("UPDATE sessions SET session_id = 'a\nb'", []))
-            .unwrap();
-        let e = store.sessions().unwrap_err();
+        let left: Vec<_> = store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.session_id.to_string())
+            .collect();
+        assert_eq!(left, ["devin-2"]);
+        assert_eq!(store.active_sessions("o").unwrap().len(), 1);
+        // What the log says of the skipped row names it.
+        let e = store
+            .with(|c| {
+                c.query_row(
+                    &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = 'a\nb'"),
+                    [],
+                    session_from_row,
+                )
+            })
+            .unwrap_err();
         let message = format!("{e:#}");
         assert!(
             message.contains("the sessions row of session \"a\\nb\""),

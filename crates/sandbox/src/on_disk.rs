@@ -57,20 +57,23 @@ pub fn read_chunk(mut file: std::fs::File, offset: u64, max: usize) -> Result<Ou
 mod tests {
     use super::*;
 
-    const TODAYS: &str = r#"{"backend":"host","id":"garrison-s","name":"garrison-s","labels":{},"workdir":"/w","state_dir":"/s","bin_dir":"/b","home":"/h"}"#;
-
     #[test]
     fn handles_without_a_format_are_listed_and_newer_ones_refused() {
+        let name = SandboxName::for_session("s");
+        // As releases before formats wrote it.
+        let todays = format!(
+            r#"{{"backend":"host","id":"{name}","name":"{name}","labels":{{}},"workdir":"/w","state_dir":"/s","bin_dir":"/b","home":"/h"}}"#
+        );
         let dir = tempfile::tempdir().unwrap();
-        let sandbox = dir.path().join("garrison-s");
+        let sandbox = dir.path().join(name.as_str());
         std::fs::create_dir(&sandbox).unwrap();
         let path = sandbox.join("handle.json");
-        std::fs::write(&path, TODAYS).unwrap();
+        std::fs::write(&path, &todays).unwrap();
         let listed = list_handles(dir.path(), "handle.json").unwrap();
         assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].name, "garrison-s");
+        assert_eq!(listed[0].name, name.as_str());
 
-        let newer = TODAYS.replacen('{', r#"{"format":999,"#, 1);
+        let newer = todays.replacen('{', r#"{"format":999,"#, 1);
         std::fs::write(&path, &newer).unwrap();
         let err = list_handles(dir.path(), "handle.json").unwrap_err();
         let message = format!("{err:#}");

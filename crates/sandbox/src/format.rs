@@ -45,7 +45,7 @@ pub const SNAPSHOT_MANIFEST: Record = Record {
     current: 1,
 };
 
-/// `<state>/local/images/store/<id>/image.json`: a local image's record.
+/// `<state>/images/store/<id>/image.json`: a local image's record.
 pub const LOCAL_IMAGE: Record = Record {
     what: "local image record",
     current: 1,

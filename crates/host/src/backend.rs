@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use sandbox::{
     Capabilities, Handle, MachineInfo, ObjectStoreSettings, OutputChunk, ProcessRef, ProcessSpec,
     ProcessStatus, Result, Sandbox, SandboxError, SandboxName, SandboxSpec, SnapshotRef,
-    SnapshotStore, is_plain_id, list_handles, read_chunk,
+    SnapshotStore, format, is_plain_id, list_handles, read_chunk, read_handle,
 };
 use shim::{self, OUTPUT_FILE, ShimRequest};
 
@@ -212,7 +212,9 @@ impl Sandbox for HostBackend {
             home: path("home"),
             image: None,
         };
-        let json = serde_json::to_vec_pretty(&handle).map_err(fatal)?;
+        let json = format::SANDBOX_HANDLE
+            .to_vec_pretty(&handle)
+            .map_err(fatal)?;
         shim::write_atomically(&dir.join(HANDLE_FILE), &json)
             .map_err(io_fatal(format!("writing {}", dir.display())))?;
         Ok(handle)
@@ -447,9 +449,7 @@ impl Sandbox for HostBackend {
         let path = self.sandbox_dir(name.as_str())?.join(HANDLE_FILE);
         match fs::read(&path) {
             // As `list`: a handle that does not parse is no sandbox.
-            Ok(bytes) => Ok(serde_json::from_slice::<Handle>(&bytes)
-                .ok()
-                .filter(|h| h.name == name.as_str())),
+            Ok(bytes) => Ok(read_handle(&path, &bytes)?.filter(|h| h.name == name.as_str())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_fatal(format!("reading {}", path.display()))(e)),
         }

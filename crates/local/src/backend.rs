@@ -277,8 +277,10 @@ impl LocalBackend {
             .map_err(|e| SandboxError::Gone(format!("sandbox {} root: {e}", handle.name)))
     }
 
-    fn read_net(&self, dir: &Path) -> Option<SandboxNet> {
-        serde_json::from_slice(&std::fs::read(dir.join(NET_FILE)).ok()?).ok()
+    /// The sandbox's network record: `None` when it is missing or does not
+    /// parse, an error when a newer Garrison wrote it.
+    fn read_net(&self, dir: &Path) -> Result<Option<SandboxNet>> {
+        net::read_record(&dir.join(NET_FILE))
     }
 }
 
@@ -346,11 +348,15 @@ impl Sandbox for LocalBackend {
     async fn status(&self, handle: &Handle, process: &ProcessRef) -> Result<ProcessStatus> {
         // After a Garrison restart the sandbox's DNS resolver is started
         // again here (status is polled); a no-op while it runs.
-        if let Ok(dir) = self.sandbox_dir(&handle.name)
-            && let Some(sandbox_net) = self.read_net(&dir)
-            && let Err(e) = net::ensure_resolver(&self.net, &sandbox_net).await
-        {
-            tracing::warn!(sandbox = %handle.name, error = %e, "restarting the DNS resolver");
+        if let Ok(dir) = self.sandbox_dir(&handle.name) {
+            let ensured = match self.read_net(&dir) {
+                Ok(Some(sandbox_net)) => net::ensure_resolver(&self.net, &sandbox_net).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = ensured {
+                tracing::warn!(sandbox = %handle.name, error = %e, "restarting the DNS resolver");
+            }
         }
         self.process_status(handle, process)
     }
@@ -362,7 +368,7 @@ impl Sandbox for LocalBackend {
     ) -> Result<()> {
         let dir = self.existing_dir(handle)?;
         let sandbox_net = self
-            .read_net(&dir)
+            .read_net(&dir)?
             .ok_or_else(|| SandboxError::Gone(format!("network of {}", handle.name)))?;
         net::apply_policy(&self.net, &sandbox_net, policy).await
     }
@@ -453,7 +459,7 @@ impl Sandbox for LocalBackend {
         match self
             .sandbox_dir(&handle.name)
             .ok()
-            .and_then(|dir| self.read_net(&dir))
+            .and_then(|dir| self.read_net(&dir).ok().flatten())
         {
             Some(sandbox_net) => net::rewrite_gateway_url(url, &sandbox_net),
             None => url.to_owned(),

@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 use self::enforced::{enforced, resolver_policy};
 use self::links::non_loopback;
 use self::tools::Tools;
-use sandbox::{Result, SandboxError, SandboxName, hashed_id};
+use sandbox::{Result, SandboxError, SandboxName, format, hashed_id};
 
 pub use self::pool::POOL;
 
@@ -228,7 +228,9 @@ async fn build(
         gateway_host,
         dns: Some(IpAddr::V4(dns::RESOLVER_ADDR)),
     };
-    let json = serde_json::to_vec_pretty(&net).expect("SandboxNet serializes");
+    let json = format::LOCAL_NETWORK
+        .to_vec_pretty(&net)
+        .expect("SandboxNet serializes");
     std::fs::write(paths.state_dir.join(STATE_FILE), json)
         .map_err(|e| SandboxError::Transient(anyhow!("writing network state: {e}")))?;
     // One nft call for the base rules and the policy.
@@ -269,7 +271,9 @@ async fn enforce(
             "network policy rule allows nothing"
         );
     }
-    let json = serde_json::to_vec(policy).expect("policy serializes");
+    let json = format::LOCAL_POLICY
+        .to_vec(policy)
+        .expect("policy serializes");
     std::fs::write(paths.state_dir.join(POLICY_FILE), json)
         .map_err(|e| SandboxError::Transient(anyhow!("writing the network policy: {e}")))?;
     let tools = Tools::find()?;
@@ -292,14 +296,7 @@ pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
     if net.dns.is_none() || dns::is_running(&paths.netns) {
         return Ok(());
     }
-    let policy: common::NetworkPolicy = std::fs::read(paths.state_dir.join(POLICY_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        // Unknown: allow only the gateway (fail closed).
-        .unwrap_or(common::NetworkPolicy {
-            enabled: true,
-            allow: Vec::new(),
-        });
+    let policy = read_policy(&paths.state_dir.join(POLICY_FILE))?;
     tracing::info!(sandbox = %net.name, "restarting the sandbox's DNS resolver");
     let (parsed, always) = enforced(net.gateway_host.as_deref(), &policy);
     dns::start_or_update(
@@ -307,6 +304,37 @@ pub async fn ensure_resolver(cfg: &NetConfig, net: &SandboxNet) -> Result<()> {
         cfg.upstream(),
         resolver_policy(net.gateway_host.as_deref(), parsed, &always),
     )
+}
+
+/// The policy last applied, as recorded at `path`; one that is missing or
+/// does not parse allows only the gateway (fail closed), one a newer
+/// Garrison wrote is refused.
+fn read_policy(path: &Path) -> Result<common::NetworkPolicy> {
+    let bytes = std::fs::read(path).ok();
+    if let Some(bytes) = &bytes {
+        format::LOCAL_POLICY
+            .check(path, bytes)
+            .map_err(|e| SandboxError::Fatal(e.into()))?;
+    }
+    Ok(bytes
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(common::NetworkPolicy {
+            enabled: true,
+            allow: Vec::new(),
+        }))
+}
+
+/// The network recorded at `path` (the backend keeps one per sandbox):
+/// `None` when it is missing or does not parse, an error when a newer
+/// Garrison wrote it.
+pub fn read_record(path: &Path) -> Result<Option<SandboxNet>> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(None);
+    };
+    format::LOCAL_NETWORK
+        .check(path, &bytes)
+        .map_err(|e| SandboxError::Fatal(e.into()))?;
+    Ok(serde_json::from_slice(&bytes).ok())
 }
 
 fn checked_paths(cfg: &NetConfig, net: &SandboxNet) -> Result<Paths> {
@@ -445,28 +473,4 @@ fn read_dir_names(dir: &Path) -> Result<Vec<String>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_per_run_dir() {
-        let name = SandboxName::for_session("s");
-        let a = Paths::new(
-            &NetConfig {
-                run_dir: "/a".into(),
-                dns_upstream: None,
-            },
-            name.as_str(),
-        );
-        let b = Paths::new(
-            &NetConfig {
-                run_dir: "/b".into(),
-                dns_upstream: None,
-            },
-            name.as_str(),
-        );
-        assert_ne!(a.netns, b.netns);
-        assert!(a.netns_name.starts_with(name.as_str()));
-        assert_eq!(a.state_dir, Path::new("/a").join(name.as_str()));
-    }
-}
+mod tests;

@@ -9,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
-use sandbox::Recipe;
+use sandbox::{Recipe, format};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -68,8 +68,11 @@ impl ImageCache {
     /// The cache at `path`, empty when there is none.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         match std::fs::read(path) {
-            Ok(bytes) if bytes.len() <= 4 * 1024 * 1024 => serde_json::from_slice(&bytes)
-                .with_context(|| format!("reading {}", path.display())),
+            Ok(bytes) if bytes.len() <= 4 * 1024 * 1024 => {
+                format::MODAL_IMAGES.check(path, &bytes)?;
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("reading {}", path.display()))
+            }
             Ok(_) => bail!("{} is too large to be an image cache", path.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(anyhow!(e).context(format!("reading {}", path.display()))),
@@ -91,7 +94,7 @@ impl ImageCache {
                 .create_new(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            file.write_all(&serde_json::to_vec_pretty(self)?)?;
+            file.write_all(&format::MODAL_IMAGES.to_vec_pretty(self)?)?;
             file.sync_all()?;
             std::fs::rename(&tmp, path)
         })();
@@ -345,5 +348,28 @@ mod tests {
         let loaded = ImageCache::load(&path).unwrap();
         assert_eq!(loaded.image_for("default"), Some("im-1"));
         assert_eq!(loaded.image_for("other"), None);
+    }
+
+    #[test]
+    fn caches_without_a_format_read_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = ImageCache::path(dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // As releases before formats wrote it.
+        std::fs::write(
+            &path,
+            r#"{"by_recipe":{"k":"im-1"},"names":{"default":"k"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ImageCache::load(&path).unwrap().image_for("default"),
+            Some("im-1")
+        );
+        let newer = r#"{"format":999,"by_recipe":{"k":"im-1"},"names":{"default":"k"}}"#;
+        std::fs::write(&path, newer).unwrap();
+        let message = format!("{:#}", ImageCache::load(&path).unwrap_err());
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("a newer Garrison wrote it"), "{message}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
     }
 }

@@ -23,12 +23,13 @@
 //! - Snapshots: [`SnapshotStore`] over a [`SnapshotDir`] or
 //!   [`ObjectSnapshots`] ([`ObjectStoreSettings`], [`SnapshotKey`]); the
 //!   handles and output files host and local read back from disk
-//!   ([`list_handles`], [`read_chunk`]).
+//!   ([`list_handles`], [`read_handle`], [`read_chunk`]).
 //! - Namespaces kept as modules, because their items read only with the
 //!   module's name before them: [`plugin`] (the [`plugin::BackendPlugin`]
 //!   registry and its capabilities [`plugin::deploy`], [`plugin::doctor`],
 //!   [`plugin::images`]), [`policy`] (`policy::parse` of a network policy),
-//!   [`bounded_output`] (host commands whose output is capped).
+//!   [`bounded_output`] (host commands whose output is capped), [`format`]
+//!   (the format versions of the records under the state directory).
 //! - Behind the `conformance` feature: `conformance` (the suite and
 //!   `conformance_tests!`) and `S3Server` (a real S3 server for tests).
 
@@ -38,7 +39,7 @@ pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
 pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, MachineInfo};
 pub use names::{SandboxName, first_free, free_slot_for, hashed_id, is_plain_id};
-pub use on_disk::{list_handles, read_chunk};
+pub use on_disk::{list_handles, read_chunk, read_handle};
 pub use os::Os;
 pub use recipe::{BASE_PACKAGES, CHROMIUM_PATH, Recipe, ShellStep, XVFB_PATH};
 #[cfg(feature = "conformance")]
@@ -54,10 +55,11 @@ pub use spec::{
 
 // Namespaces by design (see the crate docs): `policy::parse`,
 // `bounded_output::output` or `plugin::doctor::Kind` would say nothing at
-// the crate root.
+// the crate root, nor would `format::SANDBOX_HANDLE`'s constants.
 pub mod bounded_output;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod format;
 pub mod plugin;
 pub mod policy;
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 
 use crate::error::{Result, SandboxError};
+use crate::format::SNAPSHOT_MANIFEST;
 use crate::names::SandboxName;
 use crate::names::is_plain_id;
 use crate::spec::SnapshotRef;
@@ -76,7 +77,7 @@ impl SnapshotDir {
 
     /// Records the finished snapshot so others can find it by name.
     fn write_manifest(&self, snapshot: &SnapshotRef) -> Result<()> {
-        let bytes = serde_json::to_vec(snapshot).map_err(fatal)?;
+        let bytes = SNAPSHOT_MANIFEST.to_vec(snapshot).map_err(fatal)?;
         shim::write_atomically(&self.manifest_path(snapshot)?, &bytes).map_err(fatal)
     }
 
@@ -115,7 +116,8 @@ impl SnapshotDir {
     }
 
     /// The snapshots whose manifest names start with `prefix` and whose
-    /// archives exist, oldest first.
+    /// archives exist, oldest first. A manifest a newer Garrison wrote fails
+    /// the whole listing, so nothing deletes a snapshot it cannot read.
     fn manifests(&self, prefix: &str) -> Result<Vec<SnapshotRef>> {
         let mut found = Vec::new();
         let entries = match std::fs::read_dir(&self.dir) {
@@ -128,8 +130,12 @@ impl SnapshotDir {
             if !(file.starts_with(prefix) && file.ends_with(".json")) {
                 continue;
             }
-            if let Ok(bytes) = std::fs::read(entry.path())
-                && let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
+            let path = entry.path();
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            SNAPSHOT_MANIFEST.check(&path, &bytes).map_err(fatal)?;
+            if let Ok(snapshot) = serde_json::from_slice::<SnapshotRef>(&bytes)
                 && self.exists(&snapshot).unwrap_or(false)
             {
                 found.push(snapshot);
@@ -179,5 +185,29 @@ mod tests {
             ..b
         };
         assert!(store.archive_path(&evil).is_err());
+    }
+
+    #[test]
+    fn manifests_without_a_format_read_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotDir::new(dir.path().to_owned());
+        let name = SandboxName::for_session("s");
+        let a = store.new_ref("host", name.as_str(), None);
+        std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
+        let path = store.manifest_path(&a).unwrap();
+        // As releases before formats wrote it.
+        std::fs::write(&path, serde_json::to_vec(&a).unwrap()).unwrap();
+        assert_eq!(store.find_for(&name).unwrap(), vec![a.clone()]);
+
+        let mut newer = serde_json::to_value(&a).unwrap();
+        newer["format"] = 999.into();
+        let newer = serde_json::to_vec(&newer).unwrap();
+        std::fs::write(&path, &newer).unwrap();
+        let message = format!("{:#}", store.find_for(&name).unwrap_err());
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("a newer Garrison wrote it"), "{message}");
+        assert!(store.collect_older_than(i64::MAX).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), newer);
+        assert!(store.exists(&a).unwrap());
     }
 }

@@ -186,7 +186,7 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
         }
         ImageCommand::Ls { .. } => crate::output::print(&table(&store.list()?))?,
         ImageCommand::Rm { name, .. } => {
-            let users = ImageUsers::scan(&state_dir, &snapshot_dir);
+            let users = ImageUsers::scan(&state_dir, &snapshot_dir)?;
             let image = store.resolve(&name)?;
             let who = users.users(&image.id);
             if !who.is_empty() {
@@ -200,7 +200,7 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
             println!("removed {name}");
         }
         ImageCommand::Prune => {
-            let users = ImageUsers::scan(&state_dir, &snapshot_dir);
+            let users = ImageUsers::scan(&state_dir, &snapshot_dir)?;
             for id in store.prune(&|id| users.in_use(id))? {
                 println!("removed {id}");
             }

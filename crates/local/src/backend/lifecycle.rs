@@ -18,7 +18,7 @@ use crate::rootfs::Root;
 use crate::runc::Runtime;
 use crate::userns::IdRange;
 use crate::{archive, compat, disk, idmap, net};
-use sandbox::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec};
+use sandbox::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec, format};
 
 impl LocalBackend {
     /// `Sandbox::create`. Remains of an interrupted create are removed
@@ -257,7 +257,10 @@ impl LocalBackend {
                 .await
                 .map_err(|e| anyhow!(e))
             })?;
-        std::fs::write(dir.join(NET_FILE), serde_json::to_vec(&sandbox_net)?)?;
+        std::fs::write(
+            dir.join(NET_FILE),
+            format::LOCAL_NETWORK.to_vec(&sandbox_net)?,
+        )?;
         if let Some(dns) = sandbox_net.dns {
             root.create_dir_all("/etc", 0o755)?;
             let conf = format!("nameserver {dns}\n");
@@ -301,7 +304,10 @@ impl LocalBackend {
             home: oci::HOME.to_owned(),
             image: Some(image.id.clone()),
         };
-        shim::write_atomically(&dir.join(HANDLE_FILE), &serde_json::to_vec_pretty(&handle)?)?;
+        shim::write_atomically(
+            &dir.join(HANDLE_FILE),
+            &format::SANDBOX_HANDLE.to_vec_pretty(&handle)?,
+        )?;
         Ok(handle)
     }
 }

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
+use sandbox::format;
 
 use super::Image;
 use super::names::{is_id_like, validate_id, validate_name};
@@ -112,6 +113,7 @@ impl ImageStore {
         if in_use(&id) {
             bail!("image {name_or_id} ({id}) is in use by a sandbox or a snapshot");
         }
+        self.refuse_newer(&id)?;
         for name in &names {
             let path = self.name_path(name)?;
             fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
@@ -130,6 +132,7 @@ impl ImageStore {
         let mut removed = Vec::new();
         for id in self.ids()? {
             if !named.contains(&id) && !in_use(&id) {
+                self.refuse_newer(&id)?;
                 self.delete_content(&id)?;
                 removed.push(id);
             }
@@ -162,7 +165,7 @@ impl ImageStore {
         let name = image.name.clone();
         if !self.has(&image.id) {
             let dir = work.path();
-            let meta = serde_json::to_vec_pretty(&image)?;
+            let meta = format::LOCAL_IMAGE.to_vec_pretty(&image)?;
             write_file(&dir.join(META_FILE), &meta)?;
             fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
             let target = self.content_dir(&image.id);
@@ -203,6 +206,7 @@ impl ImageStore {
             }
             Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
         };
+        format::LOCAL_IMAGE.check(&path, &bytes)?;
         let mut image: Image = serde_json::from_slice(&bytes)
             .with_context(|| format!("parsing {}", path.display()))?;
         if image.id != id {
@@ -293,6 +297,17 @@ impl ImageStore {
 
     /// Removes `store/<id>`: renamed out of `store/` first, so the image
     /// disappears at once and a crash mid-delete leaves only `tmp/` litter.
+    /// Refuses content whose record a newer Garrison wrote: it is left to
+    /// that release, never removed because this one cannot read it.
+    fn refuse_newer(&self, id: &str) -> anyhow::Result<()> {
+        validate_id(id)?;
+        let path = self.content_dir(id).join(META_FILE);
+        if let Ok(bytes) = fs::read(&path) {
+            format::LOCAL_IMAGE.check(&path, &bytes)?;
+        }
+        Ok(())
+    }
+
     fn delete_content(&self, id: &str) -> anyhow::Result<()> {
         validate_id(id)?;
         let dir = self.content_dir(id);

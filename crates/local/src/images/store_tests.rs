@@ -154,3 +154,35 @@ fn crashed_work_is_cleaned_and_dropped_work_vanishes() {
         "half images are never listed"
     );
 }
+
+#[test]
+fn records_without_a_format_read_and_newer_ones_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ImageStore::open(dir.path()).unwrap();
+    let image = install(&store, "default", &id(1), "one");
+    let path = dir.path().join("store").join(id(1)).join(META_FILE);
+    let mut record: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    assert_eq!(record["format"], 1);
+
+    // As releases before formats wrote it.
+    record.as_object_mut().unwrap().remove("format");
+    fs::write(&path, serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+    assert_eq!(store.resolve("default").unwrap(), image);
+
+    record["format"] = 999.into();
+    let newer = serde_json::to_vec_pretty(&record).unwrap();
+    fs::write(&path, &newer).unwrap();
+    for err in [
+        store.resolve("default").unwrap_err(),
+        store.remove("default", &|_| false).unwrap_err(),
+    ] {
+        let message = format!("{err:#}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("a newer Garrison wrote it"), "{message}");
+    }
+    // Unnamed, it is still not pruned.
+    fs::remove_file(dir.path().join("names/default")).unwrap();
+    assert!(store.prune(&|_| false).is_err());
+    assert_eq!(fs::read(&path).unwrap(), newer);
+    assert_eq!(marker(&image), "one");
+}

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use sandbox::{Handle, LABEL_SESSION_ID, SnapshotRef};
+use sandbox::{Handle, LABEL_SESSION_ID, SnapshotRef, format};
 
 /// Image id → who uses it.
 #[derive(Debug, Default, Clone)]
@@ -24,13 +24,14 @@ pub struct ImageUsers {
 impl ImageUsers {
     /// Scans the local backend's sandboxes under `state_dir` and its
     /// snapshots under `snapshot_dir`. Missing directories mean no users; a
-    /// file that cannot be read is logged and skipped.
-    pub fn scan(state_dir: &Path, snapshot_dir: &Path) -> Self {
+    /// file that cannot be read is logged and skipped; one a newer Garrison
+    /// wrote fails the scan, since the image it uses cannot be known.
+    pub fn scan(state_dir: &Path, snapshot_dir: &Path) -> anyhow::Result<Self> {
         let mut users = Self::default();
         for path in files(&state_dir.join("local/sandboxes"), |dir| {
             dir.join("handle.json")
         }) {
-            if let Some(handle) = read::<Handle>(&path)
+            if let Some(handle) = read::<Handle>(&path, format::SANDBOX_HANDLE)?
                 && let Some(image) = handle.image
             {
                 let session = handle
@@ -43,13 +44,13 @@ impl ImageUsers {
         }
         for path in files(&snapshot_dir.join("local"), |path| path.to_owned()) {
             if path.extension().is_some_and(|e| e == "json")
-                && let Some(snapshot) = read::<SnapshotRef>(&path)
+                && let Some(snapshot) = read::<SnapshotRef>(&path, format::SNAPSHOT_MANIFEST)?
                 && let Some(image) = snapshot.base_image
             {
                 users.add(image, format!("snapshot {}", snapshot.id));
             }
         }
-        users
+        Ok(users)
     }
 
     /// Records that `who` uses image `id`.
@@ -78,18 +79,22 @@ fn files(dir: &Path, map: impl Fn(&Path) -> std::path::PathBuf) -> Vec<std::path
     paths
 }
 
-fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+fn read<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    record: format::Record,
+) -> Result<Option<T>, format::NewerFormat> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => {
             tracing::warn!("reading {}: {err}", path.display());
-            return None;
+            return Ok(None);
         }
     };
-    serde_json::from_slice(&bytes)
+    record.check(path, &bytes)?;
+    Ok(serde_json::from_slice(&bytes)
         .inspect_err(|err| tracing::warn!("parsing {}: {err}", path.display()))
-        .ok()
+        .ok())
 }
 
 #[cfg(test)]
@@ -134,13 +139,40 @@ mod tests {
         .unwrap();
         fs::write(snapshots.join("local/garbage.json"), b"{").unwrap();
 
-        let users = ImageUsers::scan(state.path(), &snapshots);
+        let users = ImageUsers::scan(state.path(), &snapshots).unwrap();
         assert_eq!(
             users.users("sha256-aa"),
             ["sandbox garrison-x (session devin-1)"]
         );
         assert_eq!(users.users("sha256-bb"), ["snapshot snap-1"]);
         assert!(!users.in_use("sha256-cc"));
-        assert!(!ImageUsers::scan(&state.path().join("none"), &snapshots).in_use("sha256-aa"));
+        assert!(
+            !ImageUsers::scan(&state.path().join("none"), &snapshots)
+                .unwrap()
+                .in_use("sha256-aa")
+        );
+    }
+
+    #[test]
+    fn a_record_a_newer_garrison_wrote_fails_the_scan_untouched() {
+        let state = tempfile::tempdir().unwrap();
+        let snapshots = state.path().join("snapshots");
+        let sandbox = state.path().join("local/sandboxes/garrison-x");
+        fs::create_dir_all(&sandbox).unwrap();
+        fs::create_dir_all(snapshots.join("local")).unwrap();
+        let newer = br#"{"format":999,"backend":"local","id":"x"}"#;
+        for path in [
+            sandbox.join("handle.json"),
+            snapshots.join("local/snap-1.json"),
+        ] {
+            fs::write(&path, newer).unwrap();
+            let message = ImageUsers::scan(state.path(), &snapshots)
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("a newer Garrison wrote it"), "{message}");
+            assert_eq!(fs::read(&path).unwrap(), newer);
+            fs::remove_file(&path).unwrap();
+        }
     }
 }

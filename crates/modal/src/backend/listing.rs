@@ -130,7 +130,7 @@ pub(super) async fn list(backend: &ModalBackend) -> Result<Vec<Handle>> {
     handles.sort_by(|a, b| a.id.cmp(&b.id));
     handles.dedup_by(|a, b| a.id == b.id);
     // Sessions sleeping in a memory snapshot have no running sandbox.
-    let sleeping = backend.sleeping_handles(&handles);
+    let sleeping = backend.sleeping_handles(&handles)?;
     handles.extend(sleeping);
     Ok(handles)
 }

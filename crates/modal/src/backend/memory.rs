@@ -116,10 +116,13 @@ impl ModalBackend {
 
     /// The handles of sessions sleeping in a memory snapshot that `listed`
     /// (Modal's running sandboxes) does not hold.
-    pub(super) fn sleeping_handles(&self, listed: &[Handle]) -> Vec<Handle> {
+    pub(super) fn sleeping_handles(&self, listed: &[Handle]) -> Result<Vec<Handle>> {
         match self.settings.memory_records.as_deref() {
-            Some(dir) => sleeping::sleeping_handles(sleeping::load_all(dir), listed),
-            None => Vec::new(),
+            Some(dir) => {
+                let records = sleeping::load_all(dir).map_err(SandboxError::Fatal)?;
+                Ok(sleeping::sleeping_handles(records, listed))
+            }
+            None => Ok(Vec::new()),
         }
     }
 }

@@ -18,7 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
-use sandbox::Handle;
+use sandbox::{Handle, format};
 use serde::{Deserialize, Serialize};
 
 /// Largest record read back (a handle and its tags).
@@ -74,14 +74,16 @@ fn parse(file: std::fs::File, path: &Path) -> anyhow::Result<Sleeping> {
             path.display()
         );
     }
+    format::MODAL_MEMORY.check(path, &bytes)?;
     serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))
 }
 
 /// Every record in `dir` (none when it does not exist); unreadable ones are
-/// skipped with a warning, so one bad file does not hide the others.
-pub(super) fn load_all(dir: &Path) -> Vec<Sleeping> {
+/// skipped with a warning, so one bad file does not hide the others. One a
+/// newer Garrison wrote fails the listing: its session cannot be told.
+pub(super) fn load_all(dir: &Path) -> anyhow::Result<Vec<Sleeping>> {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let mut found = Vec::new();
     for entry in entries.flatten() {
@@ -94,10 +96,11 @@ pub(super) fn load_all(dir: &Path) -> Vec<Sleeping> {
             .and_then(|f| parse(f, &path))
         {
             Ok(record) => found.push(record),
+            Err(e) if e.is::<format::NewerFormat>() => return Err(e),
             Err(e) => tracing::warn!(error = %e, "skipping a memory snapshot record"),
         }
     }
-    found
+    Ok(found)
 }
 
 /// Writes the record of its handle's sandbox name atomically, mode 0600.
@@ -116,7 +119,7 @@ pub(super) fn save(dir: &Path, record: &Sleeping) -> anyhow::Result<()> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        file.write_all(&serde_json::to_vec_pretty(record)?)?;
+        file.write_all(&format::MODAL_MEMORY.to_vec_pretty(record)?)?;
         file.sync_all()?;
         std::fs::rename(&tmp, &path)
     })();
@@ -202,7 +205,7 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(load_all(&dir), vec![written]);
+        assert_eq!(load_all(&dir).unwrap(), vec![written]);
         remove(&dir, "garrison-a").unwrap();
         remove(&dir, "garrison-a").unwrap();
         assert_eq!(load(&dir, "garrison-a").unwrap(), None);
@@ -214,9 +217,37 @@ mod tests {
         save(tmp.path(), &record("garrison-good", None)).unwrap();
         std::fs::write(tmp.path().join("garrison-bad.json"), b"{not json").unwrap();
         assert!(load(tmp.path(), "garrison-bad").is_err());
-        let all = load_all(tmp.path());
+        let all = load_all(tmp.path()).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].handle.name, "garrison-good");
+    }
+
+    #[test]
+    fn records_without_a_format_read_and_newer_ones_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let written = record("garrison-a", None);
+        let path = tmp.path().join("garrison-a.json");
+        // As releases before formats wrote it.
+        std::fs::write(&path, serde_json::to_vec_pretty(&written).unwrap()).unwrap();
+        assert_eq!(
+            load(tmp.path(), "garrison-a").unwrap(),
+            Some(written.clone())
+        );
+        assert_eq!(load_all(tmp.path()).unwrap(), vec![written.clone()]);
+
+        let mut newer = serde_json::to_value(&written).unwrap();
+        newer["format"] = 999.into();
+        let newer = serde_json::to_vec(&newer).unwrap();
+        std::fs::write(&path, &newer).unwrap();
+        for err in [
+            load(tmp.path(), "garrison-a").unwrap_err(),
+            load_all(tmp.path()).unwrap_err(),
+        ] {
+            let message = format!("{err:#}");
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("a newer Garrison wrote it"), "{message}");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), newer);
     }
 
     #[test]

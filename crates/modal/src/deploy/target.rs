@@ -24,7 +24,10 @@ const TAG_DEPLOY: &str = "garrison.deploy";
 fn read_image_cache(state_dir: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     let cache_path = crate::image::ImageCache::path(state_dir);
     match std::fs::read(&cache_path) {
-        Ok(bytes) => Ok(Some(bytes)),
+        Ok(bytes) => {
+            sandbox::format::MODAL_IMAGES.check(&cache_path, &bytes)?;
+            Ok(Some(bytes))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }

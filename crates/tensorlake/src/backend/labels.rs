@@ -4,9 +4,10 @@
 //! is here because finding a sandbox's labels again is most of it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use sandbox::{Handle, Result, SandboxName};
+use sandbox::format::{self, NewerFormat};
+use sandbox::{Handle, Result, SandboxError, SandboxName};
 use tracing::warn;
 
 use super::{TensorlakeBackend, map_err, plain};
@@ -37,7 +38,7 @@ impl TensorlakeBackend {
                 .truncate(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            file.write_all(&serde_json::to_vec(labels)?)?;
+            file.write_all(&format::TENSORLAKE_LABELS.to_vec(labels)?)?;
             std::fs::rename(&tmp, &path)
         };
         if let Err(e) = write() {
@@ -45,12 +46,15 @@ impl TensorlakeBackend {
         }
     }
 
-    async fn labels_of(&self, name: &SandboxName, info: &SandboxInfo) -> BTreeMap<String, String> {
-        if let Ok(bytes) = std::fs::read(self.labels_path(name))
-            && bytes.len() <= MAX_LABELS_BYTES
-            && let Ok(labels) = serde_json::from_slice(&bytes)
-        {
-            return labels;
+    async fn labels_of(
+        &self,
+        name: &SandboxName,
+        info: &SandboxInfo,
+    ) -> Result<BTreeMap<String, String>> {
+        let local =
+            read_local(&self.labels_path(name)).map_err(|e| SandboxError::Fatal(e.into()))?;
+        if let Some(labels) = local {
+            return Ok(labels);
         }
         // Another Garrison made it: read the copy inside, if that does not
         // wake it.
@@ -64,10 +68,42 @@ impl TensorlakeBackend {
             && bytes.len() <= MAX_LABELS_BYTES
             && let Ok(labels) = serde_json::from_slice(&bytes)
         {
-            return labels;
+            return Ok(labels);
         }
-        BTreeMap::new()
+        Ok(BTreeMap::new())
     }
+}
+
+/// This machine's copy of a sandbox's labels at `path`: a JSON object of
+/// strings with its `format` beside them (none before formats were
+/// recorded). `None` when it is missing, too large or does not parse; an
+/// error when a newer Garrison wrote it.
+fn read_local(path: &Path) -> std::result::Result<Option<BTreeMap<String, String>>, NewerFormat> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(None);
+    };
+    if bytes.len() > MAX_LABELS_BYTES {
+        return Ok(None);
+    }
+    format::TENSORLAKE_LABELS.check(path, &bytes)?;
+    let Ok(mut fields) = serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&bytes)
+    else {
+        return Ok(None);
+    };
+    // A label may be called `format` too; only a number is the format.
+    if fields
+        .get("format")
+        .is_some_and(serde_json::Value::is_number)
+    {
+        fields.remove("format");
+    }
+    Ok(fields
+        .into_iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(value) => Some((key, value)),
+            _ => None,
+        })
+        .collect())
 }
 
 pub(super) async fn list(backend: &TensorlakeBackend) -> Result<Vec<Handle>> {
@@ -79,8 +115,35 @@ pub(super) async fn list(backend: &TensorlakeBackend) -> Result<Vec<Handle>> {
         if info.status.is_final() || !plain(&info.sandbox_id) {
             continue;
         }
-        let labels = backend.labels_of(&name, &info).await;
+        let labels = backend.labels_of(&name, &info).await?;
         out.push(backend.handle_for(&info.sandbox_id, name.as_str(), labels, info.image.clone()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_without_a_format_read_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garrison-s.json");
+        let labels = sandbox::session_labels("devin-1", "outpost-1");
+        // As releases before formats wrote it.
+        std::fs::write(&path, serde_json::to_vec(&labels).unwrap()).unwrap();
+        assert_eq!(read_local(&path).unwrap(), Some(labels.clone()));
+        // As this one writes it.
+        std::fs::write(&path, format::TENSORLAKE_LABELS.to_vec(&labels).unwrap()).unwrap();
+        assert_eq!(read_local(&path).unwrap(), Some(labels.clone()));
+
+        let mut newer = serde_json::to_value(&labels).unwrap();
+        newer["format"] = 999.into();
+        let newer = serde_json::to_vec(&newer).unwrap();
+        std::fs::write(&path, &newer).unwrap();
+        let message = read_local(&path).unwrap_err().to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("a newer Garrison wrote it"), "{message}");
+        assert_eq!(std::fs::read(&path).unwrap(), newer);
+    }
 }

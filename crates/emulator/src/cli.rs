@@ -84,6 +84,10 @@ pub struct EmulateArgs {
     /// reference server does.
     #[arg(long)]
     pub whole_second_timestamps: bool,
+    /// Give a release no watch event, as Cognition's model of the server
+    /// does: watchers see it only with a later change.
+    #[arg(long)]
+    pub silent_release: bool,
 }
 
 fn parse_format(s: &str) -> Result<TimestampFormat, String> {
@@ -146,6 +150,7 @@ impl EmulateArgs {
                 null_platform: self.null_platform,
                 claim_deadline_missing_rate: self.claim_deadline_missing_rate,
                 whole_second_timestamps: self.whole_second_timestamps,
+                silent_release: self.silent_release,
             },
         })
     }

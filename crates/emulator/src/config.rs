@@ -91,6 +91,10 @@ pub struct Faults {
     /// `claim_deadline` and `updated_at` as whole Unix seconds (truncated),
     /// as the reference server sends them, instead of fractional ones.
     pub whole_second_timestamps: bool,
+    /// A release changes the row without a watch event, as Cognition's
+    /// model of the server does: watchers see it only with a later change,
+    /// so an acceptor's view still shows a claim it has given back.
+    pub silent_release: bool,
 }
 
 /// Finds the `devin-remote-sim` binary: `$GARRISON_REMOTE_SIM`, then next to

@@ -162,9 +162,10 @@ async fn release(
     shared.authorize(&headers, &[SCOPE_MACHINE])?;
     session_id(&id)?;
     let AcceptorBody { acceptor_id } = parse_json(&body)?;
+    let tell_watchers = !shared.faults().silent_release;
     let entry = shared.with_state(|s, now| {
         s.expire_claims(now);
-        s.release(&id, &acceptor_id, now)
+        s.release_telling(&id, &acceptor_id, now, tell_watchers)
     })?;
     tracing::info!(session_id = %id, %acceptor_id, "released");
     Ok(Json(entry_json(&shared, &entry, false)))

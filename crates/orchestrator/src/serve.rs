@@ -304,7 +304,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     let mut sweep = tokio::time::interval(RETENTION_SWEEP);
     loop {
         while let Some(done) = runners.try_join_next() {
-            runner_done(done, &mut state);
+            runner_done(&deps, done, &mut state);
         }
         while let Some(reply) = claiming.try_join_next() {
             claim_answered(&deps, &mut runners, &mut state, reply).await;
@@ -327,7 +327,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
                 claim_answered(&deps, &mut runners, &mut state, reply).await;
             }
             Some(done) = runners.join_next(), if !runners.is_empty() => {
-                runner_done(done, &mut state);
+                runner_done(&deps, done, &mut state);
             }
         }
     }
@@ -345,6 +345,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
 }
 
 fn runner_done(
+    deps: &Deps,
     done: Result<(fleet::SessionId, RunnerEnd), tokio::task::JoinError>,
     state: &mut ClaimState,
 ) {
@@ -354,6 +355,14 @@ fn runner_done(
                 state.cooldown.insert(session_id.clone(), until);
             }
             state.held.remove(&session_id);
+            // A runner that ends has given its claim back (or left it for
+            // the next start to adopt). The view may not show that yet: as
+            // with the planner's own releases, the entry as seen now is not
+            // released again until it changes (the fleet API would answer a
+            // second release 409, not the holder).
+            if let Some(entry) = deps.view.get(&session_id) {
+                state.released.insert(session_id, entry.metadata.updated_at);
+            }
         }
         Err(e) => error!(error = %e, "a session runner panicked"),
     }

@@ -78,11 +78,25 @@ impl State {
         Ok((entry, token))
     }
 
+    #[cfg(test)]
     pub(crate) fn release(
         &mut self,
         session_id: &str,
         acceptor_id: &str,
         now: i64,
+    ) -> Result<QueueEntry, StateError> {
+        self.release_telling(session_id, acceptor_id, now, true)
+    }
+
+    /// [`Self::release`]; `tell_watchers: false` changes the row without
+    /// a watch event, as the reference server's model does (the fault
+    /// `silent_release`): watchers learn of it with the next change.
+    pub(crate) fn release_telling(
+        &mut self,
+        session_id: &str,
+        acceptor_id: &str,
+        now: i64,
+        tell_watchers: bool,
     ) -> Result<QueueEntry, StateError> {
         check_id("acceptor_id", acceptor_id)?;
         let finished = self
@@ -95,6 +109,14 @@ impl State {
             .get_mut(session_id)
             .ok_or_else(|| StateError::NotFound("entry".into()))?;
         if e.phase != Phase::Claimed || e.acceptor_id.as_deref() != Some(acceptor_id) {
+            // Kept in the transcript: a release the fleet API refuses is
+            // a request an acceptor should not have sent (tests count them).
+            self.record(
+                session_id,
+                now,
+                "release_refused",
+                json!({"acceptor_id": acceptor_id}),
+            );
             return Err(StateError::Conflict("not the holder of the claim".into()));
         }
         e.phase = Phase::Pending;
@@ -110,7 +132,9 @@ impl State {
             "released",
             json!({"acceptor_id": acceptor_id}),
         );
-        self.emit_modified(session_id);
+        if tell_watchers {
+            self.emit_modified(session_id);
+        }
         Ok(self.render(session_id).expect("row exists"))
     }
 }

@@ -55,6 +55,8 @@ async fn the_strictest_emulator_gets_fifty_sessions_served_exactly_once() {
             claim_deadline_missing_rate: 0.1,
             whole_second_timestamps: true,
             null_platform: true,
+            // As Cognition's model of the server: no event for a release.
+            silent_release: true,
             ..Faults::default()
         };
     })

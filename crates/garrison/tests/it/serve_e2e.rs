@@ -521,6 +521,8 @@ async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
             // As the reference server answers claims, and then some.
             claim_deadline_missing_rate: 0.2,
             whole_second_timestamps: true,
+            // As Cognition's model of the server: no event for a release.
+            silent_release: true,
         };
     })
     .await;

@@ -453,3 +453,47 @@ async fn an_upgrade_keeps_running_and_sleeping_sessions_on_local() {
         an_upgrade_keeps_running_and_sleeping_sessions(Backend::Local).await;
     }
 }
+
+/// Each end of a session gives its claim back once. The runner's release
+/// is the last word: the claim loop, whose view of the queue may still show
+/// the claim, must not send a second one, which the fleet API refuses (409,
+/// not the holder). Whether the session ended or went to sleep, and on a
+/// server that, as Cognition's model of it, sends no watch event for a
+/// release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_gives_its_claim_back_once_per_end() {
+    let emu = emulator_with(|c| c.faults.silent_release = true).await;
+    let outpost = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let g = Garrison::start(
+        &emu,
+        GarrisonOptions {
+            outpost: &outpost,
+            state_dir: &state,
+            extra_args: vec![],
+        },
+    );
+    let ended = session(&emu, &outpost, vec![run("true")], Then::End);
+    let asleep = session(&emu, &outpost, vec![run("true")], Then::Sleep);
+    wait_until("one ended, one asleep, both released", Some(&g), || {
+        status_is(&emu, &ended, SessionStatus::Terminated)
+            && status_is(&emu, &asleep, SessionStatus::Suspended)
+            && released(&emu, &ended)
+            && released(&emu, &asleep)
+    })
+    .await;
+    // A second release would follow within a claim round or two (rounds
+    // run on every queue change and every few hundred milliseconds).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in [&ended, &asleep] {
+        let v = view(&emu, id);
+        assert_eq!(
+            v.events("release_refused").count(),
+            0,
+            "{id}: a release after the claim was given back\n{}",
+            g.log()
+        );
+        assert_eq!(v.events("released").count(), 1, "{id}");
+    }
+}

@@ -1,10 +1,11 @@
 //! Outpost CRUD.
 //!
 //! The protocol page documents `/opbeta/outposts/outposts[/{id}]`, while
-//! deployed clients call the prefix itself (`/opbeta/outposts[/{id}]`). The
-//! client tries the documented spelling first and falls back to the prefix
-//! one on 404/405; the first spelling that answers 2xx is remembered for the
-//! life of the client, after which a 404 means "no such outpost".
+//! deployed clients call the prefix itself (`/opbeta/outposts[/{id}]`), and
+//! so does Cognition's model of the server. The client tries the prefix
+//! spelling first and falls back to the documented one on 404/405; the
+//! first spelling that answers 2xx is remembered for the life of the
+//! client, after which a 404 means "no such outpost".
 
 use std::sync::atomic::Ordering;
 
@@ -170,20 +171,20 @@ impl FleetClient {
         if let Some(spelling) = known {
             return self.execute(make(spelling)?).await;
         }
-        let raw = self.execute(make(Spelling::Documented)?).await?;
+        let raw = self.execute(make(Spelling::Prefix)?).await?;
         if raw.is_success() {
-            self.remember(Spelling::Documented);
+            self.remember(Spelling::Prefix);
         }
         if raw.status != 404 && raw.status != 405 {
             return Ok(raw);
         }
         debug!(
             status = raw.status,
-            "outposts route not found, trying the prefix spelling"
+            "outposts route not found, trying the documented spelling"
         );
-        let fallback = self.execute(make(Spelling::Prefix)?).await?;
+        let fallback = self.execute(make(Spelling::Documented)?).await?;
         if fallback.is_success() {
-            self.remember(Spelling::Prefix);
+            self.remember(Spelling::Documented);
         }
         Ok(fallback)
     }

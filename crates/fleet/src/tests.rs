@@ -759,7 +759,7 @@ async fn list_all_caps_the_items_it_collects() {
 // ----- outposts -----
 
 #[tokio::test]
-async fn outposts_fall_back_to_the_prefix_spelling() {
+async fn outposts_use_the_prefix_spelling_first() {
     let outpost = |id: &str| json!({"metadata": {"id": id, "name": id}, "spec": {"platform": "linux"}, "status": {"queue_depth": 1}});
     let long_hits = Counter::default();
     let base = serve(
@@ -802,8 +802,9 @@ async fn outposts_fall_back_to_the_prefix_spelling() {
     let all = c.list_outposts().await.unwrap();
     let ids: Vec<_> = all.iter().map(|o| o.metadata.outpost_id.as_str()).collect();
     assert_eq!(ids, ["o1", "o2"]);
-    // The prefix spelling is remembered after its first success.
-    assert_eq!(long_hits.get(), 1);
+    // The prefix spelling is tried first and remembered: the documented
+    // one is never asked.
+    assert_eq!(long_hits.get(), 0);
     let created = c
         .create_outpost(&CreateOutpost {
             name: "lab".into(),
@@ -829,11 +830,11 @@ async fn outposts_fall_back_to_the_prefix_spelling() {
         c.delete_outpost("nope").await,
         Err(FleetError::NotFound { .. })
     ));
-    assert_eq!(long_hits.get(), 1);
+    assert_eq!(long_hits.get(), 0);
 }
 
 #[tokio::test]
-async fn outposts_use_the_documented_spelling_when_it_exists() {
+async fn outposts_fall_back_to_the_documented_spelling() {
     let base = serve(
         Router::new()
             .route(

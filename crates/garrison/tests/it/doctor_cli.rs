@@ -173,10 +173,11 @@ async fn an_orchestrator_token_reads_the_outpost() {
     let dir = tempfile::tempdir().unwrap();
     let text = stdout(&doctor(&emu, &op, dir.path(), Some(&emu.account_token())).await);
     assert!(text.contains(&format!("✓ outpost {op}: exists")), "{text}");
+    // Read by id (the prefix spelling, tried first and served here).
     let gets = emu
         .request_counts()
         .iter()
-        .filter(|(route, _)| route.starts_with("GET /opbeta/outposts/outposts/"))
+        .filter(|(route, _)| route.as_str() == "GET /opbeta/outposts/{id}")
         .map(|(_, n)| *n)
         .sum::<u64>();
     assert!(gets >= 1, "{:?}", emu.request_counts());

@@ -136,8 +136,9 @@ impl Record {
         }
     }
 
-    /// The format `bytes` record: 1 when they record none. Bytes that are no JSON object, or a `format` that is no
-    /// number, are left to the caller's own parsing to judge.
+    /// The format `bytes` record: 1 when they record none. Bytes that are
+    /// no JSON object, or a `format` that is no number, are left to the
+    /// caller's own parsing to judge.
     pub fn format_of(bytes: &[u8]) -> u64 {
         serde_json::from_slice::<Probe>(bytes)
             .ok()

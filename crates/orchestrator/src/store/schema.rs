@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, TransactionBehavior};
 
 /// One step of the schema.
+#[derive(Clone, Copy)]
 pub(crate) struct Migration {
     /// The schema version the store has once this is applied.
     pub version: u32,

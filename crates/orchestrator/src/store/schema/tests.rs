@@ -44,11 +44,7 @@ fn version_of(path: &Path) -> u32 {
 }
 
 fn with_next(extra: &[Migration]) -> Vec<Migration> {
-    MIGRATIONS
-        .iter()
-        .map(|m| Migration { ..*m })
-        .chain(extra.iter().map(|m| Migration { ..*m }))
-        .collect()
+    [MIGRATIONS, extra].concat()
 }
 
 #[test]

@@ -157,16 +157,15 @@ pub(crate) fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
 
 /// What a held session may do while its last record is unwritten for want
 /// of space (the runner waits for room rather than stop): keep its claim,
-/// renewed when due as [`plan_session`] would, and nothing else, since
-/// every other step is recorded before it runs. A session winding down is
-/// renewed only by its wind-down's own slow steps, as always.
+/// renewed when due, and nothing else, since every other step is recorded
+/// before it runs. A session winding down keeps its claim too: a suspended
+/// session's snapshot is not taken yet, and another acceptor taking it
+/// meanwhile would resume an older one.
 pub(crate) fn plan_unrecorded(obs: &SessionObs, policy: &Policy) -> SessionAction {
-    match obs.stage {
-        Stage::Claimed | Stage::Starting | Stage::Running => {
-            renewal_step(obs, policy).unwrap_or(SessionAction::Wait)
-        }
-        Stage::Finishing(_) | Stage::Done(_) => SessionAction::Wait,
+    if obs.stage.is_done() {
+        return SessionAction::Wait;
     }
+    renewal_step(obs, policy).unwrap_or(SessionAction::Wait)
 }
 
 /// The operator's word wins over the entry's status, renewals and restarts:

@@ -351,6 +351,7 @@ fn serve_config(
         snapshot_dir: state_dir.join("snapshots"),
         snapshot_store: None,
         state_dir,
+        state_dir_min_free_bytes: orchestrator::settings::DEFAULT_STATE_DIR_MIN_FREE_MB << 20,
         snapshot_retention: None,
         relist_interval: RELIST_INTERVAL,
         queue_mode,

@@ -35,6 +35,7 @@ mod queue;
 mod redact;
 mod remote;
 mod repos;
+mod room;
 mod serve;
 mod serving;
 mod session;

@@ -13,6 +13,9 @@
 //!   suspended, one restored from a snapshot, a fresh one), from what the
 //!   start has found and what failed so far.
 //! - [`look_again_in`]: how soon a runner with nothing to do looks again.
+//! - [`assess_room`]: whether the state directory has room to take on new
+//!   sessions; [`plan_unrecorded`]: what a session whose record cannot be
+//!   written for want of space may still do.
 //! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
 //!   back; [`finish_on_claim_lost`]: how a session whose claim another
 //!   acceptor took is wound down.
@@ -29,6 +32,7 @@ mod cadence;
 mod claims;
 mod output;
 mod renewal;
+mod room;
 mod stage;
 mod start;
 mod terms;
@@ -44,6 +48,10 @@ pub use renewal::renew_margin;
 pub(crate) use renewal::{ASSUMED_CLAIM_LIFETIME_MS, MIN_RENEW_INTERVAL_MS};
 pub(crate) use renewal::{
     ClaimAnswer, LifetimeSource, Renewal, claim_lifetime, renewal_due_in, step_budget,
+};
+pub(crate) use room::{
+    DEFAULT_MIN_FREE_BYTES, Room, RoomChange, RoomObs, Shortage, assess_room, probe_store,
+    room_change,
 };
 pub use stage::{Finish, Stage, StageLabel};
 pub(crate) use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPlan, plan_start};
@@ -145,6 +153,19 @@ pub(crate) fn plan_session(obs: &SessionObs, policy: &Policy) -> SessionAction {
         Stage::Claimed | Stage::Starting => plan_before_running(obs, policy),
         Stage::Running => plan_running(obs, policy),
     }
+}
+
+/// What a held session may do while its last record is unwritten for want
+/// of space (the runner waits for room rather than stop): keep its claim,
+/// renewed when due, and nothing else, since every other step is recorded
+/// before it runs. A session winding down keeps its claim too: a suspended
+/// session's snapshot is not taken yet, and another acceptor taking it
+/// meanwhile would resume an older one.
+pub(crate) fn plan_unrecorded(obs: &SessionObs, policy: &Policy) -> SessionAction {
+    if obs.stage.is_done() {
+        return SessionAction::Wait;
+    }
+    renewal_step(obs, policy).unwrap_or(SessionAction::Wait)
 }
 
 /// The operator's word wins over the entry's status, renewals and restarts:

@@ -356,7 +356,13 @@ fn save_cursor(store: &Store, outpost: &str, cursor: Option<&str>) {
     if let Some(c) = cursor
         && let Err(e) = store.save_cursor(outpost, c)
     {
-        warn!(error = %e, "saving the watch cursor failed");
+        // A full disk is told once, by the claim loops (see `room.rs`),
+        // not at every event; the cursor is saved with the next one.
+        if crate::store::is_out_of_space(&e) {
+            tracing::debug!(error = %e, "saving the watch cursor failed");
+        } else {
+            warn!(error = %e, "saving the watch cursor failed");
+        }
     }
 }
 

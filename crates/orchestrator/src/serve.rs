@@ -21,6 +21,7 @@ use crate::planner::{RunnerEnd, cooldown_until};
 use crate::queue::{self, QueueView};
 use crate::redact::Redactor;
 use crate::remote::RemoteResolver;
+use crate::room::StateRoom;
 use crate::session::Deps;
 use crate::session::{OperatorStops, SessionRunner};
 use crate::session_log::SessionLogs;
@@ -157,8 +158,14 @@ pub fn prepare(config: &ServeConfig) -> anyhow::Result<Arc<Serving>> {
         .iter()
         .map(|o| QueueView::new(&o.outpost_id))
         .collect();
+    let room = Arc::new(StateRoom::new(
+        &config.state_dir,
+        config.state_dir_min_free_bytes,
+        store.clone(),
+    ));
     Ok(Arc::new(Serving {
         acceptor_id,
+        room,
         store,
         metrics: Arc::new(Metrics::default()),
         client,
@@ -247,6 +254,7 @@ pub async fn run_prepared(
             stopping: stop.clone(),
             drain: config.drain,
             operator_stops: serving.operator_stops.clone(),
+            room: serving.room.clone(),
             learned_lifetime: Default::default(),
         });
         outposts.spawn(queue::run(

@@ -11,6 +11,7 @@ use tracing::warn;
 use crate::metrics::Metrics;
 use crate::planner::{OperatorStop, Stage};
 use crate::queue::QueueView;
+use crate::room::StateRoom;
 use crate::session::OperatorStops;
 use crate::store::Store;
 
@@ -28,6 +29,8 @@ pub struct Serving {
     pub views: Vec<Arc<QueueView>>,
     /// The runners of held sessions, for operator requests.
     pub operator_stops: Arc<OperatorStops>,
+    /// The state directory's room: while short, nothing new is claimed.
+    pub(crate) room: Arc<StateRoom>,
 }
 
 /// Why [`Serving::request_terminate`] refused.

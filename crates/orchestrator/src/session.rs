@@ -26,6 +26,7 @@ mod clone_repos;
 mod deps;
 mod finish;
 mod launch;
+mod no_room;
 mod observe;
 mod provision;
 mod registry;
@@ -68,6 +69,8 @@ pub(crate) struct SessionRunner {
     /// A record that failed during a slow step's renewals, for the step to
     /// stop on when it returns.
     failed_record: Option<RecordFailed>,
+    /// Writing the session log failed at the last look (told once).
+    output_stalled: bool,
 }
 
 impl SessionRunner {
@@ -101,6 +104,7 @@ impl SessionRunner {
             deps,
             recorded_stage: rec.stage,
             failed_record: None,
+            output_stalled: false,
             rec,
             claim,
             entry: None,
@@ -135,7 +139,11 @@ impl SessionRunner {
     ///
     /// A step whose record cannot be written to the state store does not
     /// run: no sandbox is created, no remote started, no sandbox destroyed
-    /// after a write failed. The runner then stops at once, as a crash at
+    /// after a write failed. When the write failed for want of space and
+    /// the session got past `claimed`, the runner waits for room instead
+    /// (see `no_room.rs`): the session keeps running as it is, its claim
+    /// renewed, and goes on once the record is written. Otherwise the
+    /// runner stops at once, as a crash at
     /// that point would, leaving the session as its last written record
     /// describes for a Garrison with a working store to continue. The claim
     /// is released only when that record shows the session never got past
@@ -160,9 +168,7 @@ impl SessionRunner {
         let mut quiet_looks = 0u32;
         loop {
             let before = self.look_fingerprint();
-            if let Err(failed) = self.observe().await {
-                return self.halt(failed).await;
-            }
+            self.observe().await;
             if self.look_fingerprint() != before {
                 quiet_looks = 0;
             }
@@ -211,7 +217,9 @@ impl SessionRunner {
             if !matches!(action, SessionAction::Wait) {
                 quiet_looks = 0;
             }
-            if let Err(failed) = done {
+            if let Err(failed) = done
+                && let Err(failed) = self.wait_for_room(failed).await
+            {
                 return self.halt(failed).await;
             }
         }
@@ -243,7 +251,7 @@ impl SessionRunner {
 
     /// Ends the runner after a failed record (see [`Self::run`]).
     async fn halt(&mut self, failed: RecordFailed) -> RunnerEnd {
-        let never_started = self.recorded_stage == Stage::Claimed && self.rec.handle.is_none();
+        let never_started = self.never_started();
         error!(
             session_id = self.id(),
             error = %failed,
@@ -259,6 +267,12 @@ impl SessionRunner {
             self.release().await;
         }
         RunnerEnd::RecordFailed
+    }
+
+    /// The last record shows the session never got past `claimed`: no
+    /// sandbox was made for it.
+    fn never_started(&self) -> bool {
+        self.recorded_stage == Stage::Claimed && self.rec.handle.is_none()
     }
 
     fn observation(&self, now: Millis) -> SessionObs {

@@ -55,7 +55,14 @@ impl SessionLogs {
             .append(true)
             .mode(0o600)
             .open(dir.join(file))?;
-        f.write_all(bytes)
+        let before = f.metadata()?.len();
+        if let Err(e) = f.write_all(bytes) {
+            // A full disk can take part of it: cut that off, so the next
+            // try (the same output again) leaves no piece twice.
+            let _ = f.set_len(before);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Bytes in the session's copy of the remote's output (0 before any):

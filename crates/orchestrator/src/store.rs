@@ -21,6 +21,7 @@ mod unrestorable;
 
 pub use crate::planner::SnapshotReason;
 pub use db::Store;
+pub(crate) use db::{io_out_of_space, is_out_of_space};
 pub use history::Event;
 pub(crate) use history::StoredSnapshot;
 pub use sessions::{SessionRecord, stage_label};
@@ -91,6 +92,59 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never checkpointed");
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
+    }
+
+    #[test]
+    fn a_write_that_finds_the_disk_full_is_told_apart_and_a_later_one_clears_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("garrison.db")).unwrap();
+        store.save_cursor("o", "before").unwrap();
+        // The database may not grow: SQLite answers SQLITE_FULL, as on a
+        // full disk.
+        let pages: i64 = store
+            .with(|c| c.query_row("PRAGMA page_count", [], |r| r.get(0)))
+            .unwrap();
+        store
+            .with(|c| c.pragma_update(None, "max_page_count", pages))
+            .unwrap();
+        let big = "x".repeat(1 << 20);
+        let refused = store.set_meta("big", &big).unwrap_err();
+        assert!(db::is_out_of_space(&refused), "{refused:#}");
+        assert!(store.out_of_space());
+        // Another kind of failure says nothing about space.
+        store
+            .with(|c| c.pragma_update(None, "query_only", true))
+            .unwrap();
+        assert!(!db::is_out_of_space(&store.probe_write(1).unwrap_err()));
+        assert!(store.out_of_space());
+        store
+            .with(|c| c.pragma_update(None, "query_only", false))
+            .unwrap();
+
+        store
+            .with(|c| c.pragma_update(None, "max_page_count", 1 << 30))
+            .unwrap();
+        store.probe_write(2).unwrap();
+        assert!(!store.out_of_space());
+        // Nothing of the refused write is there; the rest is intact.
+        assert_eq!(store.meta("big").unwrap(), None);
+        assert_eq!(store.cursor("o").unwrap().as_deref(), Some("before"));
+        let integrity: String = store
+            .with(|c| c.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(integrity, "ok");
+    }
+
+    #[test]
+    fn a_full_file_system_is_told_apart_from_other_failures() {
+        let full = anyhow::Error::from(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOSPC as i32,
+        ))
+        .context("writing the session log");
+        assert!(db::is_out_of_space(&full));
+        let denied =
+            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!db::is_out_of_space(&denied));
     }
 
     #[test]

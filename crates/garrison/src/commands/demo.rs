@@ -327,6 +327,7 @@ fn serve_config(
         acceptor_id: None,
         static_base_url: emu.static_base_url(),
         state_dir: state_dir.to_owned(),
+        state_dir_min_free_bytes: orchestrator::settings::DEFAULT_STATE_DIR_MIN_FREE_MB << 20,
         snapshot_dir: state_dir.join("snapshots"),
         snapshot_store: None,
         snapshot_retention: orchestrator::settings::DEFAULT_SNAPSHOT_RETENTION.into(),

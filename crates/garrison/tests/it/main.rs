@@ -31,6 +31,7 @@ mod packaging;
 mod platform_e2e;
 mod repos_e2e;
 mod serve_bad_input;
+mod serve_disk_full;
 mod serve_e2e;
 mod serve_lifecycle;
 mod serve_object_store;

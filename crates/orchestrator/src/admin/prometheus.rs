@@ -176,7 +176,7 @@ pub(crate) fn render(s: &Scrape<'_>) -> String {
     );
     e.gauge(
         "garrison_ready",
-        "1 when the fleet API is reachable and every queue view is fresh (as /readyz).",
+        "1 when the fleet API is reachable, every queue view is fresh and the state directory has room for new sessions (as /readyz).",
         if s.ready { 1.0 } else { 0.0 },
     );
 

@@ -48,14 +48,15 @@ impl AdminState {
         }
     }
 
-    /// `Ok` when ready; else why not. Every queue view is confirmed only by
+    /// `Ok` when ready; else why not. Not ready while the state directory
+    /// is short of room (see `crate::room`). Every queue view is confirmed only by
     /// a successful fleet API answer (a list or a watch event), so a fresh
     /// view also means the API was reachable that recently. A queue the API
     /// refuses (401, 403, 404) is not ready however fresh its view: a watch
     /// opened before the refusal may still be delivering events.
     pub(crate) fn readiness(&self, now_ms: i64) -> Result<(), String> {
         let limit = self.fresh_within.as_millis() as i64;
-        let stale: Vec<String> = self
+        let mut not_ready: Vec<String> = self
             .serving
             .views
             .iter()
@@ -80,10 +81,13 @@ impl AdminState {
                 }
             })
             .collect();
-        if stale.is_empty() {
+        // Ready means able to take sessions on: not while nothing new is
+        // claimed for want of room.
+        not_ready.extend(self.serving.room.shortage());
+        if not_ready.is_empty() {
             Ok(())
         } else {
-            Err(stale.join("; "))
+            Err(not_ready.join("; "))
         }
     }
 }

@@ -9,18 +9,34 @@ use std::time::Duration;
 use super::*;
 use crate::serving::Serving;
 
-/// The routes as a listener beyond loopback serves them (`router`'s
-/// flag; bound to loopback here, as tests must be).
-async fn exposed_listener(dir: &Path, token: &str) -> String {
-    let serving = Arc::new(Serving {
+/// What a `serve` on `dir` shares, with `views`, keeping `min_free_bytes`
+/// in reserve in `dir`.
+fn serving(
+    dir: &Path,
+    views: Vec<Arc<crate::queue::QueueView>>,
+    min_free_bytes: u64,
+) -> Arc<Serving> {
+    let store = Arc::new(crate::store::Store::open(&dir.join("garrison.db")).unwrap());
+    Arc::new(Serving {
         acceptor_id: "me".into(),
-        store: Arc::new(crate::store::Store::open(&dir.join("garrison.db")).unwrap()),
+        room: Arc::new(crate::room::StateRoom::new(
+            dir,
+            min_free_bytes,
+            store.clone(),
+        )),
+        store,
         metrics: Default::default(),
         client: fleet::FleetClient::new("http://127.0.0.1:9", "t".into(), Default::default())
             .unwrap(),
-        views: vec![],
+        views,
         operator_stops: Default::default(),
-    });
+    })
+}
+
+/// The routes as a listener beyond loopback serves them (`router`'s
+/// flag; bound to loopback here, as tests must be).
+async fn exposed_listener(dir: &Path, token: &str) -> String {
+    let serving = serving(dir, vec![], 0);
     let state = AdminState {
         serving,
         outposts: vec![],
@@ -165,15 +181,7 @@ fn a_refused_queue_is_not_ready_however_fresh_its_view() {
     let dir = tempfile::tempdir().unwrap();
     let view = crate::queue::QueueView::new("op");
     let state = AdminState {
-        serving: Arc::new(Serving {
-            acceptor_id: "me".into(),
-            store: Arc::new(crate::store::Store::open(&dir.path().join("g.db")).unwrap()),
-            metrics: Default::default(),
-            client: fleet::FleetClient::new("http://127.0.0.1:9", "t".into(), Default::default())
-                .unwrap(),
-            views: vec![view.clone()],
-            operator_stops: Default::default(),
-        }),
+        serving: serving(dir.path(), vec![view.clone()], 0),
         outposts: vec![],
         sessions_dir: dir.path().join("sessions"),
         fresh_within: Duration::from_secs(3600),
@@ -201,6 +209,33 @@ fn a_refused_queue_is_not_ready_however_fresh_its_view() {
     );
     view.refusal.clear("op");
     assert_eq!(state.readiness(now()), Ok(()));
+}
+
+#[test]
+fn a_state_directory_short_of_room_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let view = crate::queue::QueueView::new("op");
+    view.mark_synced();
+    // No file system has this much free: the reserve is never met.
+    let serving = serving(dir.path(), vec![view], u64::MAX);
+    let state = AdminState {
+        serving: serving.clone(),
+        outposts: vec![],
+        sessions_dir: dir.path().join("sessions"),
+        fresh_within: Duration::from_secs(3600),
+        started_at_ms: 0,
+        version: "test",
+        token: Secret::new("t"),
+    };
+    let now = || chrono::Utc::now().timestamp_millis();
+    assert_eq!(state.readiness(now()), Ok(()), "nothing read yet");
+    assert!(serving.room.check().is_short());
+    let why = state.readiness(now()).unwrap_err();
+    let dir_text = dir.path().display().to_string();
+    assert!(
+        why.contains(&dir_text) && why.contains("state_dir_min_free_mb"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -77,6 +77,10 @@ pub(crate) struct ClaimObs<'a> {
     pub capacity: usize,
     /// Garrison is stopping.
     pub stopping: bool,
+    /// The state directory is short of room ([`super::assess_room`]):
+    /// nothing new is claimed or adopted, as its record might not be
+    /// written.
+    pub short_of_room: bool,
     /// The queue, by session id.
     pub entries: &'a BTreeMap<SessionId, QueueEntry>,
     /// Sessions this orchestrator holds (any stage but done).
@@ -115,7 +119,7 @@ pub(crate) enum ClaimAction {
 
 /// Decides which entries to claim or adopt, oldest first, within capacity,
 /// and which of our stale claims to release (those take no capacity and
-/// go on while stopping: they end work, they start none).
+/// go on while stopping or short of room: they end work, they start none).
 pub(crate) fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
     let releases = obs
         .entries
@@ -123,7 +127,7 @@ pub(crate) fn plan_claims(obs: &ClaimObs<'_>) -> Vec<ClaimAction> {
         .filter(|e| !obs.held.contains(e.session_id()))
         .filter(|e| to_release(obs, e))
         .map(|e| ClaimAction::Release(e.id().clone()));
-    if obs.stopping {
+    if obs.stopping || obs.short_of_room {
         return releases.collect();
     }
     let mut candidates: Vec<(&QueueEntry, ClaimAction)> = obs

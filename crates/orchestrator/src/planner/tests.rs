@@ -748,3 +748,46 @@ fn renewals_are_paced_and_never_starve_the_start() {
     };
     assert_eq!(plan_session(&failed, &policy()), A::Wait);
 }
+
+// ---- a record waiting for room ----
+
+#[test]
+fn a_session_whose_record_waits_for_room_only_keeps_its_claim() {
+    let near = |stage| SessionObs {
+        stage,
+        claim_deadline: Some(NOW + 60_000),
+        ..running()
+    };
+    let far = |stage| SessionObs { stage, ..running() };
+    for stage in [
+        Stage::Claimed,
+        Stage::Starting,
+        Stage::Running,
+        Stage::Finishing(Finish::Suspended),
+        Stage::Finishing(Finish::Terminated),
+    ] {
+        assert_eq!(
+            plan_unrecorded(&near(stage), &policy()),
+            A::Renew,
+            "{stage}"
+        );
+        // Nothing else, whatever plan_session would do next.
+        assert_eq!(plan_unrecorded(&far(stage), &policy()), A::Wait, "{stage}");
+    }
+    let crashed = SessionObs {
+        remote: RemoteObs::Exited(1),
+        remote_stopped_at: Some(NOW - 600_000),
+        ..running()
+    };
+    assert_eq!(plan_session(&crashed, &policy()), A::RestartRemote);
+    assert_eq!(plan_unrecorded(&crashed, &policy()), A::Wait);
+    // Paced like any renewal.
+    let just_tried = SessionObs {
+        last_renewal_at: Some(NOW - 500),
+        ..near(Stage::Running)
+    };
+    assert_eq!(plan_unrecorded(&just_tried, &policy()), A::Wait);
+    // A session done needs no claim.
+    let done = near(Stage::Done(Finish::Terminated));
+    assert_eq!(plan_unrecorded(&done, &policy()), A::Wait);
+}

@@ -79,6 +79,7 @@ pub(super) async fn claim_round(
         platform: &deps.outpost.platform,
         capacity: deps.outpost.max_concurrent.saturating_sub(held.len()),
         stopping: deps.stopping.is_cancelled(),
+        short_of_room: deps.room.check().is_short(),
         entries: &entries,
         held,
         lost,

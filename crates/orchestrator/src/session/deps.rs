@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::planner::Policy;
 use crate::queue::QueueView;
 use crate::remote::RemoteResolver;
+use crate::room::StateRoom;
 use crate::session_log::SessionLogs;
 use crate::settings::OutpostConfig;
 use crate::store::Store;
@@ -47,6 +48,9 @@ pub(crate) struct Deps {
     pub drain: bool,
     /// Where operator requests reach the runners (shared by all outposts).
     pub operator_stops: Arc<OperatorStops>,
+    /// The state directory's room (shared by all outposts): claims wait
+    /// while it is short.
+    pub room: Arc<StateRoom>,
     /// The claim lifetime this outpost's server grants, as learned.
     pub learned_lifetime: Arc<LearnedLifetime>,
 }

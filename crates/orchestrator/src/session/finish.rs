@@ -73,7 +73,7 @@ impl SessionRunner {
                     .kill(&handle, &process, KILL_GRACE)
                     .await
                     .map_err(|e| anyhow!(e))?;
-                self.copy_output(&handle, &process).await?;
+                self.copy_output(&handle, &process).await;
             }
             obs = end_sandbox(&ctx, self, &handle, obs).await?;
             self.rec.handle = None;

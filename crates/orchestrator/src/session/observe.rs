@@ -4,10 +4,9 @@
 use fleet::QueueEntry;
 use sandbox::{Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::SessionRunner;
-use super::step::RecordFailed;
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
     track_applied_policy, track_suspended,
@@ -41,7 +40,7 @@ impl SessionRunner {
         }
     }
 
-    pub(super) async fn observe(&mut self) -> Result<(), RecordFailed> {
+    pub(super) async fn observe(&mut self) {
         let now = now_ms();
         match self.deps.view.get(&self.rec.session_id) {
             Some(entry) => {
@@ -78,11 +77,10 @@ impl SessionRunner {
                 self.event("remote_exited", json!({ "status": status.to_string() }));
             }
             self.remote = status;
-            self.copy_output(&handle, &process).await?;
+            self.copy_output(&handle, &process).await;
         } else {
             self.remote = RemoteObs::NotStarted;
         }
-        Ok(())
     }
 
     /// Takes in a reading of the entry (from the view, a claim or a get),
@@ -122,16 +120,18 @@ impl SessionRunner {
         self.applied_policy = Some(policy);
     }
 
-    pub(super) async fn copy_output(
-        &mut self,
-        handle: &Handle,
-        process: &ProcessRef,
-    ) -> Result<(), RecordFailed> {
+    /// Copies what the remote wrote since the recorded offset into the
+    /// session log. Progress, not a step: when the log cannot be written
+    /// (a full disk) the output stays in the sandbox and is copied at a
+    /// later look; an offset that cannot be recorded is kept in memory and
+    /// written with the next record (after a crash, at worst some output
+    /// is copied twice).
+    pub(super) async fn copy_output(&mut self, handle: &Handle, process: &ProcessRef) {
         let cap = self.deps.policy.session_log_max_bytes;
         loop {
             let copied = self.deps.logs.remote_output_len(self.id());
             if output_exhausted(copied, cap) {
-                return Ok(());
+                return;
             }
             let chunk = match self
                 .deps
@@ -140,10 +140,10 @@ impl SessionRunner {
                 .await
             {
                 Ok(chunk) => chunk,
-                Err(_) => return Ok(()),
+                Err(_) => return,
             };
             if chunk.data.is_empty() {
-                return Ok(());
+                return;
             }
             let allowed = output_allowance(copied, cap, chunk.data.len());
             if let Err(e) = self
@@ -151,14 +151,23 @@ impl SessionRunner {
                 .logs
                 .remote_output(self.id(), &chunk.data[..allowed.take])
             {
-                warn!(session_id = self.id(), error = %e, "writing the session log failed");
-                return Ok(());
+                // Once per stall, not at every look while the disk is full.
+                if !self.output_stalled {
+                    warn!(session_id = self.id(), error = %e, "writing the session log failed; the output stays in the sandbox and is copied once the log can be written");
+                    self.output_stalled = true;
+                }
+                return;
+            }
+            if std::mem::take(&mut self.output_stalled) {
+                info!(session_id = self.id(), "the session log is written again");
             }
             if allowed.cap_reached {
                 self.note_output_capped(cap);
             }
             self.rec.output_offset = chunk.next_offset;
-            self.save()?;
+            if let Err(failed) = self.save() {
+                debug!(session_id = self.id(), error = %failed, "recording the output offset failed; it is kept for the next record");
+            }
         }
     }
 

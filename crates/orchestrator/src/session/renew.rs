@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::SessionRunner;
 use super::claim_keeper::Renewal;
@@ -33,7 +33,12 @@ impl SessionRunner {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.deps.view.upsert(entry.clone());
                 self.note_entry(entry);
-                self.save()?;
+                // The claim lives in the keeper: the recorded deadline is
+                // for display, so a renewal goes on without its record (a
+                // full disk must not cost a running session its claim).
+                if let Err(failed) = self.save() {
+                    debug!(session_id = self.id(), error = %failed, "recording the renewed deadline failed; it is kept for the next record");
+                }
                 self.event(
                     "claim_renewed",
                     json!({ "claim_deadline": self.rec.claim_deadline }),

@@ -10,12 +10,12 @@ use std::time::Duration;
 use fleet::SessionId;
 use sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::claim_keeper::keep_claim_alive;
 use crate::metrics::Metrics;
 use crate::session_log::SessionLogs;
-use crate::store::Store;
+use crate::store::{Store, io_out_of_space, is_out_of_space};
 use common::now_ms;
 
 /// How long a remote is given to exit before it is killed.
@@ -94,13 +94,23 @@ impl StepCtx {
     /// Adds to the session's history. Events tell what happened; none is
     /// the record a step depends on (that is the session row and the
     /// snapshot rows), so a failed write is logged and the step goes on.
+    /// A full disk is told once by the claim loops (see `room.rs`), so an
+    /// event lost to it is only a debug line.
     pub(super) fn event(&self, kind: &str, detail: serde_json::Value) {
         let at = now_ms();
         if let Err(e) = self.store.add_event(&self.session_id, at, kind, &detail) {
-            warn!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
+            if is_out_of_space(&e) {
+                debug!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
+            } else {
+                warn!(session_id = self.id(), event = kind, error = %e, "recording an event failed");
+            }
         }
         if let Err(e) = self.logs.event(self.id(), at, kind, &detail) {
-            warn!(session_id = self.id(), event = kind, error = %e, "writing an event to the session log failed");
+            if io_out_of_space(&e) {
+                debug!(session_id = self.id(), event = kind, error = %e, "writing an event to the session log failed");
+            } else {
+                warn!(session_id = self.id(), event = kind, error = %e, "writing an event to the session log failed");
+            }
         }
     }
 

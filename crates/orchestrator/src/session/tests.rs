@@ -23,6 +23,7 @@ use crate::session_log::SessionLogs;
 use crate::settings::{OutpostConfig, Repos};
 use crate::store::Store;
 
+mod no_room;
 mod unrestorable;
 
 const SESSION: &str = "s1";
@@ -161,6 +162,11 @@ impl World {
             stopping: CancellationToken::new(),
             drain: false,
             operator_stops: Arc::new(OperatorStops::default()),
+            room: Arc::new(crate::room::StateRoom::new(
+                self.dir.path(),
+                0,
+                self.store.clone(),
+            )),
             learned_lifetime: Default::default(),
         };
         SessionRunner::claimed(Arc::new(deps), rec, answer)
@@ -436,7 +442,7 @@ async fn the_session_log_stops_at_its_cap_and_says_so_once() {
         .policy
         .session_log_max_bytes = cap;
     let first = fake_output(&world, &handle, "p1", &vec![b'a'; 3 << 20]);
-    runner.copy_output(&handle, &first).await.unwrap();
+    runner.copy_output(&handle, &first).await;
 
     let log = world
         .dir
@@ -459,7 +465,7 @@ async fn the_session_log_stops_at_its_cap_and_says_so_once() {
     // nothing: the cap is the session's.
     runner.rec.output_offset = 0;
     let second = fake_output(&world, &handle, "p2", &vec![b'b'; 1 << 20]);
-    runner.copy_output(&handle, &second).await.unwrap();
+    runner.copy_output(&handle, &second).await;
     let after = std::fs::read(log.join(crate::session_log::REMOTE_LOG)).unwrap();
     assert_eq!(after.len(), copied.len());
     let events = std::fs::read_to_string(log.join(crate::session_log::EVENTS_LOG)).unwrap();
@@ -472,7 +478,7 @@ async fn output_below_the_cap_is_copied_whole() {
     let handle = world.sandbox().await;
     let mut runner = world.runner(record(Stage::Running, Some(handle.clone())));
     let process = fake_output(&world, &handle, "p1", b"hello\n");
-    runner.copy_output(&handle, &process).await.unwrap();
+    runner.copy_output(&handle, &process).await;
     let log = world
         .dir
         .path()

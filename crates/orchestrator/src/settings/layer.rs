@@ -65,6 +65,8 @@ pub struct RawSettings {
     pub gateway_url: Option<Sourced<String>>,
     /// `session_log_max_mb`, if this layer gives it.
     pub session_log_max_mb: Option<Sourced<String>>,
+    /// `state_dir_min_free_mb`, if this layer gives it.
+    pub state_dir_min_free_mb: Option<Sourced<String>>,
     /// Only from the environment; `Secret` keeps it out of `Debug`.
     pub token: Option<Sourced<Secret>>,
     /// Clone URLs; each item may hold several, comma-separated.
@@ -143,6 +145,7 @@ impl RawSettings {
                 .or(lower.suspend_exit_grace_secs),
             gateway_url: self.gateway_url.or(lower.gateway_url),
             session_log_max_mb: self.session_log_max_mb.or(lower.session_log_max_mb),
+            state_dir_min_free_mb: self.state_dir_min_free_mb.or(lower.state_dir_min_free_mb),
             token: self.token.or(lower.token),
             repos: self.repos.or(lower.repos),
             git_username: self.git_username.or(lower.git_username),
@@ -202,6 +205,7 @@ impl RawSettings {
             suspend_exit_grace_secs: text(names::SUSPEND_EXIT_GRACE_SECS),
             gateway_url: text(names::GATEWAY_URL),
             session_log_max_mb: text(names::SESSION_LOG_MAX_MB),
+            state_dir_min_free_mb: text(names::STATE_DIR_MIN_FREE_MB),
             token: secret(names::TOKEN),
             repos: text(names::REPOS).map(|s| Sourced::new(vec![s.value], s.origin)),
             git_username: text(names::GIT_USERNAME),

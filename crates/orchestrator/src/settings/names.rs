@@ -253,6 +253,19 @@ pub const SESSION_LOG_MAX_MB: Setting = Setting::new(
      and stops growing",
 )
 .default("256");
+/// The `state_dir_min_free_mb` setting: Free space, in MiB, the state directory's file system keeps in reserve; below it no new session is claimed (held ones keep running) until space is freed.
+pub const STATE_DIR_MIN_FREE_MB: Setting = Setting::new(
+    "state_dir_min_free_mb",
+    "--state-dir-min-free-mb",
+    "GARRISON_STATE_DIR_MIN_FREE_MB",
+    Kind::Int {
+        min: 0,
+        max: 1 << 20,
+    },
+    "Free space, in MiB, the state directory's file system keeps in reserve; below it no \
+     new session is claimed (held ones keep running) until space is freed",
+)
+.default("64");
 /// The `config` setting: TOML settings file.
 pub const CONFIG: Setting = Setting::new(
     "config",
@@ -343,6 +356,7 @@ pub const ALL: &[Setting] = &[
     SUSPEND_EXIT_GRACE_SECS,
     GATEWAY_URL,
     SESSION_LOG_MAX_MB,
+    STATE_DIR_MIN_FREE_MB,
     REPOS,
     GIT_USERNAME,
     GIT_TOKEN,

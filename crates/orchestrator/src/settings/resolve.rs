@@ -21,8 +21,8 @@ use super::layer::{OutpostTable, RawSettings};
 use super::resolved::{
     DEFAULT_API_URL, DEFAULT_BACKEND, DEFAULT_LISTEN, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_RESTARTS,
     DEFAULT_RELIST_INTERVAL, DEFAULT_SESSION_LOG_MAX_MB, DEFAULT_SNAPSHOT_RETENTION,
-    DEFAULT_STATIC_BASE_URL, LogFormat, OutpostConfig, ProcessSettings, QueueMode, Repos,
-    ServeConfig,
+    DEFAULT_STATE_DIR_MIN_FREE_MB, DEFAULT_STATIC_BASE_URL, LogFormat, OutpostConfig,
+    ProcessSettings, QueueMode, Repos, ServeConfig,
 };
 use crate::planner::Policy;
 
@@ -134,6 +134,10 @@ pub fn resolve(
         Some(value) => ranged(value, names::SESSION_LOG_MAX_MB)? << 20,
         None => DEFAULT_SESSION_LOG_MAX_MB << 20,
     };
+    let state_dir_min_free_bytes = match &raw.state_dir_min_free_mb {
+        Some(value) => ranged(value, names::STATE_DIR_MIN_FREE_MB)? << 20,
+        None => DEFAULT_STATE_DIR_MIN_FREE_MB << 20,
+    };
     // Read by the caller before anything else (the log is set up first);
     // checked here too, so that a bad value fails `doctor` as well.
     resolve_process(&raw)?;
@@ -148,6 +152,7 @@ pub fn resolve(
         acceptor_id,
         static_base_url,
         state_dir,
+        state_dir_min_free_bytes,
         snapshot_dir,
         snapshot_store,
         snapshot_retention,

@@ -22,6 +22,8 @@ pub const DEFAULT_BACKEND: &str = "local";
 pub const DEFAULT_MAX_RESTARTS: u32 = 3;
 /// The default cap of a session log, in MiB.
 pub const DEFAULT_SESSION_LOG_MAX_MB: u64 = crate::planner::DEFAULT_SESSION_LOG_MAX_BYTES >> 20;
+/// The free space the state directory keeps in reserve, in MiB.
+pub const DEFAULT_STATE_DIR_MIN_FREE_MB: u64 = crate::planner::DEFAULT_MIN_FREE_BYTES >> 20;
 /// The environment variable holding the Devin token.
 pub const TOKEN_ENV: &str = "DEVIN_OUTPOSTS_TOKEN";
 /// The environment variable holding the snapshot encryption key (64 hex
@@ -96,6 +98,9 @@ pub struct ServeConfig {
     pub static_base_url: String,
     /// `$GARRISON_HOME`: database, sessions, cache.
     pub state_dir: PathBuf,
+    /// Below this many bytes free in the state directory's file system,
+    /// nothing new is claimed (`state_dir_min_free_mb`).
+    pub state_dir_min_free_bytes: u64,
     /// Where snapshots are kept; may be shared by several Garrison processes.
     /// With `snapshot_store`, only archives on their way up or down.
     pub snapshot_dir: PathBuf,

@@ -194,6 +194,7 @@ fn flag(names: Setting, value: &str) -> RawSettings {
         "suspend_exit_grace_secs" => raw.suspend_exit_grace_secs = text,
         "gateway_url" => raw.gateway_url = text,
         "session_log_max_mb" => raw.session_log_max_mb = text,
+        "state_dir_min_free_mb" => raw.state_dir_min_free_mb = text,
         "git_username" => raw.git_username = text,
         "drain" => raw.drain = text,
         "log_format" => raw.log_format = text,
@@ -472,6 +473,14 @@ fn cases() -> Vec<Case> {
             file: "1024",
             expect: ["2097152", "1048576", "1073741824", "268435456"],
             get: |c| c.policy.session_log_max_bytes.to_string(),
+        },
+        Case {
+            names: names::STATE_DIR_MIN_FREE_MB,
+            flag: "0",
+            env: "1",
+            file: "1024",
+            expect: ["0", "1048576", "1073741824", "67108864"],
+            get: |c| c.state_dir_min_free_bytes.to_string(),
         },
     ]
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rusqlite::Connection;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// How often the log is checkpointed.
 const EVERY: Duration = Duration::from_secs(1);
@@ -43,11 +43,23 @@ impl Checkpointer {
 }
 
 fn run(conn: &Connection, stopped: &mpsc::Receiver<()>) {
+    // A failure is told once until a checkpoint succeeds again: on a full
+    // disk every one fails (the log keeps the commits; nothing is lost).
+    let mut failing = false;
     // Ends when the store (the sender) is dropped.
     while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EVERY) {
         // PASSIVE: copies what no reader still needs, never waits for one.
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            warn!(error = %e, "checkpointing the state store failed");
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            Ok(()) if failing => {
+                failing = false;
+                info!("checkpointing the state store works again");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                warn!(error = %e, "checkpointing the state store failed; the commits stay in its log and it is tried again every second");
+            }
+            Err(_) => {}
         }
     }
 }

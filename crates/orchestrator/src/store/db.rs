@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use fleet::SessionId;
@@ -19,6 +19,11 @@ pub struct Store {
     conn: Mutex<Connection>,
     /// Statements that changed the database, since it was opened here.
     writes: AtomicU64,
+    /// The last write failed for want of space (see [`is_out_of_space`]).
+    out_of_space: AtomicBool,
+    /// Writes fail as on a full disk (see `fill_disk`).
+    #[cfg(test)]
+    simulate_full: AtomicBool,
     /// Checkpoints the log off the writers' threads (a database file
     /// opened by the daemon only).
     _checkpointer: Option<super::checkpoint::Checkpointer>,
@@ -63,6 +68,29 @@ struct BadSessionId {
     table: &'static str,
     raw: String,
     e: fleet::InvalidEntry,
+}
+
+/// Whether `e` (from the state store, a session log or any file under the
+/// state directory) says the disk is full: SQLite's `SQLITE_FULL`, or
+/// `ENOSPC`/`EDQUOT` from the file system.
+pub(crate) fn is_out_of_space(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        if let Some(e) = cause.downcast_ref::<rusqlite::Error>() {
+            return e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+        }
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(io_out_of_space)
+    })
+}
+
+/// Whether a file system call failed for want of space (or of quota).
+pub(crate) fn io_out_of_space(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        e.raw_os_error().map(Errno::from_raw),
+        Some(Errno::ENOSPC | Errno::EDQUOT)
+    )
 }
 
 pub(super) fn parse_opt<T: for<'de> Deserialize<'de>>(
@@ -119,6 +147,9 @@ impl Store {
         Ok(Self {
             conn: Mutex::new(conn),
             writes: AtomicU64::new(0),
+            out_of_space: AtomicBool::new(false),
+            #[cfg(test)]
+            simulate_full: AtomicBool::new(false),
             _checkpointer: None,
         })
     }
@@ -149,6 +180,9 @@ impl Store {
         Ok(Self {
             conn: Mutex::new(conn),
             writes: AtomicU64::new(0),
+            out_of_space: AtomicBool::new(false),
+            #[cfg(test)]
+            simulate_full: AtomicBool::new(false),
             _checkpointer: None,
         })
     }
@@ -162,15 +196,53 @@ impl Store {
     }
 
     /// A statement that changes the database (each one its own commit).
+    /// Notes whether it failed for want of space ([`Store::out_of_space`]).
     pub(super) fn write<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.with(f)
+        #[cfg(test)]
+        let f = |c: &Connection| {
+            if self.simulate_full.load(Ordering::Relaxed) {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                    Some("database or disk is full".into()),
+                ));
+            }
+            f(c)
+        };
+        let written = self.with(f);
+        match &written {
+            Ok(_) => self.out_of_space.store(false, Ordering::Relaxed),
+            Err(e) if is_out_of_space(e) => self.out_of_space.store(true, Ordering::Relaxed),
+            // Says nothing about space either way.
+            Err(_) => {}
+        }
+        written
+    }
+
+    /// Whether the last write failed for want of space on the disk (SQLite
+    /// rolled it back: the store is as the write before left it).
+    pub fn out_of_space(&self) -> bool {
+        self.out_of_space.load(Ordering::Relaxed)
+    }
+
+    /// Writes a small row of the store's own, to learn whether a write
+    /// fits again after one failed for want of space.
+    pub fn probe_write(&self, now_ms: i64) -> Result<()> {
+        self.set_meta("room_probed_at", &now_ms.to_string())
     }
 
     /// Writes sent to the database since it was opened here (for the
     /// metrics: what a thousand sessions cost the disk).
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Makes every later write fail as on a full disk (`SQLITE_FULL`, the
+    /// store unchanged), or work again, for tests of what a full disk
+    /// stops and what it does not.
+    #[cfg(test)]
+    pub(crate) fn fill_disk(&self, full: bool) {
+        self.simulate_full.store(full, Ordering::Relaxed);
     }
 
     /// Makes every later write fail as on a read-only database (reads still

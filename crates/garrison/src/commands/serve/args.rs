@@ -125,6 +125,8 @@ pub(crate) struct ServeArgs {
     pub gateway_url: Option<String>,
     #[arg(long, value_name = "MIB")]
     pub session_log_max_mb: Option<String>,
+    #[arg(long, value_name = "MIB")]
+    pub state_dir_min_free_mb: Option<String>,
     #[arg(long = "repos", value_name = "URLS")]
     pub repos: Vec<String>,
     #[arg(long, value_name = "NAME")]
@@ -191,6 +193,7 @@ impl ServeArgs {
             ),
             gateway_url: text(&self.gateway_url, names::GATEWAY_URL),
             session_log_max_mb: text(&self.session_log_max_mb, names::SESSION_LOG_MAX_MB),
+            state_dir_min_free_mb: text(&self.state_dir_min_free_mb, names::STATE_DIR_MIN_FREE_MB),
             // Never from the command line: see after_help().
             token: None,
             repos: list(&self.repos, names::REPOS),

@@ -44,6 +44,7 @@ struct ClaimCase {
     unrestorable: BTreeSet<SessionId>,
     capacity: usize,
     stopping: bool,
+    short_of_room: bool,
 }
 
 impl ClaimCase {
@@ -58,6 +59,7 @@ impl ClaimCase {
             unrestorable: BTreeSet::new(),
             capacity: 10,
             stopping: false,
+            short_of_room: false,
         }
     }
 
@@ -68,6 +70,7 @@ impl ClaimCase {
             platform: &Platform::Linux,
             capacity: self.capacity,
             stopping: self.stopping,
+            short_of_room: self.short_of_room,
             entries: &self.entries,
             held: &self.held,
             lost: &self.lost,
@@ -195,6 +198,33 @@ fn stopping_claims_nothing() {
     let mut case = ClaimCase::new(vec![entry("a", 1, Phase::Pending, SessionStatus::Pending)]);
     case.stopping = true;
     assert!(case.plan().is_empty());
+}
+
+#[test]
+fn short_of_room_claims_and_adopts_nothing_but_still_releases() {
+    let mut ours_done = entry("done-here", 2, Phase::Claimed, SessionStatus::Running);
+    ours_done.status.acceptor_id = Some(ME.into());
+    let mut ours_unknown = entry("unknown", 3, Phase::Claimed, SessionStatus::Running);
+    ours_unknown.status.acceptor_id = Some(ME.into());
+    let mut case = ClaimCase::new(vec![
+        entry("a", 1, Phase::Pending, SessionStatus::Pending),
+        ours_done,
+        ours_unknown,
+    ]);
+    case.finished_here = BTreeSet::from([sid("done-here")]);
+    assert_eq!(
+        case.plan(),
+        vec![
+            ClaimAction::Adopt(sid("unknown")),
+            claim("a"),
+            ClaimAction::Release(sid("done-here"))
+        ]
+    );
+    case.short_of_room = true;
+    assert_eq!(case.plan(), vec![ClaimAction::Release(sid("done-here"))]);
+    // Room back: the same queue is claimed as before.
+    case.short_of_room = false;
+    assert_eq!(case.plan().len(), 3);
 }
 
 #[test]

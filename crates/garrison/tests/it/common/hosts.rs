@@ -5,6 +5,7 @@
 
 use std::net::Ipv4Addr;
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A bridge in this namespace and `count` namespaces wired to it.
 pub(crate) struct Hosts {
@@ -28,8 +29,13 @@ impl Hosts {
     /// (set aside for benchmarks and tests, clear of the local backend's
     /// 10.213.0.0/16), one /24 per test process.
     pub(crate) fn build(count: usize) -> Hosts {
-        let tag = format!("{:05x}", std::process::id() & 0xfffff);
-        let subnet = (std::process::id() % 250) as u8 + 1;
+        // Unique per call, not only per process: `cargo test` runs several
+        // tests in one process, and two of them must not share a bridge.
+        static BUILT: AtomicU32 = AtomicU32::new(0);
+        let nth = BUILT.fetch_add(1, Ordering::Relaxed);
+        let unique = std::process::id().wrapping_mul(7).wrapping_add(nth);
+        let tag = format!("{:05x}", unique & 0xfffff);
+        let subnet = (unique % 250) as u8 + 1;
         let bridge = format!("gmb{tag}");
         let _ = Command::new("ip").args(["link", "del", &bridge]).output();
         ip(&["link", "add", &bridge, "type", "bridge"]);

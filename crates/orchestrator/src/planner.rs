@@ -15,7 +15,8 @@
 //! - [`look_again_in`]: how soon a runner with nothing to do looks again.
 //! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
 //!   back; [`finish_on_claim_lost`]: how a session whose claim another
-//!   acceptor took is wound down.
+//!   acceptor took is wound down; [`finish_note`]: what the session's
+//!   events say as a wind-down begins (a final status never read).
 //!
 //! The executor performs the step, records the outcome, observes again and
 //! asks again; every step is idempotent, so asking again after a crash
@@ -50,7 +51,7 @@ pub(crate) use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPl
 pub(crate) use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, OperatorStop, RemoteObs};
 pub use terms::{Millis, Policy};
 pub use wind_down::SnapshotReason;
-pub(crate) use wind_down::{SandboxEnd, WindDownObs, plan_wind_down};
+pub(crate) use wind_down::{SandboxEnd, WindDownObs, finish_note, plan_wind_down};
 
 /// Everything [`plan_session`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]

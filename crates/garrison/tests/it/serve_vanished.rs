@@ -100,7 +100,10 @@ async fn a_session_gone_from_the_fleet_api_keeps_a_recovery_snapshot() {
 
     // Both sandboxes went (after their snapshots), and nothing deleted the
     // snapshots as an ended session's.
-    wait_until("both sandboxes gone", Some(&g), || sandbox_dirs(&state) == 0).await;
+    wait_until("both sandboxes gone", Some(&g), || {
+        sandbox_dirs(&state) == 0
+    })
+    .await;
     for id in [&running, &exited] {
         assert_eq!(g.store().snapshots(&sid(id)).unwrap().len(), 1, "{id}");
         assert_eq!(

@@ -122,7 +122,11 @@ fn a_session_gone_before_its_final_status_keeps_a_recovery_snapshot_and_says_why
     let note = note.unwrap();
     assert_eq!(note.kind(), "final_status_unknown");
     assert!(note.reason().contains("404"), "{}", note.reason());
-    assert!(note.reason().contains("recovery snapshot"), "{}", note.reason());
+    assert!(
+        note.reason().contains("recovery snapshot"),
+        "{}",
+        note.reason()
+    );
 }
 
 #[test]

@@ -18,7 +18,8 @@
 //!   written for want of space may still do.
 //! - [`plan_wind_down`]: what winding a session down keeps, drops and gives
 //!   back; [`finish_on_claim_lost`]: how a session whose claim another
-//!   acceptor took is wound down.
+//!   acceptor took is wound down; [`finish_note`]: what the session's
+//!   events say as a wind-down begins (a final status never read).
 //!
 //! The executor performs the step, records the outcome, observes again and
 //! asks again; every step is idempotent, so asking again after a crash
@@ -58,7 +59,7 @@ pub(crate) use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPl
 pub(crate) use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, OperatorStop, RemoteObs};
 pub use terms::{Millis, Policy};
 pub use wind_down::SnapshotReason;
-pub(crate) use wind_down::{SandboxEnd, WindDownObs, plan_wind_down};
+pub(crate) use wind_down::{SandboxEnd, WindDownObs, finish_note, plan_wind_down};
 
 /// Everything [`plan_session`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +91,9 @@ pub(crate) struct SessionObs {
     /// Since when `suspended` has been read continuously while the remote
     /// ran (see [`track_suspended`]).
     pub suspended_since: Option<Millis>,
+    /// Reads in a row, each taken by a confirming read after the remote
+    /// stopped, that said `suspended` (see [`track_suspended_confirmations`]).
+    pub suspended_confirmations: u32,
     /// Restarts so far.
     pub restarts: u32,
     /// Failed starts so far.
@@ -220,8 +224,15 @@ fn plan_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
                 renewal_step(obs, policy).unwrap_or(A::Wait)
             }
         }
-        // After the remote stopped, `suspended` is believed at once.
-        _ if suspended => A::Finish(Finish::Suspended),
+        // After the remote stopped, `suspended` is believed once it has
+        // lasted as long as it must while the remote runs, or once reads
+        // after the stop confirm it; until then it is read again. A reading
+        // taken while the remote still ran, or one passing read during the
+        // seconds the final status lags the exit, is the brief `suspended`
+        // a live session shows: winding down on it would give a running
+        // session back to the queue, for a second remote to serve.
+        _ if suspended && suspend_confirmed(obs, policy) => A::Finish(Finish::Suspended),
+        _ if suspended => plan_confirm(obs, policy),
         RemoteObs::Exited(0) => plan_confirm(obs, policy),
         RemoteObs::NotStarted => renewal_step(obs, policy).unwrap_or(A::RestartRemote),
         RemoteObs::Exited(_) | RemoteObs::Lost => {
@@ -254,6 +265,16 @@ fn plan_confirm(obs: &SessionObs, policy: &Policy) -> SessionAction {
         .last_confirm_at
         .is_none_or(|at| obs.now - at >= policy.confirm_interval_ms);
     if due { A::ConfirmEnd } else { A::Wait }
+}
+
+/// A `suspended` reading, after the remote stopped, is the session's own:
+/// it has lasted the grace a running remote gets, or that many confirming
+/// reads in a row found it.
+fn suspend_confirmed(obs: &SessionObs, policy: &Policy) -> bool {
+    let lasted = obs
+        .suspended_since
+        .is_some_and(|since| obs.now - since >= policy.suspend_exit_grace_ms);
+    lasted || obs.suspended_confirmations >= policy.suspend_confirmations
 }
 
 /// `Renew` when the claim is due, `Wait` when due but a renewal was just
@@ -323,6 +344,18 @@ pub(crate) fn track_suspended(
     match entry {
         EntryObs::Present(SessionStatus::Suspended) => Some(since.unwrap_or(now)),
         _ => None,
+    }
+}
+
+/// Updates the count of reads in a row that said `suspended` from a new
+/// reading: a confirming read (the entry read again after the remote
+/// stopped) adds one, a reading of the queue view leaves the count as it is
+/// when it too says `suspended`, and anything else starts it over.
+pub(crate) fn track_suspended_confirmations(count: u32, entry: &EntryObs, confirming: bool) -> u32 {
+    match entry {
+        EntryObs::Present(SessionStatus::Suspended) if confirming => count.saturating_add(1),
+        EntryObs::Present(SessionStatus::Suspended) => count,
+        _ => 0,
     }
 }
 

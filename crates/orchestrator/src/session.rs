@@ -59,6 +59,8 @@ pub(crate) struct SessionRunner {
     /// This runner killed the remote (see `kill_remote`).
     killed_remote: bool,
     suspended_since: Option<Millis>,
+    /// Confirming reads in a row that said `suspended`.
+    suspended_confirmations: u32,
     confirm_attempts: u32,
     last_confirm_at: Option<Millis>,
     operator_stop: Option<OperatorStop>,
@@ -114,6 +116,7 @@ impl SessionRunner {
             remote_cwd: None,
             killed_remote: false,
             suspended_since: None,
+            suspended_confirmations: 0,
             confirm_attempts: 0,
             last_confirm_at: None,
             operator_stop: None,
@@ -290,6 +293,7 @@ impl SessionRunner {
             remote: self.remote,
             remote_stopped_at: self.remote_stopped_at,
             suspended_since: self.suspended_since,
+            suspended_confirmations: self.suspended_confirmations,
             restarts: self.rec.restarts,
             start_failures: self.rec.start_failures,
             confirm_attempts: self.confirm_attempts,

@@ -35,5 +35,7 @@ mod serve_disk_full;
 mod serve_e2e;
 mod serve_lifecycle;
 mod serve_object_store;
+mod serve_transient;
+mod serve_vanished;
 mod settings_cli;
 mod token_isolation;

@@ -57,9 +57,10 @@ pub enum Finish {
     Suspended,
     /// The session is over: snapshots deleted.
     Terminated,
-    /// The entry left the queue while the session ran: not ours to run now.
-    /// The workspace is snapshotted (never deleted because an entry is
-    /// missing) and nothing is released.
+    /// The entry left the queue while the session ran (or another acceptor
+    /// took its claim): not ours to run now, and no final status was read.
+    /// The workspace is kept as a recovery snapshot (never deleted because
+    /// an entry is missing) and nothing is released.
     Vanished,
     /// The final state could not be established, or the remote kept
     /// crashing: a recovery snapshot is kept and the session is reported.

@@ -93,6 +93,11 @@ pub struct Policy {
     pub confirm_attempts: u32,
     /// How often the end of a session is confirmed.
     pub confirm_interval_ms: Millis,
+    /// Confirming reads in a row that must say `suspended` after the remote
+    /// stopped before the session is wound down as asleep: a live session
+    /// can read `suspended` briefly, also while its final status lags the
+    /// remote's exit.
+    pub suspend_confirmations: u32,
     /// Failed attempts to start a sandbox before the claim is released.
     pub max_start_failures: u32,
     /// Bytes of the remote's output copied into the session log; the rest
@@ -113,6 +118,7 @@ impl Default for Policy {
             restart_backoff_max_ms: 30_000,
             confirm_attempts: 10,
             confirm_interval_ms: 1_000,
+            suspend_confirmations: 3,
             max_start_failures: 3,
             session_log_max_bytes: DEFAULT_SESSION_LOG_MAX_BYTES,
             corrupt_snapshot_starts_fresh: false,

@@ -20,6 +20,7 @@ fn running() -> SessionObs {
         remote: RemoteObs::Running,
         remote_stopped_at: None,
         suspended_since: None,
+        suspended_confirmations: 0,
         restarts: 0,
         start_failures: 0,
         confirm_attempts: 0,
@@ -176,9 +177,11 @@ fn a_suspended_remote_is_left_to_exit_by_itself_until_the_grace_ends() {
         plan_session(&suspended(p.suspend_exit_grace_ms), &p),
         A::KillRemote
     );
-    // The remote exited by itself: wound down as suspended, no kill.
+    // The remote exited by itself: wound down as suspended once reads
+    // after the exit confirm it, no kill.
     let exited = SessionObs {
         remote: RemoteObs::Exited(0),
+        suspended_confirmations: p.suspend_confirmations,
         ..suspended(5_000)
     };
     assert_eq!(plan_session(&exited, &p), A::Finish(Finish::Suspended));
@@ -210,19 +213,88 @@ fn transient_suspended_is_ignored_until_it_persists() {
     assert_eq!(plan_session(&persisted, &p), A::KillRemote);
 }
 
+/// A live session can read `suspended` for a moment, also in the seconds
+/// its final status lags the remote's exit: after the exit it is read again
+/// until confirming reads in a row agree. Winding down on one reading gave
+/// a running session back to the queue, and a second remote served it.
 #[test]
-fn suspended_is_believed_at_once_after_the_remote_exits() {
+fn suspended_after_the_remote_stopped_is_believed_once_reads_confirm_it() {
+    let p = policy();
+    assert!(p.suspend_confirmations >= 2);
     for remote in [RemoteObs::Exited(0), RemoteObs::Exited(1), RemoteObs::Lost] {
-        let obs = SessionObs {
+        let read = |confirmations| SessionObs {
             entry: status(SessionStatus::Suspended),
             remote,
+            remote_stopped_at: Some(NOW - 10),
+            suspended_since: Some(NOW - 10),
+            suspended_confirmations: confirmations,
             ..running()
         };
+        // Read again at the confirm cadence, not wound down.
+        for confirmations in 0..p.suspend_confirmations {
+            assert_eq!(
+                plan_session(&read(confirmations), &p),
+                A::ConfirmEnd,
+                "{remote:?} {confirmations}"
+            );
+            let just_asked = SessionObs {
+                confirm_attempts: confirmations + 1,
+                last_confirm_at: Some(NOW - 10),
+                ..read(confirmations)
+            };
+            assert_eq!(plan_session(&just_asked, &p), A::Wait, "{remote:?}");
+        }
         assert_eq!(
-            plan_session(&obs, &policy()),
+            plan_session(&read(p.suspend_confirmations), &p),
             A::Finish(Finish::Suspended),
             "{remote:?}"
         );
+        // A `suspended` that lasted the grace while the remote ran (the
+        // remote was killed for it) needs no more reads.
+        let lasted = SessionObs {
+            suspended_since: Some(NOW - p.suspend_exit_grace_ms),
+            ..read(0)
+        };
+        assert_eq!(
+            plan_session(&lasted, &p),
+            A::Finish(Finish::Suspended),
+            "{remote:?}"
+        );
+        // Unconfirmed within the confirm budget: the end is unknown.
+        let exhausted = SessionObs {
+            confirm_attempts: p.confirm_attempts,
+            ..read(p.suspend_confirmations - 1)
+        };
+        assert_eq!(
+            plan_session(&exhausted, &p),
+            A::Finish(Finish::Failed),
+            "{remote:?}"
+        );
+    }
+}
+
+#[test]
+fn only_confirming_reads_in_a_row_count_towards_a_suspend() {
+    let suspended = status(SessionStatus::Suspended);
+    // A confirming read adds one; the queue view saying the same keeps it.
+    assert_eq!(track_suspended_confirmations(0, &suspended, true), 1);
+    assert_eq!(track_suspended_confirmations(2, &suspended, true), 3);
+    assert_eq!(track_suspended_confirmations(2, &suspended, false), 2);
+    assert_eq!(track_suspended_confirmations(0, &suspended, false), 0);
+    // Anything else, from either, starts over.
+    for entry in [
+        status(SessionStatus::Running),
+        status(SessionStatus::Terminated),
+        EntryObs::Gone,
+        EntryObs::Unknown,
+    ] {
+        for confirming in [true, false] {
+            assert_eq!(
+                track_suspended_confirmations(2, &entry, confirming),
+                0,
+                "{entry:?} {confirming}"
+            );
+        }
     }
 }
 

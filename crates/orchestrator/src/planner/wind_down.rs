@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::stage::Finish;
+use super::terms::EntryObs;
 
 /// Why a snapshot was kept (the wind-down decides it; the store records
 /// it beside the snapshot).
@@ -12,7 +13,10 @@ use super::stage::Finish;
 pub enum SnapshotReason {
     /// Taken as the session went to sleep.
     Suspend,
-    /// Taken of a failed session.
+    /// Taken of a session whose end here is not a known one: it failed, or
+    /// it left the fleet API (or its claim went to another acceptor) before
+    /// a final status was read. Kept by age like every snapshot, and not
+    /// deleted as an ended session's would be: no one said it ended.
     Recovery,
     /// Kept at the operator's request (`garrison terminate --keep-snapshot`).
     Operator,
@@ -63,8 +67,10 @@ pub(crate) enum SandboxEnd {
 /// and destroys the sandbox then (the snapshot remains).
 pub(crate) fn plan_wind_down(obs: &WindDownObs) -> WindDown {
     let snapshot = match obs.finish {
-        Finish::Suspended | Finish::Vanished => Some(SnapshotReason::Suspend),
-        Finish::Failed => Some(SnapshotReason::Recovery),
+        Finish::Suspended => Some(SnapshotReason::Suspend),
+        // No final status was read: whether the session sleeps or ended is
+        // unknown, so the work is kept as one kept for recovery.
+        Finish::Vanished | Finish::Failed => Some(SnapshotReason::Recovery),
         // Only a sandbox a remote ran in holds work worth keeping (a
         // half-made one would shadow the snapshot it came from).
         Finish::Stopped {
@@ -95,6 +101,46 @@ pub(crate) fn plan_wind_down(obs: &WindDownObs) -> WindDown {
         // A vanished session is not ours to give back: it is someone
         // else's, or no one's.
         release: obs.finish != Finish::Vanished,
+    }
+}
+
+/// Why a wind-down is beginning, said in the session's events before it
+/// begins: what a reader finding a recovery snapshot and no final status
+/// needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FinishNote {
+    /// The entry left the fleet API (removed from the queue, a read or a
+    /// renewal answered 404) before any final status was read.
+    FinalStatusUnknown,
+}
+
+impl FinishNote {
+    /// The event's kind.
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Self::FinalStatusUnknown => "final_status_unknown",
+        }
+    }
+
+    /// The event's `reason`, in plain words.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Self::FinalStatusUnknown => {
+                "the session is gone from the fleet API (404) and no final status arrived; \
+                 its workspace is kept as a recovery snapshot"
+            }
+        }
+    }
+}
+
+/// What to note as a session begins to wind down this way, given what the
+/// queue last said of its entry. A session that vanished with its entry
+/// gone never had a final status read; one that vanished because another
+/// acceptor took its claim has its own `claim_lost` event.
+pub(crate) fn finish_note(finish: Finish, entry: &EntryObs) -> Option<FinishNote> {
+    match (finish, entry) {
+        (Finish::Vanished, EntryObs::Gone) => Some(FinishNote::FinalStatusUnknown),
+        _ => None,
     }
 }
 

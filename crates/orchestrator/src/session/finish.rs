@@ -7,19 +7,29 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use serde_json::json;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::SessionRunner;
 use super::snapshots::delete_snapshots;
 use super::step::{KILL_GRACE, RecordFailed, StepError};
 use super::wind_down::{end_sandbox, release};
 use crate::metrics::Metrics;
-use crate::planner::{Finish, Stage, WindDownObs, plan_wind_down};
+use crate::planner::{Finish, Stage, WindDownObs, finish_note, plan_wind_down};
 
 impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
         if self.rec.stage != Stage::Finishing(finish) {
             self.set_stage(Stage::Finishing(finish))?;
+            // Said before the snapshot and the destroy, so whoever finds a
+            // recovery snapshot and no final status finds why.
+            if let Some(note) = finish_note(finish, &self.entry_obs) {
+                warn!(
+                    session_id = self.id(),
+                    reason = note.reason(),
+                    "the final status of the session cannot be read"
+                );
+                self.event(note.kind(), json!({ "reason": note.reason() }));
+            }
             // Devin told a sleeping session's remote and it went by itself,
             // as the docs expect; else the kill after the grace said so.
             if finish == Finish::Suspended && !self.killed_remote {

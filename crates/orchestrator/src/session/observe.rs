@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::SessionRunner;
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
-    track_applied_policy, track_suspended,
+    track_applied_policy, track_suspended, track_suspended_confirmations,
 };
 use common::now_ms;
 
@@ -58,6 +58,8 @@ impl SessionRunner {
             None => {}
         }
         self.suspended_since = track_suspended(self.suspended_since, &self.entry_obs, now);
+        self.suspended_confirmations =
+            track_suspended_confirmations(self.suspended_confirmations, &self.entry_obs, false);
 
         if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
             let status = match self.deps.backend.status(&handle, &process).await {
@@ -200,7 +202,12 @@ impl SessionRunner {
                 self.note_entry(entry);
             }
             Ok(None) => self.entry_obs = EntryObs::Gone,
-            Err(e) => warn!(session_id = self.id(), error = %e, "reading the final status failed"),
+            Err(e) => {
+                warn!(session_id = self.id(), error = %e, "reading the final status failed");
+                return;
+            }
         }
+        self.suspended_confirmations =
+            track_suspended_confirmations(self.suspended_confirmations, &self.entry_obs, true);
     }
 }

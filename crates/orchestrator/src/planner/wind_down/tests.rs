@@ -17,7 +17,9 @@ fn each_finish_keeps_drops_and_gives_back_its_own_way() {
     // (finish, snapshot, delete snapshots, release)
     let cases = [
         (Finish::Suspended, Some(R::Suspend), false, true),
-        (Finish::Vanished, Some(R::Suspend), false, false),
+        // Gone with no final status read: kept for recovery, nothing
+        // deleted, nothing given back.
+        (Finish::Vanished, Some(R::Recovery), false, false),
         (Finish::Failed, Some(R::Recovery), false, true),
         (Finish::Terminated, None, true, true),
         (Finish::Released, None, false, true),
@@ -104,5 +106,51 @@ fn a_sandbox_gone_before_its_snapshot_is_cleared_and_the_claim_given_back() {
         assert_eq!(plan.sandbox, SandboxEnd::Destroy, "{finish:?}");
         assert_eq!(plan.release, plan_wind_down(&obs(finish)).release);
         assert!(!plan.delete_snapshots, "{finish:?}");
+    }
+}
+
+#[test]
+fn a_session_gone_before_its_final_status_keeps_a_recovery_snapshot_and_says_why() {
+    let plan = plan_wind_down(&obs(Finish::Vanished));
+    // The snapshot comes first and the sandbox goes after it.
+    assert_eq!(plan.snapshot, Some(SnapshotReason::Recovery));
+    assert_eq!(plan.sandbox, SandboxEnd::Destroy);
+    assert!(!plan.delete_snapshots);
+    assert!(!plan.release);
+    let note = finish_note(Finish::Vanished, &EntryObs::Gone);
+    assert_eq!(note, Some(FinishNote::FinalStatusUnknown));
+    let note = note.unwrap();
+    assert_eq!(note.kind(), "final_status_unknown");
+    assert!(note.reason().contains("404"), "{}", note.reason());
+    assert!(
+        note.reason().contains("recovery snapshot"),
+        "{}",
+        note.reason()
+    );
+}
+
+#[test]
+fn only_an_entry_gone_unread_is_noted() {
+    use fleet::SessionStatus as S;
+    // Another acceptor took the claim: the entry is there, `claim_lost`
+    // says why.
+    for entry in [
+        EntryObs::Unknown,
+        EntryObs::Present(S::Running),
+        EntryObs::Present(S::Suspended),
+    ] {
+        assert_eq!(finish_note(Finish::Vanished, &entry), None, "{entry:?}");
+    }
+    // Every other end has its status read, or its own record of why.
+    let stop = |keep_snapshot| Finish::Stopped { keep_snapshot };
+    for finish in [
+        Finish::Suspended,
+        Finish::Terminated,
+        Finish::Failed,
+        Finish::Released,
+        stop(true),
+        stop(false),
+    ] {
+        assert_eq!(finish_note(finish, &EntryObs::Gone), None, "{finish:?}");
     }
 }

@@ -145,9 +145,12 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let mut rig = Rig::start(&setup).await?;
     let outcome = drive(&mut rig, &args, seed).await;
     let logs: Vec<String> = rig.garrisons.iter().map(|g| g.log_tail(40)).collect();
+    let found = outcome.as_ref().map(checker::check).unwrap_or_default();
+    if !found.is_empty() {
+        keep_logs(&rig, seed);
+    }
     rig.stop().await;
     let history = outcome?;
-    let found = checker::check(&history);
     let report = ChaosReport::of(
         &history,
         &found,
@@ -162,6 +165,22 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         println!("{}", report.json());
     }
     Ok(())
+}
+
+/// Copies every host's log where it outlives the run, for a run with
+/// violations to be read.
+fn keep_logs(rig: &Rig, seed: u64) {
+    let dir = std::env::temp_dir().join(format!("garrison-bench-chaos-logs-{seed}"));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    for (n, g) in rig.garrisons.iter().enumerate() {
+        let _ = std::fs::copy(&g.log, dir.join(format!("host-{n}.log")));
+    }
+    progress(&format!(
+        "violations found: every host's log is kept in {}",
+        dir.display()
+    ));
 }
 
 fn which(tool: &str) -> Option<std::path::PathBuf> {

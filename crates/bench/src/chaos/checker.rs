@@ -125,15 +125,56 @@ fn two_live_remotes(history: &History, s: &SessionHistory, found: &mut Vec<Viola
     }
 }
 
+/// One phase of a sleeper (phase 0 until the first `resumed`, and so on):
+/// what its look at the workspace printed, if it ran, and whether its
+/// suspend completed (the holder released the claim after the session
+/// was suspended, so its snapshot was stored).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PhaseSeen {
+    /// The `saw ...` line of the phase's first step.
+    pub sighting: Option<String>,
+    /// Whether the phase's suspend completed.
+    pub suspend_completed: bool,
+}
+
+/// The session's phases, from its transcript.
+pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
+    let mut phases = vec![PhaseSeen::default()];
+    let mut holder: Option<&str> = None;
+    let mut suspended = false;
+    for e in &view.transcript {
+        let current = phases.last_mut().expect("never empty");
+        match e.kind.as_str() {
+            "resumed" => {
+                phases.push(PhaseSeen::default());
+                suspended = false;
+            }
+            "claimed" | "renewed" => holder = detail_str(e, "acceptor_id"),
+            "claim_expired" | "entry_removed" => holder = None,
+            "status" if detail_str(e, "to") == Some("suspended") => suspended = true,
+            "released" => {
+                if suspended && holder.is_some() && holder == detail_str(e, "acceptor_id") {
+                    current.suspend_completed = true;
+                }
+                holder = None;
+            }
+            "step" if e.detail.get("command").is_some() && current.sighting.is_none() => {
+                current.sighting = detail_str(e, "output")
+                    .and_then(|o| o.lines().rev().find(|l| l.starts_with("saw ")))
+                    .map(|l| l.trim().to_owned());
+            }
+            _ => {}
+        }
+    }
+    phases
+}
+
 /// The outputs of the session's `saw ...` steps (each resume's look at its
 /// workspace), in order.
 pub(crate) fn sightings(view: &SessionView) -> Vec<String> {
-    view.events("step")
-        .filter(|e| e.detail.get("command").is_some())
-        .filter_map(|e| detail_str(e, "output"))
-        .map(str::trim)
-        .filter(|o| o.starts_with("saw "))
-        .map(str::to_owned)
+    phases(view)
+        .into_iter()
+        .filter_map(|p| p.sighting)
         .collect()
 }
 
@@ -143,35 +184,60 @@ pub(crate) fn expected_sighting(note: &str) -> String {
     format!("saw ok {note}")
 }
 
+/// What a resume prints in a workspace no suspend ever stored.
+const EMPTY_WORKSPACE: &str = "saw BAD";
+
+/// Resume `k` must find the workspace of the last completed suspend
+/// before it; or that of a later suspend that did not complete (its
+/// snapshot may have been stored, its release lost); with no completed
+/// suspend before it, nothing (or such a later one).
 fn resumes(s: &SessionHistory, found: &mut Vec<Violation>) {
     let id = &s.view.session_id;
-    for (k, saw) in sightings(&s.view).iter().enumerate() {
-        let Some(note) = s.notes.get(k) else {
+    let phases = phases(&s.view);
+    for (k, phase) in phases.iter().enumerate().skip(1) {
+        let Some(saw) = &phase.sighting else { continue };
+        let Some(_) = s.notes.get(k) else {
             found.push(violation(
                 "resume_saw_wrong_workspace",
                 Some(id),
                 None,
                 format!(
-                    "resume {} ran, but only {} phases were started",
-                    k + 1,
+                    "resume {k} ran, but only {} phases were started",
                     s.notes.len()
                 ),
             ));
             continue;
         };
-        let wanted = expected_sighting(note);
-        if *saw != wanted {
+        let last_completed = (0..k).rev().find(|j| phases[*j].suspend_completed);
+        let mut allowed: Vec<String> = (last_completed.unwrap_or(0)..k)
+            .filter_map(|j| s.notes.get(j).map(|n| expected_sighting(n)))
+            .collect();
+        if last_completed.is_none() {
+            allowed.push(EMPTY_WORKSPACE.to_owned());
+        }
+        if !allowed.contains(saw) {
+            let held = last_completed.map_or("an empty workspace".to_owned(), |j| {
+                format!("{:?} (phase {j})", expected_sighting(&s.notes[j]))
+            });
             found.push(violation(
                 "resume_saw_wrong_workspace",
                 Some(id),
                 None,
-                format!(
-                    "resume {} saw {saw:?}, the last suspend held {wanted:?}",
-                    k + 1
-                ),
+                format!("resume {k} saw {saw:?}; the last completed suspend held {held}"),
             ));
         }
     }
+}
+
+/// Resumes that found an empty workspace because no suspend before them
+/// completed (the suspending host was cut off or down until its claim
+/// lapsed): allowed, but a workspace lost, so counted in the report.
+pub(crate) fn resumes_from_nothing(s: &SessionHistory) -> usize {
+    phases(&s.view)
+        .iter()
+        .skip(1)
+        .filter(|p| p.sighting.as_deref() == Some(EMPTY_WORKSPACE))
+        .count()
 }
 
 /// Who holds the session's claim just before `at`, and since its last
@@ -280,13 +346,24 @@ fn unfinished(s: &SessionHistory, found: &mut Vec<Violation>) {
     }
 }
 
+/// The sandbox names the session's remotes ran in (from their `hello`).
+fn sandbox_names(view: &SessionView) -> Vec<&str> {
+    view.events("hello")
+        .filter_map(|e| detail_str(e, "cwd"))
+        .filter_map(|cwd| cwd.split("/sandboxes/").nth(1)?.split('/').next())
+        .collect()
+}
+
 fn leftovers(history: &History, found: &mut Vec<Violation>) {
     for left in &history.leftovers {
         let session = history
             .sessions
             .iter()
-            .map(|s| s.view.session_id.as_str())
-            .find(|id| left.path.contains(id));
+            .find(|s| {
+                left.path.contains(&s.view.session_id)
+                    || sandbox_names(&s.view).iter().any(|n| left.path.contains(n))
+            })
+            .map(|s| s.view.session_id.as_str());
         found.push(violation(
             "leftovers_after_end",
             session,

@@ -22,6 +22,7 @@ pub(crate) struct ChaosReport {
     pub backend: &'static str,
     pub sessions: usize,
     pub suspend_resume_cycles: usize,
+    pub resumes_without_workspace: usize,
     pub faults: BTreeMap<&'static str, usize>,
     pub violations: BTreeMap<&'static str, usize>,
     pub duration_secs: f64,
@@ -47,6 +48,11 @@ impl ChaosReport {
                 .sessions
                 .iter()
                 .map(|s| super::checker::sightings(&s.view).len())
+                .sum(),
+            resumes_without_workspace: history
+                .sessions
+                .iter()
+                .map(super::checker::resumes_from_nothing)
                 .sum(),
             faults: fault_counts(history),
             violations: counts(found),
@@ -78,6 +84,10 @@ impl ChaosReport {
         for (kind, n) in &self.faults {
             out.push_str(&format!("  {kind:<16} {n}\n"));
         }
+        out.push_str(&format!(
+            "resumes that found no workspace (no suspend before them completed): {}\n",
+            self.resumes_without_workspace
+        ));
         out.push_str(&format!("clock steps: {CLOCK_STEPS}\n"));
         out.push_str("violations:\n");
         for (invariant, n) in &self.violations {
@@ -100,6 +110,7 @@ impl ChaosReport {
             "backend": self.backend,
             "sessions": self.sessions,
             "suspend_resume_cycles": self.suspend_resume_cycles,
+            "resumes_without_workspace": self.resumes_without_workspace,
             "faults": self.faults,
             "faults_total": self.total_faults(),
             "violations": self.violations,

@@ -130,41 +130,101 @@ fn a_remote_redialling_after_its_hosts_cut_is_not_a_second_remote() {
     assert_eq!(only(&check(&h)), ["two_live_remotes"]);
 }
 
-fn sleeper(notes: &[&str], outputs: &[&str]) -> SessionHistory {
-    let mut transcript = Vec::new();
-    for (i, out) in outputs.iter().enumerate() {
-        transcript.push(ev(
-            1_000 + i as i64,
-            "step",
-            json!({"command": "x", "output": format!("{out}\n")}),
-        ));
+/// A sleeper's transcript: per phase, its look's output (`None`: phase
+/// 0, which makes the workspace) and whether its suspend completed.
+fn sleeper(notes: &[&str], phases: &[(Option<&str>, bool)]) -> SessionHistory {
+    let mut t = Vec::new();
+    let mut at = 1_000;
+    let mut next = |t: &mut Vec<TranscriptEvent>, kind: &str, detail: Value| {
+        at += 10;
+        t.push(ev(at, kind, detail));
+    };
+    for (k, (look, completed)) in phases.iter().enumerate() {
+        if k > 0 {
+            next(&mut t, "resumed", json!({}));
+        }
+        next(&mut t, "claimed", json!({"acceptor_id": "host-0"}));
+        if let Some(out) = look {
+            let output = format!("cat: note.txt: No such file\n{out}\n");
+            next(&mut t, "step", json!({"command": "look", "output": output}));
+        }
+        next(&mut t, "status", json!({"to": "suspended"}));
+        if *completed {
+            next(&mut t, "released", json!({"acceptor_id": "host-0"}));
+        } else {
+            next(&mut t, "claim_expired", json!({"acceptor_id": "host-0"}));
+        }
     }
     SessionHistory {
-        view: view("devin-s", SessionStatus::Terminated, transcript),
+        view: view("devin-s", SessionStatus::Terminated, t),
         notes: notes.iter().map(|n| n.to_string()).collect(),
     }
 }
 
 #[test]
 fn every_resume_must_see_the_last_suspends_workspace() {
+    let notes = ["n0", "n1", "n2"];
     let mut h = history();
     h.sessions.push(sleeper(
-        &["n0", "n1", "n2"],
-        &["made", "saw ok n0", "rewrote", "saw ok n1"],
+        &notes,
+        &[
+            (None, true),
+            (Some("saw ok n0"), true),
+            (Some("saw ok n1"), true),
+        ],
     ));
-    assert!(check(&h).is_empty());
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
 
     let mut h = history();
     h.sessions.push(sleeper(
-        &["n0", "n1", "n2"],
-        &["made", "saw ok n0", "saw ok n0"],
+        &notes,
+        &[
+            (None, true),
+            (Some("saw ok n0"), true),
+            (Some("saw ok n0"), true),
+        ],
     ));
     let found = check(&h);
     assert_eq!(only(&found), ["resume_saw_wrong_workspace"]);
     assert_eq!(found[0].session.as_deref(), Some("devin-s"));
 
     let mut h = history();
-    h.sessions.push(sleeper(&["n0", "n1"], &["saw BAD n0"]));
+    h.sessions
+        .push(sleeper(&notes, &[(None, true), (Some("saw BAD"), true)]));
+    assert_eq!(only(&check(&h)), ["resume_saw_wrong_workspace"]);
+}
+
+#[test]
+fn after_a_suspend_that_never_completed_the_last_completed_one_counts() {
+    let notes = ["n0", "n1", "n2", "n3"];
+    // Phase 1's suspend lapsed: resume 2 may find phase 0's or phase 1's
+    // workspace, nothing else.
+    for (saw, ok) in [("saw ok n1", true), ("saw ok n0", true), ("saw BAD", false)] {
+        let mut h = history();
+        h.sessions.push(sleeper(
+            &notes,
+            &[(None, true), (Some("saw ok n0"), false), (Some(saw), true)],
+        ));
+        assert_eq!(check(&h).is_empty(), ok, "{saw}: {:?}", check(&h));
+    }
+    // No suspend completed at all: an empty workspace is what there is,
+    // counted apart.
+    let mut h = history();
+    h.sessions
+        .push(sleeper(&notes, &[(None, false), (Some("saw BAD"), true)]));
+    assert!(check(&h).is_empty());
+    assert_eq!(resumes_from_nothing(&h.sessions[0]), 1);
+    // But a workspace older than the last completed suspend never is.
+    let mut h = history();
+    h.sessions.push(sleeper(
+        &notes,
+        &[
+            (None, false),
+            (Some("saw BAD"), true),
+            (Some("saw ok n1"), false),
+            (Some("saw ok n0"), true),
+        ],
+    ));
     assert_eq!(only(&check(&h)), ["resume_saw_wrong_workspace"]);
 }
 
@@ -210,9 +270,14 @@ fn a_claim_whose_deadline_outlasts_the_pause_is_not_checked() {
 fn leftovers_name_their_session() {
     let mut h = history();
     h.sessions.push(session(Vec::new()));
+    h.sessions[0].view.transcript.push(ev(
+        5,
+        "hello",
+        json!({"cwd": "/s/host/sandboxes/garrison-abc/fs/workspace"}),
+    ));
     h.leftovers.push(Leftover {
         host: None,
-        path: "garrison/devin-a/1.tar.zst".into(),
+        path: "garrison/host/garrison-abc-17-x.tar.zst".into(),
     });
     let found = check(&h);
     assert_eq!(only(&found), ["leftovers_after_end"]);

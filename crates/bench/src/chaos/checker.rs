@@ -141,6 +141,10 @@ pub(crate) struct PhaseSeen {
 pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
     let mut phases = vec![PhaseSeen::default()];
     let mut holder: Option<&str> = None;
+    // Who held the claim when the phase's remote connected, while they
+    // still hold it: only they can complete the phase's suspend (another
+    // acceptor's claim and release of the row stores nothing).
+    let mut server: Option<&str> = None;
     let mut suspended = false;
     for e in &view.transcript {
         let current = phases.last_mut().expect("never empty");
@@ -148,15 +152,26 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
             "resumed" => {
                 phases.push(PhaseSeen::default());
                 suspended = false;
+                server = None;
             }
-            "claimed" | "renewed" => holder = detail_str(e, "acceptor_id"),
-            "claim_expired" | "entry_removed" => holder = None,
+            "claimed" | "renewed" => {
+                holder = detail_str(e, "acceptor_id");
+                if server.is_some() && server != holder {
+                    server = None;
+                }
+            }
+            "claim_expired" | "entry_removed" => {
+                holder = None;
+                server = None;
+            }
+            "connected" => server = holder,
             "status" if detail_str(e, "to") == Some("suspended") => suspended = true,
             "released" => {
-                if suspended && holder.is_some() && holder == detail_str(e, "acceptor_id") {
+                if suspended && server.is_some() && server == detail_str(e, "acceptor_id") {
                     current.suspend_completed = true;
                 }
                 holder = None;
+                server = None;
             }
             "step" if e.detail.get("command").is_some() && current.sighting.is_none() => {
                 current.sighting = detail_str(e, "output")

@@ -144,6 +144,7 @@ fn sleeper(notes: &[&str], phases: &[(Option<&str>, bool)]) -> SessionHistory {
             next(&mut t, "resumed", json!({}));
         }
         next(&mut t, "claimed", json!({"acceptor_id": "host-0"}));
+        next(&mut t, "connected", json!({"conn": k, "peer": "10.0.0.0"}));
         if let Some(out) = look {
             let output = format!("cat: note.txt: No such file\n{out}\n");
             next(&mut t, "step", json!({"command": "look", "output": output}));
@@ -152,7 +153,11 @@ fn sleeper(notes: &[&str], phases: &[(Option<&str>, bool)]) -> SessionHistory {
         if *completed {
             next(&mut t, "released", json!({"acceptor_id": "host-0"}));
         } else {
+            // The server's claim lapses; another host claims the row and
+            // gives it back, storing nothing.
             next(&mut t, "claim_expired", json!({"acceptor_id": "host-0"}));
+            next(&mut t, "claimed", json!({"acceptor_id": "host-1"}));
+            next(&mut t, "released", json!({"acceptor_id": "host-1"}));
         }
     }
     SessionHistory {

@@ -1,13 +1,15 @@
 //! `garrison bench`: benchmarks that print numbers, run in-process (`queue`
 //! against the emulator, `sandbox` against a sandbox backend) or, for
-//! `scale`, with Garrison as a child process whose use is measured. They are not
-//! tests: they report figures next to their targets and exit 0 whether or
-//! not the targets are met.
+//! `scale`, with Garrison as a child process whose use is measured; `chaos`
+//! runs several Garrisons under injected faults and counts the invariants
+//! they broke. They are not tests: they report figures (next to their
+//! targets) and exit 0 whether or not the targets are met.
 //!
 //! The `garrison` binary parses [`BenchCommand`] and calls [`run`]; `sandbox`
 //! and `scale` start this same binary again (as the shim, or as `garrison
 //! serve`), so they only work from inside it.
 
+mod chaos;
 mod probe;
 mod queue;
 mod report;
@@ -16,6 +18,7 @@ mod scale;
 
 use clap::Subcommand;
 
+pub use self::chaos::ChaosArgs;
 pub use self::queue::QueueArgs;
 pub use self::sandbox::SandboxArgs;
 pub use self::scale::ScaleArgs;
@@ -36,6 +39,11 @@ pub enum BenchCommand {
     /// state-store writes, missed claim deadlines, and the latency of a new
     /// session while the others run.
     Scale(ScaleArgs),
+    /// Three Garrisons in network namespaces share one outpost and one S3
+    /// bucket while a seeded scheduler kills, pauses, cuts off and starves
+    /// them (root); a checker then goes over the whole history and reports
+    /// violations by invariant.
+    Chaos(ChaosArgs),
 }
 
 /// Runs one benchmark: progress on stderr, the table (and with `--json` one
@@ -45,5 +53,6 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Queue(args) => queue::run(args).await,
         BenchCommand::Sandbox(args) => sandbox::run(args).await,
         BenchCommand::Scale(args) => scale::run(args).await,
+        BenchCommand::Chaos(args) => chaos::run(args).await,
     }
 }

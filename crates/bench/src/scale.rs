@@ -33,6 +33,7 @@ use orchestrator::{Policy, Store, renew_margin};
 use rand::Rng;
 
 use crate::report::Summary;
+pub(crate) use child::kill_leftovers;
 use child::{Garrison, HANG_GUARD};
 use report::{Health, Idle, Ramp, ScaleReport};
 

@@ -148,6 +148,7 @@ async fn put_faults(AxState(shared): AdminState, body: Bytes) -> Result<Json<Fau
     let faults: Faults = parse_json(&body)?;
     let rates = [
         faults.error_rate,
+        faults.lost_answer_rate,
         faults.transient_suspended_rate,
         faults.duplicate_event_rate,
         faults.claim_deadline_missing_rate,

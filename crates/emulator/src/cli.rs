@@ -59,6 +59,10 @@ pub struct EmulateArgs {
     /// Fraction of fleet API requests answered 500/503.
     #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
     pub error_rate: f64,
+    /// Fraction of fleet API requests carried out but answered 502 (the
+    /// answer lost on its way back).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_rate)]
+    pub lost_answer_rate: f64,
     /// Latency added to every fleet API request.
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
@@ -142,6 +146,7 @@ impl EmulateArgs {
             remote_binary: self.remote_binary.clone(),
             faults: Faults {
                 error_rate: self.error_rate,
+                lost_answer_rate: self.lost_answer_rate,
                 latency_ms: self.latency_ms,
                 cut_watch_every_secs: self.cut_watch_every_secs,
                 withhold_events: self.withhold_events,

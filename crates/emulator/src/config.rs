@@ -69,6 +69,10 @@ pub struct Faults {
     /// Fraction of fleet API requests (under `/opbeta`) answered 500 or 503
     /// (alternately) before any state change.
     pub error_rate: f64,
+    /// Fraction of fleet API requests carried out but answered 502, as
+    /// when the answer is lost on its way back: the state changed (a claim
+    /// was granted, a release done) and the client cannot tell.
+    pub lost_answer_rate: f64,
     /// Added to every fleet API request.
     pub latency_ms: u64,
     /// Close each watch stream after this many seconds.

@@ -1,6 +1,7 @@
 //! Fault injection for the fleet API: latency, 500/503 answers (before any
-//! state change, so a retry is always safe), and the dice the stream and
-//! read paths use for their own faults.
+//! state change, so a retry is always safe), lost answers (502 after the
+//! change was made), and the dice the stream and read paths use for their
+//! own faults.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,5 +37,23 @@ pub(crate) async fn middleware(
         };
         return ApiError::new(status, "server_error", "injected fault").into_response();
     }
-    next.run(req).await
+    let answer = next.run(req).await;
+    // A watch's answer is its stream: losing it is `cut_watch_every_secs`.
+    if roll(faults.lost_answer_rate) && !is_stream(&answer) {
+        return ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "bad_gateway",
+            "injected lost answer",
+        )
+        .into_response();
+    }
+    answer
+}
+
+fn is_stream(answer: &Response) -> bool {
+    answer
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
 }

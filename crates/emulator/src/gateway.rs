@@ -2,16 +2,18 @@
 //! remote per session with its connect token, then relays the brain's
 //! commands and books the remote's results.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::Router;
+use axum::extract::ConnectInfo;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use futures::StreamExt;
 use gateway_proto::{GatewayMessage, RemoteMessage, SESSION_HEADER};
 use serde_json::json;
@@ -34,6 +36,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
 
 async fn upgrade(
     axum::extract::State(shared): SharedState,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -53,8 +56,16 @@ async fn upgrade(
             return rejection.into_response();
         }
     };
-    let admitted = shared
-        .with_state(|s, now| s.gateway_open(token.as_deref(), session_id.as_deref(), conn, now));
+    let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip().to_string());
+    let admitted = shared.with_state(|s, now| {
+        s.gateway_open(
+            token.as_deref(),
+            session_id.as_deref(),
+            conn,
+            peer.as_deref(),
+            now,
+        )
+    });
     if let Err(refusal) = admitted {
         let (status, code) = match refusal {
             GatewayRefusal::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),

@@ -77,6 +77,8 @@ impl Emulator {
         let app = server::router(shared.clone());
         let mut stop = shared.shutdown.subscribe();
         let server = tokio::spawn(async move {
+            // The peer's address reaches the gateway's transcript.
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             });

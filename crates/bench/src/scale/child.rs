@@ -133,7 +133,7 @@ impl Garrison {
 /// Kills the process group of every remote still alive under `dir` (the
 /// host backend's `child.pid` files); a bench that failed halfway must not
 /// leave a thousand remotes behind.
-fn kill_leftovers(dir: &Path) {
+pub(crate) fn kill_leftovers(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

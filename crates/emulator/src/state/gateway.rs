@@ -26,12 +26,15 @@ pub(super) struct ConnectTokenRec {
 
 impl State {
     /// Admits a remote: checks its connect token and that no other remote of
-    /// the session is connected, then marks the session running.
+    /// the session is connected, then marks the session running. `peer` (the
+    /// remote's address, where known) goes into the transcript, so a test
+    /// with several hosts can tell whose remote connected.
     pub(crate) fn gateway_open(
         &mut self,
         token: Option<&str>,
         session_id: Option<&str>,
         conn: u64,
+        peer: Option<&str>,
         now: i64,
     ) -> Result<(), GatewayRefusal> {
         let rec = token
@@ -49,13 +52,21 @@ impl State {
             return Err(GatewayRefusal::Forbidden);
         }
         if let Some(other) = s.connected {
-            s.record(now, "duplicate_connection", json!({"connected": other}));
+            s.record(
+                now,
+                "duplicate_connection",
+                json!({"connected": other, "conn": conn, "peer": peer}),
+            );
             return Err(GatewayRefusal::Duplicate);
         }
         s.connected = Some(conn);
         s.connections += 1;
         let n = s.connections;
-        s.record(now, "connected", json!({"connection": n}));
+        s.record(
+            now,
+            "connected",
+            json!({"connection": n, "conn": conn, "peer": peer}),
+        );
         let starting = !s.status.is_final() && s.status != SessionStatus::Running;
         if starting {
             self.set_status(session_id, SessionStatus::Running, now);

@@ -223,7 +223,7 @@ fn reclaim_by_holder_renews_with_a_fresh_token() {
     assert_eq!(e.status.claim_deadline.unwrap().unix_millis(), T0 + 1_500);
     // The first token stays valid for the session.
     assert!(
-        s.gateway_open(Some(&t1), Some("devin-1"), 1, T0 + 600)
+        s.gateway_open(Some(&t1), Some("devin-1"), 1, None, T0 + 600)
             .is_ok()
     );
 }
@@ -235,7 +235,7 @@ fn lazy_expiry_returns_idle_claims_but_keeps_running_sessions() {
     session(&mut s, &o, "devin-live");
     s.claim("devin-idle", "a", T0).unwrap();
     let (_, token) = s.claim("devin-live", "a", T0).unwrap();
-    s.gateway_open(Some(&token), Some("devin-live"), 1, T0)
+    s.gateway_open(Some(&token), Some("devin-live"), 1, None, T0)
         .unwrap();
     assert_eq!(status(&s, "devin-live"), SessionStatus::Running);
 
@@ -293,7 +293,7 @@ fn released_finished_rows_linger_then_are_deleted() {
     let (mut s, o) = state();
     session(&mut s, &o, "devin-1");
     let (_, token) = s.claim("devin-1", "a", T0).unwrap();
-    s.gateway_open(Some(&token), Some("devin-1"), 1, T0)
+    s.gateway_open(Some(&token), Some("devin-1"), 1, None, T0)
         .unwrap();
     s.request_stop("devin-1", Stop::End, T0).unwrap();
     s.gateway_closed("devin-1", 1, "closed", T0 + 10);
@@ -373,26 +373,26 @@ fn gateway_admits_one_remote_with_the_right_token() {
     session(&mut s, &o, "devin-2");
     let (_, token) = s.claim("devin-1", "a", T0).unwrap();
     assert_eq!(
-        s.gateway_open(None, Some("devin-1"), 1, T0),
+        s.gateway_open(None, Some("devin-1"), 1, None, T0),
         Err(GatewayRefusal::Unauthorized)
     );
     assert_eq!(
-        s.gateway_open(Some("ct_nope"), Some("devin-1"), 1, T0),
+        s.gateway_open(Some("ct_nope"), Some("devin-1"), 1, None, T0),
         Err(GatewayRefusal::Unauthorized)
     );
     assert_eq!(
-        s.gateway_open(Some(&token), Some("devin-2"), 1, T0),
+        s.gateway_open(Some(&token), Some("devin-2"), 1, None, T0),
         Err(GatewayRefusal::Forbidden)
     );
     assert_eq!(
-        s.gateway_open(Some(&token), Some("devin-1"), 1, T0 + 20_000),
+        s.gateway_open(Some(&token), Some("devin-1"), 1, None, T0 + 20_000),
         Err(GatewayRefusal::Forbidden),
         "expired"
     );
-    s.gateway_open(Some(&token), Some("devin-1"), 1, T0)
+    s.gateway_open(Some(&token), Some("devin-1"), 1, None, T0)
         .unwrap();
     assert_eq!(
-        s.gateway_open(Some(&token), Some("devin-1"), 2, T0),
+        s.gateway_open(Some(&token), Some("devin-1"), 2, None, T0),
         Err(GatewayRefusal::Duplicate)
     );
     assert_eq!(
@@ -403,7 +403,10 @@ fn gateway_admits_one_remote_with_the_right_token() {
         1
     );
     s.gateway_closed("devin-1", 1, "closed", T0);
-    assert!(s.gateway_open(Some(&token), Some("devin-1"), 3, T0).is_ok());
+    assert!(
+        s.gateway_open(Some(&token), Some("devin-1"), 3, None, T0)
+            .is_ok()
+    );
 }
 
 fn approval(callback: &str, name: &str) -> Approval {

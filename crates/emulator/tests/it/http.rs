@@ -273,6 +273,31 @@ async fn renewal_release_and_unknown_ids() {
     assert_eq!(counts["GET /opbeta/outposts/devins/{id}"], 1);
 }
 
+/// A lost answer: the claim is granted but its answer is a 502, so the
+/// acceptor holds a claim it was never told about; its retry is a renewal.
+#[tokio::test]
+async fn a_lost_answer_changes_the_state_and_answers_502() {
+    let (emu, outpost) = start().await;
+    let id = session(&emu, &outpost, "devin-lost", Script::default());
+    emu.set_faults(Faults {
+        lost_answer_rate: 1.0,
+        ..Faults::default()
+    });
+    let (status, body) = claim(&emu, &id, "a").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(body["error"], "bad_gateway");
+    let view = emu.session(&id).unwrap();
+    assert_eq!(view.events("claimed").count(), 1, "the claim was made");
+
+    emu.set_faults(Faults::default());
+    let (status, _) = claim(&emu, &id, "b").await;
+    assert_eq!(status, StatusCode::CONFLICT, "and is held by a");
+    let (status, _) = claim(&emu, &id, "a").await;
+    assert_eq!(status, StatusCode::OK);
+    let view = emu.session(&id).unwrap();
+    assert_eq!(view.events("renewed").count(), 1, "the retry renews it");
+}
+
 #[tokio::test]
 async fn claim_deadline_follows_the_configured_format() {
     let (emu, outpost) = start_with(EmulatorConfig {

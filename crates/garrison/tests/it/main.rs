@@ -9,6 +9,7 @@ mod common;
 mod admin_e2e;
 mod bench_sandbox;
 mod bench_scale;
+mod chaos;
 mod chromium_e2e;
 mod claims_e2e;
 mod cli_conventions;

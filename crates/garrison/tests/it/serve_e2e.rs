@@ -512,6 +512,7 @@ async fn every_session_is_served_under_the_fault_profile(backend: Backend) {
     let emu = emulator_with(|c| {
         c.faults = Faults {
             error_rate: 0.1,
+            lost_answer_rate: 0.0,
             latency_ms: 20,
             cut_watch_every_secs: Some(1),
             withhold_events: false,

@@ -114,6 +114,12 @@ Output:
         BENCH,
     ),
     with_examples(
+        "bench chaos",
+        "  garrison bench chaos                      # as root: 3 hosts, 3 minutes, random seed
+  garrison bench chaos --minutes 2 --seed 20261202 --json | tail -1 | jq .violations",
+        BENCH,
+    ),
+    with_examples(
         "bench scale",
         "  garrison bench scale
   garrison bench scale --sessions 200 --hold-secs 60 --json",

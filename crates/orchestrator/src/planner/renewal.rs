@@ -95,6 +95,19 @@ pub(crate) fn step_budget(lifetime: Option<Millis>, policy: &Policy) -> Millis {
     MIN_STEP_BUDGET_MS.min(renew_margin(lifetime, policy))
 }
 
+/// Whether a claim that could not be renewed must be given up as lost:
+/// its expiry (reckoned from the last answer's arrival, so never before the
+/// server's) has passed, and the fleet API was never seen to have the
+/// session `running` under it. An expired claim on a running session stays
+/// with its worker (the fleet API refuses it to anyone else), so that
+/// remote may go on; any other session returns to the queue at its
+/// deadline, another acceptor may claim it and start a remote of its own,
+/// and ours, still trying to dial in (say, from behind a network cut),
+/// must not be there when it does.
+pub(crate) fn lapsed_claim_is_lost(time_left: Option<Millis>, seen_running: bool) -> bool {
+    !seen_running && time_left.is_some_and(|left| left <= 0)
+}
+
 /// Whether to renew now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Renewal {

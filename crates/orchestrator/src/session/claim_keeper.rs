@@ -8,14 +8,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use fleet::{ClaimError, FleetClient, FleetError, QueueEntry, Secret, SessionId};
+use fleet::{ClaimError, FleetClient, FleetError, QueueEntry, Secret, SessionId, SessionStatus};
 use tokio::time::Instant;
 use tracing::debug;
 
 use crate::planner::{
-    ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, renewal_due_in, step_budget,
+    ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, lapsed_claim_is_lost,
+    renewal_due_in, step_budget,
 };
 use common::now_ms;
+
+/// The shortest wait for a renewal's answer, even on a claim that lapsed
+/// (a re-claim after the deadline still succeeds when no one else took it).
+const UNANSWERED_AFTER: Duration = Duration::from_secs(2);
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]
@@ -32,6 +37,9 @@ struct Claim {
     received: Option<Instant>,
     /// When a renewal was last tried.
     last_attempt: Option<Instant>,
+    /// The fleet API was seen to have the session `running` under this
+    /// claim (see [`lapsed_claim_is_lost`]).
+    seen_running: bool,
 }
 
 /// The claim lifetime the server's answers implied, shared by the runners
@@ -76,6 +84,9 @@ impl Claim {
         }
         self.lifetime_ms = Some(lifetime);
         self.received = Some(received);
+        if entry.status.session_status == SessionStatus::Running {
+            self.seen_running = true;
+        }
         if let Some(token) = &entry.status.connect_token {
             self.connect_token = Some(token.clone());
         }
@@ -121,6 +132,9 @@ pub(super) enum Renewal {
     Renewed(Box<QueueEntry>),
     /// Someone else holds the session now.
     Lost,
+    /// No answer came before the claim's expiry (the fleet API is out of
+    /// reach): retried like a failure, unless the claim lapsed.
+    Unanswered,
     /// The entry is gone from the queue.
     Gone,
     /// A passing failure: retried when the claim is next due.
@@ -213,10 +227,33 @@ impl ClaimKeeper {
         self.time_left().is_none_or(|left| left >= budget)
     }
 
+    /// Takes in a status the fleet API showed for the session.
+    pub(super) fn note_status(&mut self, status: &SessionStatus) {
+        if *status == SessionStatus::Running {
+            self.claim.seen_running = true;
+        }
+    }
+
+    /// Whether the claim must be given up as lost after a renewal that
+    /// failed or went unanswered (see [`lapsed_claim_is_lost`]).
+    pub(super) fn lapsed(&self) -> bool {
+        lapsed_claim_is_lost(self.time_left(), self.claim.seen_running)
+    }
+
     /// Asks the server for more time on the claim and takes in its answer.
+    /// The call waits no longer than the claim has left (at least
+    /// [`UNANSWERED_AFTER`]), so a fleet API out of reach is found out by
+    /// the time the claim lapses, not a request timeout later.
     pub(super) async fn renew(&mut self) -> Renewal {
         self.claim.last_attempt = Some(Instant::now());
-        match self.client.claim(&self.session_id, &self.acceptor_id).await {
+        let wait = self.time_left().map_or(Duration::MAX, |left| {
+            Duration::from_millis(left.max(0) as u64).max(UNANSWERED_AFTER)
+        });
+        let call = self.client.claim(&self.session_id, &self.acceptor_id);
+        let Ok(answer) = tokio::time::timeout(wait, call).await else {
+            return Renewal::Unanswered;
+        };
+        match answer {
             Ok(entry) => {
                 self.take_answer(&entry);
                 Renewal::Renewed(Box::new(entry))

@@ -88,6 +88,7 @@ impl SessionRunner {
     /// Takes in a reading of the entry (from the view, a claim or a get),
     /// and with it the network policy it asks for.
     pub(super) fn note_entry(&mut self, entry: QueueEntry) {
+        self.claim.note_status(&entry.status.session_status);
         self.applied_policy = Some(track_applied_policy(
             self.applied_policy.as_ref(),
             &entry.spec.network_policy,

@@ -46,23 +46,12 @@ impl SessionRunner {
                 Ok(())
             }
             Renewal::Lost => {
-                // Someone else holds the session now: our remote must not run
-                // beside theirs. Keep the work, give nothing back.
                 warn!(
                     session_id = self.id(),
                     "the claim was lost to another acceptor"
                 );
                 self.event("claim_lost", json!({}));
-                let finish = finish_on_claim_lost(self.rec.stage);
-                let recorded = self.set_stage(Stage::Finishing(finish));
-                // Stopping our remote is what keeps it from running beside
-                // theirs, so it happens even when the record failed.
-                if let (Some(handle), Some(process)) =
-                    (self.rec.handle.clone(), self.rec.process.clone())
-                {
-                    let _ = self.deps.backend.kill(&handle, &process, KILL_GRACE).await;
-                }
-                recorded
+                self.give_up_claim().await
             }
             Renewal::Gone => {
                 // The entry is gone: not a passing error to retry, but what a
@@ -76,13 +65,42 @@ impl SessionRunner {
                 self.entry_obs = EntryObs::Gone;
                 Ok(())
             }
+            Renewal::Failed(_) | Renewal::Unanswered if self.claim.lapsed() => {
+                warn!(
+                    session_id = self.id(),
+                    "the claim lapsed before the fleet API saw the session running and could \
+                     not be renewed; another acceptor may hold it now, so this one stops"
+                );
+                self.event("claim_lapsed", json!({}));
+                self.give_up_claim().await
+            }
             Renewal::Failed(e) => {
                 // Retried when the planner next finds the claim due, paced
                 // by MIN_RENEW_INTERVAL_MS.
                 warn!(session_id = self.id(), error = %e, "renewing the claim failed; retrying");
                 Ok(())
             }
+            Renewal::Unanswered => {
+                warn!(
+                    session_id = self.id(),
+                    "renewing the claim got no answer before its deadline; retrying"
+                );
+                Ok(())
+            }
         }
+    }
+
+    /// Someone else may hold the session now: our remote must not run
+    /// beside theirs. Keeps the work, gives nothing back.
+    async fn give_up_claim(&mut self) -> Result<(), RecordFailed> {
+        let finish = finish_on_claim_lost(self.rec.stage);
+        let recorded = self.set_stage(Stage::Finishing(finish));
+        // Stopping our remote is what keeps it from running beside
+        // theirs, so it happens even when the record failed.
+        if let (Some(handle), Some(process)) = (self.rec.handle.clone(), self.rec.process.clone()) {
+            let _ = self.deps.backend.kill(&handle, &process, KILL_GRACE).await;
+        }
+        recorded
     }
 }
 

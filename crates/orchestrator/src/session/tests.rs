@@ -23,6 +23,7 @@ use crate::session_log::SessionLogs;
 use crate::settings::{OutpostConfig, Repos};
 use crate::store::Store;
 
+mod lapsed;
 mod no_room;
 mod unrestorable;
 

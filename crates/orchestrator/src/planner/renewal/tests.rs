@@ -141,3 +141,25 @@ fn a_just_renewed_claim_always_leaves_room_for_a_step() {
     }
     assert_eq!(step_budget(Some(300_000), &p), MIN_STEP_BUDGET_MS);
 }
+
+#[test]
+fn a_lapsed_claim_is_lost_only_if_the_session_was_never_seen_running() {
+    // (time left, seen running) -> given up
+    let cases = [
+        (Some(1), false, false),
+        (Some(0), false, true),
+        (Some(-5_000), false, true),
+        (Some(-5_000), true, false),
+        (Some(0), true, false),
+        // No answer yet (a session adopted after a restart): nothing to
+        // reckon an expiry from.
+        (None, false, false),
+    ];
+    for (left, seen_running, lost) in cases {
+        assert_eq!(
+            lapsed_claim_is_lost(left, seen_running),
+            lost,
+            "{left:?} {seen_running}"
+        );
+    }
+}

@@ -84,14 +84,19 @@ impl Claim {
         }
         self.lifetime_ms = Some(lifetime);
         self.received = Some(received);
-        if entry.status.session_status == SessionStatus::Running {
-            self.seen_running = true;
-        }
+        self.note_status(&entry.status.session_status);
         if let Some(token) = &entry.status.connect_token {
             self.connect_token = Some(token.clone());
         }
         if entry.status.gateway_url.is_some() {
             self.gateway_url = entry.status.gateway_url.clone();
+        }
+    }
+
+    /// Takes in a status the fleet API showed for the session.
+    fn note_status(&mut self, status: &SessionStatus) {
+        if *status == SessionStatus::Running {
+            self.seen_running = true;
         }
     }
 
@@ -229,9 +234,7 @@ impl ClaimKeeper {
 
     /// Takes in a status the fleet API showed for the session.
     pub(super) fn note_status(&mut self, status: &SessionStatus) {
-        if *status == SessionStatus::Running {
-            self.claim.seen_running = true;
-        }
+        self.claim.note_status(status);
     }
 
     /// Whether the claim must be given up as lost after a renewal that

@@ -192,6 +192,13 @@ fn plan_before_running(obs: &SessionObs, policy: &Policy) -> SessionAction {
         // Ended before it started here: nothing to keep.
         EntryObs::Present(SessionStatus::Terminated) => return A::Finish(Finish::Terminated),
         EntryObs::Gone => return A::Finish(Finish::Released),
+        // A claim on a sleeping session's row (a released row lingers as
+        // `pending` until the server sweeps it): starting would restore a
+        // workspace its last holder may still be saving, and a resume
+        // comes as a row of its own. Nothing has started: give it back.
+        EntryObs::Present(SessionStatus::Suspended) if obs.stage == Stage::Claimed => {
+            return A::Finish(Finish::Released);
+        }
         _ => {}
     }
     if obs.stopping && obs.stage == Stage::Claimed {

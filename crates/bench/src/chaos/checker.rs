@@ -135,6 +135,12 @@ pub(crate) struct PhaseSeen {
     pub sighting: Option<String>,
     /// Whether the phase's suspend completed.
     pub suspend_completed: bool,
+    /// Whether the acceptor that completed the suspend also served the
+    /// phase's note write: only then does the stored workspace hold the
+    /// phase's note. A write served in another sandbox (whose host lost
+    /// the claim) is not in it; the completer stored what its own sandbox
+    /// started from.
+    pub note_stored: bool,
 }
 
 /// The session's phases, from its transcript.
@@ -146,6 +152,8 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
     // acceptor's claim and release of the row stores nothing).
     let mut server: Option<&str> = None;
     let mut suspended = false;
+    // Who served the current phase's note write.
+    let mut note_writer: Option<&str> = None;
     for e in &view.transcript {
         let current = phases.last_mut().expect("never empty");
         match e.kind.as_str() {
@@ -153,6 +161,7 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
                 phases.push(PhaseSeen::default());
                 suspended = false;
                 server = None;
+                note_writer = None;
             }
             "claimed" | "renewed" => {
                 holder = detail_str(e, "acceptor_id");
@@ -169,10 +178,12 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
             "released" => {
                 if suspended && server.is_some() && server == detail_str(e, "acceptor_id") {
                     current.suspend_completed = true;
+                    current.note_stored = note_writer.is_some() && note_writer == server;
                 }
                 holder = None;
                 server = None;
             }
+            "step" if detail_str(e, "path") == Some(NOTE_FILE) => note_writer = server,
             "step" if e.detail.get("command").is_some() && current.sighting.is_none() => {
                 current.sighting = detail_str(e, "output")
                     .and_then(|o| o.lines().rev().find(|l| l.starts_with("saw ")))
@@ -199,6 +210,9 @@ pub(crate) fn expected_sighting(note: &str) -> String {
     format!("saw ok {note}")
 }
 
+/// The file each phase writes its note to (see the workload's scripts).
+pub(crate) const NOTE_FILE: &str = "note.txt";
+
 /// What a resume prints in a workspace no suspend ever stored.
 const EMPTY_WORKSPACE: &str = "saw BAD";
 
@@ -224,10 +238,15 @@ fn resumes(s: &SessionHistory, found: &mut Vec<Violation>) {
             continue;
         };
         let last_completed = (0..k).rev().find(|j| phases[*j].suspend_completed);
-        let mut allowed: Vec<String> = (last_completed.unwrap_or(0)..k)
+        // A completed suspend that did not store its phase's note stored
+        // what its sandbox started from: back to one that did.
+        let last_stored = (0..k)
+            .rev()
+            .find(|j| phases[*j].suspend_completed && phases[*j].note_stored);
+        let mut allowed: Vec<String> = (last_stored.unwrap_or(0)..k)
             .filter_map(|j| s.notes.get(j).map(|n| expected_sighting(n)))
             .collect();
-        if last_completed.is_none() {
+        if last_stored.is_none() {
             allowed.push(EMPTY_WORKSPACE.to_owned());
         }
         if !allowed.contains(saw) {

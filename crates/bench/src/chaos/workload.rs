@@ -13,6 +13,7 @@ use fleet::{Phase, SessionStatus};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::checker::NOTE_FILE;
 use super::history::SessionHistory;
 
 /// One session still to be enqueued.
@@ -49,7 +50,7 @@ fn run(command: &str) -> Step {
 
 fn write_note(note: &str) -> Step {
     Step::Write {
-        path: "note.txt".into(),
+        path: NOTE_FILE.into(),
         content: note.into(),
     }
 }

@@ -99,6 +99,25 @@ fn before_start_a_terminated_or_vanished_session_is_let_go() {
 }
 
 #[test]
+fn a_claim_on_a_sleeping_session_is_given_back_before_anything_starts() {
+    let sleeping = SessionObs {
+        entry: status(SessionStatus::Suspended),
+        ..claimed()
+    };
+    assert_eq!(
+        plan_session(&sleeping, &policy()),
+        A::Finish(Finish::Released)
+    );
+    // A sandbox being made is finished first: what it restored is
+    // snapshotted again when the session winds down.
+    let starting = SessionObs {
+        stage: Stage::Starting,
+        ..sleeping
+    };
+    assert_eq!(plan_session(&starting, &policy()), A::Start);
+}
+
+#[test]
 fn an_unknown_entry_does_not_block_the_start() {
     // After a restart the queue view may not have the entry yet.
     let unknown = SessionObs {

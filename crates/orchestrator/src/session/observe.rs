@@ -47,13 +47,12 @@ impl SessionRunner {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
                 self.note_entry(entry);
             }
-            // Absent from a synced view: the entry left the queue. Before the
-            // first list, absence means nothing yet.
-            None if self.deps.view.is_synced() && self.entry_obs != EntryObs::Unknown => {
-                self.entry_obs = EntryObs::Gone;
-            }
-            None if self.deps.view.is_synced() && self.rec.stage == Stage::Running => {
-                self.entry_obs = EntryObs::Gone;
+            // Absent from a synced view: the entry may have left the queue.
+            // Before the first list, absence means nothing yet.
+            None if self.deps.view.is_synced()
+                && (self.entry_obs != EntryObs::Unknown || self.rec.stage == Stage::Running) =>
+            {
+                self.confirm_absence().await;
             }
             None => {}
         }
@@ -191,6 +190,32 @@ impl SessionRunner {
             "the session log reached its cap; further output is not copied"
         );
         self.event("output_capped", json!({ "cap_bytes": cap }));
+    }
+
+    /// Asks the fleet API about an entry the view no longer has before
+    /// counting it gone: a view can miss an entry (a re-list that raced
+    /// its update, a dropped event), and `Gone` winds a running session
+    /// down as vanished, for another acceptor to claim. Asked once per
+    /// disappearance; an unanswered question leaves the reading as it was.
+    async fn confirm_absence(&mut self) {
+        if self.entry_obs == EntryObs::Gone {
+            return;
+        }
+        match self.deps.client.get(&self.rec.session_id).await {
+            Ok(Some(entry)) => {
+                debug!(
+                    session_id = self.id(),
+                    "the queue view missed an entry the fleet API still has"
+                );
+                self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
+                self.deps.view.upsert(entry.clone());
+                self.note_entry(entry);
+            }
+            Ok(None) => self.entry_obs = EntryObs::Gone,
+            Err(e) => {
+                warn!(session_id = self.id(), error = %e, "reading an entry the queue view no longer has failed");
+            }
+        }
     }
 
     pub(super) async fn confirm_end(&mut self) {

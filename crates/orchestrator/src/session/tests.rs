@@ -26,6 +26,7 @@ use crate::store::Store;
 mod lapsed;
 mod no_room;
 mod unrestorable;
+mod view_gap;
 
 const SESSION: &str = "s1";
 const SHA: &str = "abcdef1";
@@ -38,6 +39,8 @@ struct World {
     requests: Arc<Mutex<Vec<String>>>,
     /// What the fleet API answers a claim (a renewal); `{}` otherwise.
     claim_answer: Arc<Mutex<(u16, serde_json::Value)>>,
+    /// What the fleet API answers a `GET` of the session; `{}` at first.
+    entry_answer: Arc<Mutex<(u16, serde_json::Value)>>,
     api_url: String,
     /// `gateway_url`: for a claim that carries none.
     fallback_gateway: Option<String>,
@@ -58,11 +61,14 @@ impl World {
         );
         let requests = Arc::new(Mutex::new(Vec::new()));
         let claim_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
+        let entry_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
         let seen = requests.clone();
         let answer = claim_answer.clone();
+        let entry = entry_answer.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let seen = seen.clone();
             let answer = answer.clone();
+            let entry = entry.clone();
             async move {
                 let path = req.uri().path().to_owned();
                 seen.lock()
@@ -70,6 +76,10 @@ impl World {
                     .push(format!("{} {}", req.method(), path));
                 let (status, body) = if path.ends_with("/claim") {
                     answer.lock().unwrap().clone()
+                } else if req.method() == axum::http::Method::GET
+                    && path.ends_with(&format!("/{SESSION}"))
+                {
+                    entry.lock().unwrap().clone()
                 } else {
                     (200, serde_json::json!({}))
                 };
@@ -88,6 +98,7 @@ impl World {
             backend,
             requests,
             claim_answer,
+            entry_answer,
             api_url,
             fallback_gateway: None,
         }
@@ -96,6 +107,11 @@ impl World {
     /// The fleet API answers claims (renewals) with `status` and `body`.
     fn answer_claims(&self, status: u16, body: serde_json::Value) {
         *self.claim_answer.lock().unwrap() = (status, body);
+    }
+
+    /// The fleet API answers a `GET` of the session with `status` and `body`.
+    fn answer_gets(&self, status: u16, body: serde_json::Value) {
+        *self.entry_answer.lock().unwrap() = (status, body);
     }
 
     /// A resolver whose cache holds the pinned binary, so nothing is

@@ -149,6 +149,7 @@ fn sleeper(notes: &[&str], phases: &[(Option<&str>, bool)]) -> SessionHistory {
             let output = format!("cat: note.txt: No such file\n{out}\n");
             next(&mut t, "step", json!({"command": "look", "output": output}));
         }
+        next(&mut t, "step", json!({"path": "note.txt", "output": ""}));
         next(&mut t, "status", json!({"to": "suspended"}));
         if *completed {
             next(&mut t, "released", json!({"acceptor_id": "host-0"}));
@@ -231,6 +232,56 @@ fn after_a_suspend_that_never_completed_the_last_completed_one_counts() {
         ],
     ));
     assert_eq!(only(&check(&h)), ["resume_saw_wrong_workspace"]);
+}
+
+// Bench chaos, seed 1608675262: a host served a phase's note write and
+// lost its claim while cut off; another claimed the session, restored the
+// workspace of the suspend before, and completed the phase's suspend. The
+// next resume found that older note: the workspace stored last.
+#[test]
+fn a_suspend_completed_in_another_sandbox_than_the_note_was_written_in_stores_what_it_started_from()
+{
+    let notes = ["n0", "n1", "n2"];
+    let mut h = history();
+    h.sessions
+        .push(sleeper(&notes, &[(None, true), (Some("saw ok n0"), true)]));
+    let mut t = h.sessions[0].view.transcript.clone();
+    let mut at = t.last().unwrap().at_ms;
+    let mut next = |kind: &str, detail: Value| {
+        at += 10;
+        t.push(ev(at, kind, detail));
+    };
+    next("resumed", json!({}));
+    next("claimed", json!({"acceptor_id": "host-0"}));
+    next("connected", json!({"conn": 5, "peer": "10.0.0.0"}));
+    next("step", json!({"command": "look", "output": "saw ok n1\n"}));
+    next("step", json!({"path": "note.txt", "output": ""}));
+    next("claim_expired", json!({"acceptor_id": "host-0"}));
+    next("claimed", json!({"acceptor_id": "host-1"}));
+    next("connected", json!({"conn": 6, "peer": "10.0.0.1"}));
+    next("status", json!({"to": "suspended"}));
+    next("released", json!({"acceptor_id": "host-1"}));
+    next("resumed", json!({}));
+    next("claimed", json!({"acceptor_id": "host-2"}));
+    next("connected", json!({"conn": 7, "peer": "10.0.0.2"}));
+    let look_at = t.len();
+    let look = |saw: &str| ev(at + 10, "step", json!({"command": "look", "output": saw}));
+    let mut notes = notes.map(str::to_owned).to_vec();
+    notes.push("n3".into());
+    for (saw, ok) in [
+        ("saw ok n1", true),
+        ("saw ok n2", true),
+        ("saw ok n0", false),
+    ] {
+        let mut t = t.clone();
+        t.insert(look_at, look(saw));
+        let mut h = history();
+        h.sessions.push(SessionHistory {
+            view: view("devin-s", SessionStatus::Terminated, t),
+            notes: notes.clone(),
+        });
+        assert_eq!(check(&h).is_empty(), ok, "{saw}: {:?}", check(&h));
+    }
 }
 
 #[test]

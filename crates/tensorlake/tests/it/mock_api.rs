@@ -309,6 +309,35 @@ fn proc_state(pid: i64) -> char {
         .unwrap_or('?')
 }
 
+/// SIGSTOP's bit in `/proc/PID/status`'s signal masks (signal n is bit n-1).
+const SIGSTOP_BIT: u64 = 1 << (19 - 1);
+
+/// Whether process `pid` is frozen: it cannot run user code until it is
+/// continued. That is a stopped (`T`) or dead (`Z`) process, or one with
+/// SIGSTOP pending: a signal is taken before the process next returns to
+/// user space, but one blocked in the kernel takes it only once it wakes.
+/// A process waiting in vfork() for its child (`D`) wakes only once that
+/// child has exec'd or exited, and the child, in the same process group,
+/// is stopped too: such a parent shows `D` with SIGSTOP pending for as
+/// long as the sandbox is suspended. A process that is not there (never
+/// was, or reaped) is not called frozen.
+fn frozen(pid: i64) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mask = |name: &str| u64::from_str_radix(&field(name), 16).unwrap_or(0);
+    let state = field("State").chars().next().unwrap_or('?');
+    matches!(state, 'T' | 't' | 'Z' | 'X') || (mask("SigPnd") | mask("ShdPnd")) & SIGSTOP_BIT != 0
+}
+
 #[tokio::test]
 async fn suspend_stops_processes_and_resume_continues_the_same_ones() {
     let world = World::start().await;
@@ -335,13 +364,16 @@ async fn suspend_stops_processes_and_resume_continues_the_same_ones() {
 
     backend.suspend(&handle).await.unwrap();
     assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    // Frozen, not necessarily stopped yet: the loop's shell may be waiting
+    // in vfork() for a `sleep` stopped before its exec (see `frozen` and
+    // suspend_freezes_a_process_waiting_in_vfork_for_its_child).
     tokio::time::timeout(GUARD, async {
-        while proc_state(pid) != 'T' {
+        while !frozen(pid) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await
-    .expect("the process was not stopped");
+    .expect("the process was not frozen");
 
     backend.resume(&handle).await.unwrap();
     assert_ne!(proc_state(pid), 'T');
@@ -370,6 +402,141 @@ async fn suspend_stops_processes_and_resume_continues_the_same_ones() {
     assert_eq!(output.data, b"started\nresumed\n");
     backend.destroy(&handle).await.unwrap();
     assert!(backend.resume(&handle).await.unwrap_err().is_gone());
+}
+
+/// Starts a child with vfork semantics (glibc's posix_spawn) whose open of
+/// the FIFO `argv[1]` (made here) blocks before its exec, so that this
+/// process waits in vfork() until the child execs or exits; then says so
+/// (in the file `returned` and on stdout).
+const VFORK_SCRIPT: &str = r#"import os, sys
+os.mkfifo(sys.argv[1])
+try:
+    os.posix_spawn("/bin/true", ["true"], {},
+                   file_actions=[(os.POSIX_SPAWN_OPEN, 0, sys.argv[1], os.O_RDONLY, 0)])
+except OSError:
+    pass
+open("returned", "w").close()
+print("returned from vfork", flush=True)
+"#;
+
+/// The real Python interpreter (not a shim that would exec it), if any.
+fn python() -> Option<String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !path.is_empty()).then_some(path)
+}
+
+/// The pids whose parent is `pid`.
+fn children_of(pid: i64) -> Vec<i64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i64>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.rsplit_once(") ")?.1.to_owned();
+                    rest.split_whitespace().nth(1)?.parse::<i64>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Suspending freezes a process that is waiting in vfork() for its child
+/// (the state a shell is in between forking a command and the command's
+/// exec): the stop reaches the child, stopped before its exec, and the
+/// parent, which cannot show stopped while it waits, keeps SIGSTOP pending
+/// and stops before it runs again even if the child goes away. The scene is
+/// set on demand: the child blocks on a FIFO before its exec.
+#[tokio::test]
+async fn suspend_freezes_a_process_waiting_in_vfork_for_its_child() {
+    let Some(python) = python() else {
+        eprintln!("skipped: no python3 to make a vfork child with");
+        return;
+    };
+    let world = World::start().await;
+    let backend = world.backend();
+    let handle = backend.create(&spec("vfork")).await.unwrap();
+    let dp = backend.client().sandbox(&handle.id, None).unwrap();
+    let fifo = format!("{}/hold", handle.workdir);
+    let started = dp
+        .start_process(&StartProcess {
+            command: python,
+            args: vec!["-c".into(), VFORK_SCRIPT.into(), fifo],
+            env: BTreeMap::new(),
+            working_dir: Some(handle.workdir.clone()),
+            name: None,
+            restart: None,
+        })
+        .await
+        .unwrap();
+    let parent = started.pid;
+    let child = tokio::time::timeout(GUARD, async {
+        loop {
+            if let [child] = children_of(parent)[..]
+                && proc_state(parent) == 'D'
+            {
+                return child;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the process never waited in vfork for its child");
+
+    backend.suspend(&handle).await.unwrap();
+    assert_eq!(world.mock.status(&handle.id).as_deref(), Some("suspended"));
+    tokio::time::timeout(GUARD, async {
+        while !(frozen(parent) && proc_state(child) == 'T') {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the suspend froze neither the vfork parent nor its child");
+    // The parent is frozen without being stopped: still waiting, the stop
+    // pending.
+    assert_eq!(proc_state(parent), 'D');
+
+    // The child goes away while the sandbox is suspended: the parent
+    // leaves its wait and stops before it runs anything.
+    let killed = std::process::Command::new("/bin/sh")
+        .args(["-c", "kill -KILL \"$0\"", &child.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::timeout(GUARD, async {
+        while proc_state(parent) != 'T' {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the parent did not stop once its vfork child was gone");
+    let marker = format!("{}/returned", handle.workdir);
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "the parent ran while suspended"
+    );
+    let key = tensorlake::ProcessKey::Pid(parent);
+    backend.resume(&handle).await.unwrap();
+    let events: Vec<_> = tokio::time::timeout(GUARD, async {
+        dp.follow_output(&key)
+            .await
+            .unwrap()
+            .map(|e| e.unwrap().line)
+            .collect::<Vec<_>>()
+            .await
+    })
+    .await
+    .unwrap();
+    assert_eq!(events, ["returned from vfork"]);
+    backend.destroy(&handle).await.unwrap();
 }
 
 #[tokio::test]

@@ -188,8 +188,7 @@ pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
         .map(|s| read_lines(proc.clone(), "stderr", s));
     let waiter = proc.clone();
     tokio::spawn(async move {
-        let status = child.wait().await;
-        waiter.group.reaped();
+        let status = waiter.group.reap(&mut child).await;
         // Output still in the pipes belongs before the exit; a child left
         // holding them (a daemon) must not keep the exit from being seen.
         for reader in [stdout, stderr].into_iter().flatten() {

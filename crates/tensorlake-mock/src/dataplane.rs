@@ -114,17 +114,7 @@ fn find(shared: &Shared, id: &str, key: &str) -> Result<Arc<Proc>, Response> {
             "sandbox not found",
         )
     })?;
-    let by_pid = key.bytes().all(|b| b.is_ascii_digit());
-    sandbox
-        .processes
-        .iter()
-        .find(|p| {
-            if by_pid {
-                p.pid.to_string() == key
-            } else {
-                p.name.as_deref() == Some(key)
-            }
-        })
+    host::lookup(&sandbox.processes, key)
         .cloned()
         .ok_or_else(|| {
             error(

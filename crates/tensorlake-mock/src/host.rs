@@ -67,6 +67,20 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
+    /// The record of process `pid`, just started (group id `pid`).
+    pub(crate) fn new(pid: i64, name: Option<String>, command: String, args: Vec<String>) -> Self {
+        Self {
+            pid,
+            group: Group::new(pid as i32),
+            name,
+            command,
+            args,
+            started_ms: now_ms(),
+            state: Mutex::new(ProcState::default()),
+            changed: watch::channel(0).0,
+        }
+    }
+
     pub(crate) fn info(&self) -> serde_json::Value {
         let state = self.state.lock().expect("proc");
         let (status, exit_code, signal) = match state.exit {
@@ -123,6 +137,23 @@ fn managed_info(name: &str, ended: bool) -> serde_json::Value {
     })
 }
 
+/// The process `key` names among a sandbox's (started first first): by
+/// name, or by pid the newest with that pid. Records of exited processes
+/// are kept, and once one is reaped the kernel may give its pid to a new
+/// process of the same sandbox: the pid then means the new one (as the
+/// sandbox's daemon, keeping one record per pid, answers), never the
+/// exited one whose output and exit a follow would otherwise return.
+pub(crate) fn lookup<'a>(processes: &'a [Arc<Proc>], key: &str) -> Option<&'a Arc<Proc>> {
+    let by_pid = key.bytes().all(|b| b.is_ascii_digit());
+    processes.iter().rev().find(|p| {
+        if by_pid {
+            p.pid.to_string() == key
+        } else {
+            p.name.as_deref() == Some(key)
+        }
+    })
+}
+
 /// What to run.
 pub(crate) struct Launch {
     pub command: String,
@@ -146,16 +177,7 @@ pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
         .stderr(Stdio::piped())
         .spawn()?;
     let pid = child.id().unwrap_or(0) as i64;
-    let proc = Arc::new(Proc {
-        pid,
-        group: Group::new(pid as i32),
-        name: launch.name,
-        command: launch.command,
-        args: launch.args,
-        started_ms: now_ms(),
-        state: Mutex::new(ProcState::default()),
-        changed: watch::channel(0).0,
-    });
+    let proc = Arc::new(Proc::new(pid, launch.name, launch.command, launch.args));
     let stdout = child
         .stdout
         .take()
@@ -166,8 +188,7 @@ pub(crate) fn spawn(launch: Launch) -> std::io::Result<Arc<Proc>> {
         .map(|s| read_lines(proc.clone(), "stderr", s));
     let waiter = proc.clone();
     tokio::spawn(async move {
-        let status = child.wait().await;
-        waiter.group.reaped();
+        let status = waiter.group.reap(&mut child).await;
         // Output still in the pipes belongs before the exit; a child left
         // holding them (a daemon) must not keep the exit from being seen.
         for reader in [stdout, stderr].into_iter().flatten() {
@@ -242,6 +263,22 @@ pub(crate) fn unpack(archive: &Path, dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pid reused within one sandbox names the process that has it now:
+    /// the reuse is forced by giving two records one pid.
+    #[test]
+    fn a_reused_pid_names_the_newest_process() {
+        let old = Arc::new(Proc::new(4242, None, "mkdir".into(), Vec::new()));
+        old.state.lock().unwrap().exit = Some(Exit::Code(0));
+        let named = Arc::new(Proc::new(7, Some("daemon".into()), "sh".into(), Vec::new()));
+        let new = Arc::new(Proc::new(4242, None, "sh".into(), Vec::new()));
+        let processes = [old, named.clone(), new.clone()];
+        let found = lookup(&processes, "4242").expect("found");
+        assert!(Arc::ptr_eq(found, &new), "the exited process was found");
+        assert!(found.running());
+        assert!(Arc::ptr_eq(lookup(&processes, "daemon").unwrap(), &named));
+        assert!(lookup(&processes, "4243").is_none());
+    }
 
     #[test]
     fn symbolic_links_are_not_followed() {

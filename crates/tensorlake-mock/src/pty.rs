@@ -121,8 +121,7 @@ async fn create(
     .collect();
     let waiter = session.clone();
     tokio::spawn(async move {
-        let status = child.wait().await;
-        waiter.group.reaped();
+        let status = waiter.group.reap(&mut child).await;
         for reader in readers {
             let _ = tokio::time::timeout(std::time::Duration::from_millis(500), reader).await;
         }

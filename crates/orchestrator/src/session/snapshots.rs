@@ -159,3 +159,40 @@ pub(super) async fn delete_snapshots(ctx: &StepCtx) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sandbox::{Lineage, SnapshotRef};
+
+    use super::sort_for_resume;
+
+    fn snapshot(id: &str, created_at_ms: i64, generation: Option<u64>) -> SnapshotRef {
+        SnapshotRef {
+            backend: "host".into(),
+            id: id.into(),
+            size_bytes: 1,
+            created_at_ms,
+            base_image: None,
+            sha256: None,
+            lineage: generation.map(|generation| Lineage {
+                generation,
+                sandbox_created_at_ms: 0,
+            }),
+        }
+    }
+
+    // The state store's copy and the shared store's of one snapshot are
+    // listed once, wherever the lineage puts them.
+    #[test]
+    fn known_snapshots_are_in_resume_order_each_once() {
+        let known = sort_for_resume(vec![
+            snapshot("b", 10, Some(2)),
+            snapshot("a", 20, Some(1)),
+            snapshot("legacy", 30, None),
+            snapshot("b", 10, Some(2)),
+            snapshot("a", 20, Some(1)),
+        ]);
+        let ids: Vec<&str> = known.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["legacy", "a", "b"]);
+    }
+}

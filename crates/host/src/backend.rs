@@ -390,9 +390,12 @@ impl Sandbox for HostBackend {
 
     async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef> {
         let fs_root = self.existing_dir(handle)?.join("fs");
-        let snapshot = self
-            .snapshots
-            .new_ref(self.kind(), &handle.name, handle.image.clone());
+        let snapshot = self.snapshots.new_ref(
+            self.kind(),
+            &handle.name,
+            handle.image.clone(),
+            sandbox::Lineage::from_labels(&handle.labels),
+        );
         let archive = self.snapshots.staging_path(&snapshot)?;
         let size = tokio::task::spawn_blocking(move || pack(&fs_root, &archive))
             .await

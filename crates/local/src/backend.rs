@@ -396,9 +396,12 @@ impl Sandbox for LocalBackend {
 
     async fn snapshot(&self, handle: &Handle) -> Result<SnapshotRef> {
         let dir = self.existing_dir(handle)?;
-        let snapshot = self
-            .snapshots
-            .new_ref(self.kind(), &handle.name, handle.image.clone());
+        let snapshot = self.snapshots.new_ref(
+            self.kind(),
+            &handle.name,
+            handle.image.clone(),
+            sandbox::Lineage::from_labels(&handle.labels),
+        );
         let archive_path = self.snapshots.staging_path(&snapshot)?;
         // Frozen, the layer cannot change under tar. A running container
         // that will not freeze could rewrite it while it is read (a file

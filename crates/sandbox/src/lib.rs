@@ -16,6 +16,8 @@
 //!   [`Handle`], [`ProcessSpec`], [`ProcessRef`], [`SnapshotRef`], ...),
 //!   [`SandboxError`], the machine a backend reports ([`MachineInfo`],
 //!   [`Capabilities`]) and the session labels ([`session_labels`]).
+//! - Lineage: [`Lineage`] (a sandbox's generation, kept in its labels and
+//!   copied into its snapshots) and [`next_lineage`].
 //! - Names: [`SandboxName`] and the id helpers ([`is_plain_id`],
 //!   [`hashed_id`], [`free_slot_for`], [`first_free`]).
 //! - Image recipes: [`Recipe`], [`ShellStep`] and their constants
@@ -37,6 +39,7 @@ use std::collections::BTreeMap;
 
 pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
+pub use lineage::{LABEL_CREATED_AT_MS, LABEL_GENERATION, Lineage, next_lineage};
 pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, MachineInfo};
 pub use names::{SandboxName, first_free, free_slot_for, hashed_id, is_plain_id};
 pub use on_disk::{list_handles, read_chunk, read_handle};
@@ -65,6 +68,7 @@ pub mod policy;
 
 mod contract;
 mod error;
+mod lineage;
 mod machine;
 mod names;
 mod on_disk;

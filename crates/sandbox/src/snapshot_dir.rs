@@ -12,6 +12,7 @@ use anyhow::anyhow;
 
 use crate::error::{Result, SandboxError};
 use crate::format::SNAPSHOT_MANIFEST;
+use crate::lineage::Lineage;
 use crate::names::SandboxName;
 use crate::names::is_plain_id;
 use crate::spec::SnapshotRef;
@@ -38,8 +39,14 @@ impl SnapshotDir {
     }
 
     /// A fresh snapshot reference for `name`, not yet written.
-    pub fn new_ref(&self, backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
-        new_ref(backend, name, base_image)
+    pub fn new_ref(
+        &self,
+        backend: &str,
+        name: &str,
+        base_image: Option<String>,
+        lineage: Option<Lineage>,
+    ) -> SnapshotRef {
+        new_ref(backend, name, base_image, lineage)
     }
 
     fn checked_id<'a>(&self, snapshot: &'a SnapshotRef) -> Result<&'a str> {
@@ -147,8 +154,14 @@ impl SnapshotDir {
 }
 
 /// A fresh snapshot reference for the sandbox `name`, not yet written: its
-/// id starts with the name, wherever it is kept.
-pub(crate) fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
+/// id starts with the name, wherever it is kept. `lineage` is the
+/// sandbox's (see [`Lineage::from_labels`]).
+pub(crate) fn new_ref(
+    backend: &str,
+    name: &str,
+    base_image: Option<String>,
+    lineage: Option<Lineage>,
+) -> SnapshotRef {
     let now = chrono::Utc::now().timestamp_millis();
     SnapshotRef {
         backend: backend.to_owned(),
@@ -157,6 +170,7 @@ pub(crate) fn new_ref(backend: &str, name: &str, base_image: Option<String>) -> 
         created_at_ms: now,
         base_image,
         sha256: None,
+        lineage,
     }
 }
 
@@ -170,10 +184,10 @@ mod tests {
         let store = SnapshotDir::new(dir.path().to_owned());
         let name = SandboxName::for_session("s");
         let other = SandboxName::for_session("t");
-        let a = store.new_ref("host", name.as_str(), None);
+        let a = store.new_ref("host", name.as_str(), None, None);
         std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
         store.write_manifest(&a).unwrap();
-        let b = store.new_ref("host", other.as_str(), None);
+        let b = store.new_ref("host", other.as_str(), None, None);
         std::fs::write(store.archive_path(&b).unwrap(), b"x").unwrap();
         store.write_manifest(&b).unwrap();
         assert_eq!(store.find_for(&name).unwrap(), vec![a.clone()]);
@@ -192,7 +206,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SnapshotDir::new(dir.path().to_owned());
         let name = SandboxName::for_session("s");
-        let a = store.new_ref("host", name.as_str(), None);
+        let a = store.new_ref("host", name.as_str(), None, None);
         std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
         let path = store.manifest_path(&a).unwrap();
         // As releases before formats wrote it.

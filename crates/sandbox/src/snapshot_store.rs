@@ -47,8 +47,15 @@ impl SnapshotStore {
     }
 
     /// A fresh snapshot reference for `name`, not yet written.
-    pub fn new_ref(&self, backend: &str, name: &str, base_image: Option<String>) -> SnapshotRef {
-        crate::snapshot_dir::new_ref(backend, name, base_image)
+    /// `lineage` is the sandbox's (see [`crate::Lineage::from_labels`]).
+    pub fn new_ref(
+        &self,
+        backend: &str,
+        name: &str,
+        base_image: Option<String>,
+        lineage: Option<crate::Lineage>,
+    ) -> SnapshotRef {
+        crate::snapshot_dir::new_ref(backend, name, base_image, lineage)
     }
 
     /// Where the backend writes the archive of `snapshot`.

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SandboxError};
+use crate::lineage::Lineage;
 use crate::names::SandboxName;
 
 /// Compute and disk given to one sandbox.
@@ -151,9 +152,31 @@ pub struct SnapshotRef {
     /// store: a restore refuses an object that does not match it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The lineage of the sandbox it was taken of (from its labels); `None`
+    /// for snapshots taken before lineages, or of a sandbox without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Lineage>,
 }
 
 impl SnapshotRef {
+    /// The key to order a session's snapshots by, oldest workspace first:
+    /// by generation; within one generation by when the sandbox was made
+    /// (two sandboxes of one generation were both restored from the same
+    /// snapshot, the later by the host that claimed the session later),
+    /// then by when the snapshot was taken (within one sandbox, one host's
+    /// clock), then by id. Snapshots without a lineage come first: they
+    /// are older than any sandbox that has one. Creation time alone is not
+    /// enough: a host that lost its claim can upload late, and hosts'
+    /// clocks differ.
+    pub fn resume_order(&self) -> (Option<(u64, i64)>, i64, &str) {
+        (
+            self.lineage
+                .map(|l| (l.generation, l.sandbox_created_at_ms)),
+            self.created_at_ms,
+            &self.id,
+        )
+    }
+
     /// Its id, when backend `kind` made it: a backend restores only its
     /// own snapshots (a session moved to another backend starts afresh).
     pub fn id_for(&self, kind: &str) -> Result<&str> {

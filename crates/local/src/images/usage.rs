@@ -131,6 +131,7 @@ mod tests {
             created_at_ms: 0,
             base_image: Some("sha256-bb".into()),
             sha256: None,
+            lineage: None,
         };
         fs::write(
             snapshots.join("local/snap-1.json"),

@@ -48,6 +48,7 @@ pub(super) async fn snapshot(backend: &ModalBackend, handle: &Handle) -> Result<
         created_at_ms: chrono::Utc::now().timestamp_millis(),
         base_image: handle.image.clone(),
         sha256: None,
+        lineage: sandbox::Lineage::from_labels(&handle.labels),
     })
 }
 

@@ -5,8 +5,9 @@
 //! and explicit inputs; what it made is returned for the runner to record.
 
 use anyhow::Context;
+use common::now_ms;
 use fleet::{NetworkPolicy, QueueEntry, SessionKind};
-use sandbox::{Handle, Resources, SandboxError, SandboxName, SandboxSpec, SnapshotRef};
+use sandbox::{Handle, Lineage, Resources, SandboxError, SandboxName, SandboxSpec, SnapshotRef};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -55,6 +56,9 @@ pub(super) async fn provision(
         .await
         .map_err(StartError::Failed)?;
     let mut snapshot: Option<SnapshotRef> = None;
+    // Highest generation of the session's known snapshots, once looked up
+    // (every path to a new sandbox looks first).
+    let mut max_generation = 0;
     let mut obs = StartObs {
         kind: input.kind.clone(),
         sandbox_found: false,
@@ -115,7 +119,9 @@ pub(super) async fn provision(
                     .map_err(|e| StartError::Failed(e.into()))?;
             }
             StartPlan::FindSnapshot => {
-                snapshot = latest_snapshot(ctx, &name).await;
+                let lookup = latest_snapshot(ctx, &name).await;
+                snapshot = lookup.latest;
+                max_generation = lookup.max_generation;
                 obs.snapshot = match snapshot {
                     Some(_) => SnapshotObs::Available,
                     None => SnapshotObs::None,
@@ -126,11 +132,18 @@ pub(super) async fn provision(
                     .clone()
                     .context("no snapshot to restore")
                     .map_err(StartError::Failed)?;
-                match create_sandbox(ctx, keeper, &name, &input, Some(&from)).await {
+                let lineage = sandbox::next_lineage(max_generation, now_ms());
+                match create_sandbox(ctx, keeper, &name, &input, Some(&from), lineage).await {
                     Ok((handle, policy)) => {
+                        // `generation` is the restored snapshot's (none for
+                        // one made before lineages).
                         ctx.event(
                             "restored",
-                            json!({ "snapshot": from.id, "bytes": from.size_bytes }),
+                            json!({
+                                "snapshot": from.id,
+                                "bytes": from.size_bytes,
+                                "generation": from.lineage.map(|l| l.generation),
+                            }),
                         );
                         return Ok(Provisioned {
                             handle,
@@ -188,7 +201,8 @@ pub(super) async fn provision(
                     warn!(session_id = ctx.id(), "{message}");
                     ctx.event("snapshot_missing", json!({}));
                 }
-                let (handle, policy) = create_sandbox(ctx, keeper, &name, &input, None)
+                let lineage = sandbox::next_lineage(max_generation, now_ms());
+                let (handle, policy) = create_sandbox(ctx, keeper, &name, &input, None, lineage)
                     .await
                     .map_err(|e| StartError::Failed(e.into()))?;
                 return Ok(Provisioned {
@@ -201,20 +215,23 @@ pub(super) async fn provision(
     }
 }
 
-/// A new sandbox for the session, restored from `restore_from` if given,
-/// and the network policy it was given.
+/// A new sandbox of `lineage` for the session, restored from
+/// `restore_from` if given, and the network policy it was given.
 async fn create_sandbox(
     ctx: &StepCtx,
     keeper: &mut impl KeepClaim,
     name: &SandboxName,
     input: &ProvisionInput<'_>,
     restore_from: Option<&SnapshotRef>,
+    lineage: Lineage,
 ) -> Result<(Handle, NetworkPolicy), SandboxError> {
     let mut labels = sandbox::session_labels(ctx.id(), input.outpost_id);
     labels.insert(
         sandbox::LABEL_ACCEPTOR_ID.to_owned(),
         input.acceptor_id.to_owned(),
     );
+    // Its snapshots carry it, so a resume picks the last suspend's.
+    lineage.add_to_labels(&mut labels);
     let policy = input.entry.spec.network_policy.clone();
     let spec = SandboxSpec {
         name: name.clone(),

@@ -1,5 +1,6 @@
 //! The session's snapshots: taking one (recorded before the sandbox may
-//! go), finding the newest that still exists, deleting them all. Functions
+//! go), finding the one of the last completed suspend that still exists
+//! (by lineage), deleting them all. Functions
 //! of a [`StepCtx`], each returning what it found for the runner.
 
 use std::time::Duration;
@@ -81,7 +82,8 @@ pub(super) async fn snapshot(
 
 /// The session's snapshots recorded here and those the backend finds by
 /// name (another Garrison sharing the snapshot store may have made them),
-/// oldest first, each once.
+/// oldest workspace first ([`SnapshotRef::resume_order`]: by lineage, not
+/// by the clock of the host that took each), each once.
 pub(super) async fn known_snapshots(ctx: &StepCtx, name: &SandboxName) -> Vec<SnapshotRef> {
     let mut snapshots: Vec<SnapshotRef> = ctx
         .store
@@ -91,26 +93,54 @@ pub(super) async fn known_snapshots(ctx: &StepCtx, name: &SandboxName) -> Vec<Sn
         .map(|s| s.snapshot)
         .collect();
     snapshots.extend(ctx.backend.snapshots_for(name).await.unwrap_or_default());
-    snapshots.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-    snapshots.dedup_by(|a, b| a.id == b.id);
+    sort_for_resume(snapshots)
+}
+
+/// `snapshots` in [`SnapshotRef::resume_order`], each id once (the first
+/// copy: the state store's and the backend's are the same snapshot).
+fn sort_for_resume(mut snapshots: Vec<SnapshotRef>) -> Vec<SnapshotRef> {
+    let mut seen = std::collections::HashSet::new();
+    snapshots.retain(|s| seen.insert(s.id.clone()));
+    snapshots.sort_by(|a, b| a.resume_order().cmp(&b.resume_order()));
     snapshots
 }
 
-/// The newest snapshot of the session that still exists, from the state
-/// store or, for a session another Garrison suspended, from the backend's
-/// shared store.
-pub(super) async fn latest_snapshot(ctx: &StepCtx, name: &SandboxName) -> Option<SnapshotRef> {
-    for snapshot in known_snapshots(ctx, name).await.into_iter().rev() {
+/// What [`latest_snapshot`] found.
+pub(super) struct SnapshotLookup {
+    /// The snapshot of the last completed suspend that still exists.
+    pub(super) latest: Option<SnapshotRef>,
+    /// The highest generation among all the session's known snapshots
+    /// (existing or not; 0 without any): a new sandbox must be past it.
+    pub(super) max_generation: u64,
+}
+
+/// The session's snapshot of the last completed suspend that still
+/// exists, from the state store or, for a session another Garrison
+/// suspended, from the backend's shared store.
+pub(super) async fn latest_snapshot(ctx: &StepCtx, name: &SandboxName) -> SnapshotLookup {
+    let known = known_snapshots(ctx, name).await;
+    let max_generation = known
+        .iter()
+        .filter_map(|s| s.lineage.map(|l| l.generation))
+        .max()
+        .unwrap_or(0);
+    for snapshot in known.into_iter().rev() {
         if ctx
             .backend
             .snapshot_exists(&snapshot)
             .await
             .unwrap_or(false)
         {
-            return Some(snapshot);
+            return SnapshotLookup {
+                latest: Some(snapshot),
+                max_generation,
+            };
         }
     }
-    None
+    SnapshotLookup {
+        latest: None,
+        max_generation,
+    }
 }
 
 /// Deletes every snapshot of the session; a failure is logged, not retried.
@@ -127,5 +157,42 @@ pub(super) async fn delete_snapshots(ctx: &StepCtx) {
                 warn!(session_id = ctx.id(), snapshot = snapshot.id, error = %e, "deleting a snapshot failed")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox::{Lineage, SnapshotRef};
+
+    use super::sort_for_resume;
+
+    fn snapshot(id: &str, created_at_ms: i64, generation: Option<u64>) -> SnapshotRef {
+        SnapshotRef {
+            backend: "host".into(),
+            id: id.into(),
+            size_bytes: 1,
+            created_at_ms,
+            base_image: None,
+            sha256: None,
+            lineage: generation.map(|generation| Lineage {
+                generation,
+                sandbox_created_at_ms: 0,
+            }),
+        }
+    }
+
+    // The state store's copy and the shared store's of one snapshot are
+    // listed once, wherever the lineage puts them.
+    #[test]
+    fn known_snapshots_are_in_resume_order_each_once() {
+        let known = sort_for_resume(vec![
+            snapshot("b", 10, Some(2)),
+            snapshot("a", 20, Some(1)),
+            snapshot("legacy", 30, None),
+            snapshot("b", 10, Some(2)),
+            snapshot("a", 20, Some(1)),
+        ]);
+        let ids: Vec<&str> = known.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["legacy", "a", "b"]);
     }
 }

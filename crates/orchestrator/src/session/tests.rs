@@ -24,6 +24,7 @@ use crate::settings::{OutpostConfig, Repos};
 use crate::store::Store;
 
 mod lapsed;
+mod lineage;
 mod no_room;
 mod unrestorable;
 mod view_gap;

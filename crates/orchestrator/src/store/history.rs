@@ -183,6 +183,7 @@ mod tests {
                 created_at_ms: at,
                 base_image: None,
                 sha256: None,
+                lineage: None,
             },
         };
         store.add_snapshot(&snap("old", 1)).unwrap();

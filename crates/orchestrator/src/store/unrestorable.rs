@@ -123,6 +123,7 @@ mod tests {
                     created_at_ms: 1,
                     base_image: None,
                     sha256: None,
+                    lineage: None,
                 },
             })
             .unwrap();

@@ -31,15 +31,19 @@ const POLL: Duration = Duration::from_millis(25);
 impl Harness {
     pub(super) fn spec(&self, label: &str) -> SandboxSpec {
         let session = format!("conformance-{label}-{:016x}", rand::random::<u64>());
+        let mut labels = BTreeMap::from([
+            (crate::LABEL_SESSION_ID.to_owned(), session.clone()),
+            (
+                crate::LABEL_OUTPOST_ID.to_owned(),
+                "outpost_conformance".to_owned(),
+            ),
+        ]);
+        // As the orchestrator labels every sandbox it makes; a generation
+        // no session starts at, so a backend cannot pass by accident.
+        crate::next_lineage(6, 1_700_000_000_123).add_to_labels(&mut labels);
         SandboxSpec {
             name: SandboxName::for_session(&session),
-            labels: BTreeMap::from([
-                (crate::LABEL_SESSION_ID.to_owned(), session),
-                (
-                    crate::LABEL_OUTPOST_ID.to_owned(),
-                    "outpost_conformance".to_owned(),
-                ),
-            ]),
+            labels,
             image: self.image.clone(),
             restore_from: None,
             resources: Resources {

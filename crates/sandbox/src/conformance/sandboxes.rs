@@ -4,9 +4,10 @@
 use anyhow::{Context, bail, ensure};
 
 use super::harness::Harness;
-use crate::{ProcessStatus, SandboxName};
+use crate::{Lineage, ProcessStatus, SandboxName};
 
-/// A snapshot restores the workspace into a new sandbox.
+/// A snapshot carries its sandbox's lineage and restores the workspace
+/// into a new sandbox.
 pub async fn snapshot_restores_the_workspace(h: &Harness) -> anyhow::Result<()> {
     let sandbox = h.create("snap").await?;
     let script = "mkdir -p repo/sub && echo kept > repo/sub/file && echo gone > repo/deleted \
@@ -20,6 +21,14 @@ pub async fn snapshot_restores_the_workspace(h: &Harness) -> anyhow::Result<()> 
     ensure!(
         h.backend.snapshot_exists(&snapshot).await?,
         "snapshot missing"
+    );
+    // The lineage a resume orders snapshots by is the sandbox's (a found
+    // copy, below, must carry it too: another host orders by it).
+    let lineage = Lineage::from_labels(&h.spec("lineage").labels);
+    ensure!(
+        lineage.is_some() && snapshot.lineage == lineage,
+        "the snapshot carries lineage {:?}, its sandbox {lineage:?}",
+        snapshot.lineage
     );
     if h.finds_snapshots_by_name {
         let name = SandboxName::parse(&sandbox.name).context("sandbox name")?;

@@ -40,6 +40,7 @@ pub(super) async fn snapshot(backend: &TensorlakeBackend, handle: &Handle) -> Re
                     created_at_ms: chrono_ms(),
                     base_image: info.base_image.or(handle.image.clone()),
                     sha256: None,
+                    lineage: sandbox::Lineage::from_labels(&handle.labels),
                 });
             }
             ref status if status.is_dead() => {

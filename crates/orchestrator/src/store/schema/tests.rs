@@ -218,6 +218,7 @@ fn write_the_unversioned_fixture() {
                     created_at_ms: 3_000,
                     base_image: Some("default".into()),
                     sha256: None,
+                    lineage: None,
                 },
             })
             .unwrap();

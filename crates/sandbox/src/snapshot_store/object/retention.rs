@@ -117,6 +117,7 @@ impl ObjectSnapshots {
                 created_at_ms: modified_at.unwrap_or(0),
                 base_image: None,
                 sha256: None,
+                lineage: None,
             },
         };
         self.delete(&snapshot).await?;

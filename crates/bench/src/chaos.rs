@@ -20,6 +20,7 @@ mod faults;
 mod garrison;
 mod history;
 mod hosts;
+mod kept;
 mod report;
 mod rig;
 mod schedule;
@@ -265,14 +266,18 @@ async fn drive(rig: &mut Rig, args: &ChaosArgs, seed: u64) -> anyhow::Result<His
             exits: std::mem::take(&mut exits[n]),
         })
         .collect();
+    let sessions = workload.histories(&rig.emu);
+    let state_dirs: Vec<_> = rig.garrisons.iter().map(|g| g.state_dir.clone()).collect();
+    let ids: Vec<String> = sessions.iter().map(|s| s.view.session_id.clone()).collect();
     Ok(History {
+        final_status_unknown: kept::final_status_unknown(&state_dirs, &ids),
         claim_ttl_ms: ttl_ms,
         renew_margin_ms: renew_margin(Some(ttl_ms), &Policy::default()),
         ready_within_ms: READY_WITHIN.as_millis() as i64,
         end_ms,
         faults: injector.records,
         hosts,
-        sessions: workload.histories(&rig.emu),
+        sessions,
         leftovers,
     })
 }

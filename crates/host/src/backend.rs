@@ -86,6 +86,37 @@ impl HostBackend {
         unpacked?
     }
 
+    /// The sandbox's directories, its restored workspace and its handle, in
+    /// `dir`; [`Sandbox::create`] removes `dir` if this fails.
+    async fn make(&self, spec: &SandboxSpec, dir: &Path) -> Result<Handle> {
+        let fs_root = dir.join("fs");
+        for sub in ["workspace", "state", "bin", "home"] {
+            mkdir_private(&fs_root.join(sub))?;
+        }
+        mkdir_private(&dir.join("proc"))?;
+        if let Some(snapshot) = &spec.restore_from {
+            self.restore(snapshot, fs_root.clone()).await?;
+        }
+        let path = |sub: &str| fs_root.join(sub).to_string_lossy().into_owned();
+        let handle = Handle {
+            backend: self.kind().to_owned(),
+            id: spec.name.to_string(),
+            name: spec.name.to_string(),
+            labels: spec.labels.clone(),
+            workdir: path("workspace"),
+            state_dir: path("state"),
+            bin_dir: path("bin"),
+            home: path("home"),
+            image: None,
+        };
+        let json = format::SANDBOX_HANDLE
+            .to_vec_pretty(&handle)
+            .map_err(fatal)?;
+        shim::write_atomically(&dir.join(HANDLE_FILE), &json)
+            .map_err(io_fatal(format!("writing {}", dir.display())))?;
+        Ok(handle)
+    }
+
     fn sandbox_dir(&self, name: &str) -> Result<PathBuf> {
         // Names come back from the store; only our own shape may name a path.
         let name = SandboxName::parse(name)
@@ -188,36 +219,15 @@ impl Sandbox for HostBackend {
                 .map_err(fatal)?
                 .map_err(io_fatal(format!("removing {}", dir.display())))?;
         }
-        let fs_root = dir.join("fs");
-        for sub in ["workspace", "state", "bin", "home"] {
-            mkdir_private(&fs_root.join(sub))?;
+        let made = self.make(spec, &dir).await;
+        if made.is_err() {
+            // A create that failed part way (a full disk, a restore cut
+            // off) leaves no directory: without a handle no `find` or
+            // `list` would ever report it, so nothing would remove it.
+            let remains = dir.clone();
+            let _ = tokio::task::spawn_blocking(move || fs::remove_dir_all(&remains)).await;
         }
-        mkdir_private(&dir.join("proc"))?;
-        if let Some(snapshot) = &spec.restore_from {
-            let unpacked = self.restore(snapshot, fs_root.clone()).await;
-            if let Err(e) = unpacked {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        }
-        let path = |sub: &str| fs_root.join(sub).to_string_lossy().into_owned();
-        let handle = Handle {
-            backend: self.kind().to_owned(),
-            id: spec.name.to_string(),
-            name: spec.name.to_string(),
-            labels: spec.labels.clone(),
-            workdir: path("workspace"),
-            state_dir: path("state"),
-            bin_dir: path("bin"),
-            home: path("home"),
-            image: None,
-        };
-        let json = format::SANDBOX_HANDLE
-            .to_vec_pretty(&handle)
-            .map_err(fatal)?;
-        shim::write_atomically(&dir.join(HANDLE_FILE), &json)
-            .map_err(io_fatal(format!("writing {}", dir.display())))?;
-        Ok(handle)
+        made
     }
 
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {

@@ -31,6 +31,7 @@ use common::now_ms;
 
 mod claims;
 mod cleanup;
+mod ended;
 mod platform;
 mod start_check;
 
@@ -40,6 +41,7 @@ pub use platform::PlatformRefused;
 
 use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
+use ended::{LEFTOVER_SWEEP, sweep_leftovers};
 pub use start_check::Misconfigured;
 
 /// How often the claim loop looks at the queue when nothing wakes it.
@@ -310,6 +312,9 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
 
     let mut changes = deps.view.subscribe();
     let mut sweep = tokio::time::interval(RETENTION_SWEEP);
+    // Its first tick is at once: what the last run of this Garrison left
+    // staged goes at start.
+    let mut leftover_sweep = tokio::time::interval(LEFTOVER_SWEEP);
     loop {
         while let Some(done) = runners.try_join_next() {
             runner_done(&deps, done, &mut state);
@@ -330,6 +335,9 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
             _ = sweep.tick() => {
                 sweep_snapshots(&deps, retention).await;
                 clean_orphans(&deps, retention).await;
+            }
+            _ = leftover_sweep.tick() => {
+                sweep_leftovers(&deps.store, deps.backend.as_ref()).await;
             }
             Some(reply) = claiming.join_next(), if !claiming.is_empty() => {
                 claim_answered(&deps, &mut runners, &mut state, reply).await;

@@ -26,6 +26,7 @@ mod clone_repos;
 mod deps;
 mod finish;
 mod launch;
+mod leftovers;
 mod no_room;
 mod observe;
 mod provision;

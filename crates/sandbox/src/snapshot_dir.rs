@@ -72,13 +72,18 @@ impl SnapshotDir {
     }
 
     /// Completes a snapshot whose archive is written: sets its size and
-    /// records the manifest, so others can find it by name.
+    /// records the manifest, so others can find it by name. When the
+    /// manifest cannot be written (a full disk) the archive goes too: no
+    /// one could ever find it.
     pub fn record(&self, snapshot: SnapshotRef, size_bytes: u64) -> Result<SnapshotRef> {
         let snapshot = SnapshotRef {
             size_bytes,
             ..snapshot
         };
-        self.write_manifest(&snapshot)?;
+        if let Err(e) = self.write_manifest(&snapshot) {
+            let _ = std::fs::remove_file(self.archive_path(&snapshot)?);
+            return Err(e);
+        }
         Ok(snapshot)
     }
 
@@ -199,6 +204,19 @@ mod tests {
             ..b
         };
         assert!(store.archive_path(&evil).is_err());
+    }
+
+    #[test]
+    fn an_archive_whose_manifest_cannot_be_written_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotDir::new(dir.path().to_owned());
+        let a = store.new_ref("host", SandboxName::for_session("s").as_str(), None);
+        std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
+        // A directory in the manifest's place: its write fails.
+        let manifest = store.manifest_path(&a).unwrap();
+        std::fs::create_dir_all(manifest.join("in-the-way")).unwrap();
+        assert!(store.record(a.clone(), 1).is_err());
+        assert!(!store.archive_path(&a).unwrap().exists());
     }
 
     #[test]

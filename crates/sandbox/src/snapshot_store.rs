@@ -11,8 +11,10 @@
 mod collect;
 mod crypt;
 mod object;
+mod staged;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use crypt::SnapshotKey;
 pub use object::{Fetched, ObjectSnapshots, ObjectStoreSettings, PART_SIZE, check_url};
@@ -116,5 +118,20 @@ impl SnapshotStore {
             Self::Dir(dir) => dir.collect_older_than(cutoff_ms),
             Self::Object(store) => store.collect_older_than(cutoff_ms).await,
         }
+    }
+
+    /// Removes staged files no snapshot owns (a pack or upload that failed
+    /// or was killed, a restore that died) older than `min_age` and open in
+    /// no file of this process; returns how many went.
+    pub fn sweep_staged(&self, min_age: Duration) -> usize {
+        let (dir, owned) = match self {
+            Self::Dir(dir) => (dir.path(), staged::Owned::ByManifest),
+            Self::Object(store) => (store.spool(), staged::Owned::Nothing),
+        };
+        let removed = staged::sweep(dir, owned, min_age);
+        for path in &removed {
+            tracing::info!(path = %path.display(), "removed a staged snapshot file no snapshot owns");
+        }
+        removed.len()
     }
 }

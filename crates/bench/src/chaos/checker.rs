@@ -9,6 +9,7 @@ use emulator::{SessionView, TranscriptEvent};
 use fleet::{Phase, SessionStatus};
 
 use super::history::{FaultKind, History, SessionHistory};
+use super::kept::kept_for_retention;
 
 /// Every invariant, as named in the JSON report.
 pub(crate) const INVARIANTS: [&str; 7] = [
@@ -388,8 +389,13 @@ fn sandbox_names(view: &SessionView) -> Vec<&str> {
         .collect()
 }
 
+/// Everything left at the end but the snapshots kept by design (see
+/// `kept.rs`), which the report counts apart.
 fn leftovers(history: &History, found: &mut Vec<Violation>) {
     for left in &history.leftovers {
+        if kept_for_retention(history, left) {
+            continue;
+        }
         let session = history
             .sessions
             .iter()

@@ -156,6 +156,9 @@ pub(crate) struct History {
     pub sessions: Vec<SessionHistory>,
     /// What was left at the end.
     pub leftovers: Vec<Leftover>,
+    /// Sessions some host recorded `final_status_unknown` for: their
+    /// snapshots are kept for the retention period (see `kept.rs`).
+    pub final_status_unknown: std::collections::BTreeSet<String>,
 }
 
 impl History {

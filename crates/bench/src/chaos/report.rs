@@ -23,6 +23,8 @@ pub(crate) struct ChaosReport {
     pub sessions: usize,
     pub suspend_resume_cycles: usize,
     pub resumes_without_workspace: usize,
+    /// Snapshots left at the end that are kept by design (see `kept.rs`).
+    pub kept_for_retention: usize,
     pub faults: BTreeMap<&'static str, usize>,
     pub violations: BTreeMap<&'static str, usize>,
     pub duration_secs: f64,
@@ -54,6 +56,7 @@ impl ChaosReport {
                 .iter()
                 .map(super::checker::resumes_from_nothing)
                 .sum(),
+            kept_for_retention: super::kept::kept_count(history),
             faults: fault_counts(history),
             violations: counts(found),
             duration_secs,
@@ -88,6 +91,10 @@ impl ChaosReport {
             "resumes that found no workspace (no suspend before them completed): {}\n",
             self.resumes_without_workspace
         ));
+        out.push_str(&format!(
+            "snapshots kept for retention (final status unknown, not leftovers): {}\n",
+            self.kept_for_retention
+        ));
         out.push_str(&format!("clock steps: {CLOCK_STEPS}\n"));
         out.push_str("violations:\n");
         for (invariant, n) in &self.violations {
@@ -111,6 +118,7 @@ impl ChaosReport {
             "sessions": self.sessions,
             "suspend_resume_cycles": self.suspend_resume_cycles,
             "resumes_without_workspace": self.resumes_without_workspace,
+            "kept_for_retention": self.kept_for_retention,
             "faults": self.faults,
             "faults_total": self.total_faults(),
             "violations": self.violations,

@@ -126,3 +126,58 @@ async fn executables_are_links_to_one_stored_copy() {
         backend.destroy(handle).await.unwrap();
     }
 }
+
+/// A tmpfs of a few MiB for one test, unmounted on drop.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(path: &Path) -> Option<SmallFs> {
+        std::fs::create_dir_all(path).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then(|| SmallFs(path.to_owned()))
+    }
+
+    /// Fills it to the last byte.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.0.join("filler")).unwrap();
+        for chunk in [64 * 1024, 1] {
+            while file.write_all(&vec![0u8; chunk]).is_ok() {}
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A create that fails part way (here on a full disk, as under a host's
+/// state directory filled up) removes the directory it made: with no
+/// handle in it, nothing would ever find it to remove it.
+#[tokio::test]
+async fn a_create_that_fails_on_a_full_disk_leaves_no_directory() {
+    use sandbox::Sandbox;
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    let Some(small) = SmallFs::mount(&root.join("host")) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let backend = HostBackend::new(config_in(&root)).unwrap();
+    small.fill();
+    assert!(backend.create(&spec_for("devin-full")).await.is_err());
+    let left: Vec<_> = std::fs::read_dir(root.join("host/sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -316,3 +316,30 @@ async fn any_host_collects_old_snapshots_but_never_a_leased_one() {
     // Nothing is left behind: no archive, manifest, lease or tombstone.
     assert!(bucket.objects().await.is_empty());
 }
+
+/// Deleting a snapshot (its session ended) removes every lease on it too:
+/// a restore whose lease release was cut off (a store cut, a kill) leaves
+/// one behind, which nothing else would ever remove.
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_snapshot_removes_the_leases_left_on_it() {
+    let Some(bucket) = Bucket::start() else {
+        return;
+    };
+    let a = HostBackend::new(bucket.host(None)).unwrap();
+    let made = a.create(&spec("lease-left")).await.unwrap();
+    let snapshot = a.snapshot(&made).await.unwrap();
+    a.destroy(&made).await.unwrap();
+    let lease = ObjectPath::from(format!(
+        "garrison/host/leases/{}/a-reader-that-died",
+        snapshot.id
+    ));
+    bucket
+        .raw()
+        .put(&lease, b"1".to_vec().into())
+        .await
+        .unwrap();
+
+    a.delete_snapshot(&snapshot).await.unwrap();
+    let left: Vec<_> = bucket.objects().await.into_iter().map(|(p, _)| p).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

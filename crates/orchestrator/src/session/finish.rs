@@ -10,7 +10,8 @@ use serde_json::json;
 use tracing::{error, info, warn};
 
 use super::SessionRunner;
-use super::snapshots::delete_snapshots;
+use super::leftovers::{asked_if_over, destroy_unrecorded, find_unrecorded_sandbox};
+use super::snapshots::{delete_snapshots, delete_snapshots_once};
 use super::step::{KILL_GRACE, RecordFailed, StepError};
 use super::wind_down::{end_sandbox, release};
 use crate::metrics::Metrics;
@@ -89,13 +90,30 @@ impl SessionRunner {
             self.rec.handle = None;
             self.rec.process = None;
             self.save()?;
+        } else if (!obs.suspend_keeps_memory
+            || matches!(finish, Finish::Terminated | Finish::Stopped { .. }))
+            && let Some(unrecorded) = find_unrecorded_sandbox(&ctx, &self.deps.acceptor_id).await
+        {
+            // Made but never recorded (the record failed, or Garrison was
+            // killed between the two), so no remote ran in it. Where a
+            // suspend keeps memory, the sandbox of an earlier suspend is
+            // unrecorded too and kept until the session is over.
+            destroy_unrecorded(&ctx, &unrecorded).await;
         }
         let plan = plan_wind_down(&obs);
-        if plan.delete_snapshots {
-            delete_snapshots(&ctx).await;
-        }
+        // A session this host lost may have ended elsewhere: asked once its
+        // remote is stopped and its sandbox ended (a slow answer must not
+        // keep a remote of a lost session alive), its snapshots go if the
+        // fleet API says it is terminated.
+        let over = finish == Finish::Vanished && asked_if_over(&ctx, &self.deps.client).await;
+        // One pass before the release; what a store cut kept is tried
+        // again after it, so the claim is not held through the retries.
+        let left = (plan.delete_snapshots || over) && !delete_snapshots_once(&ctx).await;
         if plan.release {
             self.release().await;
+        }
+        if left {
+            delete_snapshots(&ctx).await;
         }
         Ok(())
     }

@@ -143,9 +143,66 @@ pub(super) async fn latest_snapshot(ctx: &StepCtx, name: &SandboxName) -> Snapsh
     }
 }
 
-/// Deletes every snapshot of the session; a failure is logged, not retried.
+/// Pauses between attempts at deleting an ended session's snapshots: about
+/// 90 s in all, enough to outlast a passing cut from the store.
+pub(super) const DELETE_BACKOFF: [Duration; 6] = [
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    Duration::from_secs(30),
+    Duration::from_secs(30),
+];
+
+/// Deletes every snapshot of the session, trying again after each pause of
+/// [`DELETE_BACKOFF`] while some are left. What is still left then stays
+/// recorded in the state store, where the sweep of ended sessions'
+/// snapshots finds it (see `serve/ended.rs`); the log says so.
 pub(super) async fn delete_snapshots(ctx: &StepCtx) {
+    let done = retrying(
+        &DELETE_BACKOFF,
+        |d| ctx.pause(d),
+        || delete_snapshots_once(ctx),
+    )
+    .await;
+    if !done {
+        warn!(
+            session_id = ctx.id(),
+            "deleting the ended session's snapshots kept failing; they stay recorded, \
+             and the periodic sweep deletes them later"
+        );
+        ctx.event("snapshots_left_to_sweep", json!({}));
+    }
+}
+
+/// Runs `attempt` until it reports that nothing is left (`true`), pausing
+/// by each of `backoff` in turn between attempts; `false` when the last
+/// attempt still left something.
+pub(super) async fn retrying<A, P>(
+    backoff: &[Duration],
+    pause: impl Fn(Duration) -> P,
+    mut attempt: impl FnMut() -> A,
+) -> bool
+where
+    A: Future<Output = bool>,
+    P: Future<Output = ()>,
+{
+    if attempt().await {
+        return true;
+    }
+    for delay in backoff {
+        pause(*delay).await;
+        if attempt().await {
+            return true;
+        }
+    }
+    false
+}
+
+/// One pass over the session's snapshots; `true` when every one went.
+pub(super) async fn delete_snapshots_once(ctx: &StepCtx) -> bool {
     let name = SandboxName::for_session(ctx.session_id.as_str());
+    let mut all_gone = true;
     for snapshot in known_snapshots(ctx, &name).await {
         match ctx.backend.delete_snapshot(&snapshot).await {
             Ok(()) => {
@@ -154,9 +211,58 @@ pub(super) async fn delete_snapshots(ctx: &StepCtx) {
                 }
             }
             Err(e) => {
+                all_gone = false;
                 warn!(session_id = ctx.id(), snapshot = snapshot.id, error = %e, "deleting a snapshot failed")
             }
         }
+    }
+    all_gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[tokio::test]
+    async fn deleting_is_tried_again_after_each_pause_until_nothing_is_left() {
+        let tries = Cell::new(0);
+        let paused = Cell::new(0);
+        let three = [Duration::ZERO; 3];
+        // Fails twice (a store cut), then goes through.
+        let done = retrying(
+            &three,
+            |_| async { paused.set(paused.get() + 1) },
+            || {
+                tries.set(tries.get() + 1);
+                let n = tries.get();
+                async move { n >= 3 }
+            },
+        )
+        .await;
+        assert!(done);
+        assert_eq!((tries.get(), paused.get()), (3, 2));
+
+        // Never goes through: every pause used, then given up.
+        tries.set(0);
+        paused.set(0);
+        let done = retrying(
+            &three,
+            |_| async { paused.set(paused.get() + 1) },
+            || {
+                tries.set(tries.get() + 1);
+                async { false }
+            },
+        )
+        .await;
+        assert!(!done);
+        assert_eq!((tries.get(), paused.get()), (4, 3));
+    }
+
+    #[test]
+    fn the_backoff_lasts_about_ninety_seconds() {
+        let total: Duration = DELETE_BACKOFF.iter().sum();
+        assert_eq!(total, Duration::from_secs(90));
     }
 }
 

@@ -24,6 +24,7 @@ use crate::settings::{OutpostConfig, Repos};
 use crate::store::Store;
 
 mod lapsed;
+mod leftovers;
 mod lineage;
 mod no_room;
 mod unrestorable;
@@ -40,8 +41,8 @@ struct World {
     requests: Arc<Mutex<Vec<String>>>,
     /// What the fleet API answers a claim (a renewal); `{}` otherwise.
     claim_answer: Arc<Mutex<(u16, serde_json::Value)>>,
-    /// What the fleet API answers a `GET` of the session; `{}` at first.
-    entry_answer: Arc<Mutex<(u16, serde_json::Value)>>,
+    /// What the fleet API answers a GET of the session; `{}` (200) if unset.
+    get_answer: Arc<Mutex<Option<(u16, serde_json::Value)>>>,
     api_url: String,
     /// `gateway_url`: for a claim that carries none.
     fallback_gateway: Option<String>,
@@ -62,25 +63,27 @@ impl World {
         );
         let requests = Arc::new(Mutex::new(Vec::new()));
         let claim_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
-        let entry_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
+        let get_answer = Arc::new(Mutex::new(None));
         let seen = requests.clone();
         let answer = claim_answer.clone();
-        let entry = entry_answer.clone();
+        let got = get_answer.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let seen = seen.clone();
             let answer = answer.clone();
-            let entry = entry.clone();
+            let got = got.clone();
             async move {
                 let path = req.uri().path().to_owned();
                 seen.lock()
                     .unwrap()
                     .push(format!("{} {}", req.method(), path));
+                let get = got.lock().unwrap().clone();
                 let (status, body) = if path.ends_with("/claim") {
                     answer.lock().unwrap().clone()
-                } else if req.method() == axum::http::Method::GET
-                    && path.ends_with(&format!("/{SESSION}"))
-                {
-                    entry.lock().unwrap().clone()
+                } else if let Some(get) = get.filter(|_| {
+                    req.method() == axum::http::Method::GET
+                        && path.ends_with(&format!("/devins/{SESSION}"))
+                }) {
+                    get
                 } else {
                     (200, serde_json::json!({}))
                 };
@@ -99,7 +102,7 @@ impl World {
             backend,
             requests,
             claim_answer,
-            entry_answer,
+            get_answer,
             api_url,
             fallback_gateway: None,
         }
@@ -110,9 +113,9 @@ impl World {
         *self.claim_answer.lock().unwrap() = (status, body);
     }
 
-    /// The fleet API answers a `GET` of the session with `status` and `body`.
+    /// The fleet API answers a GET of the session with `status` and `body`.
     fn answer_gets(&self, status: u16, body: serde_json::Value) {
-        *self.entry_answer.lock().unwrap() = (status, body);
+        *self.get_answer.lock().unwrap() = Some((status, body));
     }
 
     /// A resolver whose cache holds the pinned binary, so nothing is

@@ -168,6 +168,11 @@ impl ObjectSnapshots {
             .any(|t| is_fresh(t.last_modified.timestamp_millis(), now)))
     }
 
+    /// The private spool directory.
+    pub(crate) fn spool(&self) -> &FsPath {
+        &self.spool
+    }
+
     /// Where an archive about to be uploaded is written.
     pub fn staging_path(&self, snapshot: &SnapshotRef) -> Result<PathBuf> {
         self.object(&snapshot.id, ARCHIVE)?;
@@ -260,19 +265,6 @@ impl ObjectSnapshots {
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(transient(format!("looking up snapshot {}", snapshot.id))(e)),
         }
-    }
-
-    /// Removes the archive and its manifest; a missing one is not an error.
-    pub async fn delete(&self, snapshot: &SnapshotRef) -> Result<()> {
-        for suffix in [ARCHIVE, MANIFEST] {
-            match self.store.delete(&self.object(&snapshot.id, suffix)?).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => {
-                    return Err(transient(format!("deleting snapshot {}", snapshot.id))(e));
-                }
-            }
-        }
-        Ok(())
     }
 
     async fn manifest(&self, id: &str) -> Result<SnapshotRef> {

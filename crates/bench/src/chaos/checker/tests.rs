@@ -55,6 +55,7 @@ fn history() -> History {
         hosts: (0..3).map(host).collect(),
         sessions: Vec::new(),
         leftovers: Vec::new(),
+        final_status_unknown: Default::default(),
     }
 }
 
@@ -338,6 +339,41 @@ fn leftovers_name_their_session() {
     let found = check(&h);
     assert_eq!(only(&found), ["leftovers_after_end"]);
     assert_eq!(found[0].session.as_deref(), Some("devin-a"));
+}
+
+// A session whose final status a host could never read keeps a Recovery
+// snapshot for the retention period by design: its archive and manifest
+// are not leftovers; anything else of it (a lease, a sandbox) still is,
+// and so are the snapshots of a session with no such event.
+#[test]
+fn snapshots_of_a_session_whose_final_status_was_unknown_are_kept() {
+    let mut h = history();
+    h.sessions.push(session(Vec::new()));
+    let kept = sandbox::SandboxName::for_session("devin-a");
+    let other = sandbox::SandboxName::for_session("devin-b");
+    for path in [
+        format!("garrison/host/{kept}-17-x.tar.zst"),
+        format!("garrison/host/{kept}-17-x.json"),
+        format!("garrison/host/leases/{kept}-17-x/reader"),
+        format!("garrison/host/{other}-18-y.tar.zst"),
+    ] {
+        h.leftovers.push(Leftover { host: None, path });
+    }
+    h.leftovers.push(Leftover {
+        host: Some(1),
+        path: format!("/s/snapshots/{kept}-19-z.tar.zst"),
+    });
+    assert_eq!(check(&h).len(), 5);
+
+    h.final_status_unknown.insert("devin-a".into());
+    let found = check(&h);
+    let left: Vec<&str> = found.iter().map(|v| v.message.as_str()).collect();
+    assert_eq!(found.len(), 3, "{left:?}");
+    assert!(
+        left.iter()
+            .all(|m| !m.ends_with("-17-x.tar.zst") && !m.ends_with("-17-x.json"))
+    );
+    assert_eq!(crate::chaos::kept::kept_count(&h), 2);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
 
-use super::{ObjectSnapshots, now_ms, transient};
+use super::{ARCHIVE, MANIFEST, ObjectSnapshots, now_ms, transient};
 use crate::error::Result;
 use crate::names::is_plain_id;
 use crate::snapshot_store::collect::{SnapshotSeen, Verdict, is_fresh, verdict};
@@ -69,6 +69,37 @@ impl ObjectSnapshots {
                 is_plain_id(&id).then_some((id, at, meta.location))
             })
             .collect())
+    }
+
+    /// Removes the archive, its manifest and every lease on it (a restore
+    /// whose lease release was cut off leaves one, which would otherwise
+    /// stay in the store for good); a missing one is not an error.
+    pub async fn delete(&self, snapshot: &SnapshotRef) -> Result<()> {
+        let context = || format!("deleting snapshot {}", snapshot.id);
+        let leases: Vec<_> = self
+            .store
+            .list(Some(&self.leases(self.checked(&snapshot.id)?)))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(transient(context()))?;
+        let objects = [ARCHIVE, MANIFEST]
+            .into_iter()
+            .map(|suffix| self.object(&snapshot.id, suffix))
+            .collect::<Result<Vec<_>>>()?;
+        for path in objects.into_iter().chain(leases) {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(transient(context())(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `id`, checked to be a plain snapshot id.
+    fn checked<'a>(&self, id: &'a str) -> Result<&'a str> {
+        self.object(id, "")?;
+        Ok(id)
     }
 
     /// Removes this process's tombstone on `id`.

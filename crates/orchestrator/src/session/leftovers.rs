@@ -1,0 +1,78 @@
+//! What a session would otherwise leave behind on this host: a sandbox the
+//! backend has but the session's record does not (a create whose record
+//! failed, or a Garrison killed between the two), and the snapshots of a
+//! session this host lost the claim on but that ended elsewhere. Functions
+//! of a [`StepCtx`].
+
+use fleet::{FleetClient, SessionStatus};
+use sandbox::{Handle, SandboxName};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::step::StepCtx;
+
+/// The session's sandbox on this backend that its record does not name:
+/// found by its deterministic name, and only if this Garrison made it (a
+/// cloud account may hold another Garrison's sandbox of the same name).
+pub(super) async fn find_unrecorded_sandbox(ctx: &StepCtx, acceptor_id: &str) -> Option<Handle> {
+    let name = SandboxName::for_session(ctx.session_id.as_str());
+    match ctx.backend.find(&name).await {
+        Ok(Some(handle))
+            if handle
+                .labels
+                .get(sandbox::LABEL_ACCEPTOR_ID)
+                .is_none_or(|a| a == acceptor_id) =>
+        {
+            Some(handle)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            warn!(session_id = ctx.id(), error = %e, "looking for an unrecorded sandbox failed");
+            None
+        }
+    }
+}
+
+/// Destroys a sandbox the session's record does not name. No remote ran in
+/// it (a remote is recorded before it is spawned), so it holds no work:
+/// kept, nothing would ever lead back to it.
+pub(super) async fn destroy_unrecorded(ctx: &StepCtx, handle: &Handle) {
+    match ctx.backend.destroy(handle).await {
+        Ok(()) => {
+            info!(
+                session_id = ctx.id(),
+                sandbox = handle.name,
+                "destroyed a sandbox the session's record did not name"
+            );
+            ctx.event(
+                "unrecorded_sandbox_destroyed",
+                json!({ "sandbox": handle.name }),
+            );
+        }
+        Err(e) => {
+            warn!(session_id = ctx.id(), sandbox = handle.name, error = %e, "destroying an unrecorded sandbox failed; the orphan sweep tries again")
+        }
+    }
+}
+
+/// Asks the fleet API whether a session this host lost (its claim lapsed or
+/// went to another acceptor) is over: `true` only when it says the session
+/// is terminated. Then its snapshots and sandbox can go now instead of
+/// waiting out the retention period; any other answer (or none) keeps them.
+pub(super) async fn asked_if_over(ctx: &StepCtx, client: &FleetClient) -> bool {
+    let answer = client.get(&ctx.session_id).await;
+    let status = match &answer {
+        Ok(Some(entry)) => entry.status.session_status.to_string(),
+        Ok(None) => "gone".to_owned(),
+        Err(_) => "unknown".to_owned(),
+    };
+    let over = matches!(&answer, Ok(Some(entry)) if entry.status.session_status == SessionStatus::Terminated);
+    ctx.event("asked_if_over", json!({ "status": status, "over": over }));
+    if over {
+        info!(
+            session_id = ctx.id(),
+            "the session this host lost is terminated; its snapshots and sandbox go now"
+        );
+    }
+    over
+}

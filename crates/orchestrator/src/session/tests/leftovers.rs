@@ -1,0 +1,120 @@
+//! What a wind-down leaves on this host: a sandbox no record names, and
+//! the snapshots of a session this host lost that ended elsewhere.
+
+use super::*;
+use crate::store::{SnapshotReason, StoredSnapshot};
+
+/// A snapshot of the session, recorded in the store as a recovery one (what
+/// a host that lost the session keeps), its sandbox gone.
+async fn recorded_snapshot(world: &World) -> sandbox::SnapshotRef {
+    let handle = world.sandbox().await;
+    let snapshot = world.backend.snapshot(&handle).await.unwrap();
+    world.backend.destroy(&handle).await.unwrap();
+    world
+        .store
+        .add_snapshot(&StoredSnapshot {
+            session_id: fleet::SessionId::new(SESSION).unwrap(),
+            reason: SnapshotReason::Recovery,
+            snapshot: snapshot.clone(),
+        })
+        .unwrap();
+    snapshot
+}
+
+/// The fleet API's answer to a GET of the session, in `status`.
+fn entry_in(status: SessionStatus) -> serde_json::Value {
+    let mut entry = claim_response();
+    entry.status.session_status = status;
+    entry.status.phase = Phase::Pending;
+    entry.status.acceptor_id = None;
+    entry.status.connect_token = None;
+    serde_json::to_value(entry).unwrap()
+}
+
+// Before the fix the wind-down ended only the recorded sandbox: one made
+// by a create whose record never got written (Garrison killed between the
+// two) stayed on the host for good once the session was found terminated
+// (bench chaos, `leftovers_after_end`).
+#[tokio::test]
+async fn a_sandbox_no_record_names_goes_when_the_session_ends() {
+    let world = World::new().await;
+    world.sandbox().await;
+    let rec = record(Stage::Starting, None);
+    world.store.put_session(&rec).unwrap();
+    let mut runner = world.runner(rec);
+
+    runner.wind_down(Finish::Terminated).await.unwrap();
+
+    assert!(world.backend.list().await.unwrap().is_empty());
+}
+
+// Another Garrison's sandbox of the same name (a cloud account both use)
+// is not this one's to destroy.
+#[tokio::test]
+async fn an_unrecorded_sandbox_another_garrison_made_is_left() {
+    let world = World::new().await;
+    let mut labels = sandbox::session_labels(SESSION, "o");
+    labels.insert(sandbox::LABEL_ACCEPTOR_ID.into(), "them".into());
+    world
+        .backend
+        .create(&SandboxSpec {
+            name: SandboxName::for_session(SESSION),
+            labels,
+            image: None,
+            restore_from: None,
+            resources: Default::default(),
+            network: Default::default(),
+        })
+        .await
+        .unwrap();
+    let mut runner = world.runner(record(Stage::Starting, None));
+
+    runner.wind_down(Finish::Terminated).await.unwrap();
+
+    assert_eq!(world.backend.list().await.unwrap().len(), 1);
+}
+
+// Before the fix a host that lost its claim kept the session's snapshots
+// as recovery ones for the whole retention period, though the session had
+// ended with the acceptor that took it over.
+#[tokio::test]
+async fn a_lost_session_the_fleet_api_shows_terminated_loses_its_snapshots() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let mut runner = world.runner(record(Stage::Running, None));
+
+    runner.wind_down(Finish::Vanished).await.unwrap();
+
+    assert!(!world.backend.snapshot_exists(&snapshot).await.unwrap());
+    assert!(
+        world
+            .store
+            .snapshots_older_than(i64::MAX)
+            .unwrap()
+            .is_empty()
+    );
+    // Still not this host's claim to give back.
+    assert_eq!(world.releases(), 0);
+}
+
+#[tokio::test]
+async fn a_lost_session_not_known_to_be_over_keeps_its_snapshots() {
+    for (status, body) in [
+        (200, entry_in(SessionStatus::Suspended)),
+        (404, serde_json::json!({"error": "not_found"})),
+        (503, serde_json::json!({"error": "server_error"})),
+    ] {
+        let world = World::new().await;
+        let snapshot = recorded_snapshot(&world).await;
+        world.answer_gets(status, body);
+        let mut runner = world.runner(record(Stage::Running, None));
+
+        runner.wind_down(Finish::Vanished).await.unwrap();
+
+        assert!(
+            world.backend.snapshot_exists(&snapshot).await.unwrap(),
+            "{status}"
+        );
+    }
+}

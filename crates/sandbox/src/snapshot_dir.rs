@@ -210,7 +210,7 @@ mod tests {
     fn an_archive_whose_manifest_cannot_be_written_is_removed() {
         let dir = tempfile::tempdir().unwrap();
         let store = SnapshotDir::new(dir.path().to_owned());
-        let a = store.new_ref("host", SandboxName::for_session("s").as_str(), None);
+        let a = store.new_ref("host", SandboxName::for_session("s").as_str(), None, None);
         std::fs::write(store.archive_path(&a).unwrap(), b"x").unwrap();
         // A directory in the manifest's place: its write fails.
         let manifest = store.manifest_path(&a).unwrap();

@@ -222,6 +222,7 @@ pub(super) async fn delete_snapshots_once(ctx: &StepCtx) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandbox::Lineage;
     use std::cell::Cell;
 
     #[tokio::test]
@@ -264,13 +265,6 @@ mod tests {
         let total: Duration = DELETE_BACKOFF.iter().sum();
         assert_eq!(total, Duration::from_secs(90));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use sandbox::{Lineage, SnapshotRef};
-
-    use super::sort_for_resume;
 
     fn snapshot(id: &str, created_at_ms: i64, generation: Option<u64>) -> SnapshotRef {
         SnapshotRef {

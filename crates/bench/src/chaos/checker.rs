@@ -292,14 +292,17 @@ fn holder_at(view: &SessionView, at: i64) -> Option<(String, i64)> {
 }
 
 /// When the host is back and can reach the fleet API after `from`: past
-/// every fault on it (or fleet-wide) that is in force.
+/// every fault on it (or fleet-wide) in force then, or starting before
+/// the host had its renewal margin to settle (a cut that begins while a
+/// restarted Garrison is still starting leaves it nothing to renew with).
 fn back_at(history: &History, host: usize, from: i64) -> i64 {
+    let settle = history.renew_margin_ms + GRACE_MS;
     let mut back = from;
     loop {
         let later = history
             .faults
             .iter()
-            .filter(|f| f.affects(host) && f.start_ms <= back)
+            .filter(|f| f.affects(host) && f.start_ms <= back + settle)
             .map(|f| f.end_or(history.end_ms))
             .filter(|end| *end > back)
             .max();

@@ -311,6 +311,26 @@ fn a_paused_acceptor_must_settle_its_expired_claim_once_back() {
     assert!(check(&h).is_empty(), "{:?}", check(&h));
 }
 
+// Bench chaos, seed 10019065126789602965: a Garrison restarted after a
+// kill was cut off from the fleet API a moment later, and could renew
+// only once the cut healed.
+#[test]
+fn a_cut_that_begins_before_a_restarted_acceptor_could_renew_moves_its_bound() {
+    let mut h = history();
+    h.faults
+        .push(fault(FaultKind::KillRestart, Some(0), 2_000, 20_000));
+    h.faults
+        .push(fault(FaultKind::CutBoth, Some(0), 21_000, 36_000));
+    h.sessions.push(session(vec![
+        claimed(1_000, "host-0"),
+        ev(38_000, "renewed", json!({"acceptor_id": "host-0"})),
+    ]));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    // A cut that begins once the margin has passed does not excuse it.
+    h.faults[1].start_ms = 31_000;
+    assert_eq!(only(&check(&h)), ["claim_held_past_deadline"]);
+}
+
 #[test]
 fn a_claim_whose_deadline_outlasts_the_pause_is_not_checked() {
     let mut h = history();

@@ -5,17 +5,18 @@
 //! snapshots in one S3 bucket (moto), while a seeded scheduler injects
 //! overlapping faults: SIGKILL and restart, SIGSTOP past a claim's life,
 //! a host cut off from the fleet API, the store or both (nft), bursts of
-//! fleet API errors and of lost answers, and a full state directory.
+//! fleet API errors and of lost answers, a full state directory, and one
+//! host's wall clock stepped (libfaketime, see `clock`).
 //! Sessions run scripted steps, half of them through suspend/resume
 //! cycles that check their workspace. After `--minutes` every fault is
 //! healed, the sessions drain, and a checker goes over the whole history
-//! (see `checker`). Clock steps are not injected: see
-//! [`report::CLOCK_STEPS`].
+//! (see `checker`). Without libfaketime, clock steps are skipped.
 //!
 //! Needs root (namespaces, nft, tmpfs mounts), the remote simulator and an
 //! S3 server (`GARRISON_TEST_S3_SERVER`, else `target/python/bin/moto_server`).
 
 mod checker;
+mod clock;
 mod faults;
 mod garrison;
 mod history;
@@ -127,6 +128,13 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         "no S3 server: set GARRISON_TEST_S3_SERVER to moto_server (scripts/setup installs it \
          in target/python/bin)",
     )?;
+    let faketime = clock::locate();
+    if faketime.is_none() {
+        progress(
+            "libfaketime not found (scripts/setup installs Debian's libfaketime): \
+             clock_step faults are skipped",
+        );
+    }
     let seed = args.seed.unwrap_or_else(rand::random);
     progress(&format!("seed {seed} (replay with --seed {seed})"));
     let backend = match args.backend {
@@ -141,10 +149,12 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         faults: strict_faults(),
         sim,
         s3_server,
+        faketime,
     };
     let started = Instant::now();
     let mut rig = Rig::start(&setup).await?;
-    let outcome = drive(&mut rig, &args, seed).await;
+    let clock_steps = setup.faketime.is_some();
+    let outcome = drive(&mut rig, &args, seed, clock_steps).await;
     let logs: Vec<String> = rig.garrisons.iter().map(|g| g.log_tail(40)).collect();
     let found = outcome.as_ref().map(checker::check).unwrap_or_default();
     if !found.is_empty() {
@@ -158,6 +168,7 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         seed,
         args.minutes,
         backend,
+        clock_steps,
         started.elapsed().as_secs_f64(),
     );
     report::explain(&history, &found, &logs);
@@ -193,7 +204,12 @@ fn which(tool: &str) -> Option<std::path::PathBuf> {
 }
 
 /// The run itself: ready, faults, drain, settle; its whole history.
-async fn drive(rig: &mut Rig, args: &ChaosArgs, seed: u64) -> anyhow::Result<History> {
+async fn drive(
+    rig: &mut Rig,
+    args: &ChaosArgs,
+    seed: u64,
+    clock_steps: bool,
+) -> anyhow::Result<History> {
     let ttl_ms = (args.claim_ttl_secs * 1000) as i64;
     let deadline = Instant::now() + Duration::from_secs(120);
     while !(0..args.hosts).all(|n| rig.ready(n)) {
@@ -227,6 +243,7 @@ async fn drive(rig: &mut Rig, args: &ChaosArgs, seed: u64) -> anyhow::Result<His
         claim_ttl_ms: ttl_ms as u64,
         max_active: 3,
         start_chance: 0.6,
+        clock_steps,
     };
     let begun = Instant::now();
     let mut tick = 0u64;

@@ -41,8 +41,8 @@ pub enum BenchCommand {
     Scale(ScaleArgs),
     /// Three Garrisons in network namespaces share one outpost and one S3
     /// bucket while a seeded scheduler kills, pauses, cuts off and starves
-    /// them (root); a checker then goes over the whole history and reports
-    /// violations by invariant.
+    /// them and steps their clocks (root); a checker then goes over the
+    /// whole history and reports violations by invariant.
     Chaos(ChaosArgs),
 }
 

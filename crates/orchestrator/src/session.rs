@@ -22,6 +22,7 @@ use crate::store::SessionRecord;
 pub(crate) use common::now_ms;
 
 mod claim_keeper;
+mod clock;
 mod clone_repos;
 mod deps;
 mod finish;
@@ -40,6 +41,7 @@ mod step;
 mod wind_down;
 
 use claim_keeper::ClaimKeeper;
+pub(crate) use clock::local_now;
 pub(crate) use deps::Deps;
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
@@ -53,6 +55,7 @@ pub(crate) struct SessionRunner {
     entry: Option<QueueEntry>,
     entry_obs: EntryObs,
     remote: RemoteObs,
+    /// On the runner's clock ([`local_now`]), as are the other timers.
     remote_stopped_at: Option<Millis>,
     /// Where the remote starts, once known: the workdir for a workspace
     /// cloned here, else what [`crate::repos::LEGACY_PROBE`] found.
@@ -177,7 +180,7 @@ impl SessionRunner {
                 quiet_looks = 0;
             }
             self.observe_operator(&mut registration.rx);
-            let now = now_ms();
+            let now = local_now();
             let action = plan_session(&self.observation(now), &self.deps.policy);
             if self.rec.stage.is_done() {
                 return RunnerEnd::Stage(self.rec.stage);

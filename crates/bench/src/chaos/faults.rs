@@ -75,6 +75,7 @@ impl Injector {
                     .await
                     .context("filling a disk")??;
             }
+            (FaultKind::ClockStep, Some(h)) => rig.garrisons[h].step_clock(plan.step_secs)?,
             (FaultKind::ApiErrors | FaultKind::LostAnswers, None) => {}
             (kind, host) => anyhow::bail!("{} cannot go on host {host:?}", kind.name()),
         }
@@ -92,8 +93,12 @@ impl Injector {
         if !plan.kind.per_host() {
             rig.emu.set_faults(self.emulator_faults());
         }
+        let step = match plan.kind {
+            FaultKind::ClockStep => format!(" ({:+} s)", plan.step_secs),
+            _ => String::new(),
+        };
         progress(&format!(
-            "{} {} for {:.1} s",
+            "{}{step} {} for {:.1} s",
             plan.kind.name(),
             host.map_or("on the fleet API".to_owned(), |h| format!("on host {h}")),
             plan.duration_ms as f64 / 1000.0
@@ -121,6 +126,7 @@ impl Injector {
                     std::fs::remove_file(&file)
                         .with_context(|| format!("freeing {}", file.display()))?;
                 }
+                (FaultKind::ClockStep, Some(h)) => rig.garrisons[h].step_clock(0)?,
                 _ => fleet_changed = true,
             }
             self.records[r.record].end_ms = Some(now_ms());

@@ -1,6 +1,7 @@
 //! One host's `garrison serve`: a child process in the host's namespace
 //! (this same binary), killed, restarted, paused and resumed by the fault
-//! injector, its exits watched, its state directory inspected at the end.
+//! injector, its clock stepped (with libfaketime), its exits watched, its
+//! state directory inspected at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,6 +10,8 @@ use std::time::Duration;
 use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use super::clock::{self, FakeClock};
 
 /// A `garrison serve` on one host.
 pub(crate) struct Garrison {
@@ -19,6 +22,8 @@ pub(crate) struct Garrison {
     pub(crate) state_dir: PathBuf,
     /// Its log (every incarnation appends).
     pub(crate) log: PathBuf,
+    /// Its clock, if libfaketime is there (its variables are in `env`).
+    clock: Option<FakeClock>,
 }
 
 /// How one Garrison is started.
@@ -33,6 +38,8 @@ pub(crate) struct Start {
     pub state_dir: PathBuf,
     /// Its log file.
     pub log: PathBuf,
+    /// Its clock, if libfaketime is there (its variables are in `env`).
+    pub clock: Option<FakeClock>,
 }
 
 impl Garrison {
@@ -49,6 +56,7 @@ impl Garrison {
             env: start.env,
             state_dir: start.state_dir,
             log: start.log,
+            clock: start.clock,
         })
     }
 
@@ -56,10 +64,22 @@ impl Garrison {
         Pid::from_raw(self.child.id() as i32)
     }
 
-    /// SIGKILL, waited for.
+    /// SIGKILL, waited for; then what libfaketime left of it.
     pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.clock.is_some() {
+            clock::forget(self.child.id());
+        }
+    }
+
+    /// Steps its wall clock `step_secs` from the true time (0: back to
+    /// true); an error if it runs without libfaketime.
+    pub(crate) fn step_clock(&self, step_secs: i64) -> anyhow::Result<()> {
+        self.clock
+            .as_ref()
+            .context("this host's Garrison runs without libfaketime")?
+            .step(step_secs)
     }
 
     /// A new process with the same arguments and state.

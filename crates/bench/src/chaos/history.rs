@@ -24,11 +24,14 @@ pub(crate) enum FaultKind {
     LostAnswers,
     /// The host's state directory filled up, then freed.
     DiskFull,
+    /// The host's wall clock stepped forward or back, then back to true
+    /// (its Garrison's only: libfaketime, see `clock`).
+    ClockStep,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [FaultKind; 8] = [
+    pub(crate) const ALL: [FaultKind; 9] = [
         FaultKind::KillRestart,
         FaultKind::Pause,
         FaultKind::CutFleet,
@@ -37,6 +40,7 @@ impl FaultKind {
         FaultKind::ApiErrors,
         FaultKind::LostAnswers,
         FaultKind::DiskFull,
+        FaultKind::ClockStep,
     ];
 
     /// The name in the JSON report.
@@ -50,6 +54,7 @@ impl FaultKind {
             FaultKind::ApiErrors => "api_errors",
             FaultKind::LostAnswers => "lost_answers",
             FaultKind::DiskFull => "disk_full",
+            FaultKind::ClockStep => "clock_step",
         }
     }
 

@@ -7,12 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use super::checker::{Violation, counts, fault_counts};
-use super::history::History;
+use super::history::{FaultKind, History};
 
-/// Why clock steps are not among the faults (also in the docs).
-pub(crate) const CLOCK_STEPS: &str = "not injected: Garrison has no test time offset, and \
-    stepping the clock of one host would step the machine's, which every host (and the \
-    emulator) shares";
+/// Why a run has no clock steps (also in the docs).
+const NO_CLOCK_STEPS: &str = "skipped: libfaketime not found (scripts/setup installs it)";
 
 /// The figures of one run.
 pub(crate) struct ChaosReport {
@@ -20,6 +18,8 @@ pub(crate) struct ChaosReport {
     pub minutes: f64,
     pub hosts: usize,
     pub backend: &'static str,
+    /// Whether `clock_step` could be injected (libfaketime was there).
+    pub clock_steps: bool,
     pub sessions: usize,
     pub suspend_resume_cycles: usize,
     pub resumes_without_workspace: usize,
@@ -38,6 +38,7 @@ impl ChaosReport {
         seed: u64,
         minutes: f64,
         backend: &'static str,
+        clock_steps: bool,
         duration_secs: f64,
     ) -> ChaosReport {
         ChaosReport {
@@ -45,6 +46,7 @@ impl ChaosReport {
             minutes,
             hosts: history.hosts.len(),
             backend,
+            clock_steps,
             sessions: history.sessions.len(),
             suspend_resume_cycles: history
                 .sessions
@@ -95,7 +97,9 @@ impl ChaosReport {
             "snapshots kept for retention (final status unknown, not leftovers): {}\n",
             self.kept_for_retention
         ));
-        out.push_str(&format!("clock steps: {CLOCK_STEPS}\n"));
+        if !self.clock_steps {
+            out.push_str(&format!("clock steps: {NO_CLOCK_STEPS}\n"));
+        }
         out.push_str("violations:\n");
         for (invariant, n) in &self.violations {
             out.push_str(&format!("  {invariant:<28} {n}\n"));
@@ -105,6 +109,12 @@ impl ChaosReport {
             self.duration_secs, self.seed
         ));
         out
+    }
+
+    /// Kinds this run could not inject.
+    fn skipped_kinds(&self) -> Vec<&'static str> {
+        let clock = (!self.clock_steps).then_some(FaultKind::ClockStep.name());
+        clock.into_iter().collect()
     }
 
     /// The JSON object (one line).
@@ -122,7 +132,7 @@ impl ChaosReport {
             "faults": self.faults,
             "faults_total": self.total_faults(),
             "violations": self.violations,
-            "clock_steps": CLOCK_STEPS,
+            "skipped_kinds": self.skipped_kinds(),
             "duration_secs": self.duration_secs.round(),
         })
         .to_string()
@@ -185,5 +195,42 @@ pub(crate) fn explain(history: &History, found: &[Violation], logs: &[String]) {
         if let Some(log) = logs.get(h) {
             eprintln!("--- host {h}'s log ends ---\n{log}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::history::FaultRecord;
+
+    fn report(clock_steps: bool) -> serde_json::Value {
+        let step = |host| FaultRecord {
+            kind: FaultKind::ClockStep,
+            host: Some(host),
+            start_ms: 1_000,
+            end_ms: Some(21_000),
+        };
+        let history = History {
+            faults: vec![step(0), step(2)],
+            ..History::default()
+        };
+        let report = ChaosReport::of(&history, &[], 7, 2.0, "host", clock_steps, 130.0);
+        serde_json::from_str(&report.json()).unwrap()
+    }
+
+    #[test]
+    fn clock_steps_are_counted_among_the_faults() {
+        let json = report(true);
+        assert_eq!(json["faults"]["clock_step"], 2);
+        assert_eq!(json["faults_total"], 2);
+        assert_eq!(json["skipped_kinds"], serde_json::json!([]));
+        assert!(!json.to_string().contains("not injected"));
+    }
+
+    #[test]
+    fn a_run_without_libfaketime_says_it_skipped_them() {
+        let json = report(false);
+        assert_eq!(json["faults"]["clock_step"], 2);
+        assert_eq!(json["skipped_kinds"], serde_json::json!(["clock_step"]));
     }
 }

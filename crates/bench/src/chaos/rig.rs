@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use emulator::{Emulator, EmulatorConfig, Faults};
 use fleet::Platform;
 
+use super::clock::FakeClock;
 use super::garrison::{Garrison, Start};
 use super::hosts::Hosts;
 use super::store::Store;
@@ -33,6 +34,8 @@ pub(crate) struct Setup {
     pub faults: Faults,
     pub sim: PathBuf,
     pub s3_server: PathBuf,
+    /// libfaketime, for clock steps (none: no clock steps).
+    pub faketime: Option<PathBuf>,
 }
 
 /// The running rig.
@@ -142,12 +145,23 @@ impl Rig {
             // the bench makes it, as Garrison would on its first start.
             let token = format!("{:032x}", rand::random::<u128>());
             write_secret(&state_dir.join(orchestrator::ADMIN_TOKEN_FILE), &token)?;
+            let mut env = env(&rig, &home, &key);
+            // Outside the state directory, which a fault fills up.
+            let clock = match &setup.faketime {
+                Some(library) => {
+                    let clock = FakeClock::new(&home)?;
+                    env.extend(clock.env(library));
+                    Some(clock)
+                }
+                None => None,
+            };
             let garrison = Garrison::start(Start {
                 prefix: rig.hosts.prefix(n),
                 args: serve_args(&rig, setup, n, &state_dir, admin),
-                env: env(&rig, &home, &key),
+                env,
                 state_dir,
                 log: home.join("garrison.log"),
+                clock,
             })?;
             rig.garrisons.push(garrison);
             let readiness = Readiness::default();

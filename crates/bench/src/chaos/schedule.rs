@@ -28,6 +28,9 @@ pub(crate) struct Plan {
     pub duration_ms: u64,
     /// For `api_errors` and `lost_answers`: the share of requests hit.
     pub rate: f64,
+    /// For `clock_step`: how far the host's wall clock is stepped, in
+    /// seconds (negative: back).
+    pub step_secs: i64,
 }
 
 /// What the scheduler may do.
@@ -41,12 +44,15 @@ pub(crate) struct Limits {
     pub max_active: usize,
     /// Chance that a tick with room starts a fault.
     pub start_chance: f64,
+    /// Whether clock steps can be injected (libfaketime is there).
+    pub clock_steps: bool,
 }
 
 /// The fault to start at `tick`, if any: none while `max_active` are in
 /// force; a per-host fault only on a host without one, and never on the
 /// last healthy host (so sessions keep being served); at most one of each
-/// fleet-wide kind. Kinds are drawn evenly among those allowed.
+/// fleet-wide kind; clock steps only when `clock_steps`. Kinds are drawn
+/// evenly among those allowed.
 pub(crate) fn decide(seed: u64, tick: u64, active: &[Active], limits: &Limits) -> Option<Plan> {
     if active.len() >= limits.max_active {
         return None;
@@ -62,6 +68,7 @@ pub(crate) fn decide(seed: u64, tick: u64, active: &[Active], limits: &Limits) -
     let host_room = free.len() >= 2;
     let kinds: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
+        .filter(|k| *k != FaultKind::ClockStep || limits.clock_steps)
         .filter(|k| {
             if k.per_host() {
                 host_room && (*k != FaultKind::DiskFull || !active.iter().any(|a| a.kind == *k))
@@ -78,6 +85,7 @@ pub(crate) fn decide(seed: u64, tick: u64, active: &[Active], limits: &Limits) -
         .per_host()
         .then(|| free[rng.random_range(0..free.len())]);
     let ttl = limits.claim_ttl_ms;
+    let mut step_secs = 0;
     let (duration_ms, rate) = match kind {
         FaultKind::KillRestart => (rng.random_range(500..6_000), 0.0),
         FaultKind::Pause => (ttl + rng.random_range(2_000..8_000), 0.0),
@@ -87,12 +95,20 @@ pub(crate) fn decide(seed: u64, tick: u64, active: &[Active], limits: &Limits) -
         FaultKind::ApiErrors => (rng.random_range(5_000..15_000), rng.random_range(0.3..0.7)),
         FaultKind::LostAnswers => (rng.random_range(5_000..15_000), rng.random_range(0.2..0.5)),
         FaultKind::DiskFull => (rng.random_range(8_000..20_000), 0.0),
+        FaultKind::ClockStep => {
+            // Past a claim's life either way: a clock read against the
+            // server's deadlines would misjudge every claim it holds.
+            let by: i64 = rng.random_range(5..=90);
+            step_secs = if rng.random_bool(0.5) { by } else { -by };
+            (rng.random_range(10_000..30_000), 0.0)
+        }
     };
     Some(Plan {
         kind,
         host,
         duration_ms,
         rate,
+        step_secs,
     })
 }
 
@@ -107,18 +123,23 @@ mod tests {
         claim_ttl_ms: 10_000,
         max_active: 3,
         start_chance: 0.6,
+        clock_steps: true,
     };
 
     /// Runs the scheduler over `ticks` two-second ticks, healing each fault
     /// when its time is up; every plan with the faults it joined.
     fn simulate(seed: u64, ticks: u64) -> Vec<(Plan, Vec<Active>)> {
+        simulate_with(seed, ticks, &LIMITS)
+    }
+
+    fn simulate_with(seed: u64, ticks: u64, limits: &Limits) -> Vec<(Plan, Vec<Active>)> {
         let mut active: Vec<(Active, u64)> = Vec::new();
         let mut plans = Vec::new();
         for tick in 0..ticks {
             let now = tick * 2_000;
             active.retain(|(_, until)| *until > now);
             let current: Vec<Active> = active.iter().map(|(a, _)| *a).collect();
-            if let Some(plan) = decide(seed, tick, &current, &LIMITS) {
+            if let Some(plan) = decide(seed, tick, &current, limits) {
                 plans.push((plan, current));
                 let a = Active {
                     kind: plan.kind,
@@ -179,7 +200,52 @@ mod tests {
                 }
                 assert!((0.0..1.0).contains(&plan.rate));
                 assert_eq!(plan.host.is_some(), plan.kind.per_host());
+                assert_eq!(plan.step_secs != 0, plan.kind == FaultKind::ClockStep);
             }
+        }
+    }
+
+    #[test]
+    fn clock_steps_go_both_ways_on_one_host_and_are_healed() {
+        let (mut forward, mut back, mut freed, mut steps) = (0, 0, 0, 0);
+        for seed in 0..20 {
+            let plans = simulate(seed, 90);
+            for (n, (plan, _)) in plans.iter().enumerate() {
+                if plan.kind != FaultKind::ClockStep {
+                    continue;
+                }
+                let host = plan.host.expect("a clock step is on one host");
+                assert!((5..=90).contains(&plan.step_secs.abs()), "{plan:?}");
+                assert!((10_000..30_000).contains(&plan.duration_ms), "{plan:?}");
+                forward += usize::from(plan.step_secs > 0);
+                back += usize::from(plan.step_secs < 0);
+                // Healed: its host takes other faults once it is over
+                // (most do; the run ends, or the draw goes elsewhere).
+                let step = Active {
+                    kind: FaultKind::ClockStep,
+                    host: Some(host),
+                };
+                steps += 1;
+                freed +=
+                    usize::from(plans[n + 1..].iter().any(|(later, joined)| {
+                        later.host == Some(host) && !joined.contains(&step)
+                    }));
+            }
+        }
+        assert!(forward > 10 && back > 10, "{forward} forward, {back} back");
+        assert!(freed * 2 > steps, "{freed} of {steps} hosts freed");
+    }
+
+    #[test]
+    fn no_clock_steps_without_libfaketime() {
+        let limits = Limits {
+            clock_steps: false,
+            ..LIMITS
+        };
+        for seed in 0..20 {
+            let plans = simulate_with(seed, 90, &limits);
+            assert!(plans.iter().all(|(p, _)| p.kind != FaultKind::ClockStep));
+            assert!(plans.len() >= 20, "the other kinds still run");
         }
     }
 

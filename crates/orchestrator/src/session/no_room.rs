@@ -14,11 +14,10 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::SessionRunner;
 use super::step::RecordFailed;
+use super::{SessionRunner, local_now};
 use crate::planner::{SessionAction, plan_unrecorded};
 use crate::store::is_out_of_space;
-use common::now_ms;
 
 /// How often the record is tried again while the disk is full.
 const RECORD_RETRY: Duration = Duration::from_secs(2);
@@ -45,7 +44,7 @@ impl SessionRunner {
             }
             self.pause(RECORD_RETRY).await;
             self.observe().await;
-            if plan_unrecorded(&self.observation(now_ms()), &self.deps.policy)
+            if plan_unrecorded(&self.observation(local_now()), &self.deps.policy)
                 == SessionAction::Renew
             {
                 // A record the renewal fails to write (a claim lost, now

@@ -6,12 +6,11 @@ use sandbox::{Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::SessionRunner;
+use super::{SessionRunner, local_now};
 use crate::planner::{
     EntryObs, OperatorStop, RemoteObs, Stage, output_allowance, output_exhausted,
     track_applied_policy, track_suspended, track_suspended_confirmations,
 };
-use common::now_ms;
 
 /// Output copied per read.
 const OUTPUT_CHUNK: usize = 256 * 1024;
@@ -41,7 +40,7 @@ impl SessionRunner {
     }
 
     pub(super) async fn observe(&mut self) {
-        let now = now_ms();
+        let now = local_now();
         match self.deps.view.get(&self.rec.session_id) {
             Some(entry) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());
@@ -220,7 +219,7 @@ impl SessionRunner {
 
     pub(super) async fn confirm_end(&mut self) {
         self.confirm_attempts += 1;
-        self.last_confirm_at = Some(now_ms());
+        self.last_confirm_at = Some(local_now());
         match self.deps.client.get(&self.rec.session_id).await {
             Ok(Some(entry)) => {
                 self.entry_obs = EntryObs::Present(entry.status.session_status.clone());

@@ -8,9 +8,9 @@ use sandbox::ProcessRef;
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::SessionRunner;
 use super::launch::{LaunchInput, LaunchRecords, launch};
 use super::step::{KILL_GRACE, RecordFailed, StepError};
+use super::{SessionRunner, local_now};
 use crate::metrics::Metrics;
 use crate::planner::{EntryObs, RemoteObs, Stage};
 use common::now_ms;
@@ -71,7 +71,7 @@ impl SessionRunner {
             };
             warn!(session_id = self.id(), error = %e, "restarting the remote failed");
             self.remote = RemoteObs::Lost;
-            self.remote_stopped_at = Some(now_ms());
+            self.remote_stopped_at = Some(local_now());
             self.pause(Duration::from_secs(1)).await;
         }
         Ok(())

@@ -29,6 +29,7 @@ mod lineage;
 mod no_room;
 mod unrestorable;
 mod view_gap;
+mod wall_clock;
 
 const SESSION: &str = "s1";
 const SHA: &str = "abcdef1";
@@ -365,7 +366,7 @@ fn answer_at(server_now: Millis, lifetime_secs: Option<i64>) -> QueueEntry {
 }
 
 fn next_action(runner: &SessionRunner) -> SessionAction {
-    plan_session(&runner.observation(now_ms()), &runner.deps.policy)
+    plan_session(&runner.observation(local_now()), &runner.deps.policy)
 }
 
 // Before the fix a claim answer without a deadline left `needs_renewal`

@@ -60,7 +60,9 @@ pub(crate) use start::{FreshReason, SnapshotObs, StartFailure, StartObs, StartPl
 pub(crate) use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, OperatorStop, RemoteObs};
 pub use terms::{Millis, Policy};
 pub use wind_down::SnapshotReason;
-pub(crate) use wind_down::{SandboxEnd, WindDownObs, finish_note, plan_wind_down};
+pub(crate) use wind_down::{
+    FinishNote, SandboxEnd, WindDownObs, finish_note, lost_session_note, plan_wind_down,
+};
 
 /// Everything [`plan_session`] looks at.
 #[derive(Clone, Debug, PartialEq, Eq)]

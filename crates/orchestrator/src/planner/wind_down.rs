@@ -112,13 +112,17 @@ pub(crate) enum FinishNote {
     /// The entry left the fleet API (removed from the queue, a read or a
     /// renewal answered 404) before any final status was read.
     FinalStatusUnknown,
+    /// The claim was lost (it lapsed or went to another acceptor), and
+    /// asked afterwards the fleet API no longer has the session (404): no
+    /// final status will be read here.
+    GoneAfterTheClaimWasLost,
 }
 
 impl FinishNote {
     /// The event's kind.
     pub(crate) fn kind(self) -> &'static str {
         match self {
-            Self::FinalStatusUnknown => "final_status_unknown",
+            Self::FinalStatusUnknown | Self::GoneAfterTheClaimWasLost => "final_status_unknown",
         }
     }
 
@@ -128,6 +132,10 @@ impl FinishNote {
             Self::FinalStatusUnknown => {
                 "the session is gone from the fleet API (404) and no final status arrived; \
                  its workspace is kept as a recovery snapshot"
+            }
+            Self::GoneAfterTheClaimWasLost => {
+                "the claim was lost, and the session has since left the fleet API (404) \
+                 without a final status read here; its workspace is kept as a recovery snapshot"
             }
         }
     }
@@ -142,6 +150,14 @@ pub(crate) fn finish_note(finish: Finish, entry: &EntryObs) -> Option<FinishNote
         (Finish::Vanished, EntryObs::Gone) => Some(FinishNote::FinalStatusUnknown),
         _ => None,
     }
+}
+
+/// What to note once a session this host lost was asked about: an entry
+/// gone (`gone`) means its final status will never be read here, said
+/// unless the session's events say so already (`noted`, also from before
+/// a restart).
+pub(crate) fn lost_session_note(gone: bool, noted: bool) -> Option<FinishNote> {
+    (gone && !noted).then_some(FinishNote::GoneAfterTheClaimWasLost)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::step::StepCtx;
+use crate::planner::{FinishNote, lost_session_note};
 
 /// The session's sandbox on this backend that its record does not name:
 /// found by its deterministic name, and only if this Garrison made it (a
@@ -68,6 +69,24 @@ pub(super) async fn asked_if_over(ctx: &StepCtx, client: &FleetClient) -> bool {
     };
     let over = matches!(&answer, Ok(Some(entry)) if entry.status.session_status == SessionStatus::Terminated);
     ctx.event("asked_if_over", json!({ "status": status, "over": over }));
+    // Its recovery snapshot is kept for the retention period then; whoever
+    // finds it finds why.
+    let noted = || {
+        ctx.store
+            .events(&ctx.session_id, 0)
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.kind == FinishNote::GoneAfterTheClaimWasLost.kind())
+    };
+    let gone = matches!(answer, Ok(None));
+    if let Some(note) = lost_session_note(gone, gone && noted()) {
+        warn!(
+            session_id = ctx.id(),
+            reason = note.reason(),
+            "the final status of the session cannot be read"
+        );
+        ctx.event(note.kind(), json!({ "reason": note.reason() }));
+    }
     if over {
         info!(
             session_id = ctx.id(),

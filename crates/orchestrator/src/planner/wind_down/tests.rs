@@ -154,3 +154,18 @@ fn only_an_entry_gone_unread_is_noted() {
         assert_eq!(finish_note(finish, &EntryObs::Gone), None, "{finish:?}");
     }
 }
+
+#[test]
+fn a_lost_session_found_gone_is_noted_once() {
+    let note = lost_session_note(true, false).expect("noted");
+    assert_eq!(note.kind(), "final_status_unknown");
+    assert!(
+        note.reason().contains("claim was lost"),
+        "{}",
+        note.reason()
+    );
+    // Said already (before a restart, or as the wind-down began).
+    assert_eq!(lost_session_note(true, true), None);
+    // Any other answer, or none: nothing to say yet.
+    assert_eq!(lost_session_note(false, false), None);
+}

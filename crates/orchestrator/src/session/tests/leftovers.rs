@@ -118,3 +118,39 @@ async fn a_lost_session_not_known_to_be_over_keeps_its_snapshots() {
         );
     }
 }
+
+/// The events of kind `kind` the session has.
+fn events_of(world: &World, kind: &str) -> usize {
+    world
+        .store
+        .events(&fleet::SessionId::new(SESSION).unwrap(), 0)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == kind)
+        .count()
+}
+
+// Bench chaos (seed 20261202 beside a CPU hog): a host lost its claim while
+// cut off, uploaded its recovery snapshot once the cut healed, and asked
+// the fleet API after the session had ended elsewhere and left it: the
+// snapshot stayed with no word of why, like a leftover.
+#[tokio::test]
+async fn a_lost_session_found_gone_says_its_final_status_is_unknown_once() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_gets(404, serde_json::json!({"error": "not_found"}));
+    let mut runner = world.runner(record(Stage::Running, None));
+
+    runner.wind_down(Finish::Vanished).await.unwrap();
+    runner.wind_down(Finish::Vanished).await.unwrap();
+
+    assert!(world.backend.snapshot_exists(&snapshot).await.unwrap());
+    assert_eq!(events_of(&world, "final_status_unknown"), 1);
+
+    // Any other answer says nothing of the kind.
+    let world = World::new().await;
+    world.answer_gets(200, entry_in(SessionStatus::Suspended));
+    let mut runner = world.runner(record(Stage::Running, None));
+    runner.wind_down(Finish::Vanished).await.unwrap();
+    assert_eq!(events_of(&world, "final_status_unknown"), 0);
+}

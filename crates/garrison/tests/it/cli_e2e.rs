@@ -420,11 +420,16 @@ async fn terminate_stops_the_sandbox_keeps_or_drops_the_snapshot_and_releases() 
             }
         }
     }
+    // The store has the session done a moment before the log line saying
+    // so is written (beside a CPU hog the test read the log in between).
+    wait_until("the log to say the session is done", Some(&g), || {
+        g.log().contains("finish=stopped_keeping_snapshot")
+    })
+    .await;
     let log = g.log();
     for debug in ["Present(", "Stopped {", "finish={", "\x1b["] {
         assert!(!log.contains(debug), "{debug:?} in the log:\n{log}");
     }
-    assert!(log.contains("finish=stopped_keeping_snapshot"), "{log}");
     assert!(g.store().snapshots(&sid(&drop)).unwrap().is_empty());
     let kept = g.store().snapshots(&sid(&keep)).unwrap();
     assert_eq!(kept.len(), 1, "{kept:?}");

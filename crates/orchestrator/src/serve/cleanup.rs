@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::planner::{Finish, Stage};
 use crate::session::Deps;
-use crate::store::Store;
+use crate::store::{Store, StoredSnapshot};
 use common::now_ms;
 
 /// Destroys sandboxes of this outpost that no recorded session owns (left
@@ -157,22 +157,46 @@ pub(super) async fn expire_snapshots(
         .into_iter()
         .filter(|s| s.snapshot.backend == backend.kind())
     {
-        match backend.delete_snapshot(&stored.snapshot).await {
-            Ok(()) => {
-                info!(
-                    session_id = stored.session_id.as_str(),
-                    snapshot = stored.snapshot.id,
-                    "snapshot expired"
-                );
-                let _ = store.remove_snapshot(&stored.snapshot.id);
-                expired += 1;
-            }
-            Err(e) => {
-                warn!(snapshot = stored.snapshot.id, error = %e, "deleting an expired snapshot failed")
-            }
+        if delete_recorded(
+            store,
+            backend,
+            &stored,
+            "snapshot expired",
+            "deleting an expired snapshot failed",
+        )
+        .await
+        {
+            expired += 1;
         }
     }
     expired
+}
+
+/// Deletes a recorded snapshot from the backend, then forgets it in the
+/// store; `true` when it went. `deleted` and `failed` are what the log
+/// says of each outcome (a failure is left to the next sweep).
+pub(super) async fn delete_recorded(
+    store: &Store,
+    backend: &dyn Sandbox,
+    stored: &StoredSnapshot,
+    deleted: &str,
+    failed: &str,
+) -> bool {
+    match backend.delete_snapshot(&stored.snapshot).await {
+        Ok(()) => {
+            info!(
+                session_id = stored.session_id.as_str(),
+                snapshot = stored.snapshot.id,
+                "{deleted}"
+            );
+            let _ = store.remove_snapshot(&stored.snapshot.id);
+            true
+        }
+        Err(e) => {
+            warn!(snapshot = stored.snapshot.id, error = %e, "{failed}");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,11 +6,10 @@
 
 use std::time::Duration;
 
-use sandbox::Sandbox;
-use tracing::{info, warn};
-
+use super::cleanup::delete_recorded;
 use crate::planner::{Finish, Stage};
 use crate::store::Store;
+use sandbox::Sandbox;
 
 /// How often the sweep runs.
 pub(super) const LEFTOVER_SWEEP: Duration = Duration::from_secs(60);
@@ -59,19 +58,16 @@ pub(super) async fn delete_ended_snapshots(store: &Store, backend: &dyn Sandbox)
         if !over {
             continue;
         }
-        match backend.delete_snapshot(&stored.snapshot).await {
-            Ok(()) => {
-                info!(
-                    session_id = stored.session_id.as_str(),
-                    snapshot = stored.snapshot.id,
-                    "deleted a snapshot of an ended session left by a failed deletion"
-                );
-                let _ = store.remove_snapshot(&stored.snapshot.id);
-                deleted += 1;
-            }
-            Err(e) => {
-                warn!(snapshot = stored.snapshot.id, error = %e, "deleting an ended session's snapshot failed; the next sweep tries again")
-            }
+        if delete_recorded(
+            store,
+            backend,
+            &stored,
+            "deleted a snapshot of an ended session left by a failed deletion",
+            "deleting an ended session's snapshot failed; the next sweep tries again",
+        )
+        .await
+        {
+            deleted += 1;
         }
     }
     deleted

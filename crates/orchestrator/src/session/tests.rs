@@ -204,10 +204,16 @@ impl World {
     }
 
     async fn sandbox(&self) -> Handle {
+        self.sandbox_labelled(sandbox::session_labels(SESSION, "o"))
+            .await
+    }
+
+    /// The session's sandbox, made with `labels`.
+    async fn sandbox_labelled(&self, labels: std::collections::BTreeMap<String, String>) -> Handle {
         self.backend
             .create(&SandboxSpec {
                 name: SandboxName::for_session(SESSION),
-                labels: sandbox::session_labels(SESSION, "o"),
+                labels,
                 image: None,
                 restore_from: None,
                 resources: Default::default(),

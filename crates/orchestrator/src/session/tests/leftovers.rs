@@ -55,18 +55,7 @@ async fn an_unrecorded_sandbox_another_garrison_made_is_left() {
     let world = World::new().await;
     let mut labels = sandbox::session_labels(SESSION, "o");
     labels.insert(sandbox::LABEL_ACCEPTOR_ID.into(), "them".into());
-    world
-        .backend
-        .create(&SandboxSpec {
-            name: SandboxName::for_session(SESSION),
-            labels,
-            image: None,
-            restore_from: None,
-            resources: Default::default(),
-            network: Default::default(),
-        })
-        .await
-        .unwrap();
+    world.sandbox_labelled(labels).await;
     let mut runner = world.runner(record(Stage::Starting, None));
 
     runner.wind_down(Finish::Terminated).await.unwrap();

@@ -11,18 +11,7 @@ use super::*;
 async fn suspended(world: &World, generation: u64, marker: &str) -> SnapshotRef {
     let mut labels = sandbox::session_labels(SESSION, "o");
     sandbox::next_lineage(generation - 1, now_ms()).add_to_labels(&mut labels);
-    let handle = world
-        .backend
-        .create(&SandboxSpec {
-            name: SandboxName::for_session(SESSION),
-            labels,
-            image: None,
-            restore_from: None,
-            resources: Default::default(),
-            network: Default::default(),
-        })
-        .await
-        .unwrap();
+    let handle = world.sandbox_labelled(labels).await;
     world
         .backend
         .put_file(

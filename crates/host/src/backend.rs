@@ -207,17 +207,8 @@ impl Sandbox for HostBackend {
         if dir.join(HANDLE_FILE).exists() {
             return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
         }
-        if dir.exists() {
-            // A create that crashed before it recorded the handle, or a
-            // destroy that crashed after removing it: no process of it runs
-            // (they start after the handle exists, and destroy killed them
-            // first), and neither `find` nor `list` would ever report it.
-            tracing::warn!(sandbox = %spec.name, "removing the remains of an interrupted create or destroy");
-            let remains = dir.clone();
-            tokio::task::spawn_blocking(move || fs::remove_dir_all(&remains))
-                .await
-                .map_err(fatal)?
-                .map_err(io_fatal(format!("removing {}", dir.display())))?;
+        if self.remove_remains(&spec.name).await? {
+            tracing::warn!(sandbox = %spec.name, "removed the remains of an interrupted create or destroy");
         }
         let made = self.make(spec, &dir).await;
         if made.is_err() {
@@ -455,6 +446,27 @@ impl Sandbox for HostBackend {
 
     async fn list(&self) -> Result<Vec<Handle>> {
         list_handles(&self.config.root.join("sandboxes"), HANDLE_FILE)
+    }
+
+    /// A directory without a handle: a create that crashed before it
+    /// recorded the handle, or a destroy that crashed after removing it. No
+    /// process of it runs (they start after the handle exists, and destroy
+    /// killed them first).
+    async fn remove_remains(&self, name: &SandboxName) -> Result<bool> {
+        let dir = self.sandbox_dir(name.as_str())?;
+        if !dir.exists() || dir.join(HANDLE_FILE).exists() {
+            return Ok(false);
+        }
+        let remains = dir.clone();
+        tokio::task::spawn_blocking(move || fs::remove_dir_all(&remains))
+            .await
+            .map_err(fatal)?
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+            .map_err(io_fatal(format!("removing {}", dir.display())))?;
+        Ok(true)
     }
 
     /// One file read, where `list` reads every sandbox's.

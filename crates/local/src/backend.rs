@@ -458,6 +458,10 @@ impl Sandbox for LocalBackend {
         list_handles(&self.config.root.join("sandboxes"), HANDLE_FILE)
     }
 
+    async fn remove_remains(&self, name: &SandboxName) -> Result<bool> {
+        self.remove_remains_of(name.as_str()).await
+    }
+
     fn gateway_url_for(&self, handle: &Handle, url: &str) -> String {
         match self
             .sandbox_dir(&handle.name)

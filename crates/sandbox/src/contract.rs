@@ -145,6 +145,18 @@ pub trait Sandbox: Send + Sync + 'static {
             .find(|h| h.name == name.as_str()))
     }
 
+    /// Removes what an interrupted create of `name` left: a sandbox begun
+    /// but never finished (its Garrison killed part way), which neither
+    /// [`find`](Sandbox::find) nor [`list`](Sandbox::list) reports, so no
+    /// destroy would ever reach it. No process ran in it. `true` if there
+    /// were remains. Only for a name no create of this process is making;
+    /// a finished sandbox of the name is left alone. A backend whose create
+    /// leaves nothing unlisted has nothing to remove.
+    async fn remove_remains(&self, name: &SandboxName) -> Result<bool> {
+        let _ = name;
+        Ok(false)
+    }
+
     /// The gateway URL as a process inside the sandbox must dial it: a
     /// backend whose sandboxes see the host under another address rewrites
     /// a loopback URL to it.

@@ -69,6 +69,23 @@ async fn the_remains_of_an_interrupted_create_are_cleared_by_the_next_one() {
     backend.destroy(&handle).await.unwrap();
 }
 
+/// The same remains, when no create of that name follows (the session
+/// ended elsewhere meanwhile): `remove_remains` clears them, once.
+#[tokio::test]
+async fn remove_remains_clears_an_interrupted_create() {
+    use sandbox::{Sandbox, SandboxName};
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    let backend = HostBackend::new(config_in(&root)).unwrap();
+    let name = SandboxName::for_session("devin-interrupted");
+    let remains = root.join("host/sandboxes").join(name.as_str());
+    std::fs::create_dir_all(remains.join("fs/workspace")).unwrap();
+    std::fs::write(remains.join("fs/workspace/half-written"), "x").unwrap();
+
+    assert!(backend.remove_remains(&name).await.unwrap());
+    assert!(!remains.exists());
+    assert!(!backend.remove_remains(&name).await.unwrap());
+}
+
 /// The host backend puts an executable into a sandbox as a hard link to
 /// one stored copy: nothing is written per session.
 #[tokio::test]

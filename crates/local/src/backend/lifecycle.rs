@@ -29,13 +29,8 @@ impl LocalBackend {
         if dir.join(HANDLE_FILE).exists() {
             return Err(fatal(anyhow!("sandbox {} exists already", spec.name)));
         }
-        if dir.exists() {
-            // A create that crashed before it recorded the handle: nothing
-            // ran in it (processes start only after the handle exists).
-            tracing::warn!(sandbox = %spec.name, "removing the remains of an interrupted create");
-            self.teardown(spec.name.as_str(), &dir)
-                .await
-                .map_err(fatal)?;
+        if self.remove_remains_of(spec.name.as_str()).await? {
+            tracing::warn!(sandbox = %spec.name, "removed the remains of an interrupted create");
         }
         std::fs::create_dir_all(&dir).map_err(fatal)?;
         let built = match self.build(spec, &dir).await {
@@ -54,6 +49,19 @@ impl LocalBackend {
                 }
             }
         }
+    }
+
+    /// `Sandbox::remove_remains`: a directory without a handle is a create
+    /// that crashed before it recorded the handle; nothing ran in it
+    /// (processes start only after the handle exists), but its container,
+    /// network and mounts may be up.
+    pub(super) async fn remove_remains_of(&self, name: &str) -> Result<bool> {
+        let dir = self.sandbox_dir(name)?;
+        if !dir.exists() || dir.join(HANDLE_FILE).exists() {
+            return Ok(false);
+        }
+        self.teardown(name, &dir).await.map_err(fatal)?;
+        Ok(true)
     }
 
     /// Starts Xvfb on [`DESKTOP_DISPLAY`] when the desktop is on: in every

@@ -251,6 +251,18 @@ async fn the_remains_of_an_interrupted_create_are_cleaned_by_the_next_one(runtim
     );
     let handle = backend.create(&spec).await.unwrap();
     assert_eq!(backend.list().await.unwrap().len(), 1);
+    // Killed again, this time after the network and container were up:
+    // when no create follows (the session ended elsewhere),
+    // `remove_remains` takes all of it down.
+    std::fs::remove_file(dir.join("handle.json")).unwrap();
+    let link = backend.host_link(&handle.name).unwrap();
+    assert!(backend.remove_remains(&spec.name).await.unwrap());
+    assert!(!dir.exists(), "the remains' directory is left");
+    assert!(
+        !std::path::Path::new("/sys/class/net").join(&link).exists(),
+        "the remains' network link {link} is left"
+    );
+    assert!(!backend.remove_remains(&spec.name).await.unwrap());
     backend.destroy(&handle).await.unwrap();
 }
 

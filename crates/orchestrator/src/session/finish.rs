@@ -10,7 +10,9 @@ use serde_json::json;
 use tracing::{error, info, warn};
 
 use super::SessionRunner;
-use super::leftovers::{asked_if_over, destroy_unrecorded, find_unrecorded_sandbox};
+use super::leftovers::{
+    asked_if_over, destroy_unrecorded, find_unrecorded_sandbox, remove_remains,
+};
 use super::snapshots::{delete_snapshots, delete_snapshots_once};
 use super::step::{KILL_GRACE, RecordFailed, StepError};
 use super::wind_down::{end_sandbox, release};
@@ -90,15 +92,23 @@ impl SessionRunner {
             self.rec.handle = None;
             self.rec.process = None;
             self.save()?;
-        } else if (!obs.suspend_keeps_memory
-            || matches!(finish, Finish::Terminated | Finish::Stopped { .. }))
-            && let Some(unrecorded) = find_unrecorded_sandbox(&ctx, &self.deps.acceptor_id).await
-        {
-            // Made but never recorded (the record failed, or Garrison was
-            // killed between the two), so no remote ran in it. Where a
-            // suspend keeps memory, the sandbox of an earlier suspend is
-            // unrecorded too and kept until the session is over.
-            destroy_unrecorded(&ctx, &unrecorded).await;
+        } else {
+            if (!obs.suspend_keeps_memory
+                || matches!(finish, Finish::Terminated | Finish::Stopped { .. }))
+                && let Some(unrecorded) =
+                    find_unrecorded_sandbox(&ctx, &self.deps.acceptor_id).await
+            {
+                // Made but never recorded (the record failed, or Garrison
+                // was killed between the two), so no remote ran in it.
+                // Where a suspend keeps memory, the sandbox of an earlier
+                // suspend is unrecorded too and kept until the session is
+                // over.
+                destroy_unrecorded(&ctx, &unrecorded).await;
+            }
+            // Begun but never finished (Garrison killed mid-create): the
+            // next create of the name would clear it, but a session that
+            // ends here has no next create.
+            remove_remains(&ctx).await;
         }
         let plan = plan_wind_down(&obs);
         // A session this host lost may have ended elsewhere: asked once its

@@ -1,8 +1,8 @@
 //! What a session would otherwise leave behind on this host: a sandbox the
 //! backend has but the session's record does not (a create whose record
-//! failed, or a Garrison killed between the two), and the snapshots of a
-//! session this host lost the claim on but that ended elsewhere. Functions
-//! of a [`StepCtx`].
+//! failed, or a Garrison killed between the two), the remains of a create
+//! killed part way, and the snapshots of a session this host lost the
+//! claim on but that ended elsewhere. Functions of a [`StepCtx`].
 
 use fleet::{FleetClient, SessionStatus};
 use sandbox::{Handle, SandboxName};
@@ -52,6 +52,26 @@ pub(super) async fn destroy_unrecorded(ctx: &StepCtx, handle: &Handle) {
         }
         Err(e) => {
             warn!(session_id = ctx.id(), sandbox = handle.name, error = %e, "destroying an unrecorded sandbox failed; the orphan sweep tries again")
+        }
+    }
+}
+
+/// Removes what an interrupted create of the session's sandbox left (see
+/// [`Sandbox::remove_remains`](sandbox::Sandbox::remove_remains)).
+pub(super) async fn remove_remains(ctx: &StepCtx) {
+    let name = SandboxName::for_session(ctx.session_id.as_str());
+    match ctx.backend.remove_remains(&name).await {
+        Ok(false) => {}
+        Ok(true) => {
+            info!(
+                session_id = ctx.id(),
+                sandbox = name.as_str(),
+                "removed the remains of an interrupted create"
+            );
+            ctx.event("remains_removed", json!({ "sandbox": name.as_str() }));
+        }
+        Err(e) => {
+            warn!(session_id = ctx.id(), sandbox = name.as_str(), error = %e, "removing the remains of an interrupted create failed")
         }
     }
 }

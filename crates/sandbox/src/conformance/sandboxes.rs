@@ -113,6 +113,15 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
         h.backend.create(&spec).await.is_err(),
         "a second sandbox with the same name was created"
     );
+    // A finished sandbox is no remains of an interrupted create.
+    ensure!(
+        !h.backend.remove_remains(&spec.name).await?,
+        "remove_remains reported a finished sandbox as remains"
+    );
+    ensure!(
+        h.backend.find(&spec.name).await?.is_some(),
+        "remove_remains removed a finished sandbox"
+    );
     h.backend.destroy(&sandbox).await?;
     h.backend.destroy(&sandbox).await?;
     ensure!(
@@ -126,6 +135,10 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
     ensure!(
         h.backend.find(&spec.name).await?.is_none(),
         "destroyed sandbox found by name"
+    );
+    ensure!(
+        !h.backend.remove_remains(&spec.name).await?,
+        "remove_remains found remains of a destroyed sandbox"
     );
     Ok(())
 }

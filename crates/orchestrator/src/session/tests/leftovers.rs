@@ -48,6 +48,40 @@ async fn a_sandbox_no_record_names_goes_when_the_session_ends() {
     assert!(world.backend.list().await.unwrap().is_empty());
 }
 
+// Before the fix a create killed part way (bench chaos: SIGKILL of a
+// Garrison) left a sandbox directory without a handle that no listing
+// showed; when the session then ended elsewhere, nothing removed it
+// (`leftovers_after_end`).
+#[tokio::test]
+async fn the_remains_of_a_create_killed_part_way_go_when_the_session_ends() {
+    let world = World::new().await;
+    let handle = world.sandbox().await;
+    let dir = world.dir.path().join("host/sandboxes").join(&handle.name);
+    std::fs::remove_file(dir.join("handle.json")).unwrap();
+    assert!(
+        world
+            .backend
+            .find(&sandbox::SandboxName::for_session(SESSION))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let mut runner = world.runner(record(Stage::Starting, None));
+
+    runner.wind_down(Finish::Vanished).await.unwrap();
+
+    assert!(!dir.exists(), "the remains are still there");
+    let events = world
+        .store
+        .events(&fleet::SessionId::new(SESSION).unwrap(), 0)
+        .unwrap();
+    assert!(
+        events.iter().any(|e| e.kind == "remains_removed"),
+        "{events:?}"
+    );
+}
+
 // Another Garrison's sandbox of the same name (a cloud account both use)
 // is not this one's to destroy.
 #[tokio::test]

@@ -32,6 +32,7 @@ use common::now_ms;
 mod claims;
 mod cleanup;
 mod ended;
+mod lost;
 mod platform;
 mod start_check;
 
@@ -42,6 +43,7 @@ pub use platform::PlatformRefused;
 use claims::{ClaimReply, ClaimState, claim_answered, claim_round};
 use cleanup::{clean_orphans, sweep_snapshots};
 use ended::{LEFTOVER_SWEEP, sweep_leftovers};
+use lost::ask_again_about_lost_sessions;
 pub use start_check::Misconfigured;
 
 /// How often the claim loop looks at the queue when nothing wakes it.
@@ -315,6 +317,7 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
     // Its first tick is at once: what the last run of this Garrison left
     // staged goes at start.
     let mut leftover_sweep = tokio::time::interval(LEFTOVER_SWEEP);
+    let mut asking: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         while let Some(done) = runners.try_join_next() {
             runner_done(&deps, done, &mut state);
@@ -338,6 +341,14 @@ async fn outpost_loop(deps: Arc<Deps>, retention: Option<Duration>) {
             }
             _ = leftover_sweep.tick() => {
                 sweep_leftovers(&deps.store, deps.backend.as_ref()).await;
+                // Apart from the loop: a host still cut off from the fleet
+                // API waits out each question's timeout.
+                if asking.as_ref().is_none_or(|t| t.is_finished()) {
+                    let deps = deps.clone();
+                    asking = Some(tokio::spawn(async move {
+                        ask_again_about_lost_sessions(&deps).await;
+                    }));
+                }
             }
             Some(reply) = claiming.join_next(), if !claiming.is_empty() => {
                 claim_answered(&deps, &mut runners, &mut state, reply).await;

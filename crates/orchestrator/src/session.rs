@@ -43,6 +43,7 @@ mod wind_down;
 use claim_keeper::ClaimKeeper;
 pub(crate) use clock::local_now;
 pub(crate) use deps::Deps;
+pub(crate) use leftovers::{UNANSWERED, ask_again_if_over};
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
 
@@ -329,14 +330,7 @@ impl SessionRunner {
 
     /// What the step functions need of the runner's dependencies.
     fn ctx(&self) -> StepCtx {
-        StepCtx {
-            session_id: self.rec.session_id.clone(),
-            backend: self.deps.backend.clone(),
-            store: self.deps.store.clone(),
-            logs: self.deps.logs.clone(),
-            metrics: self.deps.metrics.clone(),
-            stopping: self.deps.stopping.clone(),
-        }
+        StepCtx::new(&self.deps, self.rec.session_id.clone())
     }
 
     /// Adds to the session's history (see [`StepCtx::event`]).

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stage::Finish;
+use super::stage::{Finish, Stage};
 use super::terms::EntryObs;
 
 /// Why a snapshot was kept (the wind-down decides it; the store records
@@ -158,6 +158,17 @@ pub(crate) fn finish_note(finish: Finish, entry: &EntryObs) -> Option<FinishNote
 /// a restart).
 pub(crate) fn lost_session_note(gone: bool, noted: bool) -> Option<FinishNote> {
     (gone && !noted).then_some(FinishNote::GoneAfterTheClaimWasLost)
+}
+
+/// Whether the minute's sweep asks again if a session is over: one this
+/// host lost (`stage`), whose last question went unanswered
+/// (`last_asked`, the status of its latest `asked_if_over` event, is
+/// `unanswered`) and so whose recorded snapshots are still kept. Any
+/// answer ends the asking: a terminated session's snapshots go, a gone
+/// one is noted, and one still alive elsewhere is ended there, by a host
+/// that deletes every snapshot of it.
+pub(crate) fn asks_again(stage: Stage, last_asked: Option<&str>, unanswered: &str) -> bool {
+    stage == Stage::Done(Finish::Vanished) && last_asked == Some(unanswered)
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 //! killed part way, and the snapshots of a session this host lost the
 //! claim on but that ended elsewhere. Functions of a [`StepCtx`].
 
-use fleet::{FleetClient, SessionStatus};
+use fleet::{FleetClient, SessionId, SessionStatus};
 use sandbox::{Handle, SandboxName};
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::deps::Deps;
+use super::snapshots::delete_snapshots_once;
 use super::step::StepCtx;
 use crate::planner::{FinishNote, lost_session_note};
 
@@ -76,6 +78,22 @@ pub(super) async fn remove_remains(ctx: &StepCtx) {
     }
 }
 
+/// The `status` of an `asked_if_over` event whose question went
+/// unanswered (the host was cut off from the fleet API when it asked).
+pub(crate) const UNANSWERED: &str = "unknown";
+
+/// For the minute's sweep: asks again whether session `session_id`, which
+/// this host lost and whose last question went unanswered, is over, and
+/// deletes its snapshots if it is. Without it, a host cut off from the
+/// fleet API when it lost the session kept its late recovery snapshot for
+/// the whole retention period, though the session had ended elsewhere
+/// (the host that ended it could not delete a snapshot not yet written).
+/// `true` once the snapshots went.
+pub(crate) async fn ask_again_if_over(deps: &Deps, session_id: SessionId) -> bool {
+    let ctx = StepCtx::new(deps, session_id);
+    asked_if_over(&ctx, &deps.client).await && delete_snapshots_once(&ctx).await
+}
+
 /// Asks the fleet API whether a session this host lost (its claim lapsed or
 /// went to another acceptor) is over: `true` only when it says the session
 /// is terminated. Then its snapshots and sandbox can go now instead of
@@ -85,7 +103,7 @@ pub(super) async fn asked_if_over(ctx: &StepCtx, client: &FleetClient) -> bool {
     let status = match &answer {
         Ok(Some(entry)) => entry.status.session_status.to_string(),
         Ok(None) => "gone".to_owned(),
-        Err(_) => "unknown".to_owned(),
+        Err(_) => UNANSWERED.to_owned(),
     };
     let over = matches!(&answer, Ok(Some(entry)) if entry.status.session_status == SessionStatus::Terminated);
     ctx.event("asked_if_over", json!({ "status": status, "over": over }));

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::claim_keeper::keep_claim_alive;
+use super::deps::Deps;
 use crate::metrics::Metrics;
 use crate::session_log::SessionLogs;
 use crate::store::{Store, io_out_of_space, is_out_of_space};
@@ -86,6 +87,18 @@ pub(super) struct StepCtx {
 }
 
 impl StepCtx {
+    /// The context of a step for `session_id`.
+    pub(super) fn new(deps: &Deps, session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            backend: deps.backend.clone(),
+            store: deps.store.clone(),
+            logs: deps.logs.clone(),
+            metrics: deps.metrics.clone(),
+            stopping: deps.stopping.clone(),
+        }
+    }
+
     /// The session's id, for logs.
     pub(super) fn id(&self) -> &str {
         self.session_id.as_str()

@@ -157,7 +157,12 @@ impl World {
         backend: Arc<dyn sandbox::Sandbox>,
     ) -> SessionRunner {
         rec.claim_deadline = answer.status.claim_deadline.map(|d| d.unix_millis());
-        let deps = Deps {
+        SessionRunner::claimed(Arc::new(self.deps_on(backend)), rec, answer)
+    }
+
+    /// What a runner on `backend` is given.
+    fn deps_on(&self, backend: Arc<dyn sandbox::Sandbox>) -> Deps {
+        Deps {
             client: FleetClient::new(&self.api_url, "token".into(), Default::default()).unwrap(),
             backend,
             store: self.store.clone(),
@@ -190,8 +195,7 @@ impl World {
                 self.store.clone(),
             )),
             learned_lifetime: Default::default(),
-        };
-        SessionRunner::claimed(Arc::new(deps), rec, answer)
+        }
     }
 
     fn releases(&self) -> usize {

@@ -169,3 +169,26 @@ fn a_lost_session_found_gone_is_noted_once() {
     // Any other answer, or none: nothing to say yet.
     assert_eq!(lost_session_note(false, false), None);
 }
+
+#[test]
+fn only_a_lost_session_whose_question_went_unanswered_is_asked_again() {
+    let lost = Stage::Done(Finish::Vanished);
+    assert!(asks_again(lost, Some("unknown"), "unknown"));
+    // Answered (terminated, gone, alive elsewhere), or never asked.
+    for answered in [Some("terminated"), Some("gone"), Some("running"), None] {
+        assert!(!asks_again(lost, answered, "unknown"), "{answered:?}");
+    }
+    // Every other end deletes its snapshots itself, or keeps them by
+    // design.
+    for finish in [
+        Finish::Terminated,
+        Finish::Suspended,
+        Finish::Failed,
+        Finish::Released,
+    ] {
+        assert!(
+            !asks_again(Stage::Done(finish), Some("unknown"), "unknown"),
+            "{finish:?}"
+        );
+    }
+}

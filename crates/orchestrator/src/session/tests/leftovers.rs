@@ -177,3 +177,50 @@ async fn a_lost_session_found_gone_says_its_final_status_is_unknown_once() {
     runner.wind_down(Finish::Vanished).await.unwrap();
     assert_eq!(events_of(&world, "final_status_unknown"), 0);
 }
+
+// Before the fix a host cut off from the fleet API when it lost a session
+// asked once whether it was over, got no answer, and kept the session's
+// recovery snapshot for the whole retention period, though the session had
+// ended elsewhere (bench chaos, `leftovers_after_end`). The minute's sweep
+// asks again.
+#[tokio::test]
+async fn a_lost_session_whose_question_went_unanswered_is_asked_again() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_gets(503, serde_json::json!({}));
+    let mut rec = record(Stage::Running, None);
+    world.store.put_session(&rec).unwrap();
+    let mut runner = world.runner(rec.clone());
+    runner.wind_down(Finish::Vanished).await.unwrap();
+    assert!(world.backend.snapshot_exists(&snapshot).await.unwrap());
+    rec.stage = Stage::Done(Finish::Vanished);
+    world.store.put_session(&rec).unwrap();
+    let id = fleet::SessionId::new(SESSION).unwrap();
+    let last_asked = |world: &World| {
+        let events = world.store.events(&id, 0).unwrap();
+        let asked = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "asked_if_over")
+            .cloned();
+        asked.map(|e| e.detail["status"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(
+        last_asked(&world).as_deref(),
+        Some(super::super::UNANSWERED)
+    );
+
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let deps = world.deps_on(world.backend.clone());
+    assert!(super::super::ask_again_if_over(&deps, id.clone()).await);
+
+    assert!(!world.backend.snapshot_exists(&snapshot).await.unwrap());
+    assert!(
+        world
+            .store
+            .snapshots_older_than(i64::MAX)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(last_asked(&world).as_deref(), Some("terminated"));
+}

@@ -9,11 +9,6 @@
 //! SEED` (the seed fixes the faults, not their timing against the
 //! sessions).
 //!
-//! Ignored for now (`cargo nextest run -p garrison --run-ignored only -E
-//! 'test(/^chaos::/)'`): most runs keep every invariant, but one in a few
-//! still leaves a sandbox directory or a snapshot behind, and a red CI for
-//! a known finding hides new ones.
-//!
 //! Needs root (namespaces, nft, tmpfs) and `GARRISON_TEST_S3_SERVER` (set
 //! by `scripts/test`); skipped with a message otherwise.
 
@@ -87,7 +82,6 @@ fn chaos_run(seed: u64) {
 }
 
 #[test]
-#[ignore = "still finds leftovers now and then (a sandbox directory, seed 20261202 on 2026-12-07); run with --run-ignored only, see docs/src/performance.md, Reliability"]
 fn two_minutes_of_chaos_with_a_fixed_seed_break_no_invariant() {
     if can_run() {
         chaos_run(20_261_202);
@@ -95,7 +89,6 @@ fn two_minutes_of_chaos_with_a_fixed_seed_break_no_invariant() {
 }
 
 #[test]
-#[ignore = "still finds leftovers now and then (a sandbox directory, seed 20261202 on 2026-12-07); run with --run-ignored only, see docs/src/performance.md, Reliability"]
 fn two_minutes_of_chaos_with_a_random_seed_break_no_invariant() {
     if can_run() {
         chaos_run(rand::random::<u32>().into());

@@ -109,10 +109,6 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
         by_name.as_ref() == Some(mine),
         "find gave {by_name:?}, list {mine:?}"
     );
-    ensure!(
-        h.backend.create(&spec).await.is_err(),
-        "a second sandbox with the same name was created"
-    );
     // A finished sandbox is no remains of an interrupted create.
     ensure!(
         !h.backend.remove_remains(&spec.name).await?,
@@ -121,6 +117,10 @@ pub async fn list_finds_sandboxes_with_labels_and_destroy_is_idempotent(
     ensure!(
         h.backend.find(&spec.name).await?.is_some(),
         "remove_remains removed a finished sandbox"
+    );
+    ensure!(
+        h.backend.create(&spec).await.is_err(),
+        "a second sandbox with the same name was created"
     );
     h.backend.destroy(&sandbox).await?;
     h.backend.destroy(&sandbox).await?;

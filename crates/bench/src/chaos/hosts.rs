@@ -33,10 +33,12 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 
 impl Hosts {
     /// Builds the bridge and `count` hosts, on a /24 of 198.19.0.0/16 (the
-    /// benchmarking range; the tests use 198.18.0.0/16) chosen by pid.
+    /// benchmarking range; the tests use 198.18.0.0/16) that no interface
+    /// of this machine has yet, the first from one chosen by pid: two runs
+    /// at once (the suite's two chaos tests) must not share one.
     pub(crate) fn build(count: usize) -> anyhow::Result<Hosts> {
         let tag = format!("{:05x}", std::process::id() & 0xfffff);
-        let subnet = (std::process::id() % 250) as u8 + 1;
+        let subnet = free_subnet(std::process::id())?;
         let bridge = format!("gcb{tag}");
         let _ = Command::new("ip").args(["link", "del", &bridge]).output();
         ip(&["link", "add", &bridge, "type", "bridge"])?;
@@ -152,4 +154,17 @@ impl Drop for Hosts {
             .args(["link", "del", &self.bridge])
             .output();
     }
+}
+
+/// The first /24 of 198.19.0.0/16, from `pid`'s, that no interface here
+/// has an address in.
+fn free_subnet(pid: u32) -> anyhow::Result<u8> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "address", "show"])
+        .output()?;
+    let taken = String::from_utf8_lossy(&out.stdout).into_owned();
+    (0..250u32)
+        .map(|i| ((pid + i) % 250) as u8 + 1)
+        .find(|n| !taken.contains(&format!(" 198.19.{n}.")))
+        .context("every 198.19.N.0/24 bench subnet is in use on this machine")
 }

@@ -1,8 +1,9 @@
 //! `garrison bench chaos` as part of the suite: two-minute runs of three
 //! Garrisons under injected faults (one with a fixed seed, one with a
 //! random seed printed for replay), each of which must end with every
-//! invariant kept. The runs take turns: each starts three Garrisons, and
-//! the machine running the suite runs other tests too.
+//! invariant kept. Under nextest (each test its own process) the two run
+//! at once, each with its own bridge, subnet and namespaces; under `cargo
+//! test` they take turns.
 //!
 //! A failure prints the seed, the session's history and where the hosts'
 //! logs are kept; replay it with `garrison bench chaos --minutes 2 --seed
@@ -18,7 +19,7 @@ use std::sync::Mutex;
 use crate::common::garrison_bin;
 use serde_json::Value;
 
-/// One run at a time.
+/// One run at a time within one test process.
 static TURN: Mutex<()> = Mutex::new(());
 
 fn can_run() -> bool {

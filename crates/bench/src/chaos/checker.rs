@@ -47,7 +47,7 @@ pub(crate) fn check(history: &History) -> Vec<Violation> {
     let mut found = Vec::new();
     for s in &history.sessions {
         two_live_remotes(history, s, &mut found);
-        resumes(s, &mut found);
+        resumes(history, s, &mut found);
         claims(history, s, &mut found);
         unfinished(s, &mut found);
     }
@@ -144,17 +144,25 @@ pub(crate) struct PhaseSeen {
     pub note_stored: bool,
 }
 
-/// The session's phases, from its transcript.
-pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
+/// The session's phases, from its transcript. `acceptor_of` names the
+/// acceptor running at a remote's address (`None` where unknown: then the
+/// claim's holder is taken to serve it).
+pub(crate) fn phases(
+    view: &SessionView,
+    acceptor_of: &dyn Fn(&str) -> Option<String>,
+) -> Vec<PhaseSeen> {
     let mut phases = vec![PhaseSeen::default()];
-    let mut holder: Option<&str> = None;
-    // Who held the claim when the phase's remote connected, while they
-    // still hold it: only they can complete the phase's suspend (another
-    // acceptor's claim and release of the row stores nothing).
-    let mut server: Option<&str> = None;
+    let mut holder: Option<String> = None;
+    // Whose sandbox the phase's remote runs in, while they still hold the
+    // claim: only they can complete the phase's suspend (another
+    // acceptor's claim and release of the row stores nothing). Taken from
+    // the remote's address, not the claim: a remote of a host whose claim
+    // just lapsed can dial in after another host claimed the session, and
+    // what it writes goes to its own sandbox.
+    let mut server: Option<String> = None;
     let mut suspended = false;
     // Who served the current phase's note write.
-    let mut note_writer: Option<&str> = None;
+    let mut note_writer: Option<String> = None;
     for e in &view.transcript {
         let current = phases.last_mut().expect("never empty");
         match e.kind.as_str() {
@@ -165,7 +173,7 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
                 note_writer = None;
             }
             "claimed" | "renewed" => {
-                holder = detail_str(e, "acceptor_id");
+                holder = detail_str(e, "acceptor_id").map(str::to_owned);
                 if server.is_some() && server != holder {
                     server = None;
                 }
@@ -174,17 +182,22 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
                 holder = None;
                 server = None;
             }
-            "connected" => server = holder,
+            "connected" => {
+                server = detail_str(e, "peer")
+                    .and_then(acceptor_of)
+                    .or_else(|| holder.clone());
+            }
             "status" if detail_str(e, "to") == Some("suspended") => suspended = true,
             "released" => {
-                if suspended && server.is_some() && server == detail_str(e, "acceptor_id") {
+                let releaser = detail_str(e, "acceptor_id");
+                if suspended && server.is_some() && server.as_deref() == releaser {
                     current.suspend_completed = true;
                     current.note_stored = note_writer.is_some() && note_writer == server;
                 }
                 holder = None;
                 server = None;
             }
-            "step" if detail_str(e, "path") == Some(NOTE_FILE) => note_writer = server,
+            "step" if detail_str(e, "path") == Some(NOTE_FILE) => note_writer = server.clone(),
             "step" if e.detail.get("command").is_some() && current.sighting.is_none() => {
                 current.sighting = detail_str(e, "output")
                     .and_then(|o| o.lines().rev().find(|l| l.starts_with("saw ")))
@@ -199,7 +212,7 @@ pub(crate) fn phases(view: &SessionView) -> Vec<PhaseSeen> {
 /// The outputs of the session's `saw ...` steps (each resume's look at its
 /// workspace), in order.
 pub(crate) fn sightings(view: &SessionView) -> Vec<String> {
-    phases(view)
+    phases(view, &|_| None)
         .into_iter()
         .filter_map(|p| p.sighting)
         .collect()
@@ -221,9 +234,9 @@ const EMPTY_WORKSPACE: &str = "saw BAD";
 /// before it; or that of a later suspend that did not complete (its
 /// snapshot may have been stored, its release lost); with no completed
 /// suspend before it, nothing (or such a later one).
-fn resumes(s: &SessionHistory, found: &mut Vec<Violation>) {
+fn resumes(history: &History, s: &SessionHistory, found: &mut Vec<Violation>) {
     let id = &s.view.session_id;
-    let phases = phases(&s.view);
+    let phases = phases(&s.view, &|addr| history.acceptor_of_addr(addr));
     for (k, phase) in phases.iter().enumerate().skip(1) {
         let Some(saw) = &phase.sighting else { continue };
         let Some(_) = s.notes.get(k) else {
@@ -268,7 +281,7 @@ fn resumes(s: &SessionHistory, found: &mut Vec<Violation>) {
 /// completed (the suspending host was cut off or down until its claim
 /// lapsed): allowed, but a workspace lost, so counted in the report.
 pub(crate) fn resumes_from_nothing(s: &SessionHistory) -> usize {
-    phases(&s.view)
+    phases(&s.view, &|_| None)
         .iter()
         .skip(1)
         .filter(|p| p.sighting.as_deref() == Some(EMPTY_WORKSPACE))

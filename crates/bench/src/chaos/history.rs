@@ -171,4 +171,10 @@ impl History {
     pub(crate) fn host_of_addr(&self, addr: &str) -> Option<usize> {
         self.hosts.iter().position(|h| h.addr == addr)
     }
+
+    /// The acceptor id of the host at `addr`.
+    pub(crate) fn acceptor_of_addr(&self, addr: &str) -> Option<String> {
+        let host = self.host_of_addr(addr)?;
+        Some(self.hosts[host].acceptor.clone())
+    }
 }

@@ -285,6 +285,61 @@ fn a_suspend_completed_in_another_sandbox_than_the_note_was_written_in_stores_wh
     }
 }
 
+// Bench chaos, seed 3210005263 (the suite beside a CPU hog): host 2's
+// claim lapsed; host 1 claimed the session; then host 2's remote dialled
+// in and wrote the phase's note in host 2's sandbox before host 2 stopped
+// it; host 1's remote went on from the next step and host 1 completed the
+// suspend, storing what its sandbox started from. The checker took the
+// note for host 1's (the claim's holder when the remote connected) and
+// wanted the next resume to see it.
+#[test]
+fn a_note_written_by_a_remote_of_a_host_that_lost_the_claim_is_not_stored() {
+    let notes = ["n0", "n1", "n2"];
+    let mut h = history();
+    h.sessions
+        .push(sleeper(&notes, &[(None, true), (Some("saw ok n0"), true)]));
+    let mut t = h.sessions[0].view.transcript.clone();
+    let mut at = t.last().unwrap().at_ms;
+    let mut next = |kind: &str, detail: Value| {
+        at += 10;
+        t.push(ev(at, kind, detail));
+    };
+    next("resumed", json!({}));
+    next("claimed", json!({"acceptor_id": "host-2"}));
+    next("claim_expired", json!({"acceptor_id": "host-2"}));
+    next("claimed", json!({"acceptor_id": "host-1"}));
+    next("connected", json!({"conn": 5, "peer": "10.0.0.2"}));
+    next("step", json!({"command": "look", "output": "saw ok n1\n"}));
+    next("step", json!({"path": "note.txt", "output": ""}));
+    next("disconnected", json!({}));
+    next("connected", json!({"conn": 6, "peer": "10.0.0.1"}));
+    next("status", json!({"to": "suspended"}));
+    next("released", json!({"acceptor_id": "host-1"}));
+    next("resumed", json!({}));
+    next("claimed", json!({"acceptor_id": "host-0"}));
+    next("connected", json!({"conn": 7, "peer": "10.0.0.0"}));
+    let look_at = t.len();
+    let look = |saw: &str| ev(at + 10, "step", json!({"command": "look", "output": saw}));
+    let mut notes = notes.map(str::to_owned).to_vec();
+    notes.push("n3".into());
+    // n1 is what host 1's sandbox started from and stored; n2 was written
+    // in host 2's; n0 is older than the last stored.
+    for (saw, ok) in [
+        ("saw ok n1", true),
+        ("saw ok n2", true),
+        ("saw ok n0", false),
+    ] {
+        let mut t = t.clone();
+        t.insert(look_at, look(saw));
+        let mut h = history();
+        h.sessions.push(SessionHistory {
+            view: view("devin-s", SessionStatus::Terminated, t),
+            notes: notes.clone(),
+        });
+        assert_eq!(check(&h).is_empty(), ok, "{saw}: {:?}", check(&h));
+    }
+}
+
 #[test]
 fn a_paused_acceptor_must_settle_its_expired_claim_once_back() {
     let mut h = history();

@@ -4,6 +4,7 @@
 
 mod archive;
 mod backend;
+pub mod cdi;
 mod cmd;
 mod compat;
 mod disk;

@@ -9,6 +9,7 @@
 //! two files of one directory naming the same device make it unusable (as
 //! in CDI's reference implementation), rather than one silently winning.
 
+mod doctor;
 mod oci_edits;
 mod spec;
 
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail};
 
+pub use doctor::checks;
 pub use oci_edits::apply;
 pub use spec::{Hook, Mount};
 

@@ -50,6 +50,7 @@ use shim::OUTPUT_FILE;
 
 #[cfg(test)]
 mod desktop_tests;
+mod devices;
 mod ids;
 mod lifecycle;
 mod process;

@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 use super::Edits;
 
 /// Applies `edits` to `config` (see `oci::config`). `user_ns`: the
-/// container runs in a user namespace, where runc cannot `mknod` and bind
-/// mounts each device node from the host path equal to its container path
-/// instead; a node whose host path differs is then bind-mounted here.
+/// container runs in a user namespace, where no device node can be made
+/// inside: each is bind-mounted from its `host_path` (the backend makes
+/// nodes of the sandbox's own there first).
 pub fn apply(config: &mut Value, edits: &Edits, user_ns: bool) {
     let env = config["process"]["env"]
         .as_array_mut()
@@ -24,13 +24,15 @@ pub fn apply(config: &mut Value, edits: &Edits, user_ns: bool) {
     let mut allowed = Vec::new();
     let mut mounts = Vec::new();
     for node in &edits.device_nodes {
-        if user_ns && node.host_path != node.path {
+        if user_ns {
             // A device must keep working through its mount: no `nodev`.
+            // (`noexec` as on the backend's tmpfs of nodes: a bind mount
+            // in a user namespace cannot drop a flag of its source.)
             mounts.push(json!({
                 "destination": node.path,
                 "type": "bind",
                 "source": node.host_path,
-                "options": ["bind", "nosuid"]
+                "options": ["bind", "nosuid", "noexec"]
             }));
         } else {
             let mut device = json!({

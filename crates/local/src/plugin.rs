@@ -1,5 +1,5 @@
 //! The local backend as the registry lists it: its settings (the static
-//! shim, the desktop, the OCI runtime), and the check at start that there is an image to run
+//! shim, the desktop, the OCI runtime, CDI devices), and the check at start that there is an image to run
 //! sessions on.
 
 use std::path::{Path, PathBuf};

@@ -24,7 +24,7 @@ fn device() -> Option<(&'static str, u32)> {
 
 /// A spec directory with [`DEVICE`]: the node (type and numbers given, its
 /// mode read from the host), a read-only mount of a host directory holding
-/// `known.txt`, and a variable. Everything in it readable by the
+/// `known.txt`, a variable and a hook writing `hook-state.json` there. Everything in it readable by the
 /// container's root, whose host uid is unprivileged under a user namespace.
 fn spec_dir(node: &str, minor: u32) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +42,12 @@ fn spec_dir(node: &str, minor: u32) -> tempfile::TempDir {
     let spec = serde_json::json!({
         "cdiVersion": "0.6.0",
         "kind": "garrison.test/dev",
-        "containerEdits": {"env": ["CDI_TEST_VAR=from-the-spec"]},
+        // A hook that keeps the state runc hands it, to show it ran.
+        "containerEdits": {
+            "env": ["CDI_TEST_VAR=from-the-spec"],
+            "hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
+                       "args": ["sh", "-c", format!("cat > {}/hook-state.json", dir.path().display())]}]
+        },
         "devices": [{
             "name": "harmless",
             "containerEdits": {
@@ -92,6 +97,8 @@ async fn the_device_its_mount_and_its_variable_reach_the_sandbox(userns: bool) {
     let s = sandbox_in(&backend, "local-cdi", sized(1.0, 256, 256), None).await;
     let out = probe(&s, node).await;
     assert_eq!(out, "opened\nfrom the host\nvar=from-the-spec\n");
+    let state = std::fs::read_to_string(specs.path().join("hook-state.json")).unwrap();
+    assert!(state.contains(&s.handle.name), "{state}");
     // Read-only, as the spec says.
     let (_, out) = sh(
         &s,

@@ -2,7 +2,8 @@
 //! hands a harmless device (/dev/fuse, else /dev/loop-control), a mounted
 //! host directory and a variable to the sandbox, with and without a user
 //! namespace; a sandbox without it cannot open the device; a malformed spec
-//! and an unknown device fail the create, saying why.
+//! and an unknown device fail the create, saying why, and so does any
+//! device under runsc.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -190,6 +191,22 @@ async fn an_unknown_device_fails_the_create_listing_the_known_ones() {
     .await;
     assert!(
         error.contains("unknown CDI device garrison.test/dev=missing; known devices: garrison.test/dev=harmless"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_are_refused_under_runsc() {
+    let (Some(config), Some((node, minor))) = (
+        crate::support::config_for(crate::support::Runtime::Runsc),
+        device(),
+    ) else {
+        return;
+    };
+    let specs = spec_dir(node, minor);
+    let error = create_error(with_devices(config, specs.path(), &[DEVICE])).await;
+    assert!(
+        error.contains("devices need runtime runc") && error.contains("--nvproxy"),
         "{error}"
     );
 }

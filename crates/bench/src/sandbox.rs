@@ -428,6 +428,8 @@ fn local_config(
         runtime: args.runtime,
         desktop: false,
         userns: args.userns,
+        devices: Vec::new(),
+        cdi_spec_dirs: Vec::new(),
     };
     // User namespaces are runc's (see LocalConfig::userns).
     let isolation = match (args.runtime, args.userns) {

@@ -50,6 +50,7 @@ use shim::OUTPUT_FILE;
 
 #[cfg(test)]
 mod desktop_tests;
+mod devices;
 mod ids;
 mod lifecycle;
 mod process;
@@ -97,6 +98,11 @@ pub struct LocalConfig {
     /// Runs each container in a user namespace of its own, so that its
     /// root is an unprivileged host uid (see `userns`). On by default.
     pub userns: bool,
+    /// CDI devices (`vendor.com/class=name`) handed to every sandbox,
+    /// resolved when it is created (see `cdi`). runc only.
+    pub devices: Vec<String>,
+    /// Where the CDI specs are; empty: [`crate::cdi::DEFAULT_SPEC_DIRS`].
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 /// The X display a sandbox's desktop runs on.
@@ -123,6 +129,8 @@ impl LocalConfig {
             runtime: Runtime::default(),
             desktop: false,
             userns: true,
+            devices: Vec::new(),
+            cdi_spec_dirs: Vec::new(),
         })
     }
 }

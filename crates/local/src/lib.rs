@@ -4,6 +4,7 @@
 
 mod archive;
 mod backend;
+pub mod cdi;
 mod cmd;
 mod compat;
 mod disk;
@@ -21,7 +22,8 @@ pub mod userns;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
 pub use plugin::{
-    LocalPlugin, PLUGIN, RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
+    CDI_SPEC_DIRS_ENV, CDI_SPEC_DIRS_KEY, DEVICES_ENV, DEVICES_KEY, LocalPlugin, PLUGIN,
+    RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,
 };
 pub use prerequisites::{
     default_image, find_program, prerequisites, seccomp_check, static_shim_path,

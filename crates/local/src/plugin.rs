@@ -1,5 +1,5 @@
 //! The local backend as the registry lists it: its settings (the static
-//! shim, the desktop, the OCI runtime), and the check at start that there is an image to run
+//! shim, the desktop, the OCI runtime, CDI devices), and the check at start that there is an image to run
 //! sessions on.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +23,15 @@ pub const STATIC_SHIM_ENV: &str = "GARRISON_STATIC_SHIM";
 pub(crate) const DESKTOP_ENV: &str = "SANDBOX_DESKTOP";
 /// The `garrison.toml` key of [`DESKTOP_ENV`].
 pub(crate) const DESKTOP_KEY: &str = "desktop";
+
+/// CDI devices handed to every sandbox; see [`LocalConfig::devices`].
+pub const DEVICES_ENV: &str = "SANDBOX_DEVICES";
+/// The `garrison.toml` key of [`DEVICES_ENV`].
+pub const DEVICES_KEY: &str = "devices";
+/// The directories CDI specs are read from; see [`LocalConfig::cdi_spec_dirs`].
+pub const CDI_SPEC_DIRS_ENV: &str = "CDI_SPEC_DIRS";
+/// The `garrison.toml` key of [`CDI_SPEC_DIRS_ENV`].
+pub const CDI_SPEC_DIRS_KEY: &str = "cdi_spec_dirs";
 
 /// The `garrison.toml` key of [`USERNS_ENV`].
 pub(crate) const USERNS_KEY: &str = "userns";
@@ -62,6 +71,26 @@ pub(crate) const SETTINGS: &[Setting] = &[
          xfs, btrfs, tmpfs). runc only: under runsc, gVisor's kernel keeps its own ids",
     )
     .default("true"),
+    Setting::new(
+        DEVICES_KEY,
+        "--device",
+        DEVICES_ENV,
+        Kind::List,
+        "CDI devices (vendor.com/class=name) handed to every sandbox: their device nodes, \
+         mounts, environment and hooks from the CDI specs; repeat or separate with commas. \
+         runc only",
+    )
+    .example("[\"nvidia.com/gpu=all\"]")
+    .backend_only(),
+    Setting::new(
+        CDI_SPEC_DIRS_KEY,
+        "--cdi-spec-dir",
+        CDI_SPEC_DIRS_ENV,
+        Kind::List,
+        "Directories of CDI specs, a later one overriding an earlier one's device of the \
+         same name; repeat the flag, or separate with colons",
+    )
+    .default("[\"/etc/cdi\", \"/var/run/cdi\"]"),
 ];
 
 /// Containers on this machine: the embedded default.
@@ -91,11 +120,21 @@ impl BackendPlugin for LocalPlugin {
   SANDBOX_RUNTIME (or runtime = \"runsc\" in the file): the OCI runtime of new
   sandboxes: runc (namespaces and seccomp on the host's kernel) or runsc
   (gVisor: a kernel in user space, ptrace platform; slower system calls)
-  [default: runc]."
+  [default: runc].
+  SANDBOX_DEVICES (or devices = [...] in the file, --device): CDI devices
+  (vendor.com/class=name) handed to every sandbox, from the CDI specs; runc
+  only. CDI_SPEC_DIRS (or cdi_spec_dirs, --cdi-spec-dir): where the specs
+  are, colon-separated [default: /etc/cdi:/var/run/cdi]."
     }
 
     fn file_keys(&self) -> &'static [&'static str] {
-        &[RUNTIME_KEY, DESKTOP_KEY, USERNS_KEY]
+        &[
+            RUNTIME_KEY,
+            DESKTOP_KEY,
+            USERNS_KEY,
+            DEVICES_KEY,
+            CDI_SPEC_DIRS_KEY,
+        ]
     }
 
     fn settings(&self) -> &'static [Setting] {
@@ -113,7 +152,13 @@ impl BackendPlugin for LocalPlugin {
     ) -> Option<Vec<Check>> {
         // The runtime the settings chose decides what is checked.
         let runtime = configured.and_then(configured_runtime).unwrap_or_default();
-        Some(crate::prerequisites::prerequisites(state_dir, runtime))
+        let mut checks = crate::prerequisites::prerequisites(state_dir, runtime);
+        let local = configured.and_then(|c| c.downcast_ref::<Local>());
+        checks.extend(crate::cdi::checks(
+            local.map_or(&[][..], |l| &l.cdi_spec_dirs),
+            local.map_or(&[][..], |l| &l.devices),
+        ));
+        Some(checks)
     }
 
     fn configure(
@@ -127,7 +172,19 @@ impl BackendPlugin for LocalPlugin {
                 .parse::<Runtime>()
                 .map_err(|e| value.invalid(e))?,
         };
+        let devices = list(settings, DEVICES_ENV, DEVICES_KEY, &[',']);
+        if runtime == Runtime::Runsc
+            && let Some(value) = settings.get(DEVICES_ENV, DEVICES_KEY)
+            && !devices.is_empty()
+        {
+            return Err(value.invalid(RUNSC_DEVICES));
+        }
         Ok(Arc::new(Local {
+            devices,
+            cdi_spec_dirs: list(settings, CDI_SPEC_DIRS_ENV, CDI_SPEC_DIRS_KEY, &[':', ','])
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
             static_shim: settings
                 .var(STATIC_SHIM_ENV)
                 .map(|v| PathBuf::from(v.value)),
@@ -136,6 +193,31 @@ impl BackendPlugin for LocalPlugin {
             runtime,
         }))
     }
+}
+
+/// Why devices are refused under runsc.
+pub(crate) const RUNSC_DEVICES: &str = "devices need runtime runc: gVisor (runsc) passes \
+     through only a few devices of its own (NVIDIA GPUs with --nvproxy), not CDI's edits";
+
+/// A list setting: its entries split at `separators`, blanks dropped.
+fn list(
+    settings: &dyn SettingsSource,
+    env: &'static str,
+    key: &'static str,
+    separators: &[char],
+) -> Vec<String> {
+    settings
+        .get(env, key)
+        .map(|value| {
+            value
+                .value
+                .split(separators)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A true/false setting.
@@ -168,6 +250,8 @@ struct Local {
     desktop: bool,
     userns: bool,
     runtime: Runtime,
+    devices: Vec<String>,
+    cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl ConfiguredBackend for Local {
@@ -181,6 +265,8 @@ impl ConfiguredBackend for Local {
         config.desktop = self.desktop;
         config.userns = self.userns;
         config.runtime = self.runtime;
+        config.devices = self.devices.clone();
+        config.cdi_spec_dirs = self.cdi_spec_dirs.clone();
         config.snapshot_store = placement.snapshot_store.clone();
         // Fail at start, not on the first session, when there is nothing
         // to run sessions on.
@@ -242,6 +328,41 @@ mod tests {
         let err = desktop(&[(DESKTOP_ENV, "yes please")]).unwrap_err();
         assert!(err.to_string().contains(DESKTOP_ENV), "{err}");
         assert!(PLUGIN.file_keys().contains(&DESKTOP_KEY));
+    }
+
+    #[test]
+    fn devices_and_spec_directories_are_lists() {
+        let configured = PLUGIN
+            .configure(&MapSource::vars(&[
+                (DEVICES_ENV, "nvidia.com/gpu=0, example.com/x=y,"),
+                (CDI_SPEC_DIRS_ENV, "/etc/cdi:/srv/cdi"),
+            ]))
+            .unwrap();
+        let local = configured.downcast_ref::<Local>().unwrap();
+        assert_eq!(local.devices, ["nvidia.com/gpu=0", "example.com/x=y"]);
+        assert_eq!(
+            local.cdi_spec_dirs,
+            [PathBuf::from("/etc/cdi"), PathBuf::from("/srv/cdi")]
+        );
+        for key in [DEVICES_KEY, CDI_SPEC_DIRS_KEY] {
+            assert!(PLUGIN.file_keys().contains(&key));
+        }
+        let none = PLUGIN.configure(&MapSource::vars(&[])).unwrap();
+        let none = none.downcast_ref::<Local>().unwrap();
+        assert!(none.devices.is_empty() && none.cdi_spec_dirs.is_empty());
+    }
+
+    #[test]
+    fn devices_are_refused_under_runsc() {
+        let err = PLUGIN
+            .configure(&MapSource::vars(&[
+                (RUNTIME_ENV, "runsc"),
+                (DEVICES_ENV, "nvidia.com/gpu=0"),
+            ]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(DEVICES_ENV), "{err}");
+        assert!(err.contains("runc") && err.contains("nvproxy"), "{err}");
     }
 
     fn runtime(pairs: &[(&str, &str)]) -> Result<Runtime, SettingsError> {

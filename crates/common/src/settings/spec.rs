@@ -102,6 +102,10 @@ pub struct Setting {
     pub per_outpost: bool,
     /// A secret: never a flag, never in the file, never shown.
     pub secret: bool,
+    /// A backend's setting that is an error when given while no outpost
+    /// uses that backend (it asks for something only that backend can
+    /// give, so ignoring it would hide the mistake).
+    pub backend_only: bool,
     /// What values it takes.
     pub kind: Kind,
     /// What it is when not given.
@@ -131,6 +135,7 @@ impl Setting {
             in_file: true,
             per_outpost: false,
             secret: false,
+            backend_only: false,
             kind,
             default: DefaultValue::None,
             example: None,
@@ -175,6 +180,12 @@ impl Setting {
     /// May be set per `[[outpost]]` table.
     pub const fn per_outpost(mut self) -> Self {
         self.per_outpost = true;
+        self
+    }
+
+    /// Refused when no outpost uses its backend (see [`Setting::backend_only`]).
+    pub const fn backend_only(mut self) -> Self {
+        self.backend_only = true;
         self
     }
 

@@ -55,6 +55,13 @@ pub(crate) struct DoctorArgs {
     /// TOML settings file [default: $GARRISON_CONFIG/garrison.toml, if it exists]
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Directory of CDI specs whose devices the local backend lists; repeat for several
+    /// [default: as `garrison serve`]
+    #[arg(long = "cdi-spec-dir", value_name = "DIR")]
+    cdi_spec_dirs: Vec<PathBuf>,
+    /// CDI device the local backend must find; repeat for several [default: as `garrison serve`]
+    #[arg(long = "device", value_name = "NAME")]
+    devices: Vec<String>,
     /// Print the report as one JSON object
     ///
     /// Its fields: ok (true when no required check failed),
@@ -73,6 +80,12 @@ impl DoctorArgs {
         let mut argv: Vec<std::ffi::OsString> = vec!["serve".into()];
         for outpost in &self.outposts {
             argv.extend(["--outpost".into(), outpost.into()]);
+        }
+        for dir in &self.cdi_spec_dirs {
+            argv.extend(["--cdi-spec-dir".into(), dir.into()]);
+        }
+        for device in &self.devices {
+            argv.extend(["--device".into(), device.into()]);
         }
         let mut push = |flag: &str, value: Option<std::ffi::OsString>| {
             if let Some(value) = value {

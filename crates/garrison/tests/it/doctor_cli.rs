@@ -410,3 +410,75 @@ async fn an_unreachable_tensorlake_is_not_a_missing_key() {
     assert!(!text.contains("Backend local"), "{text}");
     assert!(text.contains("Backend tensorlake (configured)"), "{text}");
 }
+
+/// A CDI spec of one harmless device, /dev/null.
+const CDI_SPEC: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/null",
+  "devices": [{"name": "zero", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}]}}]}"#;
+
+#[tokio::test]
+async fn the_local_backend_lists_the_cdi_devices_of_the_spec_directories() {
+    let emu = emulator().await;
+    let op = outpost(&emu);
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    std::fs::write(specs.join("null.json"), CDI_SPEC).unwrap();
+    std::fs::write(specs.join("broken.yaml"), "kind: [\n").unwrap();
+    let run = |extra: &'static [&'static str]| {
+        let mut cmd = Command::new(garrison_bin());
+        cmd.args(["doctor", "--api-url", &emu.base_url(), "--outpost", &op])
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args(["--backend", "local", "--cdi-spec-dir"])
+            .arg(&specs)
+            .args(extra)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env("GARRISON_CONFIG", dir.path().join("config"))
+            .env("DEVIN_OUTPOSTS_TOKEN", emu.account_token());
+        cmd.output()
+    };
+    let text = stdout(&run(&[]).await.expect("garrison doctor runs"));
+    let spec = specs.join("null.json");
+    for line in [
+        format!(
+            "- CDI device example.com/null=zero: spec {}",
+            spec.display()
+        ),
+        format!("! CDI spec {}:", specs.join("broken.yaml").display()),
+    ] {
+        assert!(text.contains(&line), "no {line:?} in:\n{text}");
+    }
+
+    let out = run(&["--json", "--device", "example.com/null=one"])
+        .await
+        .expect("garrison doctor runs");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let checks: Vec<&serde_json::Value> = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["checks"].as_array().unwrap())
+        .collect();
+    let named = |name: &str| {
+        *checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name} in {report}"))
+    };
+    assert_eq!(
+        named("CDI device example.com/null=zero")["detail"],
+        format!("spec {}", spec.display())
+    );
+    // A configured device the specs do not define fails, naming the known.
+    let devices = named("devices");
+    assert_eq!(devices["outcome"], "fail", "{devices}");
+    let detail = devices["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("unknown CDI device example.com/null=one")
+            && detail.contains("known devices: example.com/null=zero"),
+        "{detail}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}

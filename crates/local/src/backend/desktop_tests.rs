@@ -74,6 +74,8 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
         runtime: Default::default(),
         desktop: true,
         userns: true,
+        devices: Vec::new(),
+        cdi_spec_dirs: Vec::new(),
     })
 }
 

@@ -73,7 +73,7 @@ const REACHABLE_ROOTS: &str = "/run/garrison";
 impl LocalBackend {
     /// `/run/garrison/<hash of this backend's state root>/<name>`, the
     /// directory holding the `rootfs` runc mounts for sandbox `name`.
-    fn reachable_dir(&self, name: &str) -> PathBuf {
+    pub(super) fn reachable_dir(&self, name: &str) -> PathBuf {
         let state = sandbox::hashed_id(&self.config.root.to_string_lossy());
         Path::new(REACHABLE_ROOTS).join(state).join(name)
     }
@@ -113,6 +113,15 @@ impl LocalBackend {
     pub(super) fn hide_root(&self, name: &str) -> anyhow::Result<()> {
         let own = self.reachable_dir(name);
         crate::disk::unmount(&own.join("rootfs"))?;
+        // The devices' nodes (see `devices`), if it had any.
+        let nodes = own.join(super::devices::NODES_DIR);
+        crate::disk::unmount(&nodes)?;
+        match std::fs::remove_dir(&nodes) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(anyhow!(e).context(format!("removing {}", nodes.display())));
+            }
+            _ => {}
+        }
         match std::fs::remove_dir(own.join("rootfs")).and_then(|()| std::fs::remove_dir(&own)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(anyhow!(e).context(format!("removing {}", own.display())));

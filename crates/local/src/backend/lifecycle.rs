@@ -241,6 +241,9 @@ impl LocalBackend {
             .into());
         }
 
+        // Before anything is built: an unknown device fails the create.
+        let mut devices = self.device_edits()?;
+
         std::fs::create_dir_all(dir.join("proc"))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         // runc only: gVisor's kernel keeps ids of its own, and its file
@@ -281,7 +284,7 @@ impl LocalBackend {
             None => None,
         };
         let cgroups_path = crate::runc::cgroups_path(name);
-        let config = oci::config(&ContainerConfig {
+        let mut config = oci::config(&ContainerConfig {
             hostname: "sandbox",
             resources: &spec.resources,
             cgroups_path: &cgroups_path,
@@ -293,6 +296,13 @@ impl LocalBackend {
             }),
             limit_swap: oci::swap_limit_supported(),
         });
+        if let Some(edits) = &mut devices {
+            if let Some((ids, _)) = &user_ns {
+                self.make_private_nodes(name, ids.host_base, edits)?;
+            }
+            crate::cdi::apply(&mut config, edits, user_ns.is_some());
+            Self::keep_device_env(dir, edits)?;
+        }
         std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
         // Recorded before the container exists, so a teardown after a crash
         // here still asks the right runtime.

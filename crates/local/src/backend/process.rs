@@ -146,11 +146,7 @@ impl LocalBackend {
         std::fs::create_dir_all(&host_dir).map_err(fatal)?;
         let request = ShimRequest {
             argv: process.argv.clone(),
-            env: process
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            env: Self::process_env(&dir, &process.env).map_err(fatal)?,
             cwd: PathBuf::from(&process.cwd),
             dir: PathBuf::from(&inside),
         };

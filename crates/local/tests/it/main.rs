@@ -8,6 +8,7 @@ mod attacks;
 mod backend;
 mod bounds;
 mod default_image;
+mod devices;
 mod dns_flood;
 mod net;
 mod object_store;

@@ -57,6 +57,8 @@ pub(crate) fn config_for(runtime: Runtime) -> Option<LocalConfig> {
         runtime,
         desktop: false,
         userns: true,
+        devices: Vec::new(),
+        cdi_spec_dirs: Vec::new(),
     })
 }
 

@@ -200,13 +200,25 @@ fn take_backend_keys(
                 .map(|n| n.to_string()),
             DeValue::Float(f) => Some(f.as_str().to_owned()),
             DeValue::Boolean(b) => Some(b.to_string()),
+            // A list: its strings joined with commas, as a flag or a
+            // variable would give it.
+            DeValue::Array(items) => items
+                .iter()
+                .map(|item| match item.get_ref() {
+                    DeValue::String(s) => Some(s.to_string()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(|items| items.join(",")),
             _ => None,
         };
         let Some(as_text) = as_text else {
             let (line, column) = line_and_column(text, value.span().start);
             return Err(SettingsError::Parse {
                 path: path.to_owned(),
-                reason: format!("line {line}, column {column}: {key} must be a string or a number"),
+                reason: format!(
+                    "line {line}, column {column}: {key} must be a string, a number or a list of strings"
+                ),
             });
         };
         taken.insert(*key, Sourced::new(as_text, Origin::file(path, key, None)));

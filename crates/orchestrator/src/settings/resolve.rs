@@ -220,6 +220,30 @@ fn configure_backends(
         };
         configured.insert(plugin.name(), plugin.configure(source)?);
     }
+    // A setting only its own backend can honour, given while no outpost
+    // uses that backend: refused, rather than silently ignored.
+    for plugin in backends
+        .iter()
+        .filter(|b| !configured.contains_key(b.name()))
+    {
+        for setting in plugin.settings().iter().filter(|s| s.backend_only) {
+            let given = match setting.env {
+                Some(env) => source.get(env, setting.name),
+                None => source
+                    .flag(setting.name)
+                    .or_else(|| source.file_key(setting.name)),
+            };
+            if let Some(value) = given {
+                let used: Vec<&str> = configured.keys().copied().collect();
+                return Err(value.invalid(format!(
+                    "{} is a setting of the {} backend, and no outpost uses it (backend {})",
+                    setting.name,
+                    plugin.name(),
+                    used.join(", ")
+                )));
+            }
+        }
+    }
     Ok(configured)
 }
 

@@ -23,6 +23,8 @@ struct Fake {
     file_keys: &'static [&'static str],
     /// A variable without which it is "not configured".
     required_var: Option<&'static str>,
+    /// Its declared settings.
+    settings: &'static [Setting],
 }
 
 #[derive(Debug)]
@@ -41,6 +43,9 @@ impl BackendPlugin for Fake {
     }
     fn file_keys(&self) -> &'static [&'static str] {
         self.file_keys
+    }
+    fn settings(&self) -> &'static [Setting] {
+        self.settings
     }
     fn refused_file_keys(&self) -> &'static [(&'static str, &'static str)] {
         if self.file_keys.is_empty() {
@@ -80,26 +85,40 @@ impl ConfiguredBackend for FakeConfigured {
 
 const FAKE_KEY_VAR: &str = "FAKE_API_KEY";
 
+/// A setting only the fake Tensorlake can honour.
+const FAKE_GPUS: Setting = Setting::new(
+    "fake_gpus",
+    "--fake-gpus",
+    "FAKE_GPUS",
+    Kind::List,
+    "GPUs to hand to sandboxes",
+)
+.backend_only();
+
 static BACKENDS: [&dyn BackendPlugin; 4] = [
     &Fake {
         name: "host",
         file_keys: &[],
         required_var: None,
+        settings: &[],
     },
     &Fake {
         name: "local",
         file_keys: &[],
         required_var: None,
+        settings: &[],
     },
     &Fake {
         name: "tensorlake",
-        file_keys: &["fake_image", "fake_timeout_secs"],
+        file_keys: &["fake_image", "fake_timeout_secs", "fake_gpus"],
         required_var: Some(FAKE_KEY_VAR),
+        settings: &[FAKE_GPUS],
     },
     &Fake {
         name: "modal",
         file_keys: &[],
         required_var: None,
+        settings: &[],
     },
 ];
 
@@ -1636,9 +1655,49 @@ fn a_backend_reads_the_file_keys_it_declared() {
     let message = file_err("fake_api_key = \"x\"");
     assert!(message.contains("never from this file"), "{message}");
     assert!(
-        file_err("fake_image = [1]")
-            .contains("line 1, column 14: fake_image must be a string or a number")
+        file_err("fake_image = [1]").contains(
+            "line 1, column 14: fake_image must be a string, a number or a list of strings"
+        )
     );
+}
+
+#[test]
+fn a_backend_reads_a_list_of_the_file_as_comma_separated_text() {
+    let raw = env(&[("GARRISON_BACKEND", "tensorlake")]).or(file("fake_gpus = [\"a\", \"b\"]\n"));
+    let config = resolve_on(raw, &[(FAKE_KEY_VAR, TL_KEY)]).unwrap();
+    let seen = seen_by(&config, "tensorlake");
+    assert!(
+        seen.contains(&saw("fake_gpus", "a,b", &format!("fake_gpus in {FILE}"))),
+        "{seen}"
+    );
+}
+
+#[test]
+fn a_backend_only_setting_is_refused_when_no_outpost_uses_its_backend() {
+    let message = resolve_on(env(&[("GARRISON_BACKEND", "host")]), &[("FAKE_GPUS", "a")])
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("FAKE_GPUS (environment)"), "{message}");
+    assert!(
+        message.contains("fake_gpus is a setting of the tensorlake backend, and no outpost uses it (backend host)"),
+        "{message}"
+    );
+    let message = resolve_on(
+        env(&[("GARRISON_BACKEND", "host")]).or(file("fake_gpus = [\"a\"]\n")),
+        &[],
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(
+        message.contains(&format!("fake_gpus in {FILE}")),
+        "{message}"
+    );
+    // Where its backend is used, it is that backend's to read.
+    resolve_on(
+        env(&[("GARRISON_BACKEND", "tensorlake")]),
+        &[(FAKE_KEY_VAR, TL_KEY), ("FAKE_GPUS", "a")],
+    )
+    .unwrap();
 }
 
 // ---------------------------------------------------------------------------

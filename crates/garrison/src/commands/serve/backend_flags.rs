@@ -24,8 +24,11 @@ impl clap::FromArgMatches for BackendFlags {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
         let mut flags = BTreeMap::new();
         for setting in backend_flag_settings() {
-            if let Some(value) = matches.get_one::<String>(setting.name) {
-                flags.insert(setting.name, value.clone());
+            // A list's flag may be repeated: its values joined with commas,
+            // as a variable would give them.
+            if let Some(values) = matches.get_many::<String>(setting.name) {
+                let values: Vec<&str> = values.map(String::as_str).collect();
+                flags.insert(setting.name, values.join(","));
             }
         }
         Ok(Self(flags))
@@ -60,6 +63,7 @@ impl clap::Args for BackendFlags {
                     .num_args(0..=1)
                     .require_equals(true)
                     .default_missing_value("true"),
+                Kind::List => arg.value_name("VALUE").action(clap::ArgAction::Append),
                 // The accepted words are in the help.
                 _ => arg.value_name("VALUE"),
             };

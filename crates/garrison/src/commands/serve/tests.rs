@@ -202,6 +202,33 @@ fn log_format_and_listen_come_from_any_layer_and_have_defaults() {
 }
 
 #[test]
+fn a_backends_list_flag_may_be_repeated_and_is_refused_where_its_backend_is_unused() {
+    let args = parse(&[
+        "--device",
+        "example.com/a=1",
+        "--device",
+        "example.com/b=2,example.com/c=3",
+    ]);
+    assert_eq!(
+        args.backend_flags.0["devices"],
+        "example.com/a=1,example.com/b=2,example.com/c=3"
+    );
+    let vars = [
+        ("DEVIN_OUTPOSTS_TOKEN", "cog_x"),
+        ("OUTPOST_ID", "op"),
+        ("HOME", "/nonexistent"),
+    ];
+    let raw = parse(&["--backend", "host", "--device", "example.com/a=1"]).to_raw(&host(&vars));
+    let error =
+        settings::resolve(raw, None, &host(&vars), &crate::backends::ALL).expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid --device: devices is a setting of the local backend, and no outpost uses it \
+         (backend host)"
+    );
+}
+
+#[test]
 fn backends_settings_have_flags_that_beat_their_variables() {
     let args = parse(&["--runtime", "runsc", "--desktop", "--userns=false"]);
     assert_eq!(args.backend_flags.0["runtime"], "runsc");

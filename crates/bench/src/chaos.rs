@@ -152,9 +152,16 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         faketime,
     };
     let started = Instant::now();
-    let mut rig = Rig::start(&setup).await?;
+    // An interrupted run takes down what it made (hosts, namespaces,
+    // mounts, the store) as it goes, instead of leaving it all up.
+    let mut rig = until_interrupted(Rig::start(&setup)).await??;
     let clock_steps = setup.faketime.is_some();
-    let outcome = drive(&mut rig, &args, seed, clock_steps).await;
+    let Ok(outcome) = until_interrupted(drive(&mut rig, &args, seed, clock_steps)).await else {
+        progress("interrupted: taking the hosts down");
+        rig.stop().await;
+        drop(rig);
+        bail!("interrupted; the hosts, their namespaces and mounts were taken down");
+    };
     let logs: Vec<String> = rig.garrisons.iter().map(|g| g.log_tail(40)).collect();
     let found = outcome.as_ref().map(checker::check).unwrap_or_default();
     if !found.is_empty() {
@@ -177,6 +184,19 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         println!("{}", report.json());
     }
     Ok(())
+}
+
+/// `work`, unless a SIGINT or SIGTERM comes first (then `Err`, and `work`
+/// is dropped, taking down what it had made).
+async fn until_interrupted<T>(work: impl Future<Output = T>) -> anyhow::Result<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        done = work => Ok(done),
+        _ = int.recv() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+    }
 }
 
 /// Copies every host's log where it outlives the run, for a run with

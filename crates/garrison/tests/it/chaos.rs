@@ -95,3 +95,116 @@ fn two_minutes_of_chaos_with_a_random_seed_break_no_invariant() {
         chaos_run(rand::random::<u32>().into());
     }
 }
+
+// Before the fix a Ctrl-C (or nextest's SIGTERM at a timeout) killed the
+// bench outright, leaving three Garrisons serving, their namespaces, the
+// bridge and the tmpfs mounts up.
+#[test]
+fn an_interrupted_run_takes_down_what_it_made() {
+    use std::io::{BufRead, BufReader, Read};
+    if !can_run() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(garrison_bin())
+        .args(["bench", "chaos", "--minutes", "2", "--sessions", "2"])
+        .env("GARRISON_CONFIG", home.path().join("no-config"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tag = format!("{:05x}", child.id() & 0xfffff);
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("hosts ready") {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("the bench ended before its hosts were ready:\n{seen}");
+        }
+        seen.push_str(&line);
+    }
+    let namespaces = || {
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&format!("gch{tag}-")))
+            .count()
+    };
+    assert!(namespaces() > 0, "no namespaces of tag {tag}:\n{seen}");
+    let garrisons = descendants(child.id());
+    let roots: Vec<String> = garrisons.iter().filter_map(|p| run_root(*p)).collect();
+    assert!(!roots.is_empty(), "no Garrison of the run found:\n{seen}");
+
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let said = format!("{seen}{rest}");
+    assert!(!status.success(), "{said}");
+    assert!(rest.contains("taken down"), "{said}");
+    assert_eq!(namespaces(), 0, "namespaces left:\n{said}");
+    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(
+        !links.contains(&format!("gcb{tag}")),
+        "the bridge is left\n{said}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    for root in &roots {
+        assert!(
+            !mounts.contains(root.as_str()),
+            "mounts under {root} left\n{said}"
+        );
+    }
+    let serving: Vec<u32> = garrisons.into_iter().filter(|p| alive(*p)).collect();
+    assert!(
+        serving.is_empty(),
+        "Garrisons {serving:?} still run\n{said}"
+    );
+}
+
+/// Every process below `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                next.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// The run's directory (`.../garrison-bench-chaos-XXXX`) from a Garrison's
+/// `--state-dir`.
+fn run_root(pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let state = args.iter().skip_while(|a| *a != "--state-dir").nth(1)?;
+    let at = state.find("garrison-bench-chaos-")?;
+    let end = state[at..].find('/').map_or(state.len(), |e| at + e);
+    Some(state[..end].to_owned())
+}
+
+/// Whether `pid` runs (a zombie waiting for its reaper does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit(") ").next()?.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}

@@ -159,7 +159,6 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let Ok(outcome) = until_interrupted(drive(&mut rig, &args, seed, clock_steps)).await else {
         progress("interrupted: taking the hosts down");
         rig.stop().await;
-        drop(rig);
         bail!("interrupted; the hosts, their namespaces and mounts were taken down");
     };
     let logs: Vec<String> = rig.garrisons.iter().map(|g| g.log_tail(40)).collect();

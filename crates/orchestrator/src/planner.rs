@@ -48,8 +48,8 @@ pub use renewal::renew_margin;
 #[cfg(test)]
 pub(crate) use renewal::{ASSUMED_CLAIM_LIFETIME_MS, MIN_RENEW_INTERVAL_MS};
 pub(crate) use renewal::{
-    ClaimAnswer, LifetimeSource, Renewal, claim_lifetime, lapsed_claim_is_lost, renewal_due_in,
-    step_budget,
+    ClaimAnswer, LifetimeSource, Renewal, claim_lifetime, give_up_ahead, lapsed_claim_is_lost,
+    renewal_due_in, step_budget,
 };
 pub(crate) use room::{
     DEFAULT_MIN_FREE_BYTES, Room, RoomChange, RoomObs, Shortage, assess_room, probe_store,

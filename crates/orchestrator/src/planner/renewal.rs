@@ -95,17 +95,38 @@ pub(crate) fn step_budget(lifetime: Option<Millis>, policy: &Policy) -> Millis {
     MIN_STEP_BUDGET_MS.min(renew_margin(lifetime, policy))
 }
 
+/// How long before its reckoned expiry an unrenewed claim of a session
+/// not seen running is given up: the expiry is reckoned from the answer's
+/// arrival, so it falls after the server's deadline by the answer's
+/// latency, and by up to a second more where the server's timestamps are
+/// whole seconds. Given up before the server frees the claim, our remote
+/// is stopped before another acceptor's claim can let it dial in.
+pub(crate) const GIVE_UP_AHEAD_MS: Millis = 2_000;
+
+/// [`GIVE_UP_AHEAD_MS`], or a fifth of a shorter claim.
+pub(crate) fn give_up_ahead(lifetime: Option<Millis>) -> Millis {
+    match lifetime {
+        Some(lifetime) if lifetime > 0 => GIVE_UP_AHEAD_MS.min(lifetime / 5),
+        _ => GIVE_UP_AHEAD_MS,
+    }
+}
+
 /// Whether a claim that could not be renewed must be given up as lost:
 /// its expiry (reckoned from the last answer's arrival, so never before the
-/// server's) has passed, and the fleet API was never seen to have the
-/// session `running` under it. An expired claim on a running session stays
-/// with its worker (the fleet API refuses it to anyone else), so that
-/// remote may go on; any other session returns to the queue at its
-/// deadline, another acceptor may claim it and start a remote of its own,
-/// and ours, still trying to dial in (say, from behind a network cut),
-/// must not be there when it does.
-pub(crate) fn lapsed_claim_is_lost(time_left: Option<Millis>, seen_running: bool) -> bool {
-    !seen_running && time_left.is_some_and(|left| left <= 0)
+/// server's) is at most [`give_up_ahead`] away, and the fleet API was never
+/// seen to have the session `running` under it. An expired claim on a
+/// running session stays with its worker (the fleet API refuses it to
+/// anyone else), so that remote may go on; any other session returns to
+/// the queue at its deadline, another acceptor may claim it and start a
+/// remote of its own, and ours, still trying to dial in (say, from behind a
+/// network cut), must be stopped before it can: connect tokens stay valid
+/// for the whole session, so the gateway would let it in.
+pub(crate) fn lapsed_claim_is_lost(
+    time_left: Option<Millis>,
+    lifetime: Option<Millis>,
+    seen_running: bool,
+) -> bool {
+    !seen_running && time_left.is_some_and(|left| left <= give_up_ahead(lifetime))
 }
 
 /// Whether to renew now.

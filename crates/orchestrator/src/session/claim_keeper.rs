@@ -13,14 +13,18 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::planner::{
-    ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, lapsed_claim_is_lost,
-    renewal_due_in, step_budget,
+    ClaimAnswer, LifetimeSource, Millis, Policy, claim_lifetime, give_up_ahead,
+    lapsed_claim_is_lost, renewal_due_in, step_budget,
 };
 use common::now_ms;
 
 /// The shortest wait for a renewal's answer, even on a claim that lapsed
 /// (a re-claim after the deadline still succeeds when no one else took it).
 const UNANSWERED_AFTER: Duration = Duration::from_secs(2);
+
+/// The least a renewal of a claim about to be given up waits for an
+/// answer: enough for a fleet API in reach.
+const UNANSWERED_NEAR_LAPSE: Duration = Duration::from_millis(500);
 
 /// The claim-time state of a session, kept in memory only.
 #[derive(Default)]
@@ -240,17 +244,26 @@ impl ClaimKeeper {
     /// Whether the claim must be given up as lost after a renewal that
     /// failed or went unanswered (see [`lapsed_claim_is_lost`]).
     pub(super) fn lapsed(&self) -> bool {
-        lapsed_claim_is_lost(self.time_left(), self.claim.seen_running)
+        lapsed_claim_is_lost(self.time_left(), self.lifetime(), self.claim.seen_running)
     }
 
     /// Asks the server for more time on the claim and takes in its answer.
     /// The call waits no longer than the claim has left (at least
     /// [`UNANSWERED_AFTER`]), so a fleet API out of reach is found out by
-    /// the time the claim lapses, not a request timeout later.
+    /// the time the claim lapses, not a request timeout later; for a
+    /// session not seen running, no longer than until the claim is to be
+    /// given up (see [`lapsed_claim_is_lost`]), at least
+    /// [`UNANSWERED_NEAR_LAPSE`].
     pub(super) async fn renew(&mut self) -> Renewal {
         self.claim.last_attempt = Some(Instant::now());
+        let ahead = give_up_ahead(self.lifetime());
+        let seen_running = self.claim.seen_running;
         let wait = self.time_left().map_or(Duration::MAX, |left| {
-            Duration::from_millis(left.max(0) as u64).max(UNANSWERED_AFTER)
+            if seen_running {
+                Duration::from_millis(left.max(0) as u64).max(UNANSWERED_AFTER)
+            } else {
+                Duration::from_millis((left - ahead).max(0) as u64).max(UNANSWERED_NEAR_LAPSE)
+            }
         });
         let call = self.client.claim(&self.session_id, &self.acceptor_id);
         let Ok(answer) = tokio::time::timeout(wait, call).await else {

@@ -144,9 +144,11 @@ fn a_just_renewed_claim_always_leaves_room_for_a_step() {
 
 #[test]
 fn a_lapsed_claim_is_lost_only_if_the_session_was_never_seen_running() {
+    let minutes = Some(300_000);
     // (time left, seen running) -> given up
     let cases = [
-        (Some(1), false, false),
+        (Some(GIVE_UP_AHEAD_MS + 1), false, false),
+        (Some(GIVE_UP_AHEAD_MS), false, true),
         (Some(0), false, true),
         (Some(-5_000), false, true),
         (Some(-5_000), true, false),
@@ -157,9 +159,25 @@ fn a_lapsed_claim_is_lost_only_if_the_session_was_never_seen_running() {
     ];
     for (left, seen_running, lost) in cases {
         assert_eq!(
-            lapsed_claim_is_lost(left, seen_running),
+            lapsed_claim_is_lost(left, minutes, seen_running),
             lost,
             "{left:?} {seen_running}"
         );
     }
+}
+
+// Bench chaos, seed 3210005263: a claim given up only once its reckoned
+// expiry had passed (after the server's deadline, by the answer's latency)
+// left a window in which the remote, its cut just healed, dialled in after
+// another acceptor claimed the session, and served a write that was lost
+// with its sandbox.
+#[test]
+fn an_unrenewed_claim_is_given_up_before_its_deadline() {
+    assert!(lapsed_claim_is_lost(Some(1_500), Some(300_000), false));
+    assert!(!lapsed_claim_is_lost(Some(2_500), Some(300_000), false));
+    // A short claim is not given up for most of its life: a fifth of it.
+    assert_eq!(give_up_ahead(Some(4_000)), 800);
+    assert!(!lapsed_claim_is_lost(Some(1_500), Some(4_000), false));
+    assert!(lapsed_claim_is_lost(Some(800), Some(4_000), false));
+    assert_eq!(give_up_ahead(None), GIVE_UP_AHEAD_MS);
 }

@@ -41,6 +41,30 @@ async fn a_claim_that_lapsed_before_the_session_ran_is_given_up() {
     assert!(runner.claim_lost());
 }
 
+// Before the fix the claim was given up only once its reckoned expiry had
+// passed, after the server's deadline: a remote whose cut healed just then
+// dialled in after another acceptor had claimed the session, and served a
+// write lost with its sandbox (bench chaos, seed 3210005263).
+#[tokio::test]
+async fn an_unrenewed_claim_is_given_up_before_its_deadline() {
+    // Five seconds long (given up a fifth of it, 1 s, before its end),
+    // 4.3 s of it gone: 0.7 s left, not yet expired.
+    let mut answer = answer_at(now_ms(), Some(5));
+    answer.status.session_status = SessionStatus::Pending;
+    let world = World::new().await;
+    let mut runner = world.runner_claimed_with(record(Stage::Running, None), answer);
+    world.answer_claims(503, serde_json::json!({"error": "server_error"}));
+    tokio::time::sleep(Duration::from_millis(4_300)).await;
+
+    runner.renew().await.unwrap();
+
+    assert!(
+        matches!(runner.rec.stage, Stage::Finishing(_)),
+        "{:?}",
+        runner.rec.stage
+    );
+}
+
 #[tokio::test]
 async fn a_failed_renewal_with_time_left_is_retried() {
     let world = World::new().await;

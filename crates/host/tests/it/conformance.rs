@@ -48,13 +48,8 @@ sandbox::conformance_tests!(harness());
 /// instead of refusing the session on this host for good.
 #[tokio::test]
 async fn the_remains_of_an_interrupted_create_are_cleared_by_the_next_one() {
-    use sandbox::{Sandbox, SandboxName};
-    let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    let backend = HostBackend::new(config_in(&root)).unwrap();
-    let name = SandboxName::for_session("devin-interrupted");
-    let remains = root.join("host/sandboxes").join(name.as_str());
-    std::fs::create_dir_all(remains.join("fs/workspace")).unwrap();
-    std::fs::write(remains.join("fs/workspace/half-written"), "x").unwrap();
+    use sandbox::Sandbox;
+    let (backend, name, remains) = interrupted_create();
     assert!(backend.find(&name).await.unwrap().is_none());
 
     let spec = spec_for("devin-interrupted");
@@ -73,17 +68,25 @@ async fn the_remains_of_an_interrupted_create_are_cleared_by_the_next_one() {
 /// ended elsewhere meanwhile): `remove_remains` clears them, once.
 #[tokio::test]
 async fn remove_remains_clears_an_interrupted_create() {
-    use sandbox::{Sandbox, SandboxName};
-    let root: PathBuf = tempfile::tempdir().unwrap().keep();
-    let backend = HostBackend::new(config_in(&root)).unwrap();
-    let name = SandboxName::for_session("devin-interrupted");
-    let remains = root.join("host/sandboxes").join(name.as_str());
-    std::fs::create_dir_all(remains.join("fs/workspace")).unwrap();
-    std::fs::write(remains.join("fs/workspace/half-written"), "x").unwrap();
+    use sandbox::Sandbox;
+    let (backend, name, remains) = interrupted_create();
 
     assert!(backend.remove_remains(&name).await.unwrap());
     assert!(!remains.exists());
     assert!(!backend.remove_remains(&name).await.unwrap());
+}
+
+/// A backend in a new directory holding the remains of a create of
+/// `devin-interrupted` killed part way: its directory, a half-written file,
+/// no handle.
+fn interrupted_create() -> (HostBackend, sandbox::SandboxName, PathBuf) {
+    let root: PathBuf = tempfile::tempdir().unwrap().keep();
+    let backend = HostBackend::new(config_in(&root)).unwrap();
+    let name = sandbox::SandboxName::for_session("devin-interrupted");
+    let remains = root.join("host/sandboxes").join(name.as_str());
+    std::fs::create_dir_all(remains.join("fs/workspace")).unwrap();
+    std::fs::write(remains.join("fs/workspace/half-written"), "x").unwrap();
+    (backend, name, remains)
 }
 
 /// The host backend puts an executable into a sandbox as a hard link to

@@ -21,6 +21,18 @@ async fn recorded_snapshot(world: &World) -> sandbox::SnapshotRef {
     snapshot
 }
 
+/// `snapshot` is deleted, and no snapshot is recorded any more.
+async fn assert_snapshot_gone(world: &World, snapshot: &sandbox::SnapshotRef) {
+    assert!(!world.backend.snapshot_exists(snapshot).await.unwrap());
+    assert!(
+        world
+            .store
+            .snapshots_older_than(i64::MAX)
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// The fleet API's answer to a GET of the session, in `status`.
 fn entry_in(status: SessionStatus) -> serde_json::Value {
     let mut entry = claim_response();
@@ -109,14 +121,7 @@ async fn a_lost_session_the_fleet_api_shows_terminated_loses_its_snapshots() {
 
     runner.wind_down(Finish::Vanished).await.unwrap();
 
-    assert!(!world.backend.snapshot_exists(&snapshot).await.unwrap());
-    assert!(
-        world
-            .store
-            .snapshots_older_than(i64::MAX)
-            .unwrap()
-            .is_empty()
-    );
+    assert_snapshot_gone(&world, &snapshot).await;
     // Still not this host's claim to give back.
     assert_eq!(world.releases(), 0);
 }
@@ -214,13 +219,6 @@ async fn a_lost_session_whose_question_went_unanswered_is_asked_again() {
     let deps = world.deps_on(world.backend.clone());
     assert!(super::super::ask_again_if_over(&deps, id.clone()).await);
 
-    assert!(!world.backend.snapshot_exists(&snapshot).await.unwrap());
-    assert!(
-        world
-            .store
-            .snapshots_older_than(i64::MAX)
-            .unwrap()
-            .is_empty()
-    );
+    assert_snapshot_gone(&world, &snapshot).await;
     assert_eq!(last_asked(&world).as_deref(), Some("terminated"));
 }

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use fleet::ReleaseOutcome;
+
 use super::stage::{Finish, Stage};
 use super::terms::EntryObs;
 
@@ -160,15 +162,28 @@ pub(crate) fn lost_session_note(gone: bool, noted: bool) -> Option<FinishNote> {
     (gone && !noted).then_some(FinishNote::GoneAfterTheClaimWasLost)
 }
 
+/// Whether a session whose claim was given back with `outcome` must be
+/// asked whether it is over, as a lost one is: a suspend whose release was
+/// refused (the claim had lapsed and gone to another acceptor, which may
+/// have resumed and ended the session before this host's snapshot was
+/// stored, so no one else would delete it).
+pub(crate) fn asks_after_release(finish: Finish, outcome: Option<ReleaseOutcome>) -> bool {
+    finish == Finish::Suspended && outcome == Some(ReleaseOutcome::NotHolder)
+}
+
 /// Whether the minute's sweep asks again if a session is over: one this
-/// host lost (`stage`), whose last question went unanswered
-/// (`last_asked`, the status of its latest `asked_if_over` event, is
-/// `unanswered`) and so whose recorded snapshots are still kept. Any
-/// answer ends the asking: a terminated session's snapshots go, a gone
-/// one is noted, and one still alive elsewhere is ended there, by a host
-/// that deletes every snapshot of it.
+/// host lost (`stage`: vanished, or suspended with its release refused),
+/// whose last question went unanswered (`last_asked`, the status of its
+/// latest `asked_if_over` event, is `unanswered`) and so whose recorded
+/// snapshots are still kept. A suspended session whose release went
+/// through was never asked. Any answer ends the asking: a terminated
+/// session's snapshots go, a gone one is noted, and one still alive
+/// elsewhere is ended there, by a host that deletes every snapshot of it.
 pub(crate) fn asks_again(stage: Stage, last_asked: Option<&str>, unanswered: &str) -> bool {
-    stage == Stage::Done(Finish::Vanished) && last_asked == Some(unanswered)
+    matches!(
+        stage,
+        Stage::Done(Finish::Vanished) | Stage::Done(Finish::Suspended)
+    ) && last_asked == Some(unanswered)
 }
 
 #[cfg(test)]

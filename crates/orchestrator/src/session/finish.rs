@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
+use fleet::ReleaseOutcome;
 use serde_json::json;
 use tracing::{error, info, warn};
 
@@ -17,7 +18,7 @@ use super::snapshots::{delete_snapshots, delete_snapshots_once};
 use super::step::{KILL_GRACE, RecordFailed, StepError};
 use super::wind_down::{end_sandbox, release};
 use crate::metrics::Metrics;
-use crate::planner::{Finish, Stage, WindDownObs, finish_note, plan_wind_down};
+use crate::planner::{Finish, Stage, WindDownObs, asks_after_release, finish_note, plan_wind_down};
 
 impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
@@ -118,9 +119,14 @@ impl SessionRunner {
         let over = finish == Finish::Vanished && asked_if_over(&ctx, &self.deps.client).await;
         // One pass before the release; what a store cut kept is tried
         // again after it, so the claim is not held through the retries.
-        let left = (plan.delete_snapshots || over) && !delete_snapshots_once(&ctx).await;
+        let mut left = (plan.delete_snapshots || over) && !delete_snapshots_once(&ctx).await;
         if plan.release {
-            self.release().await;
+            let outcome = self.release().await;
+            // Refused: another acceptor took the claim, and may have ended
+            // the session before this snapshot was stored.
+            if asks_after_release(finish, outcome) && asked_if_over(&ctx, &self.deps.client).await {
+                left = !delete_snapshots_once(&ctx).await;
+            }
         }
         if left {
             delete_snapshots(&ctx).await;
@@ -129,7 +135,7 @@ impl SessionRunner {
     }
 
     /// Gives the claim back (see [`release`]).
-    pub(super) async fn release(&self) {
-        release(&self.ctx(), &self.deps.client, &self.deps.acceptor_id).await;
+    pub(super) async fn release(&self) -> Option<ReleaseOutcome> {
+        release(&self.ctx(), &self.deps.client, &self.deps.acceptor_id).await
     }
 }

@@ -44,6 +44,8 @@ struct World {
     claim_answer: Arc<Mutex<(u16, serde_json::Value)>>,
     /// What the fleet API answers a GET of the session; `{}` (200) if unset.
     get_answer: Arc<Mutex<Option<(u16, serde_json::Value)>>>,
+    /// What the fleet API answers a release; `{}` (200) if unset.
+    release_answer: Arc<Mutex<Option<(u16, serde_json::Value)>>>,
     api_url: String,
     /// `gateway_url`: for a claim that carries none.
     fallback_gateway: Option<String>,
@@ -65,21 +67,27 @@ impl World {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let claim_answer = Arc::new(Mutex::new((200, serde_json::json!({}))));
         let get_answer = Arc::new(Mutex::new(None));
+        let release_answer = Arc::new(Mutex::new(None));
         let seen = requests.clone();
         let answer = claim_answer.clone();
         let got = get_answer.clone();
+        let released = release_answer.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let seen = seen.clone();
             let answer = answer.clone();
             let got = got.clone();
+            let released = released.clone();
             async move {
                 let path = req.uri().path().to_owned();
                 seen.lock()
                     .unwrap()
                     .push(format!("{} {}", req.method(), path));
                 let get = got.lock().unwrap().clone();
+                let release = released.lock().unwrap().clone();
                 let (status, body) = if path.ends_with("/claim") {
                     answer.lock().unwrap().clone()
+                } else if let Some(release) = release.filter(|_| path.ends_with("/release")) {
+                    release
                 } else if let Some(get) = get.filter(|_| {
                     req.method() == axum::http::Method::GET
                         && path.ends_with(&format!("/devins/{SESSION}"))
@@ -104,6 +112,7 @@ impl World {
             requests,
             claim_answer,
             get_answer,
+            release_answer,
             api_url,
             fallback_gateway: None,
         }
@@ -112,6 +121,11 @@ impl World {
     /// The fleet API answers claims (renewals) with `status` and `body`.
     fn answer_claims(&self, status: u16, body: serde_json::Value) {
         *self.claim_answer.lock().unwrap() = (status, body);
+    }
+
+    /// The fleet API answers a release with `status` and `body`.
+    fn answer_releases(&self, status: u16, body: serde_json::Value) {
+        *self.release_answer.lock().unwrap() = Some((status, body));
     }
 
     /// The fleet API answers a GET of the session with `status` and `body`.

@@ -53,19 +53,23 @@ pub(super) async fn end_sandbox(
     Ok(obs)
 }
 
-/// Gives the claim back, a few times over; a claim never released expires
-/// by itself.
-pub(super) async fn release(ctx: &StepCtx, client: &FleetClient, acceptor_id: &str) {
+/// Gives the claim back, a few times over, and says how that went (`None`:
+/// no answer; a claim never released expires by itself).
+pub(super) async fn release(
+    ctx: &StepCtx,
+    client: &FleetClient,
+    acceptor_id: &str,
+) -> Option<ReleaseOutcome> {
     for attempt in 1..=FINISH_ATTEMPTS {
         match client.release(&ctx.session_id, acceptor_id).await {
             Ok(outcome) => {
-                let outcome = match outcome {
+                let word = match outcome {
                     ReleaseOutcome::Released => "released",
                     ReleaseOutcome::NotHolder => "not_holder",
                     ReleaseOutcome::Gone => "gone",
                 };
-                ctx.event("released", json!({ "outcome": outcome }));
-                return;
+                ctx.event("released", json!({ "outcome": word }));
+                return Some(outcome);
             }
             Err(e) => {
                 warn!(session_id = ctx.id(), attempt, error = %e, "releasing the claim failed");
@@ -75,4 +79,5 @@ pub(super) async fn release(ctx: &StepCtx, client: &FleetClient, acceptor_id: &s
     }
     // The claim expires by itself; the session is not lost.
     ctx.event("release_failed", json!({}));
+    None
 }

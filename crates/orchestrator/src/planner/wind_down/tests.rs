@@ -172,22 +172,45 @@ fn a_lost_session_found_gone_is_noted_once() {
 
 #[test]
 fn only_a_lost_session_whose_question_went_unanswered_is_asked_again() {
-    let lost = Stage::Done(Finish::Vanished);
-    assert!(asks_again(lost, Some("unknown"), "unknown"));
-    // Answered (terminated, gone, alive elsewhere), or never asked.
-    for answered in [Some("terminated"), Some("gone"), Some("running"), None] {
-        assert!(!asks_again(lost, answered, "unknown"), "{answered:?}");
+    // Vanished, or suspended with its release refused (only those asked).
+    for lost in [
+        Stage::Done(Finish::Vanished),
+        Stage::Done(Finish::Suspended),
+    ] {
+        assert!(asks_again(lost, Some("unknown"), "unknown"), "{lost:?}");
+        // Answered (terminated, gone, alive elsewhere), or never asked.
+        for answered in [Some("terminated"), Some("gone"), Some("running"), None] {
+            assert!(!asks_again(lost, answered, "unknown"), "{answered:?}");
+        }
     }
     // Every other end deletes its snapshots itself, or keeps them by
     // design.
+    for finish in [Finish::Terminated, Finish::Failed, Finish::Released] {
+        assert!(
+            !asks_again(Stage::Done(finish), Some("unknown"), "unknown"),
+            "{finish:?}"
+        );
+    }
+}
+
+#[test]
+fn only_a_suspend_whose_release_was_refused_is_asked_about() {
+    use fleet::ReleaseOutcome as R;
+    assert!(asks_after_release(Finish::Suspended, Some(R::NotHolder)));
+    for outcome in [Some(R::Released), Some(R::Gone), None] {
+        assert!(
+            !asks_after_release(Finish::Suspended, outcome),
+            "{outcome:?}"
+        );
+    }
     for finish in [
         Finish::Terminated,
-        Finish::Suspended,
+        Finish::Vanished,
         Finish::Failed,
         Finish::Released,
     ] {
         assert!(
-            !asks_again(Stage::Done(finish), Some("unknown"), "unknown"),
+            !asks_after_release(finish, Some(R::NotHolder)),
             "{finish:?}"
         );
     }

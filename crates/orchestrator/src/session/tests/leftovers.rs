@@ -222,3 +222,46 @@ async fn a_lost_session_whose_question_went_unanswered_is_asked_again() {
     assert_snapshot_gone(&world, &snapshot).await;
     assert_eq!(last_asked(&world).as_deref(), Some("terminated"));
 }
+
+// Bench chaos, 30 minutes, seed 30: a host cut off while it suspended a
+// session stored its snapshot after the claim had lapsed, another host had
+// resumed the session and a third had ended it (deleting every snapshot
+// it could see); the release was refused, and the late snapshot stayed for
+// the retention period.
+#[tokio::test]
+async fn a_suspend_whose_release_was_refused_asks_if_the_session_is_over() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_releases(
+        409,
+        serde_json::json!({"detail": "Session is not claimed by this acceptor"}),
+    );
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let mut runner = world.runner(record(Stage::Running, None));
+
+    runner.wind_down(Finish::Suspended).await.unwrap();
+
+    assert_snapshot_gone(&world, &snapshot).await;
+}
+
+// A release that went through leaves a suspended session's snapshot alone:
+// the session sleeps, and its resume needs it.
+#[tokio::test]
+async fn a_suspend_released_keeps_its_snapshot_without_asking() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let mut runner = world.runner(record(Stage::Running, None));
+
+    runner.wind_down(Finish::Suspended).await.unwrap();
+
+    assert!(world.backend.snapshot_exists(&snapshot).await.unwrap());
+    assert!(
+        !world
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.starts_with("GET "))
+    );
+}

@@ -61,7 +61,7 @@ pub(crate) use terms::{DEFAULT_SUSPEND_EXIT_GRACE_MS, EntryObs, OperatorStop, Re
 pub use terms::{Millis, Policy};
 pub use wind_down::SnapshotReason;
 pub(crate) use wind_down::{
-    FinishNote, SandboxEnd, WindDownObs, asks_after_release, asks_again, finish_note,
+    AfterRelease, FinishNote, SandboxEnd, WindDownObs, after_release, asks_again, finish_note,
     lost_session_note, plan_wind_down,
 };
 

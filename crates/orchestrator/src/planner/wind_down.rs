@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use fleet::ReleaseOutcome;
+use fleet::{ReleaseOutcome, SessionStatus};
 
 use super::stage::{Finish, Stage};
 use super::terms::EntryObs;
@@ -162,13 +162,40 @@ pub(crate) fn lost_session_note(gone: bool, noted: bool) -> Option<FinishNote> {
     (gone && !noted).then_some(FinishNote::GoneAfterTheClaimWasLost)
 }
 
-/// Whether a session whose claim was given back with `outcome` must be
-/// asked whether it is over, as a lost one is: a suspend whose release was
-/// refused (the claim had lapsed and gone to another acceptor, which may
-/// have resumed and ended the session before this host's snapshot was
-/// stored, so no one else would delete it).
-pub(crate) fn asks_after_release(finish: Finish, outcome: Option<ReleaseOutcome>) -> bool {
-    finish == Finish::Suspended && outcome == Some(ReleaseOutcome::NotHolder)
+/// What a suspend does with its snapshots once its claim was given back
+/// (with `outcome`), beyond keeping them for the resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterRelease {
+    /// Keep them: the session sleeps, and its resume needs them.
+    Keep,
+    /// Ask whether the session is over, as for a lost one: the release was
+    /// refused, so the claim had lapsed and gone to another acceptor, which
+    /// may have resumed and ended the session before this snapshot was
+    /// stored, and no one else would delete it.
+    Ask,
+    /// Delete them: the fleet API's last answer (a renewal during the
+    /// suspend, after the claim had lapsed and the session ended
+    /// elsewhere) showed the session terminated.
+    Delete,
+}
+
+/// See [`AfterRelease`]; `entry` is what the fleet API last said of the
+/// session.
+pub(crate) fn after_release(
+    finish: Finish,
+    outcome: Option<ReleaseOutcome>,
+    entry: &EntryObs,
+) -> AfterRelease {
+    if finish != Finish::Suspended {
+        return AfterRelease::Keep;
+    }
+    if matches!(entry, EntryObs::Present(SessionStatus::Terminated)) {
+        return AfterRelease::Delete;
+    }
+    if outcome == Some(ReleaseOutcome::NotHolder) {
+        return AfterRelease::Ask;
+    }
+    AfterRelease::Keep
 }
 
 /// Whether the minute's sweep asks again if a session is over: one this

@@ -18,7 +18,9 @@ use super::snapshots::{delete_snapshots, delete_snapshots_once};
 use super::step::{KILL_GRACE, RecordFailed, StepError};
 use super::wind_down::{end_sandbox, release};
 use crate::metrics::Metrics;
-use crate::planner::{Finish, Stage, WindDownObs, asks_after_release, finish_note, plan_wind_down};
+use crate::planner::{
+    AfterRelease, Finish, Stage, WindDownObs, after_release, finish_note, plan_wind_down,
+};
 
 impl SessionRunner {
     pub(super) async fn finish(&mut self, finish: Finish) -> Result<(), RecordFailed> {
@@ -122,9 +124,12 @@ impl SessionRunner {
         let mut left = (plan.delete_snapshots || over) && !delete_snapshots_once(&ctx).await;
         if plan.release {
             let outcome = self.release().await;
-            // Refused: another acceptor took the claim, and may have ended
-            // the session before this snapshot was stored.
-            if asks_after_release(finish, outcome) && asked_if_over(&ctx, &self.deps.client).await {
+            let over = match after_release(finish, outcome, &self.entry_obs) {
+                AfterRelease::Keep => false,
+                AfterRelease::Ask => asked_if_over(&ctx, &self.deps.client).await,
+                AfterRelease::Delete => true,
+            };
+            if over {
                 left = !delete_snapshots_once(&ctx).await;
             }
         }

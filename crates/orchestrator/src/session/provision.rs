@@ -132,7 +132,7 @@ pub(super) async fn provision(
                     .clone()
                     .context("no snapshot to restore")
                     .map_err(StartError::Failed)?;
-                let lineage = sandbox::next_lineage(max_generation, now_ms());
+                let lineage = sandbox::next_lineage(max_generation, lineage_clock(input.entry));
                 match create_sandbox(ctx, keeper, &name, &input, Some(&from), lineage).await {
                     Ok((handle, policy)) => {
                         // `generation` is the restored snapshot's (none for
@@ -201,7 +201,7 @@ pub(super) async fn provision(
                     warn!(session_id = ctx.id(), "{message}");
                     ctx.event("snapshot_missing", json!({}));
                 }
-                let lineage = sandbox::next_lineage(max_generation, now_ms());
+                let lineage = sandbox::next_lineage(max_generation, lineage_clock(input.entry));
                 let (handle, policy) = create_sandbox(ctx, keeper, &name, &input, None, lineage)
                     .await
                     .map_err(|e| StartError::Failed(e.into()))?;
@@ -249,6 +249,21 @@ async fn create_sandbox(
     let backend = ctx.backend.clone();
     let handle = renewing(keeper, async move { backend.create(&spec).await }).await?;
     Ok((handle, policy))
+}
+
+/// When a sandbox is made, for its lineage: the fleet API's clock at the
+/// claim (the claim answer's `updated_at`), the one clock every host
+/// shares, so sandboxes of successive phases order as the phases did. By a
+/// host's own clock a skewed or stepped host's earlier sandbox could look
+/// later, and a resume that found no snapshot (of the same generation as
+/// the session's first sandbox) would then lose to that first sandbox's
+/// late snapshot (bench chaos, seed 1553191015). This host's clock where
+/// the answer carries none.
+fn lineage_clock(entry: &QueueEntry) -> i64 {
+    entry
+        .metadata
+        .updated_at
+        .map_or_else(now_ms, |at| at.unix_millis())
 }
 
 async fn find_sandbox(

@@ -265,3 +265,21 @@ async fn a_suspend_released_keeps_its_snapshot_without_asking() {
             .any(|r| r.starts_with("GET "))
     );
 }
+
+// Bench chaos, seed 20261202 (the suite beside a CPU hog): the claim lapsed
+// while a suspend waited for a full disk, the session was resumed and
+// ended elsewhere, and a renewal then got this host the claim again,
+// showing the session terminated; the release went through, and the late
+// snapshot stayed for the retention period.
+#[tokio::test]
+async fn a_suspend_told_the_session_ended_deletes_its_snapshot() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    let mut ended = claim_response();
+    ended.status.session_status = SessionStatus::Terminated;
+    let mut runner = world.runner_claimed_with(record(Stage::Running, None), ended);
+
+    runner.wind_down(Finish::Suspended).await.unwrap();
+
+    assert_snapshot_gone(&world, &snapshot).await;
+}

@@ -94,3 +94,29 @@ async fn a_fresh_sandbox_is_past_every_known_snapshot_and_its_snapshot_says_so()
     let snapshot = world.backend.snapshot(&made).await.unwrap();
     assert_eq!(snapshot.lineage, Lineage::from_labels(&made.labels));
 }
+
+// Bench chaos, seed 1553191015 (the suite beside a CPU hog): a resume that
+// found no snapshot made its sandbox of generation 1, as the session's
+// first sandbox had been; that first host's clock ran a minute ahead, so
+// when its late snapshot appeared it looked newer than the resume's, and
+// the next resume restored it. A sandbox's lineage now takes its time from
+// the fleet API's clock at the claim.
+#[tokio::test]
+async fn a_sandbox_is_dated_by_the_fleet_apis_clock_at_the_claim() {
+    let world = World::new().await;
+    let mut rec = record(Stage::Claimed, None);
+    rec.kind = SessionKind::Resume;
+    world.store.put_session(&rec).unwrap();
+    // The server's clock an hour behind this host's.
+    let server_now = now_ms() - 3_600_000;
+    let mut runner = world.runner_claimed_with(rec, answer_at(server_now, Some(300)));
+
+    let _ = runner.try_start().await;
+
+    let made = runner.rec.handle.clone().expect("a sandbox was made");
+    let lineage = Lineage::from_labels(&made.labels).expect("a lineage");
+    assert_eq!(
+        lineage.sandbox_created_at_ms,
+        server_now.div_euclid(1000) * 1000
+    );
+}

@@ -43,7 +43,7 @@ mod wind_down;
 use claim_keeper::ClaimKeeper;
 pub(crate) use clock::local_now;
 pub(crate) use deps::Deps;
-pub(crate) use leftovers::{UNANSWERED, ask_again_if_over};
+pub(crate) use leftovers::{ASKED_IF_OVER, UNANSWERED, ask_again_if_over};
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
 

@@ -7,12 +7,9 @@ use std::collections::BTreeSet;
 use tracing::debug;
 
 use crate::planner::asks_again;
-use crate::session::{Deps, UNANSWERED, ask_again_if_over};
+use crate::session::{ASKED_IF_OVER as ASKED, Deps, UNANSWERED, ask_again_if_over};
 use crate::store::Store;
 use fleet::SessionId;
-
-/// The event the wind-down and this sweep record each question in.
-const ASKED: &str = "asked_if_over";
 
 /// Asks again about every session [`to_ask_again`] names; returns how
 /// many sessions' snapshots went.

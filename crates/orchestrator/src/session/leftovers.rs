@@ -78,6 +78,10 @@ pub(super) async fn remove_remains(ctx: &StepCtx) {
     }
 }
 
+/// The event each "is it over?" question is recorded in, with its
+/// `status` (the answer) and `over`.
+pub(crate) const ASKED_IF_OVER: &str = "asked_if_over";
+
 /// The `status` of an `asked_if_over` event whose question went
 /// unanswered (the host was cut off from the fleet API when it asked).
 pub(crate) const UNANSWERED: &str = "unknown";
@@ -106,7 +110,7 @@ pub(super) async fn asked_if_over(ctx: &StepCtx, client: &FleetClient) -> bool {
         Err(_) => UNANSWERED.to_owned(),
     };
     let over = matches!(&answer, Ok(Some(entry)) if entry.status.session_status == SessionStatus::Terminated);
-    ctx.event("asked_if_over", json!({ "status": status, "over": over }));
+    ctx.event(ASKED_IF_OVER, json!({ "status": status, "over": over }));
     // Its recovery snapshot is kept for the retention period then; whoever
     // finds it finds why.
     let noted = || {

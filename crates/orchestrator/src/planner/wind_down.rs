@@ -169,9 +169,10 @@ pub(crate) enum AfterRelease {
     /// Keep them: the session sleeps, and its resume needs them.
     Keep,
     /// Ask whether the session is over, as for a lost one: the release was
-    /// refused, so the claim had lapsed and gone to another acceptor, which
+    /// refused (the claim had lapsed and gone to another acceptor, which
     /// may have resumed and ended the session before this snapshot was
-    /// stored, and no one else would delete it.
+    /// stored, and no one else would delete it), found no entry (the
+    /// session ended and left the queue), or got no answer at all.
     Ask,
     /// Delete them: the fleet API's last answer (a renewal during the
     /// suspend, after the claim had lapsed and the session ended
@@ -192,14 +193,19 @@ pub(crate) fn after_release(
     if matches!(entry, EntryObs::Present(SessionStatus::Terminated)) {
         return AfterRelease::Delete;
     }
-    if outcome == Some(ReleaseOutcome::NotHolder) {
-        return AfterRelease::Ask;
+    match outcome {
+        Some(ReleaseOutcome::Released) => AfterRelease::Keep,
+        // Bench chaos, seed 9589864553973519679: a full disk held a
+        // suspend's snapshot until after the claim had lapsed and another
+        // host had resumed and ended the session; the release found the
+        // entry gone (404), and the late snapshot stayed.
+        Some(ReleaseOutcome::NotHolder | ReleaseOutcome::Gone) | None => AfterRelease::Ask,
     }
-    AfterRelease::Keep
 }
 
 /// Whether the minute's sweep asks again if a session is over: one this
-/// host lost (`stage`: vanished, or suspended with its release refused),
+/// host lost (`stage`: vanished, or suspended without its release going
+/// through),
 /// whose last question went unanswered (`last_asked`, the status of its
 /// latest `asked_if_over` event, is `unanswered`) and so whose recorded
 /// snapshots are still kept. A suspended session whose release went

@@ -244,6 +244,23 @@ async fn a_suspend_whose_release_was_refused_asks_if_the_session_is_over() {
     assert_snapshot_gone(&world, &snapshot).await;
 }
 
+// Bench chaos, seed 9589864553973519679: a full disk held a suspend's
+// snapshot until the claim had lapsed and another host had resumed and
+// ended the session (deleting every snapshot it could see); the release then
+// found the entry gone from the queue (404), and the late snapshot stayed.
+#[tokio::test]
+async fn a_suspend_whose_release_found_no_entry_asks_if_the_session_is_over() {
+    let world = World::new().await;
+    let snapshot = recorded_snapshot(&world).await;
+    world.answer_releases(404, serde_json::json!({"detail": "Not found"}));
+    world.answer_gets(200, entry_in(SessionStatus::Terminated));
+    let mut runner = world.runner(record(Stage::Running, None));
+
+    runner.wind_down(Finish::Suspended).await.unwrap();
+
+    assert_snapshot_gone(&world, &snapshot).await;
+}
+
 // A release that went through leaves a suspended session's snapshot alone:
 // the session sleeps, and its resume needs it.
 #[tokio::test]

@@ -205,10 +205,9 @@ pub(crate) fn after_release(
 
 /// Whether the minute's sweep asks again if a session is over: one this
 /// host lost (`stage`: vanished, or suspended without its release going
-/// through),
-/// whose last question went unanswered (`last_asked`, the status of its
-/// latest `asked_if_over` event, is `unanswered`) and so whose recorded
-/// snapshots are still kept. A suspended session whose release went
+/// through), whose last question went unanswered (`last_asked`, the status
+/// of its latest `asked_if_over` event, is `unanswered`) and so whose
+/// recorded snapshots are still kept. A suspended session whose release went
 /// through was never asked. Any answer ends the asking: a terminated
 /// session's snapshots go, a gone one is noted, and one still alive
 /// elsewhere is ended there, by a host that deletes every snapshot of it.

@@ -205,17 +205,18 @@ pub(crate) fn after_release(
 
 /// Whether the minute's sweep asks again if a session is over: one this
 /// host lost (`stage`: vanished, or suspended without its release going
-/// through), whose last question went unanswered (`last_asked`, the status
-/// of its latest `asked_if_over` event, is `unanswered`) and so whose
-/// recorded snapshots are still kept. A suspended session whose release went
-/// through was never asked. Any answer ends the asking: a terminated
-/// session's snapshots go, a gone one is noted, and one still alive
-/// elsewhere is ended there, by a host that deletes every snapshot of it.
-pub(crate) fn asks_again(stage: Stage, last_asked: Option<&str>, unanswered: &str) -> bool {
+/// through) and asked about (`last_asked`, the status of its latest
+/// `asked_if_over` event), whose recorded snapshots are still kept, until
+/// an answer is final: `terminated` deletes the snapshots (so the session
+/// is asked about no more unless the deletion failed), `gone` keeps them
+/// for the retention period. An unanswered question, or a session alive
+/// when asked, may still end with no one left to delete what this host
+/// wrote. A suspended session whose release went through was never asked.
+pub(crate) fn asks_again(stage: Stage, last_asked: Option<&str>, gone: &str) -> bool {
     matches!(
         stage,
         Stage::Done(Finish::Vanished) | Stage::Done(Finish::Suspended)
-    ) && last_asked == Some(unanswered)
+    ) && last_asked.is_some_and(|status| status != gone)
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
-//! The minute's second question: sessions this host lost while it was cut
-//! off from the fleet API, so that "is it over?" went unanswered, are asked
-//! again until an answer comes, and their snapshots go if they are over.
+//! The minute's second question: sessions this host lost, and asked "is it
+//! over?" without a final answer (none, being cut off from the fleet API,
+//! or one still alive), are asked again until one comes, and their
+//! snapshots go once they are over.
 
 use std::collections::BTreeSet;
 
 use tracing::debug;
 
 use crate::planner::asks_again;
-use crate::session::{ASKED_IF_OVER as ASKED, Deps, UNANSWERED, ask_again_if_over};
+use crate::session::{ASKED_IF_OVER as ASKED, Deps, GONE, ask_again_if_over};
 use crate::store::Store;
 use fleet::SessionId;
 
@@ -28,7 +29,7 @@ pub(super) async fn ask_again_about_lost_sessions(deps: &Deps) -> usize {
 }
 
 /// The lost sessions of backend `kind` whose recorded snapshots are kept
-/// only because their last question went unanswered.
+/// only because their last question had no final answer.
 fn to_ask_again(store: &Store, kind: &str) -> Vec<SessionId> {
     let Ok(recorded) = store.snapshots_older_than(i64::MAX) else {
         return Vec::new();
@@ -50,7 +51,7 @@ fn to_ask_again(store: &Store, kind: &str) -> Vec<SessionId> {
                 .rev()
                 .find(|e| e.kind == ASKED)
                 .and_then(|e| e.detail.get("status")?.as_str());
-            asks_again(rec.stage, last_asked, UNANSWERED)
+            asks_again(rec.stage, last_asked, GONE)
         })
         .collect()
 }
@@ -59,17 +60,19 @@ fn to_ask_again(store: &Store, kind: &str) -> Vec<SessionId> {
 mod tests {
     use super::*;
     use crate::planner::{Finish, Stage};
+    use crate::session::UNANSWERED;
     use crate::store::{SessionRecord, SnapshotReason, StoredSnapshot};
     use serde_json::json;
 
     #[test]
-    fn only_lost_sessions_left_unanswered_with_snapshots_are_asked_again() {
+    fn only_lost_sessions_without_a_final_answer_and_with_snapshots_are_asked_again() {
         let store = Store::in_memory().unwrap();
         let lost = Stage::Done(Finish::Vanished);
         for (session, stage, asked, snapshot_backend) in [
             ("unanswered", lost, Some(UNANSWERED), "host"),
+            ("alive-when-asked", lost, Some("running"), "host"),
             // Asked twice: the later answer counts.
-            ("answered", lost, Some("running"), "host"),
+            ("gone", lost, Some(GONE), "host"),
             ("never-asked", lost, None, "host"),
             (
                 "ended-here",
@@ -83,7 +86,7 @@ mod tests {
             let mut rec = SessionRecord::new(&id, "o", fleet::SessionKind::New, "host", 0);
             rec.stage = stage;
             store.put_session(&rec).unwrap();
-            if session == "answered" {
+            if session == "gone" {
                 let first = json!({ "status": UNANSWERED, "over": false });
                 store.add_event(&id, 1, ASKED, &first).unwrap();
             }
@@ -120,6 +123,6 @@ mod tests {
             .into_iter()
             .map(|id| id.as_str().to_owned())
             .collect();
-        assert_eq!(asked, ["unanswered"]);
+        assert_eq!(asked, ["alive-when-asked", "unanswered"]);
     }
 }

@@ -86,12 +86,20 @@ pub(crate) const ASKED_IF_OVER: &str = "asked_if_over";
 /// unanswered (the host was cut off from the fleet API when it asked).
 pub(crate) const UNANSWERED: &str = "unknown";
 
+/// The `status` of an `asked_if_over` event whose question found no such
+/// session: its final status will never be read, and its recovery
+/// snapshot is kept for the retention period.
+pub(crate) const GONE: &str = "gone";
+
 /// For the minute's sweep: asks again whether session `session_id`, which
-/// this host lost and whose last question went unanswered, is over, and
-/// deletes its snapshots if it is. Without it, a host cut off from the
+/// this host lost and whose last question had no final answer, is over,
+/// and deletes its snapshots if it is. Without it, a host cut off from the
 /// fleet API when it lost the session kept its late recovery snapshot for
 /// the whole retention period, though the session had ended elsewhere
-/// (the host that ended it could not delete a snapshot not yet written).
+/// (the host that ended it could not delete a snapshot not yet written);
+/// and a session still running when asked, its last words from this
+/// host's own stopped remote still on their way (a cut healed, TCP
+/// retransmitting), ended with no host serving it to delete anything.
 /// `true` once the snapshots went.
 pub(crate) async fn ask_again_if_over(deps: &Deps, session_id: SessionId) -> bool {
     let ctx = StepCtx::new(deps, session_id);
@@ -106,7 +114,7 @@ pub(super) async fn asked_if_over(ctx: &StepCtx, client: &FleetClient) -> bool {
     let answer = client.get(&ctx.session_id).await;
     let status = match &answer {
         Ok(Some(entry)) => entry.status.session_status.to_string(),
-        Ok(None) => "gone".to_owned(),
+        Ok(None) => GONE.to_owned(),
         Err(_) => UNANSWERED.to_owned(),
     };
     let over = matches!(&answer, Ok(Some(entry)) if entry.status.session_status == SessionStatus::Terminated);

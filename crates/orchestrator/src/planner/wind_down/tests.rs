@@ -177,17 +177,24 @@ fn only_a_lost_session_whose_question_went_unanswered_is_asked_again() {
         Stage::Done(Finish::Vanished),
         Stage::Done(Finish::Suspended),
     ] {
-        assert!(asks_again(lost, Some("unknown"), "unknown"), "{lost:?}");
-        // Answered (terminated, gone, alive elsewhere), or never asked.
-        for answered in [Some("terminated"), Some("gone"), Some("running"), None] {
-            assert!(!asks_again(lost, answered, "unknown"), "{answered:?}");
+        // Unanswered, alive when asked (bench chaos seed
+        // 9342128893466662188: the last words of this host's stopped remote
+        // arrived late and ended the session with no one serving it), or
+        // terminated with the snapshots still recorded (the deletion
+        // failed).
+        for asked in ["unknown", "running", "suspended", "pending", "terminated"] {
+            assert!(asks_again(lost, Some(asked), "gone"), "{lost:?} {asked}");
+        }
+        // Gone for good (kept for the retention period), or never asked.
+        for answered in [Some("gone"), None] {
+            assert!(!asks_again(lost, answered, "gone"), "{answered:?}");
         }
     }
     // Every other end deletes its snapshots itself, or keeps them by
     // design.
     for finish in [Finish::Terminated, Finish::Failed, Finish::Released] {
         assert!(
-            !asks_again(Stage::Done(finish), Some("unknown"), "unknown"),
+            !asks_again(Stage::Done(finish), Some("unknown"), "gone"),
             "{finish:?}"
         );
     }

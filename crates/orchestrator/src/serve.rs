@@ -50,6 +50,9 @@ pub use start_check::Misconfigured;
 const CLAIM_TICK: Duration = Duration::from_secs(1);
 const RETENTION_SWEEP: Duration = Duration::from_secs(3600);
 
+/// The host's repository mirrors, under the state directory.
+const MIRRORS_DIR: &str = "repo-mirrors";
+
 /// Where the per-process pieces live under the state directory.
 pub fn db_path(state_dir: &std::path::Path) -> PathBuf {
     state_dir.join("garrison.db")
@@ -242,6 +245,9 @@ pub async fn run_prepared(
 
     let mut outposts = JoinSet::new();
     let queue_stop = CancellationToken::new();
+    let mirrors = Arc::new(crate::repos::Mirrors::new(
+        config.state_dir.join(MIRRORS_DIR),
+    ));
     for ((outpost, view), backend) in config.outposts.iter().zip(&serving.views).zip(built) {
         let deps = Arc::new(Deps {
             client: serving.client.clone(),
@@ -260,6 +266,7 @@ pub async fn run_prepared(
             operator_stops: serving.operator_stops.clone(),
             room: serving.room.clone(),
             learned_lifetime: Default::default(),
+            mirrors: mirrors.clone(),
         });
         outposts.spawn(queue::run(
             serving.client.clone(),

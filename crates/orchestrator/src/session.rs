@@ -43,9 +43,9 @@ mod wind_down;
 use claim_keeper::ClaimKeeper;
 pub(crate) use clock::local_now;
 pub(crate) use deps::Deps;
-pub(crate) use leftovers::{ASKED_IF_OVER, GONE, ask_again_if_over};
 #[cfg(test)]
 pub(crate) use leftovers::UNANSWERED;
+pub(crate) use leftovers::{ASKED_IF_OVER, GONE, ask_again_if_over};
 pub use registry::OperatorStops;
 use step::{RecordFailed, StepCtx};
 

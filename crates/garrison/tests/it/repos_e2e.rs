@@ -180,6 +180,10 @@ async fn repos_are_cloned_before_the_remote_and_the_token_goes_nowhere() {
         .detail;
     assert_eq!(detail["url"], url.as_str());
     assert_eq!(detail["dir"], "repo");
+    // The host's first use of the repository: its mirror was cloned (the
+    // token check below covers the mirror too, under the state directory).
+    assert_eq!(detail["mirror"], "cloned");
+    assert!(state.join("repo-mirrors").is_dir());
 
     // While the session runs: not in any file of the sandbox (its workspace,
     // home, state, the clone process's directory), the state directory or

@@ -1,30 +1,30 @@
 //! Cloning one repository for a sandbox, on Garrison's side: the token
 //! never enters the sandbox (not a process environment, not a spawn
-//! request file, not the agent's memory). `git clone` runs here with the
-//! credentials in its own environment, the clone's configuration is read
+//! request file, not the agent's memory). The host's mirror of the
+//! repository is brought up to date with the credentials in git's own
+//! environment (`mirror.rs`), the session's clone is made from the mirror
+//! and pointed back at the repository's URL, its configuration is read
 //! back and refused if it holds a helper or the token, and the clone goes
 //! into the sandbox as a tar stream in bounded parts, unpacked there by
-//! `tar`. Each step is bounded in time; the clone's output is copied into
-//! the session log and quoted (scrubbed, from its end) in the error when
-//! the clone fails.
+//! `tar`. Each step is bounded in time; git's output is copied into the
+//! session log and quoted (scrubbed, from its end) in the error when the
+//! clone fails.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
 use tokio::io::AsyncReadExt;
 
-use super::credentials::{check_config, clone_argv, clone_env};
+use super::credentials::check_config;
+use super::git::{GIT_TIMEOUT as CLONE_TIMEOUT, run_git};
+use super::mirror::{MirrorUse, Mirrors};
 use super::plan::PlannedClone;
 use super::plan::Repos;
 use crate::session_log::SessionLogs;
-
-/// A clone (or its unpacking) that takes longer than this is stopped and
-/// the start fails.
-const CLONE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const POLL: Duration = Duration::from_millis(100);
 const OUTPUT_CHUNK: usize = 256 * 1024;
 /// Output quoted in an error, from its end.
@@ -35,19 +35,32 @@ const PART_BYTES: usize = 16 << 20;
 /// A clone's configuration is small; more is refused.
 const MAX_CONFIG: u64 = 1 << 20;
 
+/// The sandbox a clone goes into and the session it is for.
+pub(crate) struct CloneInto<'a> {
+    pub backend: &'a dyn Sandbox,
+    pub handle: &'a Handle,
+    pub logs: &'a SessionLogs,
+    pub session_id: &'a str,
+}
+
 /// Clones one repository into `clone.dir` (`<name>`) under the
-/// sandbox's workdir, the directory the remote is started in.
+/// sandbox's workdir, the directory the remote is started in; says how
+/// the host's mirror of it was found.
 pub(crate) async fn clone_one(
-    backend: &dyn Sandbox,
-    handle: &Handle,
+    into: &CloneInto<'_>,
     n: usize,
     clone: &PlannedClone,
     repos: &Repos,
-    logs: &SessionLogs,
-    session_id: &str,
-) -> anyhow::Result<()> {
+    mirrors: &Mirrors,
+) -> anyhow::Result<MirrorUse> {
+    let CloneInto {
+        backend,
+        handle,
+        logs,
+        session_id,
+    } = *into;
     let scratch = Scratch::new(logs.dir(session_id).join(format!("clone-{n}")))?;
-    let (ok, output) = clone_on_host(scratch.path(), clone, repos).await?;
+    let (ok, output, how) = clone_on_host(scratch.path(), clone, repos, mirrors).await?;
     let _ = logs.remote_output(session_id, &output);
     if !ok.success() {
         let text = String::from_utf8_lossy(&output);
@@ -94,49 +107,47 @@ pub(crate) async fn clone_one(
             tail_of(text.trim(), ERROR_OUTPUT)
         );
     }
-    Ok(())
+    Ok(how)
 }
 
-/// `git clone` here, in `scratch`, with the credentials in its environment
-/// only and neither the machine's nor the user's git configuration.
+/// The session's clone, made here in `scratch` from the host's mirror
+/// (brought up to date first, with the credentials in git's environment
+/// only), then pointed at the repository's URL as a direct clone would be.
+/// git's status and words are those of the first step that failed, or of
+/// the last.
 async fn clone_on_host(
     scratch: &Path,
     clone: &PlannedClone,
     repos: &Repos,
-) -> anyhow::Result<(std::process::ExitStatus, Vec<u8>)> {
+    mirrors: &Mirrors,
+) -> anyhow::Result<(ExitStatus, Vec<u8>, MirrorUse)> {
+    let lease = match mirrors.lease(&clone.url, repos).await? {
+        Ok(lease) => lease,
+        Err(failed) => return Ok((failed.status, failed.output, MirrorUse::Cloned)),
+    };
     let home = scratch.join("home");
     std::fs::create_dir_all(&home)?;
-    let argv = clone_argv(clone, repos.git_token.is_some());
-    let mut env = clone_env(repos, &home.display().to_string());
-    env.insert("GIT_CONFIG_NOSYSTEM".into(), "1".into());
-    env.insert("GIT_CONFIG_GLOBAL".into(), "/dev/null".into());
-    let child = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(&env)
-        .current_dir(scratch)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("running git on this host (is git installed?)")?;
-    // git's messages are the repository host's words: only their tail is
-    // kept (`bounded_output`).
-    let out = tokio::time::timeout(
-        CLONE_TIMEOUT,
-        sandbox::bounded_output::wait_with_output(child),
-    )
-    .await
-    .map_err(|_| {
-        anyhow!(
-            "git clone of {} did not finish within {CLONE_TIMEOUT:?}",
-            clone.url
-        )
-    })??;
-    let mut output = out.stdout;
-    output.extend_from_slice(out.stderr.bytes());
-    Ok((out.status, output))
+    // The mirror is local and public to this host: no credentials.
+    let env = std::collections::BTreeMap::from([
+        ("PATH".to_owned(), crate::contract::PATH.to_owned()),
+        ("HOME".to_owned(), home.display().to_string()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
+    ]);
+    let how = lease.how;
+    let mirror = lease.path.display().to_string();
+    let argv = ["git", "clone", "--quiet", "--", &mirror, &clone.dir].map(str::to_owned);
+    let what = format!("git clone of {}", clone.url);
+    let (status, output) = run_git(&argv, &env, scratch, &what).await?;
+    drop(lease);
+    if !status.success() {
+        return Ok((status, output, how));
+    }
+    let argv = ["git", "remote", "set-url", "origin", &clone.url].map(str::to_owned);
+    let (status, more) = run_git(&argv, &env, &scratch.join(&clone.dir), &what).await?;
+    let mut output = output;
+    output.extend_from_slice(&more);
+    Ok((status, output, how))
 }
 
 /// Streams `dir` (relative to `root`) as a tar archive into the sandbox,

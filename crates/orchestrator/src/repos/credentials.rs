@@ -11,16 +11,19 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(test)]
+use super::plan::PlannedClone;
 use super::plan::Repos;
-use super::plan::{GIT_TOKEN_ENV, GIT_USERNAME_ENV, PlannedClone};
+use super::plan::{GIT_TOKEN_ENV, GIT_USERNAME_ENV};
 
 /// Answers git's `get` with the two variables of its own environment and
 /// ignores `store` and `erase`.
 const CREDENTIAL_HELPER: &str = "!f() { test \"$1\" = get || exit 0; \
      echo \"username=${GIT_USERNAME:-x-access-token}\"; echo \"password=${GIT_TOKEN}\"; }; f";
 
-/// `git clone` of one repository, run in the workspace.
-pub(super) fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> {
+/// git with the credential options first (see the module's note), then
+/// `args`.
+fn git_argv(with_token: bool, args: &[&str]) -> Vec<String> {
     let mut argv: Vec<String> = vec!["git".into(), "-c".into(), "credential.helper=".into()];
     if with_token {
         argv.extend([
@@ -28,19 +31,37 @@ pub(super) fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> 
             format!("credential.helper={CREDENTIAL_HELPER}"),
         ]);
     }
-    argv.extend(
-        [
-            "-c",
-            "core.askPass=",
-            "clone",
-            "--quiet",
-            "--",
-            &clone.url,
-            &clone.dir,
-        ]
-        .map(str::to_owned),
-    );
+    argv.extend(["-c", "core.askPass="].map(str::to_owned));
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
     argv
+}
+
+/// `git clone` of one repository, run in the workspace.
+#[cfg(test)]
+pub(super) fn clone_argv(clone: &PlannedClone, with_token: bool) -> Vec<String> {
+    git_argv(
+        with_token,
+        &["clone", "--quiet", "--", &clone.url, &clone.dir],
+    )
+}
+
+/// `git clone --mirror` of `url` into `dir`: a host's first use of a
+/// repository.
+pub(super) fn mirror_clone_argv(url: &str, dir: &str, with_token: bool) -> Vec<String> {
+    git_argv(
+        with_token,
+        &["clone", "--mirror", "--quiet", "--", url, dir],
+    )
+}
+
+/// The mirror's fetch, run in the mirror: every ref, pruned. Without
+/// automatic gc, which could repack under a session's clone reading the
+/// mirror at the same time.
+pub(super) fn mirror_fetch_argv(with_token: bool) -> Vec<String> {
+    git_argv(
+        with_token,
+        &["-c", "gc.auto=0", "fetch", "--prune", "--quiet", "origin"],
+    )
 }
 
 /// The clone command's whole environment: the credentials only when set.

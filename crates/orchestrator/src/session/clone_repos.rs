@@ -22,6 +22,7 @@ pub(super) async fn clone_repos(
     keeper: &mut impl KeepClaim,
     handle: &Handle,
     config: &Repos,
+    mirrors: &Arc<repos::Mirrors>,
 ) -> Result<(), StartError> {
     let config = Arc::new(config.clone());
     if config.urls.is_empty() {
@@ -42,9 +43,16 @@ pub(super) async fn clone_repos(
             let handle = handle.clone();
             let clone = clone.clone();
             let config = config.clone();
+            let mirrors = mirrors.clone();
             let session_id = ctx.id().to_owned();
             async move {
-                repos::clone_one(&*backend, &handle, n, &clone, &config, &logs, &session_id).await
+                let into = repos::CloneInto {
+                    backend: &*backend,
+                    handle: &handle,
+                    logs: &logs,
+                    session_id: &session_id,
+                };
+                repos::clone_one(&into, n, &clone, &config, &mirrors).await
             }
         };
         let cloned = renewing(keeper, step).await;
@@ -54,18 +62,19 @@ pub(super) async fn clone_repos(
         if keeper.claim_lost() {
             return Err(StartError::Deadline);
         }
-        cloned.map_err(StartError::Failed)?;
+        let mirror = cloned.map_err(StartError::Failed)?.word();
         let ms = started.elapsed().as_millis() as u64;
         info!(
             session_id = ctx.id(),
             url = clone.url,
             dir = clone.dir,
             ms,
+            mirror,
             "repository cloned"
         );
         ctx.event(
             "repo_cloned",
-            json!({ "url": clone.url, "dir": clone.dir, "ms": ms }),
+            json!({ "url": clone.url, "dir": clone.dir, "ms": ms, "mirror": mirror }),
         );
     }
     Ok(())

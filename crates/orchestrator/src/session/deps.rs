@@ -53,4 +53,7 @@ pub(crate) struct Deps {
     pub room: Arc<StateRoom>,
     /// The claim lifetime this outpost's server grants, as learned.
     pub learned_lifetime: Arc<LearnedLifetime>,
+    /// This host's mirrors of the repositories sessions clone (shared by
+    /// all outposts).
+    pub mirrors: Arc<crate::repos::Mirrors>,
 }

@@ -126,6 +126,7 @@ impl SessionRunner {
             entry: &entry,
             resolver: &deps.resolver,
             repos: &deps.outpost.repos,
+            mirrors: &deps.mirrors,
             provision: ProvisionInput {
                 entry: &entry,
                 kind: self.rec.kind.clone(),

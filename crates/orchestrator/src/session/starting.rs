@@ -25,6 +25,8 @@ pub(super) struct StartInput<'a> {
     pub(super) resolver: &'a RemoteResolver,
     /// The outpost's repositories, cloned into a fresh workspace.
     pub(super) repos: &'a Repos,
+    /// The host's mirrors of repositories, cloned from.
+    pub(super) mirrors: &'a std::sync::Arc<crate::repos::Mirrors>,
     /// What provisioning the sandbox needs.
     pub(super) provision: ProvisionInput<'a>,
 }
@@ -107,7 +109,7 @@ pub(super) async fn prepare(
     if provisioned.keeps_workspace {
         return Ok(Ready { cloned_into: None });
     }
-    clone_repos(ctx, host, &handle, input.repos).await?;
+    clone_repos(ctx, host, &handle, input.repos, input.mirrors).await?;
     Ok(Ready {
         cloned_into: Some(handle.workdir.clone()),
     })

@@ -209,6 +209,9 @@ impl World {
                 self.store.clone(),
             )),
             learned_lifetime: Default::default(),
+            mirrors: Arc::new(crate::repos::Mirrors::new(
+                self.dir.path().join("repo-mirrors"),
+            )),
         }
     }
 

@@ -248,6 +248,14 @@ pub async fn run_prepared(
     let mirrors = Arc::new(crate::repos::Mirrors::new(
         config.state_dir.join(MIRRORS_DIR),
     ));
+    let cloned = config.outposts.iter().flat_map(|o| &o.repos.urls);
+    let removed = mirrors.remove_all_but(cloned.map(String::as_str));
+    if removed > 0 {
+        info!(
+            removed,
+            "removed the mirrors of repositories no outpost clones any more"
+        );
+    }
     for ((outpost, view), backend) in config.outposts.iter().zip(&serving.views).zip(built) {
         let deps = Arc::new(Deps {
             client: serving.client.clone(),

@@ -135,6 +135,31 @@ impl Mirrors {
         }))
     }
 
+    /// Removes the mirrors of repositories no outpost clones any more (and
+    /// any clone cut short), so a URL taken out of `REPOS` does not keep
+    /// its mirror's disk; run at start, before any session clones. Returns
+    /// how many went.
+    pub(crate) fn remove_all_but<'a>(&self, urls: impl IntoIterator<Item = &'a str>) -> usize {
+        let keep: std::collections::HashSet<_> = urls
+            .into_iter()
+            .map(|url| format!("{}.git", sandbox::hashed_id(url)))
+            .collect();
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "home" || keep.contains(&name) {
+                continue;
+            }
+            if std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// `<root>/<hash of the URL>.git`: the URL is the repository host's
     /// text, never a path component.
     fn path_of(&self, url: &str) -> PathBuf {

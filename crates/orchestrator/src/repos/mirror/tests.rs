@@ -6,6 +6,7 @@ use super::*;
 
 /// A repository with one commit on `main`, as its host would serve it.
 fn origin(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let work = dir.join("origin");
     git(dir, &["init", "-q", "-b", "main", work.to_str().unwrap()]);
     commit(&work, "first");
@@ -144,4 +145,29 @@ fn a_mirror_is_named_by_a_hash_of_its_url_never_by_the_url() {
     assert_eq!(path.parent(), Some(Path::new("/state/repo-mirrors")));
     let name = path.file_name().unwrap().to_str().unwrap();
     assert!(name.ends_with(".git") && !name.contains(".."), "{name}");
+}
+
+#[tokio::test]
+async fn mirrors_of_repositories_no_longer_cloned_are_removed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = url_of(&origin(&dir.path().join("a")));
+    let dropped = url_of(&origin(&dir.path().join("b")));
+    let mirrors = Mirrors::new(dir.path().join("mirrors"));
+    for url in [&kept, &dropped] {
+        drop(
+            mirrors
+                .lease(url, &Repos::default())
+                .await
+                .unwrap()
+                .ok()
+                .unwrap(),
+        );
+    }
+    std::fs::create_dir(dir.path().join("mirrors/cut-short.partial")).unwrap();
+
+    assert_eq!(mirrors.remove_all_but([kept.as_str()]), 2);
+
+    assert!(mirrors.path_of(&kept).is_dir());
+    assert!(!mirrors.path_of(&dropped).exists());
+    assert!(!dir.path().join("mirrors/cut-short.partial").exists());
 }

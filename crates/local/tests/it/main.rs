@@ -10,6 +10,7 @@ mod bounds;
 mod default_image;
 mod devices;
 mod dns_flood;
+mod memory_suspend;
 mod net;
 mod object_store;
 mod policy;

@@ -16,4 +16,5 @@ mod object_store;
 mod policy;
 mod reap;
 mod sandbox_net;
+mod sockets;
 mod userns;

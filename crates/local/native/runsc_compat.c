@@ -39,7 +39,10 @@ int fstatat64(int dirfd, const char *path, struct stat64 *buf, int flags)
  * did not, these wrappers wait until the socket is ready and call again:
  * the blocking call the program asked for. (glibc's stdio calls its own
  * internal write, which no preloaded library reaches: `head` writing to a
- * socket itself still fails; through `cat` it works.)
+ * socket itself still fails; through `cat` it works.) A socket's own
+ * SO_RCVTIMEO or SO_SNDTIMEO does not end the wait: such a call waits
+ * until the socket is ready (bounding the poll by the timeout getsockopt(2)
+ * reports was tried, and under this runsc it did not end the wait).
  */
 #include <errno.h>
 #include <poll.h>

@@ -309,6 +309,12 @@ impl Sandbox for LocalBackend {
         }
     }
 
+    /// Neither runtime can keep a local sandbox's processes through a
+    /// suspend here (see `memory_suspend`).
+    fn memory_suspend_unavailable(&self) -> Option<String> {
+        Some(crate::memory_suspend::unavailable_reason(self.runtime()))
+    }
+
     async fn create(&self, spec: &SandboxSpec) -> Result<Handle> {
         self.create_sandbox(spec).await
     }

@@ -10,6 +10,7 @@ mod compat;
 mod disk;
 mod idmap;
 pub mod images;
+mod memory_suspend;
 pub mod net;
 pub mod oci;
 mod plugin;
@@ -21,6 +22,7 @@ mod seccomp;
 pub mod userns;
 
 pub use backend::{DESKTOP_DISPLAY, LocalBackend, LocalConfig};
+pub use memory_suspend::{HOSTINET_REFUSAL, unavailable_reason as memory_suspend_unavailable};
 pub use plugin::{
     CDI_SPEC_DIRS_ENV, CDI_SPEC_DIRS_KEY, DEVICES_ENV, DEVICES_KEY, LocalPlugin, PLUGIN,
     RUNTIME_ENV, RUNTIME_KEY, STATIC_SHIM_ENV, configured_runtime,

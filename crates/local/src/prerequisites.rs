@@ -31,6 +31,14 @@ pub fn prerequisites(state_dir: &Path, runtime: Runtime) -> Vec<Check> {
         }
         Runtime::Runsc => checks.extend(runsc(&runtime.default_binary())),
     }
+    let binary = match runtime {
+        Runtime::Runc => PathBuf::from(RUNC),
+        Runtime::Runsc => runtime.default_binary(),
+    };
+    checks.push(crate::memory_suspend::doctor_check(
+        runtime,
+        version_line(&binary).as_deref(),
+    ));
     checks.push(file_check(
         "tini-static",
         Path::new(TINI),
@@ -382,6 +390,9 @@ mod tests {
         for isolation in ["seccomp", "user namespaces"] {
             assert!(names.contains(&isolation), "{names:?}");
         }
+        // Whether a suspend keeps the processes, and why not.
+        let memory = checks.iter().find(|c| c.name == "memory suspend").unwrap();
+        assert!(memory.detail.contains("hostinet"), "{}", memory.detail);
         // Where it can run (root, Debian's runsc installed), it must.
         // SAFETY: geteuid(2) has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
@@ -389,6 +400,15 @@ mod tests {
             let runsc = checks.iter().find(|c| c.name == "runsc").unwrap();
             assert_eq!(runsc.outcome, Outcome::Pass, "{}", runsc.detail);
         }
+    }
+
+    #[test]
+    fn with_runc_memory_suspend_is_said_to_need_criu() {
+        let state = tempfile::tempdir().unwrap();
+        let checks = prerequisites(state.path(), Runtime::Runc);
+        let memory = checks.iter().find(|c| c.name == "memory suspend").unwrap();
+        assert!(memory.detail.starts_with("no"), "{}", memory.detail);
+        assert!(memory.detail.contains("CRIU"), "{}", memory.detail);
     }
 
     #[test]

@@ -16,11 +16,13 @@ mod files;
 mod harness;
 mod processes;
 mod sandboxes;
+mod suspend;
 
 pub use files::*;
 pub use harness::Harness;
 pub use processes::*;
 pub use sandboxes::*;
+pub use suspend::*;
 
 /// Instantiates every conformance check as a `#[tokio::test]`.
 ///
@@ -54,6 +56,7 @@ macro_rules! conformance_tests {
             destroy_stops_processes_and_status_is_gone,
             process_names_are_unique,
             processes_survive_a_restart_of_the_orchestrator,
+            processes_survive_suspend_and_resume,
         }
     };
     (@names; $($check:ident),+ $(,)?) => {
@@ -86,6 +89,7 @@ mod tests {
             include_str!("conformance/processes.rs"),
             include_str!("conformance/files.rs"),
             include_str!("conformance/sandboxes.rs"),
+            include_str!("conformance/suspend.rs"),
         ]
         .iter()
         .flat_map(|file| file.lines())

@@ -182,6 +182,20 @@ pub trait Sandbox: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Why this backend's suspend does not keep the sandbox's processes,
+    /// or `None` when it does ([`Capabilities::suspend_keeps_memory`]). The
+    /// conformance check that processes survive a suspend is skipped with
+    /// it, and `garrison doctor` shows it. A backend that knows why (the
+    /// runtime, the host) says so instead of the default's plain fact.
+    fn memory_suspend_unavailable(&self) -> Option<String> {
+        (!self.capabilities().suspend_keeps_memory).then(|| {
+            format!(
+                "the {} backend's suspend keeps the filesystem only, not processes",
+                self.kind()
+            )
+        })
+    }
+
     /// Pauses the sandbox keeping its memory (see [`Capabilities`]).
     async fn suspend(&self, _handle: &Handle) -> Result<()> {
         Err(SandboxError::Unsupported("suspend"))

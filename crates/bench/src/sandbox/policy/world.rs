@@ -180,10 +180,13 @@ fn in_world(setup: WorldSetup) -> anyhow::Result<Transfer> {
 }
 
 /// `$0` bytes of zeros to `/dev/tcp/$1/$2`; bash opens the socket before
-/// `head` starts, so the sink's clock starts at the first byte, not at
-/// the connect.
+/// `cat` starts, so the sink's clock starts at the first byte, not at
+/// the connect. `cat`, not `head` itself, writes to the socket: under
+/// runsc a full socket answers `head`'s stdio writes with EAGAIN, which
+/// the local backend's compat library turns back into a wait only for
+/// programs that call write(2) themselves (see `runsc_compat.c`).
 const SEND_SCRIPT: &str =
-    r#"exec bash -c 'head -c "$1" /dev/zero > "/dev/tcp/$2/$3"' bash "$0" "$1" "$2""#;
+    r#"exec bash -c 'head -c "$1" /dev/zero | cat > "/dev/tcp/$2/$3"' bash "$0" "$1" "$2""#;
 
 /// Accepts `streams` connections one after another, reporting for each the
 /// bytes read and the seconds from the first byte to EOF. Bounded: gives

@@ -83,10 +83,16 @@ pub(crate) struct SessionRunner {
 }
 
 impl SessionRunner {
-    /// A runner for a fresh claim: `entry` is the claim response.
-    pub(crate) fn claimed(deps: Arc<Deps>, rec: SessionRecord, entry: QueueEntry) -> Self {
+    /// A runner for a fresh claim: `entry` is the claim response to the
+    /// request sent at `sent`.
+    pub(crate) fn claimed(
+        deps: Arc<Deps>,
+        rec: SessionRecord,
+        entry: QueueEntry,
+        sent: tokio::time::Instant,
+    ) -> Self {
         let mut runner = Self::adopted(deps, rec);
-        runner.claim.take_answer(&entry);
+        runner.claim.take_answer(&entry, sent);
         if let Some(token) = runner.claim.connect_token() {
             runner
                 .deps

@@ -33,10 +33,13 @@ pub(super) struct ClaimState {
     pub claim_failures: BTreeMap<SessionId, u32>,
 }
 
-/// A claim call's answer, with the entry's `updated_at` when it was sent.
+/// A claim call's answer, with the entry's `updated_at` when it was sent
+/// and when it was sent (the claim is reckoned from then: see the claim
+/// keeper).
 pub(super) struct ClaimReply {
     session_id: SessionId,
     seen_updated_at: Option<Timestamp>,
+    sent: tokio::time::Instant,
     answer: Result<fleet::QueueEntry, ClaimError>,
 }
 
@@ -102,10 +105,12 @@ pub(super) async fn claim_round(
                 let seen_updated_at = seen.metadata.updated_at;
                 let deps = deps.clone();
                 claiming.spawn(async move {
+                    let sent = tokio::time::Instant::now();
                     let answer = deps.client.claim(&session_id, &deps.acceptor_id).await;
                     ClaimReply {
                         session_id,
                         seen_updated_at,
+                        sent,
                         answer,
                     }
                 });
@@ -180,6 +185,7 @@ pub(super) async fn claim_answered(
     let ClaimReply {
         session_id,
         seen_updated_at,
+        sent,
         answer,
     } = reply;
     match answer {
@@ -192,6 +198,7 @@ pub(super) async fn claim_answered(
                 &mut state.cooldown,
                 session_id,
                 entry,
+                sent,
             )
             .await
         }
@@ -221,6 +228,7 @@ async fn start_claimed(
     cooldown: &mut BTreeMap<SessionId, i64>,
     session_id: SessionId,
     entry: fleet::QueueEntry,
+    sent: tokio::time::Instant,
 ) {
     Metrics::inc(&deps.metrics.claims_won);
     let rec = claimed_record(deps, &entry);
@@ -254,7 +262,7 @@ async fn start_claimed(
     }
     deps.view.upsert(entry.clone());
     held.insert(session_id.clone());
-    let runner = SessionRunner::claimed(deps.clone(), rec, entry);
+    let runner = SessionRunner::claimed(deps.clone(), rec, entry, sent);
     runners.spawn(async move { (session_id, runner.run().await) });
 }
 

@@ -37,8 +37,15 @@ struct Claim {
     /// its lifetime is [`crate::planner::ASSUMED_CLAIM_LIFETIME_MS`] until
     /// any answer to this process teaches the real one.
     assumed: bool,
-    /// When the last answer arrived, on the monotonic clock.
-    received: Option<Instant>,
+    /// When the request the last answer answered was sent, on the
+    /// monotonic clock. The server granted the claim at some moment
+    /// between the request and its answer, so the claim is reckoned from
+    /// the request: an answer that arrives late (Garrison paused with it
+    /// unread, or a slow network) never stretches the claim past the
+    /// server's deadline (bench chaos, seed 14030750162014007195: an
+    /// answer read 12.6 s after it was sent, its 10-second claim already
+    /// given to another acceptor, started a second remote).
+    sent: Option<Instant>,
     /// When a renewal was last tried.
     last_attempt: Option<Instant>,
     /// The fleet API was seen to have the session `running` under this
@@ -63,8 +70,8 @@ impl LearnedLifetime {
 }
 
 impl Claim {
-    /// Takes in a claim answer that arrived at `received` (monotonic).
-    fn take_answer(&mut self, entry: &QueueEntry, received: Instant, learned: &LearnedLifetime) {
+    /// Takes in a claim answer to a request sent at `sent` (monotonic).
+    fn take_answer(&mut self, entry: &QueueEntry, sent: Instant, learned: &LearnedLifetime) {
         let answer = ClaimAnswer {
             deadline: entry.status.claim_deadline.map(|d| d.unix_millis()),
             server_now: entry.metadata.updated_at.map(|t| t.unix_millis()),
@@ -87,7 +94,7 @@ impl Claim {
             ),
         }
         self.lifetime_ms = Some(lifetime);
-        self.received = Some(received);
+        self.sent = Some(sent);
         self.note_status(&entry.status.session_status);
         if let Some(token) = &entry.status.connect_token {
             self.connect_token = Some(token.clone());
@@ -113,11 +120,11 @@ impl Claim {
         }
     }
 
-    /// The expiry (the last answer's arrival plus its lifetime) on the
-    /// clock whose reading is `now` at `at`.
+    /// The expiry (the last request's sending plus its answer's lifetime)
+    /// on the clock whose reading is `now` at `at`.
     fn expires_at(&self, now: Millis, at: Instant, learned: &LearnedLifetime) -> Option<Millis> {
-        let received = self.received?;
-        Some(now + signed_ms(received, at) + self.lifetime(learned)?)
+        let sent = self.sent?;
+        Some(now + signed_ms(sent, at) + self.lifetime(learned)?)
     }
 
     /// The last renewal attempt on the clock whose reading is `now` at `at`.
@@ -180,9 +187,9 @@ impl ClaimKeeper {
         }
     }
 
-    /// Takes in a claim answer that arrived just now.
-    pub(super) fn take_answer(&mut self, entry: &QueueEntry) {
-        self.claim.take_answer(entry, Instant::now(), &self.learned);
+    /// Takes in the answer to a claim request sent at `sent`.
+    pub(super) fn take_answer(&mut self, entry: &QueueEntry, sent: Instant) {
+        self.claim.take_answer(entry, sent, &self.learned);
     }
 
     /// The connect token the claim handed out, if one is in memory.
@@ -255,7 +262,8 @@ impl ClaimKeeper {
     /// given up (see [`lapsed_claim_is_lost`]), at least
     /// [`UNANSWERED_NEAR_LAPSE`].
     pub(super) async fn renew(&mut self) -> Renewal {
-        self.claim.last_attempt = Some(Instant::now());
+        let sent = Instant::now();
+        self.claim.last_attempt = Some(sent);
         let ahead = give_up_ahead(self.lifetime());
         let seen_running = self.claim.seen_running;
         let wait = self.time_left().map_or(Duration::MAX, |left| {
@@ -271,7 +279,7 @@ impl ClaimKeeper {
         };
         match answer {
             Ok(entry) => {
-                self.take_answer(&entry);
+                self.take_answer(&entry, sent);
                 Renewal::Renewed(Box::new(entry))
             }
             Err(ClaimError::Conflict) => Renewal::Lost,

@@ -166,12 +166,23 @@ impl World {
     /// [`Self::runner_claimed_with`] on another backend.
     fn runner_on(
         &self,
-        mut rec: SessionRecord,
+        rec: SessionRecord,
         answer: QueueEntry,
         backend: Arc<dyn sandbox::Sandbox>,
     ) -> SessionRunner {
+        self.runner_sent_at(rec, answer, backend, tokio::time::Instant::now())
+    }
+
+    /// [`Self::runner_on`] for a claim whose request was sent at `sent`.
+    fn runner_sent_at(
+        &self,
+        mut rec: SessionRecord,
+        answer: QueueEntry,
+        backend: Arc<dyn sandbox::Sandbox>,
+        sent: tokio::time::Instant,
+    ) -> SessionRunner {
         rec.claim_deadline = answer.status.claim_deadline.map(|d| d.unix_millis());
-        SessionRunner::claimed(Arc::new(self.deps_on(backend)), rec, answer)
+        SessionRunner::claimed(Arc::new(self.deps_on(backend)), rec, answer, sent)
     }
 
     /// What a runner on `backend` is given.

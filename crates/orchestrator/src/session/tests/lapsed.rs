@@ -98,3 +98,29 @@ async fn a_lapsed_claim_on_a_session_seen_running_is_kept() {
 
     assert_eq!(runner.rec.stage, Stage::Running);
 }
+
+// Bench chaos, seed 14030750162014007195: Garrison was paused between its
+// claim request and reading the answer. Read 12.6 s after it was sent, the
+// 10-second claim was reckoned from the reading, and a remote started
+// after the server had given the session to another acceptor, whose own
+// remote then dialled in beside it.
+#[tokio::test]
+async fn a_claim_answer_read_after_the_claim_lapsed_starts_no_remote() {
+    let world = World::new().await;
+    let mut answer = answer_at(now_ms() - 12_000, Some(10));
+    answer.status.session_status = SessionStatus::Pending;
+    let sent = tokio::time::Instant::now()
+        .checked_sub(Duration::from_secs(12))
+        .expect("the machine has been up for 12 s");
+    let mut runner = world.runner_sent_at(
+        record(Stage::Claimed, None),
+        answer,
+        world.backend.clone(),
+        sent,
+    );
+
+    runner.start().await.unwrap();
+
+    assert!(runner.rec.process.is_none(), "a remote was started");
+    assert!(runner.rec.handle.is_none(), "a sandbox was made");
+}

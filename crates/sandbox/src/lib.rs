@@ -37,6 +37,7 @@
 
 use std::collections::BTreeMap;
 
+pub use builtin_recipes::{BUILTIN_RECIPES, BuiltinRecipe, builtin_recipe};
 pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
 pub use lineage::{LABEL_CREATED_AT_MS, LABEL_GENERATION, Lineage, next_lineage};
@@ -66,6 +67,7 @@ pub mod format;
 pub mod plugin;
 pub mod policy;
 
+mod builtin_recipes;
 mod contract;
 mod error;
 mod lineage;

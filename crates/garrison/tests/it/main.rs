@@ -22,6 +22,7 @@ mod deploy_tensorlake;
 mod doctor_cli;
 mod emulate_cli;
 mod image_modal;
+mod image_recipes;
 mod image_tensorlake;
 mod logs_tensorlake;
 mod mock_cli;

@@ -41,7 +41,7 @@ pub use builtin_recipes::{BUILTIN_RECIPES, BuiltinRecipe, builtin_recipe};
 pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
 pub use lineage::{LABEL_CREATED_AT_MS, LABEL_GENERATION, Lineage, next_lineage};
-pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, MachineInfo};
+pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, DesktopState, MachineInfo};
 pub use names::{SandboxName, first_free, free_slot_for, hashed_id, is_plain_id};
 pub use on_disk::{list_handles, read_chunk, read_handle};
 pub use os::Os;

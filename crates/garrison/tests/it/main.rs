@@ -19,6 +19,7 @@ mod dashboard_browser;
 mod demo_e2e;
 mod deploy_modal;
 mod deploy_tensorlake;
+mod desktop_e2e;
 mod doctor_cli;
 mod emulate_cli;
 mod image_modal;

@@ -136,12 +136,7 @@ enum ImageCommand {
     /// List the built-in recipes `image build --recipe NAME` takes.
     ///
     /// Each with a one-line description. The same names work for every
-    /// backend:
-    ///
-    ///   garrison image recipes
-    ///   garrison image build desktop --recipe desktop
-    ///   garrison image build desktop --recipe desktop --backend modal
-    #[command(verbatim_doc_comment)]
+    /// backend (`--backend local|modal|tensorlake` of `image build`).
     Recipes {
         /// Print the recipes as a JSON array: each has name,
         /// description and recipe (the recipe's fields, as in a file).

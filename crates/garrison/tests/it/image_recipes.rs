@@ -44,7 +44,7 @@ async fn image_recipes_lists_default_and_desktop() {
 
     let out = garrison(home.path(), &["image", "recipes", "--help"]).await;
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("--recipe desktop"), "{help}");
+    assert!(help.contains("--recipe desktop --backend modal"), "{help}");
 }
 
 #[tokio::test]

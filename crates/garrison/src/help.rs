@@ -176,6 +176,7 @@ Output:
         "image build",
         "  garrison image build default
   garrison image build py --recipe py.toml
+  garrison image build desktop --recipe desktop   # a built-in recipe (image recipes)
   garrison image build default --backend modal
   garrison image build garrison-session --backend tensorlake",
         STANDARD,
@@ -200,6 +201,14 @@ Output:
         STANDARD,
     ),
     with_examples("image prune", "  garrison image prune", STANDARD),
+    with_examples(
+        "image recipes",
+        "  garrison image recipes
+  garrison image recipes --json | jq -r '.[].name'
+  garrison image build desktop --recipe desktop
+  garrison image build desktop --recipe desktop --backend modal",
+        STANDARD,
+    ),
     with_examples(
         "demo",
         "  garrison demo

@@ -48,6 +48,7 @@ use sandbox::{
 };
 use shim::OUTPUT_FILE;
 
+mod desktop;
 #[cfg(test)]
 mod desktop_tests;
 mod devices;
@@ -91,9 +92,10 @@ pub struct LocalConfig {
     pub runsc: PathBuf,
     /// The runtime new sandboxes run on (`SANDBOX_RUNTIME`).
     pub runtime: Runtime,
-    /// Runs a desktop in every sandbox: Xvfb on [`DESKTOP_DISPLAY`], so the
-    /// remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The image must
-    /// have Xvfb (`desktop = true` in its recipe). Off by default.
+    /// Runs a desktop in every sandbox: Xvfb on [`DESKTOP_DISPLAY`] (and
+    /// the image's window manager), kept alive (see `backend/desktop.rs`),
+    /// so the remote gets `DISPLAY` and `DEVIN_OUTPOST_DESKTOP=true`. The
+    /// image must have Xvfb (the `desktop` recipe). Off by default.
     pub desktop: bool,
     /// Runs each container in a user namespace of its own, so that its
     /// root is an unprivileged host uid (see `userns`). On by default.
@@ -339,6 +341,10 @@ impl Sandbox for LocalBackend {
             chrome_path: image.and_then(|i| i.chrome_path),
             display: (self.config.desktop && has_xvfb).then(|| DESKTOP_DISPLAY.to_owned()),
         })
+    }
+
+    async fn keep_desktop(&self, handle: &Handle) -> Result<sandbox::DesktopState> {
+        self.keep_desktop_of(handle).await
     }
 
     async fn put_file(&self, handle: &Handle, path: &str, bytes: &[u8], mode: u32) -> Result<()> {

@@ -57,8 +57,8 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "--desktop",
         DESKTOP_ENV,
         Kind::Bool,
-        "Run Xvfb in each sandbox and give the remote DISPLAY and \
-         DEVIN_OUTPOST_DESKTOP=true; the image must have Xvfb (a recipe with desktop = true)",
+        "Run Xvfb (kept alive) in each sandbox and give the remote DISPLAY and \
+         DEVIN_OUTPOST_DESKTOP=true; build the image with `--recipe desktop`",
     )
     .default("false"),
     Setting::new(
@@ -109,9 +109,10 @@ impl BackendPlugin for LocalPlugin {
     }
 
     fn settings_help(&self) -> &'static str {
-        "  SANDBOX_DESKTOP (or desktop = true in the file): run Xvfb in each sandbox
-  and give the remote DISPLAY and DEVIN_OUTPOST_DESKTOP=true; the image must
-  have Xvfb (a recipe with desktop = true) [default: false].
+        "  SANDBOX_DESKTOP (or desktop = true in the file): run Xvfb (restarted if
+  it dies) in each sandbox and give the remote DISPLAY and
+  DEVIN_OUTPOST_DESKTOP=true; build the image with `garrison image build
+  NAME --recipe desktop` [default: false].
   SANDBOX_USERNS (or userns = false in the file): run each container in a
   user namespace of its own, so its root is an unprivileged host uid (from
   1073741824, 65536 ids per sandbox); needs a file system with idmapped

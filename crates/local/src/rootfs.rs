@@ -219,6 +219,21 @@ impl Root {
         Ok(out)
     }
 
+    /// Connects to the Unix socket at `path` inside the root. The socket is
+    /// first opened `O_PATH` (resolved in the root, a final link refused)
+    /// and connected to through `/proc/self/fd`: a path-based connect
+    /// would follow a link the sandbox put there to a socket of the host.
+    pub fn connect_unix(&self, path: &str) -> io::Result<std::os::unix::net::UnixStream> {
+        use std::os::unix::fs::FileTypeExt;
+        let relative = container_relative(path)?;
+        let fd = self.openat2(&relative, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let file = File::from(fd);
+        if !file.metadata()?.file_type().is_socket() {
+            return Err(invalid(format!("{path:?} is not a socket")));
+        }
+        std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    }
+
     /// Whether `path` exists inside the root (a link is not followed).
     pub fn exists(&self, path: &str) -> bool {
         container_relative(path)
@@ -252,6 +267,23 @@ mod tests {
         assert_eq!(container_relative("/a/./b").unwrap(), PathBuf::from("a/b"));
         for bad in ["a/b", "/a/../b", "/", ""] {
             assert!(container_relative(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connect_unix_reaches_a_socket_in_the_root_but_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let _inside = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).unwrap();
+        let host_sock = outside.path().join("host.sock");
+        let _host = std::os::unix::net::UnixListener::bind(&host_sock).unwrap();
+        std::os::unix::fs::symlink(&host_sock, dir.path().join("link")).unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+
+        root.connect_unix("/sock").unwrap();
+        for refused in ["/link", "/file", "/missing"] {
+            assert!(root.connect_unix(refused).is_err(), "{refused}");
         }
     }
 

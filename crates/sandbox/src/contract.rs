@@ -171,6 +171,14 @@ pub trait Sandbox: Send + Sync + 'static {
         Ok(MachineInfo::default())
     }
 
+    /// Looks after the sandbox's desktop: checks that its X server
+    /// answers and starts it again when it died or hangs. Called often
+    /// while a session runs (and first after a sandbox is re-adopted), so
+    /// it must be cheap when all is well. The default: no desktop to keep.
+    async fn keep_desktop(&self, _handle: &Handle) -> Result<crate::DesktopState> {
+        Ok(crate::DesktopState::NoDesktop)
+    }
+
     /// Applies a changed network policy to a running sandbox (the gateway
     /// stays allowed). Backends that do not enforce policies accept it and
     /// do nothing (see [`Capabilities::enforces_network_policy`]).

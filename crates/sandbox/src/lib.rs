@@ -37,10 +37,11 @@
 
 use std::collections::BTreeMap;
 
+pub use builtin_recipes::{BUILTIN_RECIPES, BuiltinRecipe, builtin_recipe};
 pub use contract::{Sandbox, wait_exit};
 pub use error::{Result, SandboxError};
 pub use lineage::{LABEL_CREATED_AT_MS, LABEL_GENERATION, Lineage, next_lineage};
-pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, MachineInfo};
+pub use machine::{Arch, CHROME_CANDIDATES, Capabilities, DesktopState, MachineInfo};
 pub use names::{SandboxName, first_free, free_slot_for, hashed_id, is_plain_id};
 pub use on_disk::{list_handles, read_chunk, read_handle};
 pub use os::Os;
@@ -66,6 +67,7 @@ pub mod format;
 pub mod plugin;
 pub mod policy;
 
+mod builtin_recipes;
 mod contract;
 mod error;
 mod lineage;

@@ -105,3 +105,21 @@ pub struct Capabilities {
     /// A process can be started again after the sandbox restarts (restore).
     pub snapshots: bool,
 }
+
+/// What [`Sandbox::keep_desktop`](crate::Sandbox::keep_desktop) found of a
+/// sandbox's desktop, and did about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DesktopState {
+    /// The sandbox has no desktop (or the backend does not look after it).
+    NoDesktop,
+    /// The X server answers.
+    Answering,
+    /// The X server was just started and does not answer yet.
+    Starting,
+    /// The X server was gone or had stopped answering, and was started
+    /// again.
+    Restarted {
+        /// Which of the two, for the session's event log.
+        reason: String,
+    },
+}

@@ -4,6 +4,7 @@
 //! plug-in (Modal builds; Tensorlake builds, lists and removes).
 
 mod progress;
+mod recipes;
 mod remote;
 mod table;
 
@@ -33,10 +34,17 @@ pub(crate) struct ImageArgs {
 
 #[derive(Subcommand)]
 enum ImageCommand {
-    /// Build a session image from a TOML recipe.
+    /// Build a session image from a TOML recipe or a built-in one.
     ///
-    /// Without --recipe, builds the default recipe: Debian bookworm with
-    /// git, ca-certificates, curl, procps and the usual tools. A recipe:
+    /// Without --recipe, builds the built-in `default` recipe: Debian
+    /// bookworm with git, ca-certificates, curl, procps and the usual tools.
+    /// `--recipe desktop` builds the image a desktop session
+    /// (SANDBOX_DESKTOP) needs: Xvfb, a window manager, Chromium, fonts
+    /// (`garrison image recipes` lists the built-in recipes):
+    ///
+    ///   garrison image build default --recipe desktop
+    ///
+    /// A recipe file:
     ///
     ///   suite = "bookworm"
     ///   packages = ["python3", "build-essential"]
@@ -68,8 +76,10 @@ enum ImageCommand {
         /// The name to give the image (`default` is what local sessions
         /// use).
         name: String,
-        /// The recipe file.
-        #[arg(long, value_name = "FILE")]
+        /// The recipe: a TOML file, or the name of a built-in recipe
+        /// (`default`, `desktop`; see `image recipes`). A file of that
+        /// path wins when one exists.
+        #[arg(long, value_name = "FILE|NAME")]
         recipe: Option<PathBuf>,
         /// Where to build: `local`, `modal` or `tensorlake` (see above).
         #[arg(long, value_name = "BACKEND", default_value = "local", value_parser = ["local", "modal", "tensorlake"])]
@@ -123,6 +133,16 @@ enum ImageCommand {
     },
     /// Remove the unnamed images no sandbox or snapshot uses.
     Prune,
+    /// List the built-in recipes `image build --recipe NAME` takes.
+    ///
+    /// Each with a one-line description. The same names work for every
+    /// backend (`--backend local|modal|tensorlake` of `image build`).
+    Recipes {
+        /// Print the recipes as a JSON array: each has name,
+        /// description and recipe (the recipe's fields, as in a file).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `--backend`'s value for this machine's images (the others are the
@@ -160,6 +180,8 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
         ImageCommand::Rm { name, backend } if backend != LOCAL => {
             return remote::remove(backend, name).await;
         }
+        // Needs no store: listing them must work before any image exists.
+        ImageCommand::Recipes { json } => return recipes::print(*json),
         _ => {}
     }
     let store = ImageStore::open(&state_dir.join("images"))
@@ -167,7 +189,7 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
     match args.command {
         ImageCommand::Build { name, recipe, .. } => {
             let recipe = match recipe {
-                Some(path) => Recipe::load(&path)?,
+                Some(arg) => Recipe::file_or_builtin(&arg)?,
                 None => Recipe::default_recipe(),
             };
             build_with_progress(&store, &name, &recipe).await?;
@@ -199,6 +221,7 @@ pub(crate) async fn run(args: ImageArgs) -> anyhow::Result<()> {
             store.remove(&name, &|id| users.in_use(id))?;
             println!("removed {name}");
         }
+        ImageCommand::Recipes { .. } => unreachable!("answered above"),
         ImageCommand::Prune => {
             let users = ImageUsers::scan(&state_dir, &snapshot_dir)?;
             for id in store.prune(&|id| users.in_use(id))? {

@@ -1,7 +1,8 @@
 //! A recipe's `chromium = true` end to end on the local backend: a session
-//! served on the `chromium` test image (built by `scripts/setup` from
-//! `tests/fixtures/chromium.toml`) gets `DEVIN_CHROME_PATH` naming the
-//! image's browser, and that browser runs inside the sandbox.
+//! served on the `desktop` test image (the built-in `desktop` recipe, which
+//! has `chromium = true`; scripts/test-images builds it) gets
+//! `DEVIN_CHROME_PATH` naming the image's browser, and that browser runs
+//! inside the sandbox.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -11,8 +12,9 @@ use emulator::Then;
 use fleet::SessionStatus;
 use local::images::ImageStore;
 
-/// The image `scripts/setup` builds from `tests/fixtures/chromium.toml`.
-const IMAGE: &str = "chromium";
+/// The image scripts/test-images builds with `--recipe desktop`: one
+/// Chromium image serves this test and desktop_e2e.
+const IMAGE: &str = "desktop";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_on_the_chromium_image_gets_a_browser_that_runs() {
@@ -22,8 +24,8 @@ async fn a_session_on_the_chromium_image_gets_a_browser_that_runs() {
     let images = PathBuf::from(std::env::var_os("GARRISON_TEST_IMAGES").unwrap());
     if !images.join("names").join(IMAGE).exists() {
         eprintln!(
-            "skipped: no {IMAGE:?} image in {} (scripts/setup builds it as root: \
-             garrison image build {IMAGE} --recipe crates/garrison/tests/fixtures/chromium.toml)",
+            "skipped: no {IMAGE:?} image in {} (scripts/test-images builds it as root: \
+             garrison image build {IMAGE} --recipe desktop)",
             images.display()
         );
         return;
@@ -32,11 +34,11 @@ async fn a_session_on_the_chromium_image_gets_a_browser_that_runs() {
     // executable in its root filesystem.
     let image = ImageStore::open(&images)
         .and_then(|store| store.resolve(IMAGE))
-        .expect("the chromium image resolves");
+        .expect("the desktop image resolves");
     let chrome = image
         .chrome_path
         .clone()
-        .expect("the chromium image records a browser");
+        .expect("the desktop image records a browser");
     let in_rootfs = image.rootfs.join(chrome.trim_start_matches('/'));
     let mode = std::fs::metadata(&in_rootfs)
         .unwrap_or_else(|err| panic!("{}: {err}", in_rootfs.display()))

@@ -123,3 +123,38 @@ async fn serve_on_modal_without_a_token_names_the_setting() {
     );
     assert!(text.contains("MODAL_TOKEN_SECRET"), "{text}");
 }
+
+/// `--recipe desktop` (no such file here) is the built-in desktop recipe,
+/// on Modal as locally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_desktop_recipe_builds_on_modal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = common::start_modal_mock(dir.path());
+    let out = tokio::process::Command::new(common::garrison_bin())
+        .args(["image", "build", "desktop", "--backend", "modal"])
+        .args(["--recipe", "desktop", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .envs(common::modal_env(&mock))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = mock.built_images();
+    assert_eq!(built.len(), 1);
+    let commands = &built[0].dockerfile_commands;
+    assert!(
+        commands.iter().any(|c| c.contains("xvfb")
+            && c.contains("matchbox-window-manager")
+            && c.contains("chromium")),
+        "{commands:?}"
+    );
+}

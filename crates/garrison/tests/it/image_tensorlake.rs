@@ -341,3 +341,35 @@ async fn an_interrupt_stops_the_build_and_deletes_the_builder() {
     }
     assert!(host.sandboxes_left().is_empty(), "the builder is deleted");
 }
+
+/// A built-in recipe's name works where a recipe file does: the desktop
+/// recipe's packages reach the builder (from a directory with no file of
+/// that name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_desktop_recipe_builds_on_tensorlake() {
+    let host = Host::new();
+    let out = host
+        .garrison(
+            &["build", "garrison-desktop", "--backend", "tensorlake"],
+            Some(Path::new("desktop")),
+        )
+        .await;
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    let install = printed
+        .lines()
+        .find(|l| l.contains("fake apt-get install"))
+        .unwrap_or_else(|| panic!("no install in:\n{printed}"));
+    for package in [
+        "xvfb",
+        "matchbox-window-manager",
+        "chromium",
+        "fonts-dejavu-core",
+    ] {
+        assert!(install.contains(package), "{package} in {install}");
+    }
+    assert!(
+        printed.contains("built garrison-desktop on Tensorlake"),
+        "{printed}"
+    );
+}

@@ -1,18 +1,24 @@
-//! The desktop against real containers: an image with an Xvfb (a stand-in
-//! script that records its arguments, so no X server is needed) gets one
-//! started on [`DESKTOP_DISPLAY`], announced by `machine`; an image without
-//! one is refused. Like `tests/it/backend.rs` these need root, the
-//! default test image (`GARRISON_TEST_IMAGES`) and a static shim
+//! The desktop against real containers on the `desktop` test image (the
+//! built-in recipe): its X server answers on [`DESKTOP_DISPLAY`] once
+//! create returns, with the window manager beside it, announced by
+//! `machine`; killed, it is started again; an image without one is
+//! refused. Like `tests/it/backend.rs` these need root, the
+//! test images (`GARRISON_TEST_IMAGES`) and a static shim
 //! (`GARRISON_STATIC_SHIM`); without them they say why and check nothing.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
-use crate::images::{DEFAULT_IMAGE, Image};
+use crate::images::DEFAULT_IMAGE;
+use sandbox::DesktopState;
 
-/// A store in `dir` holding `desktop`: the default test image with a fake
-/// `/usr/bin/Xvfb`, and the config of a backend with the desktop on.
+/// The image of the built-in `desktop` recipe, as scripts/test-images
+/// names it.
+const DESKTOP_IMAGE: &str = "desktop";
+
+/// The config of a backend with the desktop on, running the test images
+/// (`GARRISON_TEST_IMAGES`) and by default their `desktop` image.
 fn desktop_config(dir: &Path) -> Option<LocalConfig> {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: the local backend needs root");
@@ -25,48 +31,12 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
         eprintln!("skipped: GARRISON_TEST_IMAGES or GARRISON_STATIC_SHIM is not set");
         return None;
     };
-    let default = ImageStore::open(Path::new(&images))
-        .unwrap()
-        .resolve(DEFAULT_IMAGE)
-        .unwrap();
-    let store = ImageStore::open(&dir.join("images")).unwrap();
-    let work = store.temp_dir().unwrap();
-    let rootfs = work.path().join("rootfs");
-    let copied = std::process::Command::new("cp")
-        .args(["-a", "--"])
-        .arg(&default.rootfs)
-        .arg(&rootfs)
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    let xvfb = rootfs.join("usr/bin/Xvfb");
-    std::fs::write(
-        &xvfb,
-        "#!/bin/sh\necho \"$@\" > /tmp/xvfb-args.tmp\nmv /tmp/xvfb-args.tmp /tmp/xvfb-args\nexec sleep 100000\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&xvfb, std::fs::Permissions::from_mode(0o755)).unwrap();
-    store
-        .install(
-            work,
-            Image {
-                id: format!("sha256-{:064x}", rand::random::<u128>()),
-                name: "desktop".to_owned(),
-                rootfs: PathBuf::new(),
-                created_at_ms: 0,
-                size_bytes: 0,
-                chrome_path: None,
-                xvfb_path: Some("/usr/bin/Xvfb".to_owned()),
-                source: "test".to_owned(),
-            },
-        )
-        .unwrap();
     Some(LocalConfig {
         root: dir.join("local"),
         snapshot_dir: dir.join("snapshots"),
         snapshot_store: None,
-        images: store,
-        default_image: "desktop".to_owned(),
+        images: ImageStore::open(Path::new(&images)).unwrap(),
+        default_image: DESKTOP_IMAGE.to_owned(),
         shim_exe: PathBuf::from(shim),
         tini: PathBuf::from("/usr/bin/tini-static"),
         runc: PathBuf::from("/usr/sbin/runc"),
@@ -77,6 +47,17 @@ fn desktop_config(dir: &Path) -> Option<LocalConfig> {
         devices: Vec::new(),
         cdi_spec_dirs: Vec::new(),
     })
+}
+
+/// [`desktop_config`], when the test images have the `desktop` image
+/// (scripts/test-images builds it with `--recipe desktop`).
+fn desktop_image_config(dir: &Path) -> Option<LocalConfig> {
+    let config = desktop_config(dir)?;
+    if config.images.resolve(DESKTOP_IMAGE).is_err() {
+        eprintln!("skipped: no {DESKTOP_IMAGE:?} test image (scripts/test-images builds it)");
+        return None;
+    }
+    Some(config)
 }
 
 fn spec(image: Option<&str>) -> SandboxSpec {
@@ -95,48 +76,108 @@ fn spec(image: Option<&str>) -> SandboxSpec {
     }
 }
 
-/// `cat`s `path` in the sandbox until it exists (no time limit of its own:
-/// the test runner's applies).
-async fn read_when_there(backend: &LocalBackend, handle: &Handle, path: &str) -> String {
+/// Runs `script` with `sh -c` in the sandbox to its end: its exit code
+/// and output.
+async fn sh(backend: &LocalBackend, handle: &Handle, script: &str) -> (ProcessStatus, String) {
+    let spec = ProcessSpec {
+        name: format!("sh-{:08x}", rand::random::<u32>()),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: [("PATH".to_owned(), "/usr/bin:/bin".to_owned())].into(),
+        cwd: "/".into(),
+    };
+    let p = backend.spawn(handle, &spec).await.unwrap();
+    let status = sandbox::wait_exit(backend, handle, &p, Duration::from_millis(25))
+        .await
+        .unwrap();
+    let out = backend.read_output(handle, &p, 0, 64 << 10).await.unwrap();
+    (status, String::from_utf8_lossy(&out.data).into_owned())
+}
+
+/// Calls `keep_desktop` until it reports what `wanted` accepts (no time
+/// limit of its own: the test runner's applies), returning every state
+/// seen before.
+async fn keep_until(
+    backend: &LocalBackend,
+    handle: &Handle,
+    wanted: impl Fn(&DesktopState) -> bool,
+) -> (DesktopState, Vec<DesktopState>) {
+    let mut seen = Vec::new();
     loop {
-        let spec = ProcessSpec {
-            name: format!("cat-{:08x}", rand::random::<u32>()),
-            argv: vec!["cat".into(), path.into()],
-            env: [("PATH".to_owned(), "/usr/bin:/bin".to_owned())].into(),
-            cwd: "/".into(),
-        };
-        let p = backend.spawn(handle, &spec).await.unwrap();
-        let status = sandbox::wait_exit(backend, handle, &p, Duration::from_millis(25))
-            .await
-            .unwrap();
-        if status == ProcessStatus::Exited(0) {
-            let out = backend.read_output(handle, &p, 0, 4096).await.unwrap();
-            return String::from_utf8_lossy(&out.data).into_owned();
+        let state = backend.keep_desktop(handle).await.unwrap();
+        if wanted(&state) {
+            return (state, seen);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen.push(state);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_desktop_sandbox_runs_xvfb_and_announces_its_display() {
+async fn a_desktop_sandbox_has_an_x_server_that_answers_and_a_window_manager() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(config) = desktop_config(dir.path()) else {
+    let Some(config) = desktop_image_config(dir.path()) else {
         return;
     };
     let backend = LocalBackend::new(config).unwrap();
     let handle = backend.create(&spec(None)).await.unwrap();
 
+    // No wait: create returns once the X server answers.
+    let state = backend.keep_desktop(&handle).await.unwrap();
     let machine = backend.machine(&handle).await.unwrap();
-    // Destroyed before any assertion, so a failure leaves no container.
-    let args = match machine.display {
-        Some(_) => read_when_there(&backend, &handle, "/tmp/xvfb-args").await,
-        None => String::new(),
-    };
+    let (info, dpyinfo) = sh(&backend, &handle, "xdpyinfo -display :99").await;
+    let wm = sh(
+        &backend,
+        &handle,
+        // (-f: the name is longer than the 15 characters -x compares.)
+        "i=0; until pgrep -f '^[^ ]*matchbox-window-manager' >/dev/null; do \
+         i=$((i+1)); [ $i -gt 600 ] && exit 1; sleep 0.1; done; echo up",
+    )
+    .await;
     backend.destroy(&handle).await.unwrap();
 
+    assert_eq!(state, DesktopState::Answering);
     assert_eq!(machine.display.as_deref(), Some(DESKTOP_DISPLAY));
     assert_eq!(machine.user, "root");
-    assert_eq!(args.trim(), ":99 -screen 0 1920x1080x24 -nolisten tcp");
+    assert_eq!(info, ProcessStatus::Exited(0), "{dpyinfo}");
+    assert!(dpyinfo.contains("1920x1080 pixels"), "{dpyinfo}");
+    assert_eq!(wm, (ProcessStatus::Exited(0), "up\n".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_x_server_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = desktop_image_config(dir.path()) else {
+        return;
+    };
+    let backend = LocalBackend::new(config).unwrap();
+    let handle = backend.create(&spec(None)).await.unwrap();
+
+    let before = backend.keep_desktop(&handle).await.unwrap();
+    let killed = sh(&backend, &handle, "pkill -KILL -x Xvfb && echo killed").await;
+    // Until the kill lands the old server may still answer a probe.
+    let (restarted, _) = keep_until(&backend, &handle, |s| {
+        matches!(s, DesktopState::Restarted { .. })
+    })
+    .await;
+    let (answering, between) =
+        keep_until(&backend, &handle, |s| *s == DesktopState::Answering).await;
+    let (info, dpyinfo) = sh(&backend, &handle, "xdpyinfo -display :99").await;
+    backend.destroy(&handle).await.unwrap();
+
+    assert_eq!(before, DesktopState::Answering);
+    assert_eq!(killed.1, "killed\n", "{killed:?}");
+    assert_eq!(
+        restarted,
+        DesktopState::Restarted {
+            reason: "the X server was not running".to_owned()
+        }
+    );
+    assert_eq!(answering, DesktopState::Answering);
+    assert!(
+        between.iter().all(|s| *s == DesktopState::Starting),
+        "{between:?}"
+    );
+    assert_eq!(info, ProcessStatus::Exited(0), "{dpyinfo}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,17 +186,14 @@ async fn with_the_desktop_on_an_image_without_xvfb_is_refused() {
     let Some(mut config) = desktop_config(dir.path()) else {
         return;
     };
-    config.images = ImageStore::open(Path::new(
-        &std::env::var_os("GARRISON_TEST_IMAGES").unwrap(),
-    ))
-    .unwrap();
     config.default_image = DEFAULT_IMAGE.to_owned();
     let backend = LocalBackend::new(config).unwrap();
 
     let err = backend.create(&spec(None)).await.unwrap_err().to_string();
 
     assert!(
-        err.contains("Xvfb") && err.contains("desktop = true"),
+        err.contains("image \"default\" has no X server")
+            && err.contains("garrison image build default --recipe desktop"),
         "{err}"
     );
     assert!(backend.list().await.unwrap().is_empty(), "nothing is left");

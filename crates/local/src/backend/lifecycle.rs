@@ -3,22 +3,21 @@
 //! container) and tearing all of it down again, whether after a failed or
 //! interrupted create or on destroy.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
 
 use super::{
-    DESKTOP_DISPLAY, HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE, NETNS_FILE,
-    RUNTIME_FILE, USERNS_FILE, fatal,
+    HANDLE_FILE, IDMAPPED_DISK_DIR, LOWER_DIR, LocalBackend, NET_FILE, NETNS_FILE, RUNTIME_FILE,
+    USERNS_FILE, fatal,
 };
 use crate::oci::{self, ContainerConfig};
 use crate::rootfs::Root;
 use crate::runc::Runtime;
 use crate::userns::IdRange;
 use crate::{archive, compat, disk, idmap, net};
-use sandbox::{Handle, ProcessSpec, Result, SandboxError, SandboxSpec, format};
+use sandbox::{Handle, Result, SandboxError, SandboxSpec, format};
 
 impl LocalBackend {
     /// `Sandbox::create`. Remains of an interrupted create are removed
@@ -62,40 +61,6 @@ impl LocalBackend {
         }
         self.teardown(name, &dir).await.map_err(fatal)?;
         Ok(true)
-    }
-
-    /// Starts Xvfb on [`DESKTOP_DISPLAY`] when the desktop is on: in every
-    /// sandbox created, also one restored from a snapshot (whose processes
-    /// did not survive it). A restored `/tmp` may hold the old server's
-    /// lock, which would make the new one refuse the display, so it goes
-    /// first.
-    async fn start_desktop(&self, handle: &Handle) -> anyhow::Result<()> {
-        if !self.config.desktop {
-            return Ok(());
-        }
-        let image = handle
-            .image
-            .as_deref()
-            .context("the sandbox has no image")?;
-        let xvfb = self
-            .config
-            .images
-            .resolve(image)?
-            .xvfb_path
-            .context("the image has no Xvfb")?;
-        let n = DESKTOP_DISPLAY.trim_start_matches(':');
-        let script = format!(
-            "rm -f /tmp/.X{n}-lock /tmp/.X11-unix/X{n}; \
-             exec \"$0\" {DESKTOP_DISPLAY} -screen 0 1920x1080x24 -nolisten tcp"
-        );
-        let spec = ProcessSpec {
-            name: format!("desktop-{}", chrono::Utc::now().timestamp_millis()),
-            argv: vec!["/bin/sh".into(), "-c".into(), script, xvfb],
-            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
-            cwd: "/".to_owned(),
-        };
-        self.spawn_process(handle, &spec).await?;
-        Ok(())
     }
 
     /// Tears down whatever exists of a sandbox: the container and the
@@ -235,8 +200,9 @@ impl LocalBackend {
         // server, and silently running without one would hide the mistake.
         if self.config.desktop && image.xvfb_path.is_none() {
             return Err(fatal(anyhow!(
-                "the desktop is on (SANDBOX_DESKTOP) but image {image_ref:?} has no Xvfb; \
-                 build it from a recipe with `desktop = true`"
+                "the desktop is on (SANDBOX_DESKTOP) but image {image_ref:?} has no X server \
+                 (Xvfb); build it with the `desktop` recipe: \
+                 garrison image build {image_ref} --recipe desktop"
             ))
             .into());
         }

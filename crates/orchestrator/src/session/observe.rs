@@ -2,7 +2,7 @@
 //! remote's status and output.
 
 use fleet::QueueEntry;
-use sandbox::{Handle, ProcessRef, ProcessStatus};
+use sandbox::{DesktopState, Handle, ProcessRef, ProcessStatus};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -77,9 +77,32 @@ impl SessionRunner {
                 self.event("remote_exited", json!({ "status": status.to_string() }));
             }
             self.remote = status;
+            if is_live {
+                self.keep_desktop(&handle).await;
+            }
             self.copy_output(&handle, &process).await;
         } else {
             self.remote = RemoteObs::NotStarted;
+        }
+    }
+
+    /// Has the backend check the sandbox's desktop while the remote runs
+    /// (the first look after a re-adoption included), and records a
+    /// restart: the remote's screen went blank for a moment. A failed
+    /// check is logged and tried again at the next look.
+    async fn keep_desktop(&mut self, handle: &Handle) {
+        match self.deps.backend.keep_desktop(handle).await {
+            Ok(DesktopState::Restarted { reason }) => {
+                warn!(
+                    session_id = self.id(),
+                    reason, "the desktop's X server was restarted"
+                );
+                self.event("desktop_restarted", json!({ "reason": reason }));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(session_id = self.id(), error = %e, "checking the sandbox's desktop failed")
+            }
         }
     }
 

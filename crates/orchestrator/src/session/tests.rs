@@ -23,6 +23,7 @@ use crate::session_log::SessionLogs;
 use crate::settings::{OutpostConfig, Repos};
 use crate::store::Store;
 
+mod desktop;
 mod lapsed;
 mod leftovers;
 mod lineage;

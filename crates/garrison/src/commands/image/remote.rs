@@ -28,7 +28,7 @@ pub(super) async fn build(
     state_dir: &Path,
 ) -> anyhow::Result<()> {
     let recipe = match recipe {
-        Some(path) => Recipe::load(path)?,
+        Some(arg) => Recipe::file_or_builtin(arg)?,
         None => Recipe::default_recipe(),
     };
     let service = service(backend)?;

@@ -394,6 +394,17 @@ impl Runc {
                 }
             })
             .await;
+        } else {
+            // The init is gone already: under runsc a fork bomb ends the
+            // Sentry at the task limit, and its hundreds of stubs (each
+            // leading a session of its own) fall to Garrison. Those that
+            // ended are reaped now, while the cgroup still names them as
+            // the sandbox's, and the sessions of the rest remembered: once
+            // the runtime removed the cgroup, a stub's reads as the root and
+            // nothing else tells it is the sandbox's (seen once in a
+            // whole-suite run on a loaded machine: 292 zombies left).
+            reaper::remember_sessions(&self.companions(id, 0));
+            let _ = tokio::task::spawn_blocking(reaper::sweep).await;
         }
         let args = self.args(&["delete", "--force", id]);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();

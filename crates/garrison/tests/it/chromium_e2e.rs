@@ -5,7 +5,6 @@
 //! inside the sandbox.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 
 use crate::common::*;
 use emulator::Then;
@@ -18,18 +17,9 @@ const IMAGE: &str = "desktop";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_on_the_chromium_image_gets_a_browser_that_runs() {
-    if !Backend::Local.available() {
+    let Some(images) = desktop_test_images(IMAGE) else {
         return;
-    }
-    let images = PathBuf::from(std::env::var_os("GARRISON_TEST_IMAGES").unwrap());
-    if !images.join("names").join(IMAGE).exists() {
-        eprintln!(
-            "skipped: no {IMAGE:?} image in {} (scripts/test-images builds it as root: \
-             garrison image build {IMAGE} --recipe desktop)",
-            images.display()
-        );
-        return;
-    }
+    };
     // What the image recorded at build time: its browser, a real
     // executable in its root filesystem.
     let image = ImageStore::open(&images)

@@ -8,7 +8,6 @@
 //! pixels (the XWD file parsed here).
 
 use std::io::Read;
-use std::path::PathBuf;
 
 use base64::Engine;
 
@@ -54,16 +53,7 @@ gzip -9c /tmp/screen.xwd | base64 -w0"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desktop_session_shows_a_page_in_chromium_and_keeps_its_display() {
-    if !Backend::Local.available() {
-        return;
-    }
-    let images = PathBuf::from(std::env::var_os("GARRISON_TEST_IMAGES").unwrap());
-    if !images.join("names").join(IMAGE).exists() {
-        eprintln!(
-            "skipped: no {IMAGE:?} image in {} (scripts/test-images builds it as root: \
-             garrison image build {IMAGE} --recipe desktop)",
-            images.display()
-        );
+    if desktop_test_images(IMAGE).is_none() {
         return;
     }
     let emu = emulator().await;

@@ -158,6 +158,25 @@ pub(crate) enum Backend {
     Modal,
 }
 
+/// The test images' directory, when the local backend runs here and it
+/// holds `image`, built with `--recipe desktop` by scripts/test-images;
+/// otherwise says why the test is skipped.
+pub(crate) fn desktop_test_images(image: &str) -> Option<PathBuf> {
+    if !Backend::Local.available() {
+        return None;
+    }
+    let images = PathBuf::from(std::env::var_os("GARRISON_TEST_IMAGES").unwrap());
+    if !images.join("names").join(image).exists() {
+        eprintln!(
+            "skipped: no {image:?} image in {} (scripts/test-images builds it as root: \
+             garrison image build {image} --recipe desktop)",
+            images.display()
+        );
+        return None;
+    }
+    Some(images)
+}
+
 impl Backend {
     pub(crate) fn name(self) -> &'static str {
         match self {

@@ -19,7 +19,7 @@ use anyhow::{Context, anyhow, bail};
 use sandbox::{Handle, ProcessRef, ProcessSpec, ProcessStatus, Sandbox};
 use tokio::io::AsyncReadExt;
 
-use super::credentials::check_config;
+use super::credentials::{check_config, clone_env};
 use super::git::{GIT_TIMEOUT as CLONE_TIMEOUT, run_git};
 use super::mirror::{MirrorUse, Mirrors};
 use super::plan::PlannedClone;
@@ -128,12 +128,7 @@ async fn clone_on_host(
     let home = scratch.join("home");
     std::fs::create_dir_all(&home)?;
     // The mirror is local and public to this host: no credentials.
-    let env = std::collections::BTreeMap::from([
-        ("PATH".to_owned(), crate::contract::PATH.to_owned()),
-        ("HOME".to_owned(), home.display().to_string()),
-        ("LANG".to_owned(), "C.UTF-8".to_owned()),
-        ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
-    ]);
+    let env = clone_env(&Repos::default(), &home.display().to_string());
     let how = lease.how;
     let mirror = lease.path.display().to_string();
     let argv = ["git", "clone", "--quiet", "--", &mirror, &clone.dir].map(str::to_owned);

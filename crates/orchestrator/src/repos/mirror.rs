@@ -99,9 +99,12 @@ impl Mirrors {
             .or_default()
             .clone();
         let path = self.path_of(url);
+        let fresh = |last: &LastFetch| {
+            last.is_some_and(|at| at.elapsed() < self.refetch_after) && path.exists()
+        };
         {
             let reading = lock.clone().read_owned().await;
-            if reading.is_some_and(|at| at.elapsed() < self.refetch_after) && path.exists() {
+            if fresh(&reading) {
                 return Ok(Ok(MirrorLease {
                     path,
                     how: MirrorUse::Fresh,
@@ -111,7 +114,7 @@ impl Mirrors {
         }
         let mut writing = lock.write_owned().await;
         // Another session may have fetched while this one waited.
-        if writing.is_some_and(|at| at.elapsed() < self.refetch_after) && path.exists() {
+        if fresh(&writing) {
             return Ok(Ok(MirrorLease {
                 path,
                 how: MirrorUse::Fresh,
